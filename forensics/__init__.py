@@ -1,0 +1,33 @@
+"""forensics: offline log forensics for distributed deep-learning training.
+
+The library API. The CLI (`forensics.cli`) is a thin layer over these functions; anything it can
+do, a test or a notebook can do by importing them.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import ForensicsError  # noqa: E402
+
+
+def __getattr__(name: str):  # lazy: keep `import forensics` and `forensics --version` fast
+    if name == "ingest":
+        from .ingest import ingest
+
+        return ingest
+    if name == "open_run":
+        from .run import open_run
+
+        return open_run
+    if name == "diagnose":
+        from .passes import diagnose
+
+        return diagnose
+    if name == "build_report":
+        from .report import build_report
+
+        return build_report
+    raise AttributeError(name)
+
+
+__all__ = ["ForensicsError", "ingest", "open_run", "diagnose", "build_report", "__version__"]

@@ -1,0 +1,95 @@
+"""Which reader reads a file: content sniffing and the reader registry.
+
+Owns the decision "what is this file" (by its bytes, not its name) and the list of readers.
+Must not parse beyond the head of a file.
+
+A reader is a function `read(path, stream, ctx) -> Iterator[Block]`: it gets the decompressed
+byte stream of one file (or of a byte range of one plain JSONL file) and yields Blocks whose
+`events` use canonical column names (see forensics.schema; `source_file` and `format` are
+added by the caller) plus `line` (1-based line number in the file, or record index for binary
+formats), and whose `rejects` carry `line`, `reason`, `raw`, `raw_len`. For every block,
+`lines == events.height + rejects.height`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterator
+
+from .jsonl import Block
+
+PICKLE_MAGIC = re.compile(rb"^\x80[\x02-\x05]")
+
+
+@dataclass(frozen=True)
+class ReaderContext:
+    path: str                      # absolute path of the source file
+    rank_hint: int | None          # rank named by the path, if any
+    host_hint: str | None          # host named by the path, if any
+    first_line: int = 1            # number of the stream's first line in the file
+    at_eof: bool = True            # the stream ends where the file ends
+    gpu_map: dict[tuple[str | None, int], int] = field(default_factory=dict)  # (host, gpu) -> rank
+    block_bytes: int = 16 << 20
+
+
+Reader = Callable[[str, BinaryIO, ReaderContext], Iterator[Block]]
+
+
+def sniff(head: bytes, path: str) -> str:
+    """Name of the format of a file from its first (decompressed) bytes.
+
+    jsonl | hf_state | kineto | flight_recorder | nvidia_smi | dcgm | console | empty
+    """
+    if not head.strip():
+        return "empty"
+    if PICKLE_MAGIC.match(head):
+        return "flight_recorder"
+    s = head.lstrip()
+    if s.startswith(b"{"):
+        first = s.split(b"\n", 1)[0].strip()
+        if b'"traceEvents"' in head[:65536] or b'"schemaVersion"' in first:
+            return "kineto"
+        if b'"log_history"' in head or (first == b"{" and b'"global_step"' in head):
+            return "hf_state"
+        return "jsonl"
+    first_line = s.split(b"\n", 1)[0].lower()
+    if b"dcgm_fi_" in head[:4096].lower() or first_line.startswith(b"#entity"):
+        return "dcgm"
+    if b"," in first_line and (b"utilization.gpu" in first_line or b"temperature.gpu" in first_line or
+                               b"clocks.sm" in first_line or b"clocks.current.sm" in first_line or
+                               (b"index" in first_line and b"timestamp" in first_line)):
+        return "nvidia_smi"
+    return "console"
+
+
+def _registry() -> dict[str, Reader]:
+    from . import jsonl_reader
+
+    readers: dict[str, Reader] = {"jsonl": jsonl_reader.read}
+    # Readers for what real runs leave behind (console, telemetry, flight recorder, HF state).
+    for fmt, module in (
+        ("console", "console"),
+        ("nvidia_smi", "telemetry"),
+        ("dcgm", "telemetry"),
+        ("flight_recorder", "flight_recorder"),
+        ("hf_state", "hf_state"),
+        ("kineto", "kineto"),
+    ):
+        try:
+            mod = __import__(f"forensics.ingest.{module}", fromlist=["read"])
+        except ImportError:
+            continue
+        fn = getattr(mod, f"read_{fmt}", None) or getattr(mod, "read", None)
+        if fn is not None:
+            readers[fmt] = fn
+    return readers
+
+
+_READERS: dict[str, Reader] | None = None
+
+
+def reader_for(fmt: str) -> Reader | None:
+    global _READERS
+    if _READERS is None:
+        _READERS = _registry()
+    return _READERS.get(fmt)

@@ -1,0 +1,277 @@
+"""The JSON-lines reader: one block of bytes -> canonical events + rejected lines.
+
+Owns the fast path (polars' NDJSON parser over the whole block, every value read as a string so
+that `"rank": "3"` or `"loss": "nan"` never poisons a column) and the slow path that finds the
+bad lines of a block one by one. Must not write files or decide where a rank comes from beyond
+the hint it is given.
+
+Why not let polars/DuckDB read the file: both infer a schema from the first lines (and drop
+keys first seen later), and both lose the whole file on one malformed line. Here a block that
+fails is split into its good and bad lines; every bad line is returned with its reason.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+import polars as pl
+import pyarrow as pa
+
+from ..schema import RAW_LIMIT, REJECT_SCHEMA
+from .normalize import KNOWN_TOP, canonical
+
+RAW_SCHEMA = {k: pl.String for k in KNOWN_TOP}
+_KNOWN = set(KNOWN_TOP)
+
+
+@dataclass
+class Block:
+    events: pl.DataFrame       # canonical columns + line (no source_file/format yet)
+    rejects: pl.DataFrame      # REJECT_SCHEMA minus source_file
+    lines: int                 # lines read in this block
+
+
+def line_offsets(buf: bytes) -> np.ndarray:
+    """Start offsets of every line, plus len(buf) at the end."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 10)
+    offs = np.empty(len(nl) + 2, dtype=np.int64)
+    offs[0] = 0
+    offs[1 : len(nl) + 1] = nl + 1
+    offs[-1] = len(buf)
+    if offs[-2] == len(buf):  # buffer ends with a newline: no empty trailing line
+        offs = offs[:-1]
+    return offs
+
+
+def _lines_series(buf: bytes, offs: np.ndarray) -> pl.Series:
+    arr = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(offs) - 1, [None, pa.py_buffer(offs), pa.py_buffer(buf)]
+    )
+    return pl.Series("l", arr)
+
+
+def _reason(raw: bytes, is_last_unterminated: bool) -> str | None:
+    """Why a line that failed the cheap shape check is not an event (None: it may still be one)."""
+    s = raw.strip()
+    if not s:
+        return "blank line"
+    if s.startswith(b"{") and s.endswith(b"}"):
+        return None
+    if s.startswith(b"{"):
+        return "truncated line (no newline at end of file)" if is_last_unterminated else "truncated JSON object"
+    if s.startswith(b"[") or s.startswith(b'"'):
+        return "JSON value is not an object"
+    if b"\x00" in s or sum(c < 9 or 13 < c < 32 for c in s[:256]) > 2:
+        return "binary data"
+    if s.startswith(b"Traceback") or s.startswith(b"File ") or s.startswith(b'  File "'):
+        return "not JSON: Python traceback"
+    return "not JSON: text line"
+
+
+def _stringify(v: object) -> str | None:
+    """The same string polars' NDJSON reader yields for a value read as String."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return orjson.dumps(v).decode() if isinstance(v, int) or v == v else "NaN"
+    return orjson.dumps(v).decode()
+
+
+def _rows_from_objects(objs: list[dict]) -> pl.DataFrame:
+    cols: dict[str, list[str | None]] = {k: [] for k in KNOWN_TOP}
+    for o in objs:
+        for k in KNOWN_TOP:
+            cols[k].append(_stringify(o.get(k)))
+    return pl.DataFrame(cols, schema=RAW_SCHEMA)
+
+
+def _unknown_fields(obj: dict) -> str | None:
+    rest = {k: v for k, v in obj.items() if k not in _KNOWN}
+    return orjson.dumps(rest).decode() if rest else None
+
+
+def parse_block(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None, host_hint: str | None) -> Block:
+    """Parse one newline-aligned block. Line numbers are 1-based; `first_line` is the number of
+    the block's first line. Accounting: lines == events.height + rejects.height."""
+    if not buf:
+        return Block(_empty_events(), _rejects([]), 0)
+    offs = line_offsets(buf)
+    n = len(offs) - 1
+    lines = _lines_series(buf, offs)
+    lens = np.diff(offs)
+    good_shape = (
+        lines.bin.starts_with(b"{")
+        & (lines.bin.ends_with(b"}\n") | lines.bin.ends_with(b"}\r\n") | lines.bin.ends_with(b"}"))
+    ).to_numpy()
+    unterminated_last = not buf.endswith(b"\n")
+    if unterminated_last and at_eof and good_shape[-1]:
+        pass  # a complete object without the final newline is a good line
+    rejects: list[tuple[int, str, bytes, int]] = []
+    cand = np.ones(n, dtype=bool)
+    fixed: dict[int, bytes] = {}   # line index -> repaired bytes parsed on the slow path
+    for i in np.flatnonzero(~good_shape):
+        raw = buf[offs[i] : offs[i + 1]]
+        why = _reason(raw, bool(unterminated_last and at_eof and i == n - 1))
+        if why is not None:
+            rejects.append((int(i), why, raw, len(raw)))
+            cand[i] = False
+    # UTF-8: validate the block at C speed; only a damaged block is examined line by line.
+    try:
+        buf.decode("utf-8")
+    except UnicodeDecodeError:
+        for i in np.flatnonzero(cand):
+            raw = buf[offs[i] : offs[i + 1]]
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                fixed[int(i)] = raw.decode("utf-8", errors="replace").encode("utf-8")
+                cand[i] = False
+    objs_slow: dict[int, dict] = {}
+    for i, b in fixed.items():
+        try:
+            o = orjson.loads(b)
+        except orjson.JSONDecodeError as e:
+            rejects.append((i, f"invalid JSON: {e}", buf[offs[i] : offs[i + 1]], int(lens[i])))
+            continue
+        if isinstance(o, dict):
+            objs_slow[i] = o
+        else:
+            rejects.append((i, "JSON value is not an object", buf[offs[i] : offs[i + 1]], int(lens[i])))
+
+    fast_idx = np.flatnonzero(cand)
+    raw_df: pl.DataFrame | None = None
+    if len(fast_idx):
+        raw_df, bad = _parse_fast(buf, offs, fast_idx, n)
+        if bad:
+            keep = np.ones(len(fast_idx), dtype=bool)
+            for pos, why in bad:
+                i = int(fast_idx[pos])
+                rejects.append((i, why, buf[offs[i] : offs[i + 1]], int(lens[i])))
+                keep[pos] = False
+            fast_idx = fast_idx[keep]
+
+    frames = []
+    if raw_df is not None and raw_df.height:
+        raw_df = raw_df.with_columns(pl.Series("line", fast_idx + first_line, dtype=pl.Int64))
+        raw_df = _with_unknown_fields(raw_df, lines, fast_idx)
+        frames.append(raw_df)
+    if objs_slow:
+        idx = np.array(sorted(objs_slow), dtype=np.int64)
+        sdf = _rows_from_objects([objs_slow[i] for i in idx]).with_columns(
+            pl.Series("line", idx + first_line, dtype=pl.Int64),
+            pl.Series("fields", [_unknown_fields(objs_slow[i]) for i in idx], dtype=pl.String),
+        )
+        frames.append(sdf)
+    if frames:
+        raw_all = pl.concat(frames, how="diagonal_relaxed").sort("line") if len(frames) > 1 else frames[0]
+        events = canonical(raw_all, rank_hint, host_hint)
+    else:
+        events = _empty_events()
+    rej = _rejects([(i + first_line, why, raw, ln) for i, why, raw, ln in rejects])
+    assert events.height + rej.height == n, (events.height, rej.height, n)
+    return Block(events, rej, n)
+
+
+def _parse_fast(buf: bytes, offs: np.ndarray, idx: np.ndarray, n: int) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
+    """Parse the candidate lines `idx` with polars in one go; on failure find the culprits.
+
+    Returns the parsed rows (one per surviving candidate, in order) and the positions (into idx)
+    of candidates that turned out not to be JSON objects, with reasons.
+    """
+    if len(idx) == n:
+        data = buf
+    else:
+        # Blank out non-candidate lines in place: polars skips whitespace-only lines, so rows
+        # keep the order of the candidates and no offsets move.
+        ba = bytearray(buf)
+        mask = np.ones(n, dtype=bool)
+        mask[idx] = False
+        for i in np.flatnonzero(mask):
+            a, b = int(offs[i]), int(offs[i + 1])
+            ba[a:b] = b" " * (b - a - 1) + (b"\n" if ba[b - 1 : b] == b"\n" else b" ")
+        data = bytes(ba)
+    try:
+        df = pl.read_ndjson(io.BytesIO(data), schema=RAW_SCHEMA)
+        if df.height == len(idx):
+            return df, []
+    except Exception:  # noqa: BLE001 - polars raises ComputeError/others; we re-check each line
+        pass
+    # Slow path: judge each candidate with orjson, then parse the survivors again.
+    bad: list[tuple[int, str]] = []
+    ok_pos: list[int] = []
+    for pos, i in enumerate(idx):
+        raw = buf[offs[i] : offs[i + 1]]
+        try:
+            o = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            bad.append((pos, f"invalid JSON: {e}"))
+            continue
+        if not isinstance(o, dict):
+            bad.append((pos, "JSON value is not an object"))
+        else:
+            ok_pos.append(pos)
+    if not ok_pos:
+        return pl.DataFrame(schema=RAW_SCHEMA), bad
+    sub = b"".join(buf[offs[idx[p]] : offs[idx[p] + 1]].rstrip(b"\r\n") + b"\n" for p in ok_pos)
+    try:
+        df = pl.read_ndjson(io.BytesIO(sub), schema=RAW_SCHEMA)
+        if df.height == len(ok_pos):
+            return df, bad
+    except Exception:  # noqa: BLE001
+        pass
+    # polars is stricter than orjson on something here: build rows from orjson objects.
+    objs = [orjson.loads(buf[offs[idx[p]] : offs[idx[p] + 1]]) for p in ok_pos]
+    return _rows_from_objects(objs), bad
+
+
+def _with_unknown_fields(df: pl.DataFrame, lines: pl.Series, idx: np.ndarray) -> pl.DataFrame:
+    """Add `fields`: top-level keys outside the known set, as a JSON object.
+
+    Cheap check first: a line's count of '":' (one per key, plus any inside values) must equal
+    the count over the known values we parsed plus the number of known keys present. Lines that
+    disagree (unknown keys, null values, odd spacing) are re-read with orjson to be sure.
+    """
+    text = lines.gather(idx).cast(pl.String, strict=False)
+    line_count = text.str.count_matches('":', literal=True).fill_null(0)
+    known_count = df.select(
+        pl.sum_horizontal(
+            [pl.col(c).str.count_matches('":', literal=True).fill_null(0) + pl.col(c).is_not_null().cast(pl.UInt32) for c in KNOWN_TOP]
+        )
+    ).to_series()
+    suspect = np.flatnonzero((line_count.cast(pl.Int64) != known_count.cast(pl.Int64)).to_numpy())
+    if not len(suspect):
+        return df.with_columns(pl.lit(None, dtype=pl.String).alias("fields"))
+    fields: list[str | None] = [None] * df.height
+    raw_lines = lines.gather(idx[suspect]).to_list()
+    for pos, raw in zip(suspect, raw_lines):
+        try:
+            fields[int(pos)] = _unknown_fields(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            pass
+    return df.with_columns(pl.Series("fields", fields, dtype=pl.String))
+
+
+def _empty_events() -> pl.DataFrame:
+    return canonical(pl.DataFrame({"line": []}, schema={"line": pl.Int64}), None, None)
+
+
+def _rejects(rows: list[tuple[int, str, bytes, int]]) -> pl.DataFrame:
+    sch = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
+    if not rows:
+        return pl.DataFrame(schema=sch)
+    return pl.DataFrame(
+        {
+            "line": [r[0] for r in rows],
+            "reason": [r[1] for r in rows],
+            "raw": [r[2][:RAW_LIMIT] for r in rows],
+            "raw_len": [r[3] for r in rows],
+        },
+        schema=sch,
+    ).sort("line")
