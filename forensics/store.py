@@ -51,17 +51,17 @@ class Run:
     path: Path
     manifest: dict[str, Any] = field(repr=False)
 
-    def _parts(self, sub: str) -> list[str]:
-        return sorted(str(self.path / p) for s in self.manifest["sources"] for p in s.get(sub, []))
+    def _parts(self, key: str) -> list[str]:
+        return sorted(str(self.path / p) for s in self.manifest["sources"] for p in s.get(key, []))
 
     def events(self) -> pl.LazyFrame:
-        parts = self._parts(EVENTS_DIR)
+        parts = self._parts("event_parts")
         if not parts:
             return pl.LazyFrame(schema=EVENT_SCHEMA)
         return pl.scan_parquet(parts, schema=EVENT_SCHEMA)
 
     def rejects(self) -> pl.LazyFrame:
-        parts = self._parts(REJECTS_DIR)
+        parts = self._parts("reject_parts")
         if not parts:
             return pl.LazyFrame(schema=REJECT_SCHEMA)
         return pl.scan_parquet(parts, schema=REJECT_SCHEMA)

@@ -15,9 +15,10 @@ import polars as pl
 
 from ..schema import ALIASES, ENVELOPE_ALIASES, FIELDS, LEVEL_ALIASES, Level
 
-# Every top-level key the JSONL reader asks polars for. Anything else is "unknown" and goes to
-# the `fields` column.
-KNOWN_TOP: list[str] = list(dict.fromkeys([*ENVELOPE_ALIASES, *ALIASES]))
+# Every top-level key the JSONL reader asks polars for. Anything else (flat metric lines' loss,
+# step, ...) goes verbatim to the `fields` JSON column, from which known metrics are typed.
+# Keep this list short: the NDJSON parser's cost grows with the width of the schema.
+KNOWN_TOP: list[str] = list(ENVELOPE_ALIASES)
 
 # Metric names looked for as `key=value` in free text.
 MESSAGE_KEYS: dict[str, tuple[str, float]] = {
@@ -71,21 +72,26 @@ def _alias_expr(name: str, sources: list[tuple[str, float]], cols: set[str]) -> 
     return e.alias(name)
 
 
-def extract_extra(extra: pl.Series) -> pl.DataFrame:
-    """Parse the verbatim `extra` objects once, asking only for known metric keys (as strings)."""
-    wanted = {k: pl.String for k in ALIASES}
-    obj = extra.fill_null("{}")
+def extract_object(obj: pl.Series, prefix: str) -> pl.DataFrame:
+    """Known metric keys of JSON-object strings (`extra`, `fields`), as string columns.
+
+    The keys present are found first (a cheap regex; nested keys only add empty columns), so the
+    parser is asked for just those: its cost grows with the width of the schema.
+    """
+    keys = obj.str.extract_all(r'"([^"\\]{1,64})"\s*:').explode().drop_nulls().unique().to_list()
+    wanted = {k[1:].split('"', 1)[0]: pl.String for k in keys}
+    wanted = {k: v for k, v in wanted.items() if k in ALIASES}
+    if not wanted:
+        return pl.DataFrame()
     obj = pl.select(
         pl.when(obj.str.starts_with("{")).then(obj).otherwise(pl.lit("{}")).alias("x")
-    ).to_series()
+    ).to_series().fill_null("{}")
     blob = obj.str.join("\n").item()
-    if not blob:
-        return pl.DataFrame(schema={f"extra.{k}": pl.String for k in wanted})
     df = pl.read_ndjson(io.BytesIO(blob.encode()), schema=wanted)
-    if df.height != len(obj):  # an empty object line would be skipped only if blank; guard anyway
-        raise ValueError("extra parse lost rows")
+    if df.height != len(obj):
+        raise ValueError(f"{prefix} parse lost rows")
     df = df.select([c for c in df.columns if df[c].null_count() < df.height])
-    return df.rename({c: f"extra.{c}" for c in df.columns})
+    return df.rename({c: f"{prefix}.{c}" for c in df.columns})
 
 
 def extract_message_metrics(message: pl.Series) -> pl.DataFrame:
@@ -108,8 +114,11 @@ def extract_message_metrics(message: pl.Series) -> pl.DataFrame:
 def canonical(raw: pl.DataFrame, rank_hint: int | None, host_hint: str | None) -> pl.DataFrame:
     """Raw string columns -> canonical columns (without source_file/format; caller adds them)."""
     parts = [raw]
-    if "extra" in raw.columns and raw["extra"].null_count() < raw.height:
-        parts.append(extract_extra(raw["extra"]))
+    for obj in ("extra", "fields"):
+        if obj in raw.columns and raw[obj].null_count() < raw.height:
+            got = extract_object(raw[obj], obj)
+            if got.width:
+                parts.append(got)
     if "message" in raw.columns and raw["message"].null_count() < raw.height:
         mm = extract_message_metrics(raw["message"])
         if mm.width:
@@ -148,12 +157,12 @@ def canonical(raw: pl.DataFrame, rank_hint: int | None, host_hint: str | None) -
 
     # metrics: top-level key, then extra.key, then message key=value; first present wins
     metric_sources: dict[str, list[tuple[str, float]]] = {}
-    for prefix in ("", "extra.", "msg."):
+    for prefix in ("fields.", "extra.", "msg."):
         for alias, (canon, factor) in ALIASES.items():
             if canon in ("rank",):
                 continue
             c = prefix + alias
-            if c in cols and not (prefix == "" and alias in ENVELOPE_ALIASES):
+            if c in cols:
                 metric_sources.setdefault(canon, []).append((c, factor))
     metric_exprs = [e for name, src in metric_sources.items() if (e := _alias_expr(name, src, cols)) is not None]
     exprs.extend(metric_exprs)

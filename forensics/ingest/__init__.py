@@ -1,0 +1,400 @@
+"""Ingest: raw logs -> a forensics store. The only code that reads raw logs lives in this package.
+
+This module plans and dispatches: it expands inputs into files, decides per file what is new,
+unchanged, grown or a duplicate, cuts big plain files into newline-aligned byte ranges, runs the
+unit function (`unit.run_unit`) inline or in a process pool, and publishes the new store version
+atomically (`store.StoreWriter`). It must not parse log lines itself.
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import multiprocessing as mp
+
+from ..errors import BAD_ARGUMENT, ForensicsError
+from ..store import EVENTS_DIR, REJECTS_DIR, StoreWriter, is_store, locked, open_store
+from .formats import reader_for, sniff
+from .sources import (
+    FileInfo,
+    expand,
+    file_info,
+    host_from_path,
+    prefix_hash,
+    rank_from_path,
+    read_head,
+)
+from .unit import Unit, UnitResult, run_unit
+
+RANGE_BYTES = 64 << 20        # plain files above this are cut into ranges for parallel work
+INLINE_BYTES = 48 << 20       # below this much input, a process pool costs more than it saves
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class IngestSummary:
+    store: str
+    files: int                         # source files in the store
+    lines_read: int
+    events: int
+    rejected: int
+    rejected_by_reason: dict[str, int]
+    ranks: list[int]
+    hosts: list[str]
+    start: str | None
+    end: str | None
+    seconds: float
+    bytes_read: int                    # bytes read by this call (new files and new tails)
+    new_files: int = 0
+    unchanged_files: int = 0
+    appended_files: int = 0
+    duplicate_files: list[dict[str, str]] = field(default_factory=list)
+    formats: dict[str, int] = field(default_factory=dict)
+    per_file: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["mb_per_s"] = round(self.mb_per_s, 1)
+        d["seconds"] = round(self.seconds, 3)
+        return d
+
+
+def parse_gpu_map(items: list[str] | None) -> tuple[tuple[str | None, int, int], ...]:
+    """`host:gpu=rank` (or `gpu=rank`) pairs, or @file with one pair per line."""
+    out: list[tuple[str | None, int, int]] = []
+    for item in items or []:
+        lines = [item]
+        if item.startswith("@"):
+            try:
+                lines = Path(item[1:]).read_text().split()
+            except OSError as e:
+                raise ForensicsError(f"cannot read gpu map {item[1:]}", reason=e.strerror, code=BAD_ARGUMENT) from None
+        for s in lines:
+            s = s.strip()
+            if not s or s.startswith("#"):
+                continue
+            try:
+                left, rank = s.split("=")
+                host, _, gpu = left.rpartition(":")
+                out.append((host or None, int(gpu), int(rank)))
+            except ValueError:
+                raise ForensicsError(
+                    f"cannot read gpu map entry {s!r}",
+                    reason="expected HOST:GPU=RANK or GPU=RANK",
+                    help="e.g. --gpu-map node3:0=24 --gpu-map node3:1=25, or --gpu-map @map.txt",
+                    code=BAD_ARGUMENT,
+                ) from None
+    return tuple(out)
+
+
+def _complete_end(path: str, size: int) -> int:
+    """Offset just past the last newline of a plain file (size if it ends with one)."""
+    if size == 0:
+        return 0
+    with open(path, "rb") as f:
+        pos = size
+        while pos > 0:
+            step = min(1 << 16, pos)
+            f.seek(pos - step)
+            chunk = f.read(step)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                return pos - step + i + 1
+            pos -= step
+    return 0
+
+
+def _ranges(path: str, start: int, end: int, first_line: int) -> list[tuple[int, int, int]]:
+    """Cut [start, end) of a plain file at newlines into ~RANGE_BYTES pieces with line bases."""
+    out: list[tuple[int, int, int]] = []
+    line = first_line
+    with open(path, "rb") as f:
+        a = start
+        while a < end:
+            b = min(a + RANGE_BYTES, end)
+            f.seek(a)
+            data = f.read(b - a)
+            if b < end:
+                cut = data.rfind(b"\n")
+                if cut >= 0:
+                    data = data[: cut + 1]
+                    b = a + cut + 1
+            out.append((a, b, line))
+            line += data.count(b"\n")
+            a = b
+    return out
+
+
+def ingest(
+    inputs: list[str],
+    out: str | os.PathLike[str],
+    *,
+    append: bool = False,
+    workers: int | None = None,
+    gpu_map: list[str] | None = None,
+    progress: Progress | None = None,
+) -> IngestSummary:
+    """Ingest log files into the store at `out` and return what is now in it.
+
+    Without `append`, the store afterwards holds exactly `inputs` (files unchanged since the last
+    ingest are reused, not re-read). With `append`, files already in the store are kept, new files
+    are added and grown plain files are read from where the last ingest stopped.
+    """
+    t0 = time.perf_counter()
+    target = Path(out)
+    gmap = parse_gpu_map(gpu_map)
+    files = expand(inputs)
+    with locked(target):
+        previous = open_store(target) if is_store(target) else None
+        if target.exists() and previous is None and any(target.iterdir()):
+            raise ForensicsError(
+                f"{target} exists and is not a forensics store",
+                where=str(target),
+                help="choose another -o path; forensics never writes into a foreign directory",
+                code=BAD_ARGUMENT,
+            )
+        writer = StoreWriter(target, previous)
+        try:
+            summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress)
+        except BaseException:
+            writer.abort()
+            raise
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: bool, workers: int | None,
+                   gmap, progress: Progress | None) -> IngestSummary:
+    prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
+    sources: dict[str, dict[str, Any]] = {}
+    if append:
+        for p, s in prev_sources.items():
+            sources[p] = s
+    by_fingerprint: dict[str, str] = {s["fingerprint"]: s["path"] for s in sources.values()}
+    units: list[Unit] = []
+    unit_source: list[str] = []
+    duplicates: list[dict[str, str]] = []
+    new = unchanged = appended = 0
+    bytes_planned = 0
+    drop_rejects_after: dict[str, int] = {}
+
+    for fpath in files:
+        info: FileInfo = file_info(fpath)
+        old = prev_sources.get(info.path)
+        if old and old["size"] == info.size and old["fingerprint"] == info.fingerprint:
+            sources[info.path] = old
+            by_fingerprint[info.fingerprint] = info.path
+            unchanged += 1
+            continue
+        dup = by_fingerprint.get(info.fingerprint)
+        if dup and dup != info.path:
+            duplicates.append({"path": info.path, "duplicate_of": dup})
+            continue
+        head = read_head(info.path, info.compression)
+        fmt = sniff(head, info.path)
+        if fmt != "empty" and reader_for(fmt) is None:
+            fmt = "console" if reader_for("console") else "jsonl"
+        src: dict[str, Any] = {
+            "path": info.path, "size": info.size, "mtime": info.mtime, "fingerprint": info.fingerprint,
+            "head_hash": info.head_hash, "compression": info.compression, "format": fmt,
+            "rank_hint": rank_from_path(info.path), "host_hint": host_from_path(info.path),
+            "lines_read": 0, "events": 0, "rejected": 0, "rejected_by_reason": {},
+            "ranks": [], "hosts": [], "rank_sources": {}, "start": None, "end": None,
+            "event_parts": [], "reject_parts": [], "complete_end": 0, "complete_lines": 0,
+        }
+        start, first_line = 0, 1
+        grown = (
+            old is not None and info.compression == "none" and old.get("compression") == "none"
+            and info.size > old["size"] and old.get("complete_end", 0) > 0
+            and prefix_hash(info.path, old["size"]) == old["head_hash"]
+        )
+        if grown:
+            assert old is not None
+            start, first_line = old["complete_end"], old["complete_lines"] + 1
+            for k in ("lines_read", "events", "rejected", "ranks", "hosts", "start", "end",
+                      "event_parts", "reject_parts", "rejected_by_reason", "rank_sources"):
+                src[k] = old[k]
+            # the old truncated tail line is read again now that the file has grown
+            src["lines_read"] = old["complete_lines"]
+            if old["rejected_by_reason"].get("truncated line (no newline at end of file)"):
+                drop_rejects_after[info.path] = old["complete_lines"]
+            appended += 1
+        else:
+            new += 1
+        sources[info.path] = src
+        by_fingerprint[info.fingerprint] = info.path
+        if fmt == "empty":
+            continue
+        if info.compression == "none":
+            end = info.size
+            src["complete_end"] = _complete_end(info.path, info.size)
+            pieces = _ranges(info.path, start, end, first_line) if fmt == "jsonl" and end - start > RANGE_BYTES else [(start, -1, first_line)]
+        else:
+            pieces = [(0, -1, 1)]
+        bytes_planned += info.size - start
+        for a, b, line in pieces:
+            ep, erel = writer.new_part(EVENTS_DIR)
+            rp, rrel = writer.new_part(REJECTS_DIR)
+            units.append(Unit(
+                path=info.path, fmt=fmt, compression=info.compression, start=a,
+                end=b if b >= 0 else -1, first_line=line, rank_hint=src["rank_hint"],
+                host_hint=src["host_hint"], events_part=str(ep), rejects_part=str(rp), gpu_map=gmap,
+            ))
+            unit_source.append(info.path)
+
+    # carry over parts of sources we keep
+    for s in sources.values():
+        for rel in s.get("event_parts", []) + s.get("reject_parts", []):
+            if previous is not None and (previous.path / rel).exists() and not (writer.staging / rel).exists():
+                writer.keep(rel)
+    for path, keep_lines in drop_rejects_after.items():
+        _drop_stale_tail_rejects(writer, sources[path], keep_lines)
+
+    results = _dispatch(units, workers, bytes_planned, progress)
+    for u, res in zip(units, results):
+        s = sources[u.path]
+        _merge(s, res, writer, u)
+    for s in sources.values():
+        if s["format"] != "empty" and s["compression"] == "none" and s["complete_end"]:
+            tail = 1 if s["rejected_by_reason"].get("truncated line (no newline at end of file)") else 0
+            s["complete_lines"] = s["lines_read"] - tail
+    ordered = sorted(sources.values(), key=lambda s: s["path"])
+    summary = _summarize(str(writer.target), ordered, bytes_planned, new, unchanged, appended, duplicates)
+    writer.commit({"sources": ordered, "duplicates": duplicates, "totals": {
+        k: summary.to_dict()[k] for k in ("files", "lines_read", "events", "rejected", "rejected_by_reason",
+                                          "ranks", "hosts", "start", "end")}})
+    return summary
+
+
+def _drop_stale_tail_rejects(writer: StoreWriter, src: dict[str, Any], keep_lines: int) -> None:
+    import polars as pl
+
+    new_parts = []
+    dropped = 0
+    for rel in src["reject_parts"]:
+        p = writer.staging / rel
+        df = pl.read_parquet(p)
+        kept = df.filter(pl.col("line") <= keep_lines)
+        dropped += df.height - kept.height
+        os.unlink(p)
+        if kept.height:
+            np_, nrel = writer.new_part(REJECTS_DIR)
+            kept.write_parquet(np_)
+            new_parts.append(nrel)
+    src["reject_parts"] = new_parts
+    reason = "truncated line (no newline at end of file)"
+    src["rejected"] -= dropped
+    left = src["rejected_by_reason"].get(reason, 0) - dropped
+    if left > 0:
+        src["rejected_by_reason"][reason] = left
+    else:
+        src["rejected_by_reason"].pop(reason, None)
+
+
+def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress: Progress | None) -> list[UnitResult]:
+    n = workers or os.cpu_count() or 1
+    results: list[UnitResult | None] = [None] * len(units)
+    done_bytes = 0
+    if progress:
+        progress("start", {"units": len(units), "bytes": total_bytes})
+
+    def report(i: int, r: UnitResult) -> None:
+        nonlocal done_bytes
+        done_bytes += max(0, r.end - r.start) if units[i].compression == "none" else os.path.getsize(units[i].path)
+        if progress:
+            progress("unit", {"path": r.path, "bytes_done": done_bytes, "lines": r.lines, "events": r.events,
+                              "rejected": r.rejected})
+
+    if n <= 1 or len(units) <= 1 or total_bytes < INLINE_BYTES:
+        for i, u in enumerate(units):
+            results[i] = run_unit(u)
+            report(i, results[i])  # type: ignore[arg-type]
+    else:
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_init) as pool:
+            futs = {pool.submit(run_unit, u): i for i, u in enumerate(units)}
+            for f in as_completed(futs):
+                i = futs[f]
+                results[i] = f.result()
+                report(i, results[i])  # type: ignore[arg-type]
+    return results  # type: ignore[return-value]
+
+
+def _worker_init() -> None:
+    # Each worker is one of `cpu_count` processes: polars' own thread pool would oversubscribe.
+    os.environ.setdefault("POLARS_MAX_THREADS", "1")
+
+
+def _merge(s: dict[str, Any], r: UnitResult, writer: StoreWriter, u: Unit) -> None:
+    s["lines_read"] += r.lines
+    s["events"] += r.events
+    s["rejected"] += r.rejected
+    for k, v in r.rejected_by_reason.items():
+        s["rejected_by_reason"][k] = s["rejected_by_reason"].get(k, 0) + v
+    for k, v in r.rank_sources.items():
+        s["rank_sources"][k] = s["rank_sources"].get(k, 0) + v
+    s["ranks"] = sorted(set(s["ranks"]) | set(r.ranks))
+    s["hosts"] = sorted(set(s["hosts"]) | set(r.hosts))
+    if r.start_ts and (s["start"] is None or r.start_ts < s["start"]):
+        s["start"] = r.start_ts
+    if r.end_ts and (s["end"] is None or r.end_ts > s["end"]):
+        s["end"] = r.end_ts
+    if r.wrote_events:
+        s["event_parts"].append(os.path.relpath(u.events_part, writer.staging))
+    if r.wrote_rejects:
+        s["reject_parts"].append(os.path.relpath(u.rejects_part, writer.staging))
+
+
+def _summarize(store: str, sources: list[dict[str, Any]], nbytes: int, new: int, unchanged: int, appended: int,
+               duplicates: list[dict[str, str]]) -> IngestSummary:
+    by_reason: dict[str, int] = {}
+    formats: dict[str, int] = {}
+    for s in sources:
+        for k, v in s["rejected_by_reason"].items():
+            by_reason[k] = by_reason.get(k, 0) + v
+        formats[s["format"]] = formats.get(s["format"], 0) + 1
+    starts = [s["start"] for s in sources if s["start"]]
+    ends = [s["end"] for s in sources if s["end"]]
+    return IngestSummary(
+        store=store,
+        files=len(sources),
+        lines_read=sum(s["lines_read"] for s in sources),
+        events=sum(s["events"] for s in sources),
+        rejected=sum(s["rejected"] for s in sources),
+        rejected_by_reason=dict(sorted(by_reason.items(), key=lambda kv: -kv[1])),
+        ranks=sorted({r for s in sources for r in s["ranks"]}),
+        hosts=sorted({h for s in sources for h in s["hosts"]}),
+        start=min(starts) if starts else None,
+        end=max(ends) if ends else None,
+        seconds=0.0,
+        bytes_read=nbytes,
+        new_files=new,
+        unchanged_files=unchanged,
+        appended_files=appended,
+        duplicate_files=duplicates,
+        formats=formats,
+        per_file=[
+            {"path": s["path"], "format": s["format"], "lines_read": s["lines_read"], "events": s["events"],
+             "rejected": s["rejected"], "rank_from": _rank_from(s), "ranks": s["ranks"][:16]}
+            for s in sources
+        ],
+    )
+
+
+def _rank_from(s: dict[str, Any]) -> str:
+    rs = {k for k, v in s.get("rank_sources", {}).items() if v}
+    if not rs:
+        return "none"
+    return next(iter(rs)) if len(rs) == 1 else "mixed(" + ",".join(sorted(rs)) + ")"
+
+
+__all__ = ["ingest", "IngestSummary", "parse_gpu_map"]

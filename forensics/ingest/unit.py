@@ -1,0 +1,157 @@
+"""The unit of ingest work: one file (or one byte range of a plain file) -> Parquet parts + counts.
+
+A pure function of its arguments and the bytes it reads: it writes only the two part files it is
+told to write and returns counts. The same function can run inline, in a process pool, or on a
+cluster worker. Must not touch the manifest or decide what to ingest.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..schema import EVENT_SCHEMA, REJECT_SCHEMA, conform
+from .formats import ReaderContext, reader_for
+from .sources import RangeReader, open_binary
+
+ROW_GROUP = 128 * 1024
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 1
+
+
+@dataclass(frozen=True)
+class Unit:
+    path: str                 # absolute path of the source file
+    fmt: str                  # reader name (formats.sniff)
+    compression: str          # none | gzip | zstd
+    start: int = 0            # byte range [start, end) of a plain file; end -1 = to EOF
+    end: int = -1
+    first_line: int = 1
+    rank_hint: int | None = None
+    host_hint: str | None = None
+    events_part: str = ""     # absolute paths to write
+    rejects_part: str = ""
+    gpu_map: tuple[tuple[str | None, int, int], ...] = ()
+    block_bytes: int = 16 << 20
+
+
+@dataclass
+class UnitResult:
+    path: str
+    start: int
+    end: int                  # bytes consumed (end of the last complete line for plain files)
+    lines: int = 0
+    events: int = 0
+    rejected: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    ranks: list[int] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    rank_sources: dict[str, int] = field(default_factory=dict)
+    start_ts: str | None = None
+    end_ts: str | None = None
+    wrote_events: bool = False
+    wrote_rejects: bool = False
+    unterminated_tail: bool = False
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _arrow_schema(schema: dict[str, pl.DataType]) -> pa.Schema:
+    return pl.DataFrame(schema=schema).to_arrow().schema
+
+
+_EVENTS_ARROW = None
+_REJECTS_ARROW = None
+
+
+def run_unit(u: Unit) -> UnitResult:
+    """Read the unit's bytes with its reader, write events/rejects parts, return the counts."""
+    global _EVENTS_ARROW, _REJECTS_ARROW
+    if _EVENTS_ARROW is None:
+        _EVENTS_ARROW = _arrow_schema(EVENT_SCHEMA)
+        _REJECTS_ARROW = _arrow_schema(REJECT_SCHEMA)
+    res = UnitResult(u.path, u.start, u.end)
+    reader = reader_for(u.fmt)
+    ctx = ReaderContext(
+        path=u.path,
+        rank_hint=u.rank_hint,
+        host_hint=u.host_hint,
+        first_line=u.first_line,
+        at_eof=u.end < 0,
+        gpu_map={(h, g): r for h, g, r in u.gpu_map},
+        block_bytes=u.block_bytes,
+    )
+    if u.compression == "none" and (u.start or u.end >= 0):
+        end = u.end if u.end >= 0 else os.path.getsize(u.path)
+        stream = RangeReader(u.path, u.start, end)
+    else:
+        stream = open_binary(u.path, u.compression)
+    ew: pq.ParquetWriter | None = None
+    rw: pq.ParquetWriter | None = None
+    ranks: set[int] = set()
+    hosts: set[str] = set()
+    srcs: dict[str, int] = {}
+    tmin = tmax = None
+    consumed = 0
+    try:
+        assert reader is not None, f"no reader for {u.fmt}"
+        for block in reader(u.path, stream, ctx):
+            res.lines += block.lines
+            ev = block.events
+            if ev.height:
+                ev = conform(
+                    ev.with_columns(pl.lit(u.path).alias("source_file"), pl.lit(u.fmt).alias("format"))
+                ).sort(["rank", "timestamp", "line"], nulls_last=True)
+                if ew is None:
+                    ew = pq.ParquetWriter(u.events_part, _EVENTS_ARROW, compression=COMPRESSION,
+                                          compression_level=COMPRESSION_LEVEL)
+                ew.write_table(ev.to_arrow().cast(_EVENTS_ARROW), row_group_size=ROW_GROUP)
+                res.events += ev.height
+                stats = ev.select(
+                    pl.col("rank").unique().implode().alias("r"),
+                    pl.col("host").drop_nulls().unique().implode().alias("h"),
+                    pl.col("timestamp").min().alias("a"),
+                    pl.col("timestamp").max().alias("b"),
+                ).row(0)
+                ranks.update(x for x in stats[0] if x is not None)
+                hosts.update(stats[1])
+                if stats[2] is not None:
+                    tmin = stats[2] if tmin is None else min(tmin, stats[2])
+                    tmax = stats[3] if tmax is None else max(tmax, stats[3])
+                for k, v in ev["rank_source"].cast(pl.String).value_counts().iter_rows():
+                    srcs[k] = srcs.get(k, 0) + v
+            rj = block.rejects
+            if rj.height:
+                rj = rj.with_columns(pl.lit(u.path).alias("source_file")).select(list(REJECT_SCHEMA))
+                if rw is None:
+                    rw = pq.ParquetWriter(u.rejects_part, _REJECTS_ARROW, compression=COMPRESSION)
+                rw.write_table(rj.to_arrow().cast(_REJECTS_ARROW))
+                res.rejected += rj.height
+                for k, v in rj["reason"].value_counts().iter_rows():
+                    res.rejected_by_reason[k] = res.rejected_by_reason.get(k, 0) + v
+                if block.rejects["reason"].str.starts_with("truncated line").any():
+                    res.unterminated_tail = True
+    finally:
+        if ew is not None:
+            ew.close()
+        if rw is not None:
+            rw.close()
+        stream.close()
+    res.wrote_events = ew is not None
+    res.wrote_rejects = rw is not None
+    res.ranks = sorted(ranks)
+    res.hosts = sorted(hosts)
+    res.rank_sources = srcs
+    res.start_ts = tmin.isoformat() if tmin is not None else None
+    res.end_ts = tmax.isoformat() if tmax is not None else None
+    if u.compression == "none":
+        end = u.end if u.end >= 0 else os.path.getsize(u.path)
+        consumed = end
+    res.end = consumed
+    return res

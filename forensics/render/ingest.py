@@ -1,0 +1,98 @@
+"""Rendering of the ingest summary and of stored rejects."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from ..ingest import IngestSummary
+from ..store import Run
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """Compress [0,1,2,3,5,7,8,9] into '0-3,5,7-9'."""
+    if not ranks:
+        return "none"
+    out, start, prev = [], ranks[0], ranks[0]
+    for r in ranks[1:] + [None]:  # type: ignore[list-item]
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ",".join(out)
+
+
+def render_summary(s: IngestSummary, console: Console) -> None:
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("store", s.store)
+    t.add_row("files", f"{s.files}  (new {s.new_files}, appended {s.appended_files}, unchanged {s.unchanged_files}"
+              + (f", duplicates skipped {len(s.duplicate_files)}" if s.duplicate_files else "") + ")")
+    if s.formats:
+        t.add_row("formats", ", ".join(f"{k} {v}" for k, v in sorted(s.formats.items())))
+    t.add_row("ranks", f"{len(s.ranks)}  ({_ranks_text(s.ranks)})")
+    t.add_row("hosts", f"{len(s.hosts)}" + (f"  ({', '.join(s.hosts[:8])}{' ...' if len(s.hosts) > 8 else ''})" if s.hosts else ""))
+    t.add_row("lines read", f"{s.lines_read:,}")
+    t.add_row("events kept", f"{s.events:,}")
+    t.add_row("lines rejected", f"{s.rejected:,}" + ("" if s.lines_read == s.events + s.rejected else "  (ACCOUNTING MISMATCH)"))
+    for reason, n in s.rejected_by_reason.items():
+        t.add_row("", f"  {n:,}  {reason}")
+    t.add_row("time span", f"{s.start or '?'}  ->  {s.end or '?'}")
+    t.add_row("read", f"{_human_bytes(s.bytes_read)} in {s.seconds:.2f} s ({s.mb_per_s:.1f} MB/s)")
+    console.print(t)
+    no_rank = [f for f in s.per_file if f["rank_from"] == "none" and f["events"]]
+    from_path = [f for f in s.per_file if f["rank_from"] == "path"]
+    if from_path:
+        console.print(f"note: rank taken from the file path for {len(from_path)} file(s), e.g. {from_path[0]['path']}")
+    if no_rank:
+        console.print(f"note: {len(no_rank)} file(s) carry no rank in records or path, e.g. {no_rank[0]['path']}"
+                      " (their events have rank = null)")
+    for d in s.duplicate_files[:5]:
+        console.print(f"note: skipped {d['path']}: same content as {d['duplicate_of']}")
+    if s.rejected:
+        console.print(f"see the rejected lines with: forensics rejects {s.store}")
+
+
+def render_rejects(run: Run, *, reason: str | None, file: str | None, limit: int, fmt: str, console: Console) -> None:
+    q = run.rejects()
+    if reason:
+        q = q.filter(pl.col("reason").str.contains(reason, literal=True))
+    if file:
+        q = q.filter(pl.col("source_file").str.contains(file, literal=True))
+    q = q.sort("source_file", "line")
+    if limit:
+        q = q.head(limit)
+    df = q.collect().with_columns(
+        pl.col("raw").map_elements(lambda b: b.decode("utf-8", "backslashreplace"), return_dtype=pl.String).alias("text")
+    ).drop("raw")
+    if fmt == "jsonl":
+        for row in df.iter_rows(named=True):
+            sys.stdout.write(json.dumps(row) + "\n")
+        return
+    if fmt == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(df.columns)
+        w.writerows(df.iter_rows())
+        return
+    total = run.totals.get("rejected", 0)
+    t = Table(title=f"{df.height} of {total} rejected lines", title_justify="left")
+    for c in ("file:line", "reason", "bytes", "raw (start)"):
+        t.add_column(c, overflow="fold")
+    for r in df.iter_rows(named=True):
+        t.add_row(f"{r['source_file']}:{r['line']}", r["reason"], str(r["raw_len"]), r["text"][:120].rstrip("\n"))
+    console.print(t)
