@@ -9,12 +9,12 @@ __version__ = "0.1.0"
 
 from .errors import ForensicsError  # noqa: E402
 
+# Bound eagerly: `forensics.ingest` must be the function, not the subpackage of the same name
+# (importing a submodule would otherwise leave the package object in this attribute).
+from .ingest import ingest  # noqa: E402
 
-def __getattr__(name: str):  # lazy: keep `import forensics` and `forensics --version` fast
-    if name == "ingest":
-        from .ingest import ingest
 
-        return ingest
+def __getattr__(name: str):  # lazy: the rest loads on first use
     if name == "open_run":
         from .run import open_run
 

@@ -75,8 +75,19 @@ class Run:
         return self.manifest.get("totals", {})
 
 
+def recover(target: Path) -> None:
+    """Undo a publication that died between the two renames of the fallback swap."""
+    if target.exists():
+        return
+    for old in sorted(target.parent.glob(f".{target.name}.tmp-old-*")):
+        if (old / MANIFEST).is_file():
+            os.rename(old, target)
+            return
+
+
 def open_store(path: str | os.PathLike[str]) -> Run:
     p = Path(path)
+    recover(p)
     mf = p / MANIFEST
     if not mf.is_file():
         raise ForensicsError(
@@ -121,6 +132,12 @@ def _exchange(a: Path, b: Path) -> bool:
     if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL, errno.EPERM):
         return False
     raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(a))
+
+
+def _failpoint(name: str) -> None:
+    """Die here, as kill -9 would, when FORENSICS_FAILPOINT names this point (crash tests)."""
+    if os.environ.get("FORENSICS_FAILPOINT") == name:
+        os._exit(137)
 
 
 def _fsync_dir(p: Path) -> None:
@@ -168,6 +185,7 @@ class StoreWriter:
     def __init__(self, target: Path, previous: Run | None) -> None:
         self.target = target
         self.previous = previous
+        recover(target)
         for stale in target.parent.glob(f".{target.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         self.staging = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -197,6 +215,7 @@ class StoreWriter:
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **manifest,
         }
+        _failpoint("before-manifest")
         tmp = self.staging / (MANIFEST + ".tmp")
         with open(tmp, "w") as f:
             json.dump(manifest, f, indent=1, default=str)
@@ -204,13 +223,16 @@ class StoreWriter:
             os.fsync(f.fileno())
         os.replace(tmp, self.staging / MANIFEST)
         _fsync_dir(self.staging)
+        _failpoint("before-swap")
         if self.target.exists():
             if not _exchange(self.staging, self.target):
                 # Fallback: two renames; a crash between them leaves the old store at .old
                 old = self.target.parent / f".{self.target.name}.tmp-old-{uuid.uuid4().hex[:8]}"
                 os.rename(self.target, old)
+                _failpoint("between-renames")
                 os.rename(self.staging, self.target)
                 self.staging = old
+            _failpoint("after-swap")
             shutil.rmtree(self.staging, ignore_errors=True)
         else:
             os.rename(self.staging, self.target)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import multiprocessing as mp
 
 from ..errors import BAD_ARGUMENT, ForensicsError
-from ..store import EVENTS_DIR, REJECTS_DIR, StoreWriter, is_store, locked, open_store
+from ..store import EVENTS_DIR, REJECTS_DIR, StoreWriter, is_store, locked, open_store, recover
 from .formats import reader_for, sniff
 from .sources import (
     FileInfo,
@@ -154,6 +154,7 @@ def ingest(
     gmap = parse_gpu_map(gpu_map)
     files = expand(inputs)
     with locked(target):
+        recover(target)
         previous = open_store(target) if is_store(target) else None
         if target.exists() and previous is None and any(target.iterdir()):
             raise ForensicsError(

@@ -79,8 +79,10 @@ def _stringify(v: object) -> str | None:
         return v
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return orjson.dumps(v).decode() if isinstance(v, int) or v == v else "NaN"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return orjson.dumps(v).decode() if v == v else "NaN"
     return orjson.dumps(v).decode()
 
 

@@ -10,6 +10,7 @@ plus `line`. Output: columns of EVENT_SCHEMA (not yet conformed: the caller adds
 from __future__ import annotations
 
 import io
+import json
 
 import polars as pl
 
@@ -87,11 +88,31 @@ def extract_object(obj: pl.Series, prefix: str) -> pl.DataFrame:
         pl.when(obj.str.starts_with("{")).then(obj).otherwise(pl.lit("{}")).alias("x")
     ).to_series().fill_null("{}")
     blob = obj.str.join("\n").item()
-    df = pl.read_ndjson(io.BytesIO(blob.encode()), schema=wanted)
-    if df.height != len(obj):
-        raise ValueError(f"{prefix} parse lost rows")
+    try:
+        df = pl.read_ndjson(io.BytesIO(blob.encode()), schema=wanted)
+        if df.height != len(obj):
+            raise ValueError(f"{prefix} parse lost rows")
+    except Exception:  # noqa: BLE001 - polars re-serialises control characters raw; parse leniently
+        df = _lenient_objects(obj, list(wanted))
     df = df.select([c for c in df.columns if df[c].null_count() < df.height])
     return df.rename({c: f"{prefix}.{c}" for c in df.columns})
+
+
+def _lenient_objects(obj: pl.Series, keys: list[str]) -> pl.DataFrame:
+    """Row-by-row fallback for object strings the NDJSON parser refuses (raw control characters)."""
+    from .jsonl import _stringify
+
+    cols: dict[str, list[str | None]] = {k: [] for k in keys}
+    for s in obj.to_list():
+        try:
+            o = json.loads(s, strict=False)
+        except ValueError:
+            o = {}
+        if not isinstance(o, dict):
+            o = {}
+        for k in keys:
+            cols[k].append(_stringify(o.get(k)))
+    return pl.DataFrame(cols, schema={k: pl.String for k in keys})
 
 
 def extract_message_metrics(message: pl.Series) -> pl.DataFrame:
