@@ -9,9 +9,9 @@ __version__ = "0.1.0"
 
 from .errors import ForensicsError  # noqa: E402
 
-# Bound eagerly: `forensics.ingest` must be the function, not the subpackage of the same name
-# (importing a submodule would otherwise leave the package object in this attribute).
-from .ingest import ingest  # noqa: E402
+# `forensics.ingest` is the ingest subpackage, made callable: `forensics.ingest(paths, out)` runs
+# the ingest function, and `import forensics.ingest.jsonl` still finds the subpackage.
+from . import ingest  # noqa: E402
 
 
 def __getattr__(name: str):  # lazy: the rest loads on first use

@@ -45,6 +45,10 @@ def sniff(head: bytes, path: str) -> str:
     if PICKLE_MAGIC.match(head):
         return "flight_recorder"
     s = head.lstrip()
+    lines = [ln.strip() for ln in head.split(b"\n")[:200] if ln.strip()]
+    json_like = sum(ln.startswith(b"{") for ln in lines)
+    if not s.startswith(b"{") and json_like * 2 > len(lines):
+        return "jsonl"  # a JSONL file whose first line is crash debris
     if s.startswith(b"{"):
         first = s.split(b"\n", 1)[0].strip()
         if b'"traceEvents"' in head[:65536] or b'"schemaVersion"' in first:

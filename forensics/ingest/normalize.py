@@ -19,7 +19,7 @@ from ..schema import ALIASES, ENVELOPE_ALIASES, FIELDS, LEVEL_ALIASES, Level
 # Every top-level key the JSONL reader asks polars for. Anything else (flat metric lines' loss,
 # step, ...) goes verbatim to the `fields` JSON column, from which known metrics are typed.
 # Keep this list short: the NDJSON parser's cost grows with the width of the schema.
-KNOWN_TOP: list[str] = list(ENVELOPE_ALIASES)
+KNOWN_TOP: list[str] = ["timestamp", "rank", "host", "level", "event", "message", "extra"]
 
 # Metric names looked for as `key=value` in free text.
 MESSAGE_KEYS: dict[str, tuple[str, float]] = {
@@ -49,8 +49,8 @@ def parse_timestamp(col: pl.Expr) -> pl.Expr:
 
 
 def _num(col: pl.Expr) -> pl.Expr:
-    """String -> Float64, tolerating "nan", "inf", "1e-4", "3" and quoted numbers."""
-    return col.str.strip_chars().str.strip_chars('"').cast(pl.Float64, strict=False)
+    """String -> Float64 ("nan", "inf", "1e-4", "3" all parse; anything else is null)."""
+    return col.cast(pl.Float64, strict=False)
 
 
 def _alias_expr(name: str, sources: list[tuple[str, float]], cols: set[str]) -> pl.Expr | None:
@@ -73,29 +73,80 @@ def _alias_expr(name: str, sources: list[tuple[str, float]], cols: set[str]) -> 
     return e.alias(name)
 
 
-def extract_object(obj: pl.Series, prefix: str) -> pl.DataFrame:
+# Keys seen so far inside `extra`/`fields` objects in this process (insertion-ordered set). Later
+# blocks of a run almost always carry the same keys, so they are parsed without rediscovery.
+_SEEN_KEYS: dict[str, dict[str, None]] = {"extra": {}, "fields": {}}
+_MAX_SEEN = 64
+
+
+def _discover(obj: pl.Series) -> list[str]:
+    """Every quoted name followed by ':' (a superset of the keys: nested keys are included)."""
+    found = obj.str.extract_all(r'"([^"\\]{1,64})"\s*:').explode().drop_nulls().unique().to_list()
+    return [k[1:].split('"', 1)[0] for k in found]
+
+
+def _typed(key: str) -> pl.DataType:
+    """Numbers are parsed as numbers (no float->text->float round trip); the rest as text."""
+    canon = ALIASES.get(key)
+    if canon is not None and FIELDS[canon[0]].dtype != pl.String():
+        return pl.Float64()
+    return pl.String()
+
+
+def _parse_objects(obj: pl.Series, keys: list[str], prefix: str) -> pl.DataFrame:
+    blob = obj.str.join("\n").item().encode()
+    for schema in ({k: _typed(k) for k in keys}, {k: pl.String() for k in keys}):
+        try:
+            df = pl.read_ndjson(io.BytesIO(blob), schema=schema)
+        except Exception:  # noqa: BLE001 - a "nan" string in a number column, a raw control char ...
+            continue
+        if df.height == len(obj):
+            return df
+    return _lenient_objects(obj, keys)
+
+
+def _unexplained(obj: pl.Series, df: pl.DataFrame) -> pl.Series:
+    """Rows whose object has keys the parse was not asked for: each key contributes one '":'
+    to the text; the parsed values account for the ones inside them."""
+    total = obj.str.count_matches('":', literal=True)
+    if not df.width:
+        return total > 0
+    parsed = df.select(
+        pl.sum_horizontal(
+            [pl.col(c).is_not_null().cast(pl.UInt32) for c in df.columns]
+            + [pl.col(c).str.count_matches('":', literal=True).fill_null(0)
+               for c, t in df.schema.items() if t == pl.String()]
+        )
+    ).to_series()
+    return total.cast(pl.Int64) != parsed.cast(pl.Int64)
+
+
+def extract_object(obj: pl.Series, prefix: str, envelope: bool = False) -> pl.DataFrame:
     """Known metric keys of JSON-object strings (`extra`, `fields`), as string columns.
 
-    The keys present are found first (a cheap regex; nested keys only add empty columns), so the
-    parser is asked for just those: its cost grows with the width of the schema.
+    The parser is asked only for keys known to be present (its cost grows with the width of the
+    schema). Keys seen in earlier blocks are tried first; rows the count check cannot explain are
+    searched for new keys, and the block is parsed again if any turn up.
     """
-    keys = obj.str.extract_all(r'"([^"\\]{1,64})"\s*:').explode().drop_nulls().unique().to_list()
-    wanted = {k[1:].split('"', 1)[0]: pl.String for k in keys}
-    wanted = {k: v for k, v in wanted.items() if k in ALIASES}
-    if not wanted:
-        return pl.DataFrame()
     obj = pl.select(
         pl.when(obj.str.starts_with("{")).then(obj).otherwise(pl.lit("{}")).alias("x")
     ).to_series().fill_null("{}")
-    blob = obj.str.join("\n").item()
-    try:
-        df = pl.read_ndjson(io.BytesIO(blob.encode()), schema=wanted)
-        if df.height != len(obj):
-            raise ValueError(f"{prefix} parse lost rows")
-    except Exception:  # noqa: BLE001 - polars re-serialises control characters raw; parse leniently
-        df = _lenient_objects(obj, list(wanted))
-    df = df.select([c for c in df.columns if df[c].null_count() < df.height])
-    return df.rename({c: f"{prefix}.{c}" for c in df.columns})
+    seen = _SEEN_KEYS.setdefault(prefix, {})
+    keys = list(seen)
+    df = _parse_objects(obj, keys, prefix) if keys else pl.DataFrame()
+    bad = _unexplained(obj, df)
+    if bad.any():
+        new = [k for k in _discover(obj.filter(bad)) if k not in seen]
+        if new:
+            for k in new:
+                seen[k] = None
+            keys = list(seen)
+            if len(keys) > _MAX_SEEN:  # a run with ever-changing keys: parse only what we type
+                seen.clear()
+                keys = [k for k in _discover(obj) if k in ALIASES or (envelope and k in ENVELOPE_ALIASES)]
+            df = _parse_objects(obj, keys, prefix) if keys else pl.DataFrame()
+    wanted = [c for c in df.columns if (c in ALIASES or (envelope and c in ENVELOPE_ALIASES)) and df[c].null_count() < df.height]
+    return df.select(wanted).rename({c: f"{prefix}.{c}" for c in wanted})
 
 
 def _lenient_objects(obj: pl.Series, keys: list[str]) -> pl.DataFrame:
@@ -132,12 +183,39 @@ def extract_message_metrics(message: pl.Series) -> pl.DataFrame:
     )
 
 
+def _level_map() -> dict[str, str]:
+    """Level spellings seen in logs (any case, padded) -> canonical level."""
+    m: dict[str, str] = {}
+    for k, v in LEVEL_ALIASES.items():
+        for variant in (k, k.lower(), k.title()):
+            m[variant] = v
+    return m
+
+
+_LEVELS = _level_map()
+
+
+def _timestamps(col: pl.Series) -> pl.Series:
+    """parse_timestamp, cheapest parser first: most logs use one ISO form throughout."""
+    frame = pl.DataFrame({"t": col})
+    fast = frame.select(
+        pl.col("t").str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%#z", strict=False, time_unit="us", time_zone="UTC")
+    ).to_series()
+    if fast.null_count() == col.null_count():
+        return fast.alias("timestamp")
+    return frame.select(parse_timestamp(pl.col("t"))).to_series().alias("timestamp")
+
+
 def canonical(raw: pl.DataFrame, rank_hint: int | None, host_hint: str | None) -> pl.DataFrame:
-    """Raw string columns -> canonical columns (without source_file/format; caller adds them)."""
+    """Raw string columns -> canonical columns (without source_file/format; caller adds them).
+
+    `raw` has the envelope keys the reader asked for, `extra` and `fields` as JSON object text,
+    and `line`. Envelope aliases (msg, levelname, ts, hostname ...) arrive inside `fields`.
+    """
     parts = [raw]
     for obj in ("extra", "fields"):
         if obj in raw.columns and raw[obj].null_count() < raw.height:
-            got = extract_object(raw[obj], obj)
+            got = extract_object(raw[obj], obj, envelope=obj == "fields")
             if got.width:
                 parts.append(got)
     if "message" in raw.columns and raw["message"].null_count() < raw.height:
@@ -147,11 +225,12 @@ def canonical(raw: pl.DataFrame, rank_hint: int | None, host_hint: str | None) -
     df = pl.concat(parts, how="horizontal") if len(parts) > 1 else raw
     cols = set(df.columns)
 
-    # envelope: first alias present wins
+    # envelope: the canonical key, then its aliases found among unknown top-level keys
     env: dict[str, list[str]] = {}
     for alias, canon in ENVELOPE_ALIASES.items():
-        if alias in cols and canon != "extra":
-            env.setdefault(canon, []).append(alias)
+        for c in (alias, f"fields.{alias}"):
+            if c in cols and canon != "extra" and not (c == alias and alias != canon):
+                env.setdefault(canon, []).append(c)
 
     def first(canon: str) -> pl.Expr:
         names = env.get(canon, [])
@@ -159,29 +238,30 @@ def canonical(raw: pl.DataFrame, rank_hint: int | None, host_hint: str | None) -
             return pl.lit(None, dtype=pl.String)
         return pl.coalesce([pl.col(n) for n in names]) if len(names) > 1 else pl.col(names[0])
 
-    rank_rec = _num(first("rank"))
-    rank_rec = pl.when(rank_rec.is_finite() & (rank_rec >= 0) & (rank_rec == rank_rec.floor())).then(rank_rec).cast(pl.Int32, strict=False)
+    ts_names = env.get("timestamp", [])
+    if len(ts_names) == 1:
+        df = df.with_columns(_timestamps(df[ts_names[0]]).alias("__ts"))
+        ts = pl.col("__ts")
+    else:
+        ts = parse_timestamp(first("timestamp"))
+    rank_rec = first("rank").cast(pl.Float64, strict=False)
+    rank_rec = pl.when((rank_rec >= 0) & (rank_rec == rank_rec.floor()) & (rank_rec < 2**31)).then(rank_rec).cast(pl.Int32, strict=False)
     exprs: list[pl.Expr] = [
-        parse_timestamp(first("timestamp")).alias("timestamp"),
+        ts.alias("timestamp"),
         rank_rec.fill_null(pl.lit(rank_hint, dtype=pl.Int32)).alias("rank"),
         pl.when(rank_rec.is_not_null()).then(pl.lit("record"))
         .when(pl.lit(rank_hint is not None)).then(pl.lit("path"))
         .otherwise(pl.lit("none")).alias("rank_source"),
         first("host").fill_null(pl.lit(host_hint, dtype=pl.String)).alias("host"),
         first("message").alias("message"),
+        first("level").replace_strict(_LEVELS, default="INFO", return_dtype=pl.String)
+        .fill_null("INFO").cast(Level).alias("level"),
     ]
-    exprs.append(
-        first("level").str.strip_chars().str.to_uppercase()
-        .replace_strict(LEVEL_ALIASES, default="INFO", return_dtype=pl.String)
-        .fill_null("INFO").cast(Level).alias("level")
-    )
 
     # metrics: top-level key, then extra.key, then message key=value; first present wins
     metric_sources: dict[str, list[tuple[str, float]]] = {}
     for prefix in ("fields.", "extra.", "msg."):
         for alias, (canon, factor) in ALIASES.items():
-            if canon in ("rank",):
-                continue
             c = prefix + alias
             if c in cols:
                 metric_sources.setdefault(canon, []).append((c, factor))
@@ -195,6 +275,6 @@ def canonical(raw: pl.DataFrame, rank_hint: int | None, host_hint: str | None) -
         if e.meta.output_name() in ("loss", "step"):
             is_step = is_step | e.is_not_null()
     flat = pl.when(is_step).then(pl.lit("TRAIN_STEP")).otherwise(pl.lit("METRICS"))
-    event = first("event").str.strip_chars().fill_null(flat)
+    event = first("event").fill_null(flat)
     keep = ["line"] + [c for c in ("extra", "fields") if c in cols]
     return df.select([*exprs, event.alias("event"), *[pl.col(c) for c in keep]])

@@ -21,6 +21,11 @@ from .sources import RangeReader, open_binary
 ROW_GROUP = 128 * 1024
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
+# Dictionary-encode only repeated strings (message/extra are mostly unique: dictionaries cost
+# time and size there); keep statistics where queries filter (rank/time pruning).
+DICTIONARY = ["rank_source", "host", "level", "event", "collective", "stage", "param_group",
+              "process_group", "path", "source_file", "format"]
+STATISTICS = ["timestamp", "rank", "host", "level", "event", "step", "line", "source_file"]
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,8 @@ def run_unit(u: Unit) -> UnitResult:
                 ).sort(["rank", "timestamp", "line"], nulls_last=True)
                 if ew is None:
                     ew = pq.ParquetWriter(u.events_part, _EVENTS_ARROW, compression=COMPRESSION,
-                                          compression_level=COMPRESSION_LEVEL)
+                                          compression_level=COMPRESSION_LEVEL, use_dictionary=DICTIONARY,
+                                          write_statistics=STATISTICS)
                 ew.write_table(ev.to_arrow().cast(_EVENTS_ARROW), row_group_size=ROW_GROUP)
                 res.events += ev.height
                 stats = ev.select(

@@ -1,0 +1,120 @@
+"""Ingest throughput and memory: forensics vs DuckDB vs plain polars on the same files, same run.
+
+    python bench/ingest.py                 # 64 ranks, ~1 GB, 3 repetitions
+    python bench/ingest.py --steps 3000 --reps 5 --ranks 64
+
+Each tool runs in its own process (so its memory is its own), writing Parquet from the same
+JSONL files. Printed per tool: median wall seconds, MB/s, CPU seconds (user+sys of the whole
+process tree), peak RSS (sum over the process tree, sampled every 20 ms), and ratios against
+DuckDB. The machine is shared and noisy: read the medians and ratios, not single runs.
+Needs: pip install duckdb psutil.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _data  # noqa: E402
+
+DUCKDB = r"""
+import sys, duckdb
+src, out = sys.argv[1], sys.argv[2]
+con = duckdb.connect()
+con.execute(f"COPY (SELECT * FROM read_json('{src}/*.jsonl', format='newline_delimited')) TO '{out}/events.parquet' (FORMAT parquet, COMPRESSION zstd)")
+print(con.execute(f"SELECT count(*) FROM read_parquet('{out}/events.parquet')").fetchall()[0][0])
+"""
+
+POLARS = r"""
+import sys, polars as pl
+src, out = sys.argv[1], sys.argv[2]
+pl.scan_ndjson(f"{src}/*.jsonl").sink_parquet(f"{out}/events.parquet", compression="zstd")
+print(pl.scan_parquet(f"{out}/events.parquet").select(pl.len()).collect().item())
+"""
+
+FORENSICS = r"""
+import sys, json, forensics
+if __name__ == "__main__":
+    s = forensics.ingest([sys.argv[1]], sys.argv[2] + "/store")
+    print(s.events, s.rejected, s.lines_read)
+"""
+
+
+def measure(code: str, src: Path, out: Path) -> dict[str, float | str]:
+    script = out.parent / f"{out.name}.py"
+    script.write_text(code)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, str(script), str(src), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = psutil.Process(p.pid)
+    peak = 0
+    while p.poll() is None:
+        try:
+            rss = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
+            peak = max(peak, rss)
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stdout, stderr = p.communicate()
+    if p.returncode:
+        raise SystemExit(f"{out.name} failed:\n{stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall": wall, "cpu": cpu, "rss_mib": peak / 2**20, "out": stdout.strip()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=12_300, help="per rank; 64 x 12300 is about 1 GB")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parent / "out"))
+    ap.add_argument("--tools", default="forensics,duckdb,polars")
+    args = ap.parse_args()
+
+    src = _data.dataset(Path(args.data), args.ranks, args.steps)
+    size = sum(f.stat().st_size for f in src.glob("*.jsonl"))
+    print(f"data: {src}  {args.ranks} files, {size / 1e6:.0f} MB, cores: {os.cpu_count()}")
+    codes = {"forensics": FORENSICS, "duckdb": DUCKDB, "polars": POLARS}
+    tools = args.tools.split(",")
+    runs: dict[str, list[dict]] = {t: [] for t in tools}
+    for rep in range(args.reps):
+        for tool in tools:  # interleaved, so machine noise hits every tool alike
+            tmp = Path(tempfile.mkdtemp(prefix=f"bench-{tool}-", dir=args.data))
+            try:
+                r = measure(codes[tool], src, tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+                for f in Path(args.data).glob(f"{tmp.name}.py"):
+                    f.unlink()
+            runs[tool].append(r)
+            print(f"  rep {rep + 1} {tool:9s} {r['wall']:6.2f} s  {size / 1e6 / r['wall']:6.1f} MB/s  "
+                  f"cpu {r['cpu']:6.1f} s  peak {r['rss_mib']:6.0f} MiB  -> {r['out']}", flush=True)
+    med = {t: {k: statistics.median(x[k] for x in runs[t]) for k in ("wall", "cpu", "rss_mib")} for t in tools}
+    print(f"\nmedians over {args.reps} runs ({size / 1e6:.0f} MB):")
+    print(f"{'tool':10s} {'MB/s':>8s} {'wall s':>8s} {'cpu s':>8s} {'peak MiB':>9s} {'MB/s vs duckdb':>15s} {'RSS vs duckdb':>14s}")
+    for t in tools:
+        m = med[t]
+        mbs = size / 1e6 / m["wall"]
+        rel = rel_rss = ""
+        if "duckdb" in med:
+            rel = f"{(size / 1e6 / m['wall']) / (size / 1e6 / med['duckdb']['wall']):.2f}x"
+            rel_rss = f"{m['rss_mib'] / med['duckdb']['rss_mib']:.2f}x"
+        print(f"{t:10s} {mbs:8.1f} {m['wall']:8.2f} {m['cpu']:8.1f} {m['rss_mib']:9.0f} {rel:>15s} {rel_rss:>14s}")
+    print(json.dumps({"bytes": size, "medians": med}))
+
+
+if __name__ == "__main__":
+    main()
