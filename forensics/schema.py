@@ -180,3 +180,38 @@ def empty_events() -> pl.DataFrame:
 
 def empty_rejects() -> pl.DataFrame:
     return pl.DataFrame(schema=REJECT_SCHEMA)
+
+
+_ENVELOPE_DOCS = {
+    "timestamp": "when the line says it happened, UTC (null when the line has none: order by `line`)",
+    "rank": "global rank (null when nobody knows; never guessed as 0)",
+    "rank_source": "where `rank` came from: record, path, prefix, gpu_map or none",
+    "host": "host name from the record or the path",
+    "local_rank": "GPU index on the host (telemetry, console prefixes)",
+    "level": "DEBUG, INFO, WARN or ERROR (WARNING, ERR, CRITICAL ... mapped)",
+    "event": "event id (TRAIN_STEP, ALLREDUCE, NCCL_TIMEOUT ...); flat metric lines get TRAIN_STEP/METRICS",
+    "message": "free text; `key=value` pairs of known metrics are also typed into their columns",
+    "extra": "the record's `extra` object as JSON text, all keys (known ones are also typed columns)",
+    "fields": "top-level keys outside the envelope, as a JSON object (flat metric lines, unknown keys)",
+    "source_file": "absolute path of the file the event came from",
+    "line": "1-based line number in that file (record index for binary formats)",
+    "format": "reader that produced it: jsonl, console, nvidia_smi, dcgm, flight_recorder, hf_state, kineto",
+}
+
+
+def columns_markdown() -> str:
+    """The README's column table, generated so that it cannot drift from the schema."""
+    rows = ["| column | type | meaning |", "|---|---|---|"]
+    docs = {m.name: (m.doc + (f" ({m.unit})" if m.unit else "") + (f"; aliases: {', '.join(m.aliases)}" if m.aliases else ""))
+            for m in [*METRICS, *TEXT_FIELDS]}
+    for name, dtype in EVENT_SCHEMA.items():
+        rows.append(f"| `{name}` | {_type_name(dtype)} | {_ENVELOPE_DOCS.get(name) or docs.get(name, '')} |")
+    return "\n".join(rows)
+
+
+def _type_name(t: pl.DataType) -> str:
+    if isinstance(t, pl.Datetime):
+        return "timestamp[us, UTC]"
+    if isinstance(t, pl.Enum):
+        return "enum"
+    return {pl.Int32: "int32", pl.Int64: "int64", pl.Float64: "float64", pl.String: "string"}.get(type(t), str(t))

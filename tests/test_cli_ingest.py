@@ -1,0 +1,78 @@
+"""`forensics ingest`, `forensics rejects`, `--version` and error rendering through the real CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import forensics
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def make_logs(d: Path) -> None:
+    d.mkdir()
+    for r in range(3):
+        lines = [
+            json.dumps({"timestamp": f"2025-06-12T14:03:{s:02d}.000Z", "rank": r, "level": "INFO",
+                        "event": "TRAIN_STEP", "message": f"step={s} loss=2.0"})
+            for s in range(5)
+        ]
+        text = "\n".join(lines) + "\n"
+        if r == 2:
+            text += "Traceback (most recent call last):\n" + '{"timestamp": "2025-06-12T14:0'
+        (d / f"rank_{r}.jsonl").write_text(text)
+
+
+def test_version() -> None:
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"forensics {forensics.__version__}"
+
+
+def test_ingest_json_summary_and_rejects(tmp_path: Path) -> None:
+    make_logs(tmp_path / "logs")
+    r = cli("ingest", str(tmp_path / "logs"), "-o", str(tmp_path / "st"), "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    for key in ("files", "lines_read", "events", "rejected", "rejected_by_reason", "ranks", "hosts", "start", "end", "seconds"):
+        assert key in s
+    assert (s["files"], s["events"], s["rejected"], s["lines_read"]) == (3, 15, 2, 17)
+    assert s["ranks"] == [0, 1, 2]
+    assert s["rejected_by_reason"] == {"not JSON: Python traceback": 1, "truncated line (no newline at end of file)": 1}
+
+    r = cli("rejects", str(tmp_path / "st"), "--format", "jsonl")
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [(Path(x["source_file"]).name, x["line"]) for x in rows] == [("rank_2.jsonl", 6), ("rank_2.jsonl", 7)]
+    assert rows[0]["text"].startswith("Traceback")
+
+    r = cli("rejects", str(tmp_path / "st"), "--reason", "truncated", "--format", "csv")
+    assert r.stdout.count("\n") == 2 and "truncated line" in r.stdout
+
+    r = cli("rejects", str(tmp_path / "st"))
+    assert "rank_2.jsonl:6" in r.stdout.replace("\n", "") or "rank_2.jsonl" in r.stdout
+
+
+def test_human_summary(tmp_path: Path) -> None:
+    make_logs(tmp_path / "logs")
+    r = cli("ingest", str(tmp_path / "logs"), "-o", str(tmp_path / "st"))
+    assert r.returncode == 0
+    for text in ("lines read", "events kept", "lines rejected", "not JSON: Python traceback", "forensics rejects"):
+        assert text in r.stdout
+
+
+def test_user_errors_are_one_block_and_exit_1(tmp_path: Path) -> None:
+    r = cli("ingest", str(tmp_path / "missing"), "-o", str(tmp_path / "st"))
+    assert r.returncode == 1
+    assert r.stderr.startswith("error[F100]") and "Traceback" not in r.stderr
+    r = cli("rejects", str(tmp_path))
+    assert r.returncode == 1 and "error[F200]" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_usage_error_exits_2(tmp_path: Path) -> None:
+    r = cli("ingest", str(tmp_path))  # no -o
+    assert r.returncode == 2
+    r = cli("no-such-command")
+    assert r.returncode == 2
