@@ -33,21 +33,26 @@ import sys, duckdb
 src, out = sys.argv[1], sys.argv[2]
 con = duckdb.connect()
 con.execute(f"COPY (SELECT * FROM read_json('{src}/*.jsonl', format='newline_delimited')) TO '{out}/events.parquet' (FORMAT parquet, COMPRESSION zstd)")
-print(con.execute(f"SELECT count(*) FROM read_parquet('{out}/events.parquet')").fetchall()[0][0])
+n = con.execute(f"SELECT count(*) FROM read_parquet('{out}/events.parquet')").fetchall()[0][0]
+cols = str(con.execute(f"DESCRIBE SELECT * FROM read_parquet('{out}/events.parquet')").fetchall())
+print(n, "rare-key:" + ("kept" if "watchdog_rare_key" in cols else "LOST"))
 """
 
 POLARS = r"""
 import sys, polars as pl
 src, out = sys.argv[1], sys.argv[2]
 pl.scan_ndjson(f"{src}/*.jsonl").sink_parquet(f"{out}/events.parquet", compression="zstd")
-print(pl.scan_parquet(f"{out}/events.parquet").select(pl.len()).collect().item())
+lf = pl.scan_parquet(f"{out}/events.parquet")
+print(lf.select(pl.len()).collect().item(), "rare-key:" + ("kept" if "watchdog_rare_key" in str(lf.collect_schema()) else "LOST"))
 """
 
 FORENSICS = r"""
-import sys, json, forensics
+import sys, json, forensics, forensics.schema
 if __name__ == "__main__":
     s = forensics.ingest([sys.argv[1]], sys.argv[2] + "/store")
-    print(s.events, s.rejected, s.lines_read)
+    rare = forensics.open_run(sys.argv[2] + "/store").events().filter(
+        forensics.schema.pl.col("extra").str.contains("watchdog_rare_key")).collect().height
+    print(s.events, "rare-key:" + ("kept" if rare == 1 else "LOST"), f"rejected={s.rejected}")
 """
 
 

@@ -302,3 +302,36 @@ def test_crash_between_fallback_renames_is_recovered(tmp_path: Path) -> None:
     assert subprocess.run([sys.executable, str(script), str(new_logs), str(st), "1"], env=env).returncode == 137
     assert not st.exists()  # died with the old store moved aside ...
     assert open_store(st).totals["events"] == 10  # ... and opening it puts it back
+
+
+def test_key_first_seen_in_a_late_block_of_a_later_file_survives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB and polars infer a schema from the first lines and drop keys first seen later."""
+    from forensics.ingest import jsonl_reader
+
+    real = jsonl_reader.read
+
+    def small_blocks(path, stream, ctx):  # type: ignore[no-untyped-def]
+        import dataclasses
+
+        return real(path, stream, dataclasses.replace(ctx, block_bytes=64 << 10))
+
+    monkeypatch.setattr(jsonl_reader, "read", small_blocks)
+    import forensics.ingest.formats as formats
+
+    monkeypatch.setattr(formats, "_READERS", None)
+    monkeypatch.setattr(jsonl_reader, "read", small_blocks)
+    d = tmp_path / "logs"
+    d.mkdir()
+    for r in range(2):
+        body = b"".join(seed_line(r, s, s * 0.01) for s in range(3000))
+        if r == 1:
+            body += json.dumps({"timestamp": "2025-06-12T15:00:00Z", "rank": 1, "level": "ERROR", "event": "NCCL_TIMEOUT",
+                                "message": "watchdog", "extra": {"seq_num": 77, "only_here": {"a": [1, 2]}},
+                                "pg_desc": "tp"}).encode() + b"\n"
+        (d / f"rank_{r}.jsonl").write_bytes(body)
+    forensics.ingest([str(d)], tmp_path / "st", workers=1)
+    row = events(tmp_path / "st").filter(pl.col("event") == "NCCL_TIMEOUT").row(0, named=True)
+    assert row["line"] == 3001 and row["seq"] == 77
+    assert json.loads(row["extra"])["only_here"] == {"a": [1, 2]}
+    assert json.loads(row["fields"]) == {"pg_desc": "tp"}
+    assert len(open_store(tmp_path / "st").sources[1]["event_parts"]) == 1
