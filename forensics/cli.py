@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import Enum
 from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 
 from . import __version__
-from .errors import ForensicsError
+from .errors import BAD_ARGUMENT, ForensicsError
 
 app = typer.Typer(
     name="forensics",
@@ -48,17 +49,21 @@ def _progress() -> tuple[Callable[[str, dict[str, Any]], None] | None, Callable[
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                   TextColumn("{task.fields[lines]:,} lines"), TimeRemainingColumn(), console=err, transient=True)
+                   TextColumn("{task.fields[lines]:,} lines"), TextColumn("{task.fields[units]}"),
+                   TimeRemainingColumn(), console=err, transient=True)
     state: dict[str, Any] = {}
 
     def cb(kind: str, d: dict[str, Any]) -> None:
         if kind == "start":
             bar.start()
-            state["task"] = bar.add_task("ingest", total=d["bytes"], lines=0)
+            state["task"] = bar.add_task("ingest", total=d["bytes"], lines=0, units=f"0/{d['units']} parts")
             state["lines"] = 0
+            state["units"] = (0, d["units"])
         elif kind == "unit":
             state["lines"] += d["lines"]
-            bar.update(state["task"], completed=d["bytes_done"], lines=state["lines"],
+            done, total = state["units"][0] + 1, state["units"][1]
+            state["units"] = (done, total)
+            bar.update(state["task"], completed=d["bytes_done"], lines=state["lines"], units=f"{done}/{total} parts",
                        description=f"ingest {d['path'].rsplit('/', 1)[-1][:30]}")
 
     return cb, bar.stop
@@ -104,11 +109,100 @@ def rejects(
     render_rejects(run, reason=reason, file=file, limit=limit, fmt=fmt, console=out)
 
 
+class ReportFormat(str, Enum):
+    text = "text"
+    md = "md"
+    json = "json"
+
+
+class FailLevel(str, Enum):
+    INFO = "INFO"
+    WARN = "WARN"
+    ERROR = "ERROR"
+
+
+@app.command()
+def diagnose(
+    paths: list[str] = typer.Argument(..., help="A store, or log files, directories or quoted globs (ingested into a cache)."),
+    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
+    fail_on: Optional[FailLevel] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a finding is at least this severe (CI)."),
+    rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
+    width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
+    no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords found in log text."),
+) -> None:
+    """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
+    from pathlib import Path
+
+    from .passes import diagnose as run_diagnose
+    from .report import render
+    from .report.model import SEVERITIES
+    from .rules import builtin_rules_dir
+    from .run import open_run
+
+    cb, stop = _progress()
+    try:
+        run = open_run(paths, progress=cb)
+    finally:
+        stop()
+    report = run_diagnose(run, rule_dirs=[builtin_rules_dir(), *map(Path, rules)] if rules else None)
+    tty = output is None and sys.stdout.isatty()
+    text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=not no_redact,
+                  color=tty and fmt is ReportFormat.text)
+    if output:
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise ForensicsError(f"cannot write {output}", where=output, reason=e.strerror, code=BAD_ARGUMENT) from None
+        err.print(f"wrote {output}", markup=False, highlight=False)
+    else:
+        sys.stdout.write(text)
+    if fail_on is not None and any(SEVERITIES.index(f.severity) >= SEVERITIES.index(fail_on.value) for f in report.findings):
+        raise typer.Exit(3)
+
+
+rules_app = typer.Typer(help="The rule files: list them, check them.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(rules_app, name="rules")
+
+
+@rules_app.command("list")
+def rules_list(
+    rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable (added to the built-in rules)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show each rule's condition and file."),
+) -> None:
+    """The rules a diagnosis runs: id, level, layer, kind, title."""
+    from pathlib import Path
+
+    from .render.rules import render_rule_list
+    from .rules import builtin_rules_dir, load_rules
+
+    render_rule_list(load_rules([builtin_rules_dir(), *map(Path, rules or [])]), out, verbose=verbose)
+
+
+@rules_app.command("check")
+def rules_check(
+    dirs: Optional[list[str]] = typer.Argument(None, help="Rule folders or files (default: the built-in rules)."),
+) -> None:
+    """Validate rule files and run their examples; every error as file:key: message, exit 1 if any."""
+    from pathlib import Path
+
+    from .render.rules import render_rule_errors
+    from .rules import check_rules, load_rules
+
+    paths = [Path(d) for d in dirs] if dirs else None
+    errors = check_rules(paths)
+    if errors:
+        render_rule_errors(errors, out)
+        raise typer.Exit(1)
+    rules = load_rules(paths)
+    print(f"ok: {len(rules)} rules, {sum(len(r.examples) for r in rules)} examples pass")
+
+
 def main() -> None:
     try:
         app()
     except ForensicsError as e:
-        err.print(e.render(), markup=False, highlight=False)
+        err.print(e.render(), markup=False, highlight=False, emoji=False)
         sys.exit(1)
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)

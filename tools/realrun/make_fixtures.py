@@ -38,8 +38,8 @@ PLAN: dict[str, dict] = {
     "data_skew": dict(
         steps=80, root_cause="data_load_skew", ranks=[1],
         must_not=["nccl_timeout", "straggler", "thermal_throttling"],
-        injected="rank 1 shard reads throttled to 4 MB/s (sleep in Dataset.__getitem__ after "
-                 "each pread), ~65 ms per 64-sample batch, from step 0"),
+        injected="rank 1 shard reads throttled to 32 MB/s (sleep in Dataset.__getitems__ after "
+                 "the preads), ~65 ms per 1024-sample (2.1 MB) batch, from step 0"),
     "thermal": dict(
         steps=80, root_cause="thermal_throttling", ranks=[3],
         must_not=["nccl_timeout", "straggler", "data_load_skew"],
@@ -70,7 +70,7 @@ PLAN: dict[str, dict] = {
         steps=80, root_cause="vanishing_grad", ranks=[0, 1, 2, 3],
         must_not=["nccl_timeout", "straggler", "loss_plateau"],
         injected="backbone frozen (requires_grad=False, grads None -> grad_norm_backbone 0.0); "
-                 "rank-4 LoRA adapter on fc2 with B=0, A~N(0,1e-3), scale 0.25: adapter grads "
+                 "rank-4 LoRA adapter on fc2 with B=0, A~N(0,1e-5), scale 0.25: adapter grads "
                  "~1e-5..1e-6, loss stays at its initial value"),
 }
 
