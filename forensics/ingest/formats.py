@@ -57,7 +57,9 @@ def sniff(head: bytes, path: str) -> str:
             return "hf_state"
         return "jsonl"
     first_line = s.split(b"\n", 1)[0].lower()
-    if b"dcgm_fi_" in head[:4096].lower() or first_line.startswith(b"#entity"):
+    low = head[:4096].lower()
+    if (b"dcgm_fi_" in low or first_line.replace(b" ", b"").startswith(b"#entity")
+            or re.search(rb"(?m)^dcgm_[a-z_]+[{ ]", low)):  # pre-2.0 exporters: dcgm_gpu_temp{...}
         return "dcgm"
     if b"," in first_line and (b"utilization.gpu" in first_line or b"temperature.gpu" in first_line or
                                b"clocks.sm" in first_line or b"clocks.current.sm" in first_line or

@@ -1,0 +1,346 @@
+"""PyTorch Flight Recorder (NCCL trace) dumps -> COLLECTIVE and PG_STATUS events; missing ranks.
+
+Owns: loading a dump safely, turning its entries into events, and `missing_ranks`, the pure
+function the diagnosis passes call to name the ranks that never joined a stuck collective.
+Must not call pickle.load (a dump is untrusted input: unpickling can run code), read more than
+MAX_DUMP_BYTES, or decide which missing rank is the root cause (a pass does that).
+
+A dump is one pickle per rank (`_dump_<rank>`, written by TORCH_NCCL_DUMP_ON_TIMEOUT): a dict
+with `entries` (ring buffer of collectives: collective_seq_id, profiling_name, process_group
+(name, desc), state scheduled/started/completed, sizes, dtypes, time_created_ns ...),
+`pg_config` (pg name -> desc, ranks), `pg_status` (local pg_id -> last enqueued / started /
+completed collective), `version`. It is read with `SafeUnpickler`: no global is ever resolved,
+and the result may only contain dict/list/tuple/str/bytes/int/float/bool/None.
+
+Events: one COLLECTIVE per entry (line = entry index, 1-based) and one PG_STATUS per
+`pg_status` record (line = len(entries) + its index), so `lines == events + rejects` counts
+records. rank: the dump's own `rank` field (record) when present, else the path (`_dump_3`).
+"""
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import re
+from collections import defaultdict
+from typing import Any, BinaryIO, Iterator
+
+import orjson
+import polars as pl
+
+from ..errors import UNREADABLE, ForensicsError
+from ..schema import REJECT_SCHEMA, Level, RankSource
+from .formats import ReaderContext
+from .jsonl import Block
+
+MAX_DUMP_BYTES = 512 << 20
+_ALLOWED = (dict, list, tuple, str, bytes, int, float, bool, type(None))
+_REJECT_SCHEMA = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
+
+# Element sizes of the dtype names the recorder writes (c10 ScalarType names).
+DTYPE_BYTES: dict[str, int] = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+    "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "ComplexHalf": 4,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "UInt16": 2,
+    "UInt32": 4, "UInt64": 8,
+}
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """An unpickler that resolves no global: classes, functions and reducers are all refused."""
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: D102 - see class docstring
+        raise pickle.UnpicklingError(f"refused global {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102
+        raise pickle.UnpicklingError("refused persistent id")
+
+
+def _check_types(obj: Any) -> None:
+    """Walk the loaded value (iteratively: dumps can be deep) and refuse any other type.
+
+    Without find_class a pickle can still build sets, frozensets and bytearrays from opcodes;
+    none of them belongs in a dump.
+    """
+    stack = [obj]
+    seen: set[int] = set()
+    while stack:
+        o = stack.pop()
+        if type(o) not in _ALLOWED:
+            raise pickle.UnpicklingError(f"refused value of type {type(o).__name__}")
+        if isinstance(o, (dict, list, tuple)):
+            if id(o) in seen:
+                continue
+            seen.add(id(o))
+            if isinstance(o, dict):
+                stack.extend(o.keys())
+                stack.extend(o.values())
+            else:
+                stack.extend(o)
+
+
+def load_dump(stream: BinaryIO, where: str = "<stream>") -> dict[str, Any]:
+    """Read and safely unpickle one Flight Recorder dump; ForensicsError if it is not one."""
+    data = stream.read(MAX_DUMP_BYTES + 1)
+    if len(data) > MAX_DUMP_BYTES:
+        raise ForensicsError(
+            f"flight recorder dump larger than {MAX_DUMP_BYTES >> 20} MiB",
+            where=where,
+            reason="dumps are a few MiB at most; this file is something else or corrupt",
+            help="check the file, or leave it out of the ingest",
+            code=UNREADABLE,
+        )
+    return loads_dump(data, where)
+
+
+def loads_dump(data: bytes, where: str = "<bytes>") -> dict[str, Any]:
+    try:
+        obj = SafeUnpickler(io.BytesIO(data)).load()
+        _check_types(obj)
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+            MemoryError, RecursionError, UnicodeDecodeError) as e:
+        raise ForensicsError(
+            "cannot read flight recorder dump",
+            where=where,
+            reason=f"not a plain-data pickle: {e}",
+            help="dumps hold only dicts, lists, strings and numbers; anything else is refused so "
+                 "that reading a dump can never run code",
+            code=UNREADABLE,
+        ) from None
+    if not isinstance(obj, dict):
+        raise ForensicsError("cannot read flight recorder dump", where=where,
+                             reason=f"top level is {type(obj).__name__}, not a dict", code=UNREADABLE)
+    return obj
+
+
+def _pg_ranks(value: Any) -> list[int]:
+    """pg_config ranks: a list, or the string "[0, 1, 2]" the recorder writes."""
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value if isinstance(v, int) or (isinstance(v, str) and v.isdigit())]
+    if isinstance(value, str):
+        return [int(t) for t in re.findall(r"-?\d+", value)]
+    return []
+
+
+def _pg_name(entry: dict[str, Any]) -> str | None:
+    pg = entry.get("process_group")
+    if isinstance(pg, (list, tuple)) and pg:
+        return str(pg[0])
+    if isinstance(pg, str):
+        return pg
+    return None
+
+
+def _pg_desc(entry: dict[str, Any]) -> str | None:
+    pg = entry.get("process_group")
+    if isinstance(pg, (list, tuple)) and len(pg) > 1:
+        return str(pg[1])
+    return None
+
+
+def _size_mb(sizes: Any, dtypes: Any) -> float | None:
+    if not isinstance(sizes, list) or not isinstance(dtypes, list) or len(sizes) != len(dtypes):
+        return None
+    total = 0
+    for shape, dt in zip(sizes, dtypes):
+        b = DTYPE_BYTES.get(str(dt))
+        if b is None or not isinstance(shape, list):
+            return None
+        total += math.prod(int(d) for d in shape) * b
+    return total / (1024 * 1024)
+
+
+def dump_rank(dump: dict[str, Any], path_rank: int | None) -> tuple[int | None, str]:
+    r = dump.get("rank")
+    if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+        return r, "record"
+    if path_rank is not None:
+        return path_rank, "path"
+    return None, "none"
+
+
+def missing_ranks(dumps: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
+    """Per process group (its name, e.g. "74"), the ranks that never joined the collective the
+    others are stuck in. Groups where every member is level are left out.
+
+    Domain facts: collective_seq_id counts the collectives a rank has enqueued in that group, so
+    members that reached the same point agree on it; a member whose last enqueued id (from its
+    entries, or from its pg_status mapped through its own entries' pg_id) is behind the group's
+    highest never issued the collective the others wait in. Only groups with an entry not yet
+    completed on some rank are considered (a finished collective holds nobody). Point-to-point
+    entries are skipped: their collective_seq_id does not advance. Ranks without a dump are not
+    judged (the caller knows whether the dump set is complete).
+    """
+    members: dict[str, list[int]] = {}
+    pending: set[str] = set()
+    enqueued: dict[str, dict[int, int]] = defaultdict(dict)
+    for rank, dump in dumps.items():
+        cfg = dump.get("pg_config")
+        if isinstance(cfg, dict):
+            for name, spec in cfg.items():
+                if isinstance(spec, dict) and str(name) not in members:
+                    members[str(name)] = _pg_ranks(spec.get("ranks"))
+        id_to_name: dict[str, str] = {}
+        for e in dump.get("entries") or []:
+            if not isinstance(e, dict):
+                continue
+            name = _pg_name(e)
+            if name is None:
+                continue
+            if "pg_id" in e:
+                id_to_name[str(e["pg_id"])] = name
+            if e.get("is_p2p"):
+                continue
+            seq = e.get("collective_seq_id")
+            if isinstance(seq, int):
+                enqueued[name][rank] = max(enqueued[name].get(rank, -1), seq)
+            if e.get("state") != "completed":
+                pending.add(name)
+        status = dump.get("pg_status")
+        if isinstance(status, dict):
+            for pg_id, st in status.items():
+                name = id_to_name.get(str(pg_id))
+                last = st.get("last_enqueued_collective") if isinstance(st, dict) else None
+                if name is not None and isinstance(last, int):
+                    enqueued[name][rank] = max(enqueued[name].get(rank, -1), last)
+    out: dict[str, list[int]] = {}
+    for name in sorted(pending, key=lambda n: (len(n), n)):
+        seen = enqueued.get(name, {})
+        if not seen:
+            continue
+        top = max(seen.values())
+        group = members.get(name) or sorted(seen)
+        lagging = sorted(r for r in group if r in dumps and seen.get(r, -1) < top)
+        if lagging:
+            out[name] = lagging
+    return out
+
+
+def _events(dump: dict[str, Any], rank: int | None, rank_source: str, host: str | None) -> tuple[list[dict[str, Any]], list[tuple[int, str, bytes]]]:
+    rows: list[dict[str, Any]] = []
+    rejects: list[tuple[int, str, bytes]] = []
+    entries = dump.get("entries")
+    if entries is None:
+        entries = []
+    base = 0
+    if not isinstance(entries, list):
+        rejects.append((1, "entries is not a list", repr(entries)[:4096].encode()))
+        entries, base = [], 1
+    cfg = dump.get("pg_config") if isinstance(dump.get("pg_config"), dict) else {}
+    id_to_name: dict[str, str] = {}
+    for i, e in enumerate(entries, start=1):
+        if not isinstance(e, dict):
+            rejects.append((i, "entry is not a dict", repr(e)[:4096].encode()))
+            continue
+        name = _pg_name(e)
+        if "pg_id" in e and name is not None:
+            id_to_name[str(e["pg_id"])] = name
+        state = e.get("state")
+        known = {"collective_seq_id", "profiling_name", "process_group", "state", "time_created_ns", "timeout_ms"}
+        extra = {k: v for k, v in e.items() if k not in known}
+        extra["pg_desc"] = _pg_desc(e)
+        extra["state"] = state
+        t_ns = e.get("time_created_ns")
+        timeout = e.get("timeout_ms")
+        seq = e.get("collective_seq_id")
+        rows.append({
+            "line": i,
+            "event": "COLLECTIVE",
+            "level": "INFO" if state == "completed" else "WARN",
+            "message": f"{e.get('profiling_name')} #{seq} {state} on pg {name}",
+            "seq": seq if isinstance(seq, int) else None,
+            "collective": e.get("profiling_name") if isinstance(e.get("profiling_name"), str) else None,
+            "process_group": name,
+            "timeout_s": timeout / 1000 if isinstance(timeout, (int, float)) else None,
+            "tensor_size_mb": _size_mb(e.get("input_sizes"), e.get("input_dtypes")),
+            "ts_ns": t_ns if isinstance(t_ns, int) else None,
+            "extra": extra,
+        })
+    status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
+    base += len(entries)
+    for j, (pg_id, st) in enumerate(status.items(), start=1):
+        if not isinstance(st, dict):
+            rejects.append((base + j, "pg_status record is not a dict", repr(st)[:4096].encode()))
+            continue
+        name = id_to_name.get(str(pg_id))
+        spec = cfg.get(name) if name is not None else None
+        extra = {
+            "pg_id": pg_id,
+            "last_enqueued": st.get("last_enqueued_collective"),
+            "last_started": st.get("last_started_collective"),
+            "last_completed": st.get("last_completed_collective"),
+        }
+        if isinstance(spec, dict):
+            extra["pg_desc"] = spec.get("desc")
+            extra["pg_ranks"] = _pg_ranks(spec.get("ranks"))
+        last = st.get("last_enqueued_collective")
+        done = st.get("last_completed_collective")
+        behind = isinstance(last, int) and isinstance(done, int) and last > done
+        rows.append({
+            "line": base + j,
+            "event": "PG_STATUS",
+            "level": "WARN" if behind else "INFO",
+            "message": f"pg {name or '?'} (id {pg_id}): enqueued {last}, completed {done}",
+            "seq": last if isinstance(last, int) else None,
+            "process_group": name,
+            "extra": extra,
+        })
+    # Dump-level facts (version, nccl_version, ...) ride on the PG_STATUS rows, or on the last row.
+    top = {k: v for k, v in dump.items() if k not in ("entries", "pg_status", "pg_config")}
+    if rows and top:
+        carriers = [r for r in rows if r["event"] == "PG_STATUS"] or rows[-1:]
+        for r in carriers:
+            r["extra"]["dump"] = top
+    for row in rows:
+        row["rank"], row["rank_source"], row["host"] = rank, rank_source, host
+    return rows, rejects
+
+
+def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    def col(name: str) -> list[Any]:
+        return [r.get(name) for r in rows]
+
+    ts = pl.Series("ts_ns", col("ts_ns"), dtype=pl.Int64)
+    return pl.DataFrame({
+        "line": pl.Series(col("line"), dtype=pl.Int64),
+        "timestamp": (ts // 1000).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+        "rank": pl.Series(col("rank"), dtype=pl.Int32),
+        "rank_source": pl.Series(col("rank_source"), dtype=pl.String).cast(RankSource),
+        "host": pl.Series(col("host"), dtype=pl.String),
+        "level": pl.Series(col("level"), dtype=pl.String).cast(Level),
+        "event": pl.Series(col("event"), dtype=pl.String),
+        "message": pl.Series(col("message"), dtype=pl.String),
+        "seq": pl.Series(col("seq"), dtype=pl.Int64),
+        "collective": pl.Series(col("collective"), dtype=pl.String),
+        "process_group": pl.Series(col("process_group"), dtype=pl.String),
+        "timeout_s": pl.Series(col("timeout_s"), dtype=pl.Float64),
+        "tensor_size_mb": pl.Series(col("tensor_size_mb"), dtype=pl.Float64),
+        "extra": pl.Series([orjson.dumps(r["extra"], option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode() for r in rows], dtype=pl.String),
+    })
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, bytes):
+        return o.decode("utf-8", errors="replace")
+    raise TypeError
+
+
+def read_flight_recorder(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Block]:
+    """One dump file -> one Block (dumps are small: the whole file is read, capped)."""
+    dump = load_dump(stream, where=path)
+    rank, source = dump_rank(dump, ctx.rank_hint)
+    rows, rejects = _events(dump, rank, source, ctx.host_hint)
+    events = _frame(rows)
+    rej = pl.DataFrame(
+        {
+            "line": [r[0] for r in rejects],
+            "reason": [r[1] for r in rejects],
+            "raw": [r[2][:4096] for r in rejects],
+            "raw_len": [len(r[2]) for r in rejects],
+        },
+        schema=_REJECT_SCHEMA,
+    )
+    yield Block(events, rej, events.height + rej.height)
+
+
+read = read_flight_recorder
