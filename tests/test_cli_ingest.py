@@ -76,3 +76,12 @@ def test_usage_error_exits_2(tmp_path: Path) -> None:
     assert r.returncode == 2
     r = cli("no-such-command")
     assert r.returncode == 2
+
+
+def test_verbose_lists_what_was_recognised_per_file(tmp_path: Path) -> None:
+    make_logs(tmp_path / "logs")
+    (tmp_path / "logs" / "console.log").write_text("[rank1]: Traceback (most recent call last):\n[rank1]: RuntimeError: boom\n")
+    r = cli("ingest", str(tmp_path / "logs"), "-o", str(tmp_path / "st"), "-v")
+    assert r.returncode == 0, r.stderr
+    rows = {line.split("│")[1].strip(): line for line in r.stdout.splitlines() if line.count("│") > 5}
+    assert "console" in rows["console.log"] and "jsonl" in rows["rank_0.jsonl"]

@@ -36,7 +36,28 @@ def _ranks_text(ranks: list[int]) -> str:
     return ",".join(out)
 
 
-def render_summary(s: IngestSummary, console: Console) -> None:
+def render_files(s: IngestSummary, console: Console) -> None:
+    """What was recognised in each file: format, lines, events, rejects, where ranks came from."""
+    t = Table(title="files", title_justify="left")
+    for c, j in (("file", "left"), ("format", "left"), ("lines", "right"), ("events", "right"),
+                 ("rejected", "right"), ("rank from", "left"), ("ranks", "left")):
+        t.add_column(c, justify=j, overflow="fold")  # type: ignore[arg-type]
+    import os
+
+    base = os.path.commonpath([f["path"] for f in s.per_file]) if len(s.per_file) > 1 else ""
+    if base and not os.path.isdir(base):
+        base = os.path.dirname(base)
+    if base:
+        t.title = f"files under {base}"
+    for f in s.per_file:
+        t.add_row(os.path.relpath(f["path"], base) if base else f["path"], f["format"], f"{f['lines_read']:,}", f"{f['events']:,}", f"{f['rejected']:,}",
+                  f["rank_from"], _ranks_text(f["ranks"]))
+    console.print(t)
+
+
+def render_summary(s: IngestSummary, console: Console, verbose: bool = False) -> None:
+    if verbose:
+        render_files(s, console)
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
