@@ -77,6 +77,7 @@ def ingest(
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="Worker processes (default: all cores)."),
     gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", help="HOST:GPU=RANK for telemetry, repeatable, or @FILE."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every file: format recognised, lines, events, rejects."),
 ) -> None:
     """Read logs into a Parquet store; every line becomes an event or a stored reject."""
     from .ingest import ingest as run_ingest
@@ -90,7 +91,7 @@ def ingest(
     if as_json:
         print(json.dumps(summary.to_dict(), default=str))
     else:
-        render_summary(summary, out)
+        render_summary(summary, out, verbose=verbose)
 
 
 @app.command()
@@ -113,6 +114,7 @@ class ReportFormat(str, Enum):
     text = "text"
     md = "md"
     json = "json"
+    html = "html"
 
 
 class FailLevel(str, Enum):
@@ -124,7 +126,7 @@ class FailLevel(str, Enum):
 @app.command()
 def diagnose(
     paths: list[str] = typer.Argument(..., help="A store, or log files, directories or quoted globs (ingested into a cache)."),
-    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json"),
+    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html (one self-contained file with plots)"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
     fail_on: Optional[FailLevel] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a finding is at least this severe (CI)."),
     rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
@@ -148,7 +150,7 @@ def diagnose(
     report = run_diagnose(run, rule_dirs=[builtin_rules_dir(), *map(Path, rules)] if rules else None)
     tty = output is None and sys.stdout.isatty()
     text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=not no_redact,
-                  color=tty and fmt is ReportFormat.text)
+                  color=tty and fmt is ReportFormat.text, run=run)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")
@@ -196,6 +198,178 @@ def rules_check(
         raise typer.Exit(1)
     rules = load_rules(paths)
     print(f"ok: {len(rules)} rules, {sum(len(r.examples) for r in rules)} examples pass")
+
+
+# --- post-mortem queries: events, ranks, timeline, last-10s, sql (forensics.timeline/query) ---
+
+class RowFormat(str, Enum):
+    table = "table"
+    jsonl = "jsonl"
+    csv = "csv"
+    json = "json"
+
+
+class SnapshotFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+_STORE_OR_LOGS = "A store, or log files, directories or quoted globs (ingested once into a cache)."
+
+
+def _open_run(paths: list[str]):  # -> Run
+    from .run import open_run
+
+    cb, stop = _progress()
+    try:
+        return open_run(paths, progress=cb)
+    finally:
+        stop()
+
+
+def _table_console() -> Console:
+    """Tables are wide: when stdout is not a terminal, do not squeeze them into 80 columns."""
+    return out if sys.stdout.isatty() else Console(soft_wrap=True, width=240)
+
+
+@app.command()
+def events(
+    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Only this rank; repeatable."),
+    event: Optional[list[str]] = typer.Option(None, "--event", "-e", help="Only these event ids (comma-separated or repeated; NCCL_* wildcards)."),
+    level: Optional[str] = typer.Option(None, "--level", "-l", help="Only this level or above: DEBUG < INFO < WARN < ERROR."),
+    since: Optional[str] = typer.Option(None, "--since", help="From this time: ISO, -30s (before the end), step:1500."),
+    until: Optional[str] = typer.Option(None, "--until", help="Up to this time (same forms as --since)."),
+    grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only events whose message or extra contains this text (any case)."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, help="At most N events (0 = all; table default 200, pipes all)."),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+) -> None:
+    """One rank's or one event type's events in time order ("filter all events of one card")."""
+    from .query import filter_events
+    from .render.events import render_events
+
+    run = _open_run(paths)
+    n = limit if limit is not None else (200 if fmt is RowFormat.table else 0)
+    df = filter_events(run, ranks=rank, event=event, level=level, since=since, until=until, grep=grep,
+                       limit=n + 1 if n else None).collect()
+    render_events(df, fmt.value, _table_console(), limit=n)
+
+
+@app.command()
+def ranks(
+    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+) -> None:
+    """One row per rank: progress, median phase times, GPU, warnings, who went silent first."""
+    from .render.timeline import render_ranks
+    from .timeline import monotonicity, rank_summary
+
+    run = _open_run(paths)
+    render_ranks(rank_summary(run), fmt.value, _table_console(),
+                 monotonic=monotonicity(run) if fmt is RowFormat.table else None)
+
+
+@app.command()
+def timeline(
+    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Show only this rank; repeatable (arrival order is still among all)."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="A:B inclusive, A: or :B open, : all (default: the last 20 steps)."),
+    per_rank: Optional[bool] = typer.Option(None, "--per-rank/--per-step", help="One row per (step, rank), or per step (default: per rank up to 8 ranks)."),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+) -> None:
+    """Per-step phases per rank, aligned by step number; who arrives last at each collective."""
+    from .render.timeline import render_timeline
+    from .timeline import build_timeline, parse_step_range
+
+    run = _open_run(paths)
+    tl = build_timeline(run, parse_step_range(steps) if steps else None)
+    render_timeline(tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank)
+
+
+@app.command("last-10s")
+def last_10s(
+    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Only this rank; repeatable."),
+    window: str = typer.Option("10s", "--window", "-w", help="How far back from the stop: 10s, 500ms, 2m."),
+    at: Optional[str] = typer.Option(None, "--at", help="The stop, instead of the first fatal ERROR or the last event: ISO, -30s, step:1500."),
+    fmt: SnapshotFormat = typer.Option(SnapshotFormat.table, "--format", "-f", case_sensitive=False, help="table | json"),
+) -> None:
+    """What every rank was doing in the last seconds before the run stopped."""
+    from .render.timeline import render_snapshot
+    from .timeline import last_window, parse_duration, parse_time_spec
+
+    run = _open_run(paths)
+    snap = last_window(run, parse_duration(window), at=parse_time_spec(at, run) if at else None, ranks=rank)
+    render_snapshot(snap, fmt.value, _table_console())
+
+
+@app.command()
+def sql(
+    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
+    query: str = typer.Argument(..., help='SQL over the tables events, rejects, ranks: "SELECT rank, count(*) FROM events GROUP BY rank".'),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+) -> None:
+    """SQL over the store: tables events, rejects and ranks."""
+    from .query import sql as run_sql
+    from .render.events import render_frame
+
+    render_frame(run_sql(_open_run(paths), query), fmt.value, _table_console())
+
+
+# --- log hygiene and exports (forensics.lint, forensics.export) ---
+
+class LintFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class LintFail(str, Enum):
+    WARN = "WARN"
+    FAIL = "FAIL"
+
+
+@app.command()
+def lint(
+    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
+    fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, help="text | json"),
+    fail_on: Optional[LintFail] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a check is at least WARN or FAIL (CI)."),
+) -> None:
+    """The log-review checklist (seed 000 §4.5): rank and event on every line, comm/step ratio, ERROR floods, sampling, ..."""
+    from .lint import lint as run_lint
+    from .render.lint import render_lint, render_lint_json
+
+    result = run_lint(_open_run(paths))
+    if fmt is LintFormat.json:
+        sys.stdout.write(render_lint_json(result))
+    else:
+        render_lint(result, _table_console())
+    if fail_on is not None and result.trips(fail_on.value):
+        raise typer.Exit(3)
+
+
+export_app = typer.Typer(help="Write a run in another tool's format.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("perfetto")
+def export_perfetto(
+    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
+    output: str = typer.Option(..., "-o", "--output", help="Trace file (Chrome Trace Event JSON; gzip when it ends in .gz)."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="A:B inclusive, A: or :B open (default: all steps)."),
+    ranks: Optional[str] = typer.Option(None, "--ranks", help="Only these ranks: 0,3,5-7."),
+    max_events: int = typer.Option(500_000, "--max-events", help="Cut bigger traces by keeping every k-th step (a message says so)."),
+    no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords in messages."),
+) -> None:
+    """A timeline for ui.perfetto.dev / chrome://tracing: a track per rank grouped by host, step phases, WARN/ERROR, GPU counters."""
+    from .export import export_perfetto as run_export, parse_ranks, parse_steps
+
+    summary = run_export(_open_run(paths), output, steps=parse_steps(steps), ranks=parse_ranks(ranks),
+                         max_events=max_events, redact=not no_redact)
+    if summary.message:
+        err.print(f"note: {summary.message}", markup=False, highlight=False)
+    span = f"steps {summary.steps[0]}–{summary.steps[1]}" if summary.steps else "no steps"
+    err.print(f"wrote {summary.path}: {summary.events:,} events, {len(summary.ranks)} ranks on {len(summary.hosts)} "
+              f"host track(s), {span}, {summary.bytes / 1e6:.1f} MB", markup=False, highlight=False)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..ingest import IngestSummary
+from ..report.fmt import ranks_text
 from ..store import Run
 
 
@@ -22,18 +23,7 @@ def _human_bytes(n: float) -> str:
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    """Compress [0,1,2,3,5,7,8,9] into '0-3,5,7-9'."""
-    if not ranks:
-        return "none"
-    out, start, prev = [], ranks[0], ranks[0]
-    for r in ranks[1:] + [None]:  # type: ignore[list-item]
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ",".join(out)
+    return ranks_text(ranks, dash="-")
 
 
 def render_files(s: IngestSummary, console: Console) -> None:

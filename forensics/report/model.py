@@ -16,6 +16,7 @@ KINDS = [
     "thermal_throttling", "low_bandwidth", "gpu_underutilized", "oom", "data_load_skew", "straggler",
     "gradient_skew", "comm_bound", "nccl_timeout", "hang", "rank_lag", "loss_divergence", "loss_plateau",
     "grad_norm_spike", "vanishing_grad", "clock_skew", "log_hygiene",
+    "data_load_error",   # added here: a DATA_LOAD_ERROR event (seed 000 4.1: ERROR, needs a person)
 ]
 
 

@@ -1,0 +1,115 @@
+"""Is the job communication-bound, and is that a slow network or waiting for a straggler?
+
+Question: does communication take more than 40% of the step time, and if so, is the time spent
+moving data (every rank slow: the interconnect) or waiting for a late rank (one rank at fault)?
+
+Domain facts relied on:
+- Seed 000 §4.2: communication share > 40% of the step time is the anomaly threshold; §4.5:
+  "communication time / step time" is the most sensitive signal for finding a slow node.
+- A collective's time on a rank = waiting for the last peer to arrive + the transfer itself.
+  The last rank to arrive does not wait, so transfer ~ the smallest collective time at a step
+  (context.wait_expr estimates wait that way when wait_ms is not logged).
+- Transfer dominating on every rank = the network is slow for everybody: a job-wide fault
+  (`ranks` = every rank). Waiting dominating = the ranks wait for someone: the rank that waits
+  least in most of those steps is the one waited for (`ranks`), the others are `victims`; with
+  no such rank the waiting is jitter (a loaded host delays random ranks): INFO, no rank named.
+- A step is communication-bound when the median share across ranks is > 40%; the finding needs
+  an episode of such steps (context.sustained: one rank's checkpoint or a preempted process makes
+  single steps communication-heavy) covering >= 3 steps and >= 10% of the steps.
+
+Must not: decide the root cause; read events (it works on the cached step table only).
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from ..report.model import Finding
+from .context import Context, sustained, wait_expr, window_for
+from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+
+SHARE = 0.40
+MIN_STEPS = 3
+MIN_SHARE = 0.10
+CULPRIT_SHARE = 0.5
+
+
+def find(ctx: Context) -> list[Finding]:
+    st = ctx.steps.filter(pl.col("rank").is_not_null() & pl.col("comm_ms").is_not_null()
+                          & (pl.col("step_time_ms") > 0))
+    if st.is_empty():
+        return []
+    df = st.with_columns(wait_expr().clip(lower_bound=0.0).alias("wait")).with_columns(
+        (pl.col("comm_ms") / pl.col("step_time_ms")).alias("share"),
+        (pl.col("wait").fill_null(0.0) / pl.col("step_time_ms")).alias("wshare"),
+    )
+    per_step = (
+        df.group_by("step")
+        .agg(
+            pl.len().alias("n"),
+            pl.col("share").median(),
+            pl.col("wshare").median(),
+            pl.col("comm_ms").median(),
+            pl.col("wait").median().alias("wait"),
+            pl.col("step_time_ms").median(),
+            pl.col("rank").sort_by("wait").first().alias("least"),
+            pl.col("t_start").min().alias("t0"),
+            pl.col("t_end").max().alias("t1"),
+        )
+        .sort("step")
+        .with_columns((pl.col("share") > SHARE).alias("hot1"))
+    )
+    per_step = per_step.with_columns(sustained("hot1", window_for(per_step.height), by=None).alias("hot"))
+    hot = per_step.filter(pl.col("hot"))
+    n, k = per_step.height, hot.height
+    if k < MIN_STEPS or k < MIN_SHARE * n:
+        return []
+    share = float(hot.get_column("share").median())
+    wshare = float(hot.get_column("wshare").median())
+    comm = float(hot.get_column("comm_ms").median())
+    step_ms = float(hot.get_column("step_time_ms").median())
+    wait = float(hot.get_column("wait").drop_nulls().median() or 0.0)
+    hot_steps = hot.get_column("step")
+    s0, s1 = int(hot_steps.min()), int(hot_steps.max())
+    all_ranks = sorted(int(r) for r in df.get_column("rank").unique())
+    waiting = wshare >= 0.5 * share
+    culprits: list[int] = []
+    if not waiting:
+        culprits = all_ranks          # the fabric is slow for every rank: the job-wide fault
+    if waiting:
+        counts = hot.group_by("least").agg(pl.len().alias("c")).sort("c", descending=True)
+        culprits = [int(r) for r, c in counts.iter_rows() if c >= CULPRIT_SHARE * k]
+    victims = [r for r in all_ranks if r not in culprits] if waiting and culprits else []
+    sample = df.filter(pl.col("step").is_in(hot_steps.implode()))
+    severity = "WARN"
+    if waiting and culprits:
+        v = sample.filter(pl.col("rank").is_in(victims))
+        v_wait = float(v.get_column("wait").median())
+        v_share = float(v.get_column("share").median())
+        title = (f"ranks {rank_ranges(victims)} spend {v_share:.0%} of each step in collectives, waiting "
+                 f"{ms(v_wait)} per step for rank {rank_ranges(culprits)} (steps {s0}–{s1}, {k} of {n})")
+        mode = "waiting"
+        rows = v.sort("wait", descending=True).head(3)
+    elif waiting:
+        title = (f"communication takes {share:.0%} of the step time ({ms(comm)} of {ms(step_ms)}), mostly waiting "
+                 f"({ms(wait)}) for ranks that arrive late at random — no single rank is waited for "
+                 f"(steps {s0}–{s1}, {k} of {n})")
+        mode = "waiting"
+        rows = sample.sort("wait", descending=True).head(3)
+        severity = "INFO"   # random late arrivals: host noise, not a communication fault
+    else:
+        title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
+                 f"{ms(step_ms)}), and it is transfer, not waiting ({ms(wait)}): the interconnect is slow for "
+                 f"everyone (steps {s0}–{s1}, {k} of {n})")
+        mode = "network"
+        rows = sample.sort("comm_ms", descending=True).head(3)
+    return [Finding(
+        rule=pass_id("comm_bound"), kind="comm_bound", layer="communication", severity=severity,
+        ranks=culprits, victims=victims, title=title,
+        evidence={"mode": mode, "comm_share": num(share), "wait_share": num(wshare), "comm_ms": num(comm),
+                  "wait_ms": num(wait), "step_time_ms": num(step_ms), "threshold": SHARE,
+                  "bound_steps": k, "steps": n, "first_step": s0, "last_step": s1},
+        lines=cite([{"source_file": x["file"], "line": x["comm_line"], "rank": x["rank"], "timestamp": x["t_end"],
+                     "text": f"step {x['step']}: comm {ms(x['comm_ms'])}, wait {ms(x['wait'])} of {ms(x['step_time_ms'])}"}
+                    for x in rows.iter_rows(named=True)], text="text"),
+        first_seen=iso(hot.get_column("t0").min()), last_seen=iso(hot.get_column("t1").max()),
+    )]

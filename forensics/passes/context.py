@@ -1,0 +1,143 @@
+"""What every pass sees: the run, its events (a LazyFrame) and the per-(rank, step) table, cached.
+
+Owns the read-only Context handed to passes and the step table they aggregate from. Must not
+judge anything (passes do) and must not be mutated by passes: cached values are computed once,
+on first use, from the events alone.
+
+The step table is `forensics.timeline.step_table` (one row per (rank, step): t_start, t_end,
+step_time_ms, data_load_ms, compute_ms, comm_ms, wait_ms, grad_ready_ts, loss, lr,
+samples_per_s, stage ...) joined with what the passes need besides: the lines to cite
+(file, train_line, data_line, comm_line, ready_line) and disk_read_mbps, grad_norm, gpu_util.
+
+`compute_ms` = step_time - data_load - comm: in synchronous data parallelism that is the
+forward/backward/optimizer time of the rank, the quantity a straggler has too much of.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .. import timeline
+from ..schema import conform
+
+if TYPE_CHECKING:
+    from ..store import Run
+
+# Columns of timeline.step_table the passes rely on, plus the extras below.
+STEP_COLUMNS = [
+    "rank", "step", "host", "t_start", "t_end", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
+    "wait_ms", "grad_ready_ts", "loss", "lr", "samples_per_s", "stage",
+]
+EXTRA_COLUMNS = ["disk_read_mbps", "grad_norm", "gpu_util", "file", "train_line", "data_line", "comm_line", "ready_line"]
+
+
+def _extras(events: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (rank, step): the evidence lines and the metrics timeline.step_table does not carry.
+
+    Columns are masked before the group_by (filtered aggregations take polars' slow path).
+    """
+    train = pl.col("event").fill_null("") == timeline.SUMMARY_EVENT
+    coll = pl.col("comm_ms").is_not_null() & ~train
+    line = pl.col("line")
+    return (
+        events.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+        .select(
+            "rank", "step", "disk_read_mbps", "grad_norm", "gpu_util", pl.col("source_file").alias("file"),
+            pl.when(train | pl.col("loss").is_not_null()).then(line).alias("train_line"),
+            pl.when(pl.col("data_load_ms").is_not_null()).then(line).alias("data_line"),
+            pl.when(coll).then(line).alias("comm_line"),
+            pl.when(pl.col("grad_ready_ts").is_not_null()).then(line).alias("ready_line"),
+        )
+        .group_by("rank", "step")
+        .agg(
+            pl.col("disk_read_mbps").mean(), pl.col("grad_norm").max(), pl.col("gpu_util").mean(),
+            pl.col("file").first(), pl.col("train_line").min(), pl.col("data_line").min(),
+            pl.col("comm_line").max(), pl.col("ready_line").min(),
+        )
+    )
+
+
+def step_table(events: pl.LazyFrame) -> pl.LazyFrame:
+    """timeline.step_table with the extras joined, sorted by (rank, step)."""
+    return (
+        timeline.step_table(events)
+        .select(STEP_COLUMNS)
+        .join(_extras(events), on=["rank", "step"], how="left")
+        .sort("rank", "step")
+    )
+
+
+# A fault is persistent; scheduler noise is not. On a loaded host any rank is preempted now and
+# then (real 4-rank gloo runs on 2 cores: a random rank is "slow" in ~10% of steps), so a
+# per-step condition only counts inside an episode where it holds in >= 75% of a window of
+# steps. With 10% random hits the chance of such an episode on some rank is below 1%.
+SUSTAIN_SHARE = 0.75
+
+
+def window_for(n_steps: int) -> int:
+    """Episode window: 10% of the steps, between 5 and 20."""
+    return max(5, min(20, n_steps // 10))
+
+
+def sustained(flag: str, window: int, by: str | None = "rank") -> pl.Expr:
+    """True where `flag` holds and is part of an episode: >= 75% of the `window` rows ending or
+    starting at this row have it too. Rows must be sorted by (by, step)."""
+    f = pl.col(flag).cast(pl.Float64)
+    back = f.rolling_mean(window, min_samples=window)
+    fwd = f.reverse().rolling_mean(window, min_samples=window).reverse()
+    e = pl.col(flag).fill_null(False) & ((back >= SUSTAIN_SHARE) | (fwd >= SUSTAIN_SHARE)).fill_null(False)
+    return e.over(by) if by else e
+
+
+def wait_expr() -> pl.Expr:
+    """Time a rank waited in its collectives at a step: the logged wait_ms, else an estimate.
+
+    Domain fact: in a synchronous collective the last rank to arrive does not wait, so the
+    smallest collective time across ranks at a step is (close to) the pure transfer time and
+    anything above it on another rank is waiting.
+    """
+    return pl.coalesce(pl.col("wait_ms"), pl.col("comm_ms") - pl.col("comm_ms").min().over("step"))
+
+
+class Context:
+    """The run as passes see it. Read-only; derived tables are computed once on first use."""
+
+    def __init__(self, events: pl.LazyFrame, run: Run | None = None) -> None:
+        self._events = events
+        self.run = run
+
+    @classmethod
+    def from_run(cls, run: Run) -> Context:
+        return cls(run.events(), run)
+
+    @classmethod
+    def from_frame(cls, df: pl.DataFrame) -> Context:
+        """A context over in-memory events (tests, notebooks); missing columns become nulls."""
+        return cls(conform(df).lazy())
+
+    @property
+    def events(self) -> pl.LazyFrame:
+        return self._events
+
+    @cached_property
+    def steps(self) -> pl.DataFrame:
+        """The per-(rank, step) table, collected once."""
+        return step_table(self._events).collect()
+
+    @cached_property
+    def ranks(self) -> list[int]:
+        """Every rank that logged anything (unattributed events excluded)."""
+        if self.run is not None and self.run.totals.get("ranks") is not None:
+            return sorted(int(r) for r in self.run.totals["ranks"])
+        s = self._events.select(pl.col("rank").drop_nulls().unique()).collect().to_series()
+        return sorted(int(r) for r in s)
+
+    @cached_property
+    def median_step_ms(self) -> float | None:
+        s = self.steps.get_column("step_time_ms").drop_nulls()
+        return float(s.median()) if len(s) else None
+
+
+__all__ = ["Context", "STEP_COLUMNS", "EXTRA_COLUMNS", "step_table", "wait_expr", "sustained", "window_for"]

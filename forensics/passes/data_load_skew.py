@@ -1,0 +1,97 @@
+"""Which rank waits for its input data while the others wait for it?
+
+Question: is one rank's data loading much slower than its peers' (seed 000 §4.4: rank 12's
+DATA_LOAD_TIME averaged 180 ms vs 20 ms on the others, its disk read 40 MB/s vs 1.2 GB/s, its
+GPU utilisation 55% vs 95% — the loss curve looked normal, the job ran 40% slow)?
+
+Domain facts relied on:
+- In synchronous training a rank that fetches its batch late arrives late at the all-reduce, so
+  the other ranks wait: the rank with the slow input pipeline is at fault (`ranks`), the waiters
+  are `victims`. Its compute time is normal, which is what separates it from a straggler.
+- A step counts when the rank's data_load_ms is >= 2.5x the step's median across ranks and the
+  excess is material (>= 5 ms and >= 5% of the median step time); a rank is skewed when that
+  holds in an episode (context.sustained: a loaded host slows random ranks' loading in scattered
+  steps) covering >= 3 steps and >= 10% of its steps.
+- The disk read rate (disk_read_mbps) of the same rank, when logged, is the physical evidence
+  (HDD vs NVMe in the seed case).
+
+Must not: decide the root cause; read events (it works on the cached step table only).
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from ..report.model import Finding
+from .context import Context, sustained, wait_expr, window_for
+from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+
+RATIO = 2.5
+ABS_EXCESS_MS = 5.0
+STEP_SHARE = 0.05
+MIN_STEPS = 3
+MIN_SHARE = 0.10
+
+
+def find(ctx: Context) -> list[Finding]:
+    st = ctx.steps.filter(pl.col("rank").is_not_null() & pl.col("data_load_ms").is_not_null())
+    if st.is_empty():
+        return []
+    floor = max(ABS_EXCESS_MS, STEP_SHARE * (ctx.median_step_ms or 0.0))
+    df = (
+        st.with_columns(
+            pl.len().over("step").alias("n"),
+            pl.col("data_load_ms").median().over("step").alias("peer_dl"),
+            wait_expr().alias("wait"),
+        )
+        .filter(pl.col("n") >= 2)
+        .with_columns(
+            ((pl.col("data_load_ms") >= RATIO * pl.col("peer_dl"))
+             & (pl.col("data_load_ms") - pl.col("peer_dl") >= floor)).alias("slow1")
+        )
+        .sort("rank", "step")
+    )
+    df = df.with_columns(sustained("slow1", window_for(df.get_column("step").n_unique())).alias("slow"))
+    per_rank = (
+        df.group_by("rank")
+        .agg(pl.len().alias("n_steps"), pl.col("slow").sum().alias("n_slow"))
+        .filter((pl.col("n_slow") >= MIN_STEPS) & (pl.col("n_slow") >= MIN_SHARE * pl.col("n_steps")))
+        .sort("rank")
+    )
+    out: list[Finding] = []
+    skewed = [int(x) for x in per_rank.get_column("rank")]
+    for row in per_rank.iter_rows(named=True):
+        r = int(row["rank"])
+        mine = df.filter((pl.col("rank") == r) & pl.col("slow"))
+        slow_steps = mine.get_column("step")
+        at = df.filter(pl.col("step").is_in(slow_steps.implode()) & ~pl.col("rank").is_in(skewed))
+        my_dl = float(mine.get_column("data_load_ms").median())
+        peer_dl = at.get_column("data_load_ms").median()
+        excess = my_dl - (peer_dl or 0.0)
+        my_disk = mine.get_column("disk_read_mbps").drop_nulls().median()
+        peer_disk = at.get_column("disk_read_mbps").drop_nulls().median()
+        waits = at.group_by("rank").agg(pl.col("wait").median()).filter(pl.col("wait") >= 0.5 * excess).sort("rank")
+        v_ranks = [int(x) for x in waits.get_column("rank")]
+        v_wait = waits.get_column("wait").median() if v_ranks else None
+        worst = mine.sort("data_load_ms", descending=True).row(0, named=True)
+        title = f"rank {r} loads each batch in {ms(my_dl)} vs {ms(peer_dl)} on peers"
+        if my_disk is not None and peer_disk is not None:
+            title += f" (disk read {my_disk:.0f} MB/s vs {peer_disk:.0f} MB/s)"
+        if v_ranks:
+            title += f"; ranks {rank_ranges(v_ranks)} wait {ms(v_wait)} per step for it"
+        title += f" ({len(slow_steps)} steps, {int(slow_steps.min())}–{int(slow_steps.max())})"
+        vict_rows = at.filter((pl.col("step") == worst["step"]) & pl.col("rank").is_in(v_ranks)).sort("rank").head(2)
+        lines = cite([{"source_file": worst["file"], "line": worst["data_line"], "rank": r, "timestamp": worst["t_start"],
+                       "text": f"step {worst['step']}: data_load {ms(worst['data_load_ms'])}"}], text="text")
+        lines += cite([{"source_file": v["file"], "line": v["comm_line"], "rank": v["rank"], "timestamp": v["t_end"],
+                        "text": f"step {v['step']}: waits {ms(v['wait'])}"} for v in vict_rows.iter_rows(named=True)],
+                      text="text")
+        out.append(Finding(
+            rule=pass_id("data_load_skew"), kind="data_load_skew", layer="resource", severity="WARN",
+            ranks=[r], victims=v_ranks, title=title,
+            evidence={"data_load_ms": num(my_dl), "peer_data_load_ms": num(peer_dl), "excess_ms": num(excess),
+                      "disk_read_mbps": num(my_disk), "peer_disk_read_mbps": num(peer_disk),
+                      "victim_wait_ms": num(v_wait), "skewed_steps": len(slow_steps), "steps": int(row["n_steps"])},
+            lines=lines,
+            first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
+        ))
+    return out

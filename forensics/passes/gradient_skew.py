@@ -1,0 +1,104 @@
+"""Do the ranks' gradients become ready at very different times?
+
+Question: how far apart are the per-rank gradient-ready times (GRAD_READY.grad_ready_ts) within
+a step, and is one rank consistently the late one?
+
+Domain facts relied on:
+- Seed 000 §4.5 (误区三): when one card's gradient computation is delayed its gradient arrives
+  late in the all-reduce; with overlapped/asynchronous reduction the optimizer then applies stale
+  gradients and the loss oscillates locally. The signal to watch is gradient_skew — the spread
+  of gradient timestamps across ranks — not the mean loss.
+- A step is skewed when the spread (latest - earliest ready time) is >= 10% of the median step
+  time (50 ms when step time is not logged); the run has gradient skew when >= 3 steps and
+  >= 10% of the steps with GRAD_READY from >= 2 ranks are skewed.
+- The culprit is a rank that is the last one in an episode of skewed steps (context.sustained);
+  with no such rank the skew is jitter spread over the job: reported as INFO, no rank named.
+- grad_ready_ts is a wall-clock reading: across hosts it is only as good as their clock sync
+  (TODO: align with timeline.clock_offsets when it is available).
+
+Must not: decide the root cause; read events (it works on the cached step table only).
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from ..report.model import Finding
+from .context import Context, sustained, wait_expr, window_for
+from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+
+STEP_SHARE = 0.10
+DEFAULT_MS = 50.0
+MIN_STEPS = 3
+MIN_SHARE = 0.10
+
+
+def find(ctx: Context) -> list[Finding]:
+    st = ctx.steps.filter(pl.col("rank").is_not_null() & pl.col("grad_ready_ts").is_not_null())
+    if st.is_empty():
+        return []
+    thr = STEP_SHARE * ctx.median_step_ms if ctx.median_step_ms else DEFAULT_MS
+    df = (
+        st.with_columns(wait_expr().alias("wait"))
+        .with_columns(
+            pl.len().over("step").alias("n"),
+            ((pl.col("grad_ready_ts").max() - pl.col("grad_ready_ts").min()) * 1000.0).over("step").alias("spread_ms"),
+            ((pl.col("grad_ready_ts") - pl.col("grad_ready_ts").median()) * 1000.0).over("step").alias("late_ms"),
+            (pl.col("grad_ready_ts") == pl.col("grad_ready_ts").max().over("step")).alias("is_last"),
+            pl.col("wait").median().over("step").alias("med_wait"),
+        )
+        .filter(pl.col("n") >= 2)
+        .with_columns((pl.col("spread_ms") >= thr).alias("skewed"))
+        .with_columns((pl.col("skewed") & pl.col("is_last")).alias("late"))
+        .sort("rank", "step")
+    )
+    if df.is_empty():
+        return []
+    n = df.get_column("step").n_unique()
+    df = df.with_columns(sustained("late", window_for(n)).alias("episode"))
+    skewed_steps = df.filter(pl.col("skewed")).get_column("step").unique()
+    k = len(skewed_steps)
+    if k < MIN_STEPS or k < MIN_SHARE * n:
+        return []
+    per_rank = (
+        df.filter(pl.col("episode")).group_by("rank")
+        .agg(pl.len().alias("c"), pl.col("late_ms").median(), pl.col("step").min().alias("s0"),
+             pl.col("step").max().alias("s1"))
+        .filter((pl.col("c") >= MIN_STEPS) & (pl.col("c") >= MIN_SHARE * n))
+        .sort("rank")
+    )
+    culprits = [int(r) for r in per_rank.get_column("rank")]
+    sk = df.filter(pl.col("skewed"))
+    if culprits:
+        ep = df.filter(pl.col("episode") & pl.col("rank").is_in(culprits))
+        ep_steps = ep.get_column("step").unique()
+        scope = df.filter(pl.col("step").is_in(ep_steps.implode()))
+    else:
+        ep = sk.filter(pl.col("is_last"))
+        scope = sk
+    spread = scope.group_by("step").agg(pl.col("spread_ms").first(), pl.col("med_wait").first())
+    med_spread = float(spread.get_column("spread_ms").median())
+    max_spread = float(spread.get_column("spread_ms").max())
+    med_wait = spread.get_column("med_wait").drop_nulls().median()
+    if culprits:
+        late = ", ".join(f"rank {int(r['rank'])} last in {r['c']} steps ({r['s0']}–{r['s1']}), "
+                         f"{ms(r['late_ms'])} behind the median rank" for r in per_rank.iter_rows(named=True))
+        title = f"gradient-ready times spread {ms(med_spread)} across ranks (threshold {ms(thr)}): {late}"
+        if med_wait is not None and med_wait < 0.5 * med_spread:
+            title += f"; peers wait only {ms(med_wait)}, so the late gradients are applied stale"
+        severity = "WARN"
+    else:
+        title = (f"gradient-ready times spread {ms(med_spread)} across ranks in {k} of {n} steps (threshold "
+                 f"{ms(thr)}), but no rank is late consistently: jitter, not one slow rank")
+        severity = "INFO"
+    worst = ep.sort("late_ms", descending=True).head(3)
+    return [Finding(
+        rule=pass_id("gradient_skew"), kind="gradient_skew", layer="communication", severity=severity,
+        ranks=culprits, title=title,
+        evidence={"spread_ms_median": num(med_spread), "spread_ms_max": num(max_spread), "threshold_ms": num(thr),
+                  "skewed_steps": k, "steps": n, "median_wait_ms": num(med_wait),
+                  "late_steps": {str(int(r["rank"])): int(r["c"]) for r in per_rank.iter_rows(named=True)}},
+        lines=cite([{"source_file": w["file"], "line": w["ready_line"], "rank": w["rank"], "timestamp": w["t_end"],
+                     "text": f"step {w['step']}: ready {ms(w['late_ms'])} after the median rank"}
+                    for w in worst.iter_rows(named=True)], text="text"),
+        first_seen=iso(ep.get_column("t_start").min()), last_seen=iso(ep.get_column("t_end").max()),
+    )]

@@ -1,0 +1,140 @@
+"""Are the logs themselves fit for a post-mortem?
+
+Question: do records carry a rank and an event id, do ERROR floods bury the WARNs that matter,
+and are resource metrics polled so often that the polling itself costs throughput?
+
+Domain facts relied on (seed 000 §4.1, §4.5):
+- Every line must carry its rank, or single-card and collective faults cannot be told apart;
+  every event type should have a stable id so tools aggregate instead of string-matching.
+- Misclassified severities: if gradient-norm anomalies are logged as ERROR, the real NCCL
+  timeout drowns in thousands of ERRORs. WARN = self-healing, ERROR = needs a person. A flood is
+  one event type with >= 50 ERROR lines making up >= 80% of all ERROR lines.
+- Resource metrics should be sampled every >= 2 s (one team polled NVML every 200 ms and lost
+  5% throughput to it); a rank whose median interval between GPU metric samples is < 2 s
+  (over >= 10 samples) is flagged.
+
+Findings here are about the logs, never a cause of the training fault: rootcause.py never picks
+them. Must not: read columns other than those below.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from ..report.model import Finding
+from .context import Context
+from .evidence import cite, pass_id, rank_ranges
+
+FLOOD_MIN = 50
+FLOOD_SHARE = 0.8
+MIN_INTERVAL_S = 2.0
+MIN_SAMPLES = 10
+RESOURCE = ["gpu_util", "temp_c", "sm_clock_mhz", "power_w", "mem_alloc_mb"]
+
+
+def _missing_fields(ctx: Context) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    no_rank = (
+        ctx.events.select("rank_source", "format", "source_file", "line", "rank", "timestamp")
+        .filter(pl.col("rank_source").is_in(["path", "none"]) & (pl.col("format") == "jsonl"))
+        .group_by("source_file", "rank_source")
+        .agg(pl.len().alias("n"), pl.col("line").min().alias("line"), pl.col("rank").first(),
+             pl.col("timestamp").min())
+        .sort("source_file")
+    )
+    no_event = (
+        ctx.events.select("event", "format", "source_file", "line", "rank", "timestamp")
+        .filter(pl.col("event").is_null() & (pl.col("format") == "jsonl"))
+        .group_by("source_file")
+        .agg(pl.len().alias("n"), pl.col("line").min().alias("line"), pl.col("rank").first(),
+             pl.col("timestamp").min())
+        .sort("source_file")
+    )
+    return no_rank, no_event
+
+
+def _levels(ctx: Context) -> pl.LazyFrame:
+    return (
+        ctx.events.select("level", "event", "format", "source_file", "line", "rank", "timestamp")
+        # the application's own levels: a console traceback's lines are one error, not a flood
+        .filter(pl.col("level").is_in(["ERROR", "WARN"]) & (pl.col("format") == "jsonl"))
+        .group_by("level", "event")
+        .agg(pl.len().alias("n"), pl.col("source_file").first(), pl.col("line").first(), pl.col("rank").first(),
+             pl.col("timestamp").first())
+    )
+
+
+def _sampling(ctx: Context) -> pl.LazyFrame:
+    has = pl.any_horizontal([pl.col(c).is_not_null() for c in RESOURCE])
+    return (
+        ctx.events.select("rank", "timestamp", "source_file", "line", *RESOURCE)
+        .filter(pl.col("rank").is_not_null() & has)
+        .select("rank", "timestamp", "source_file", "line")
+        .unique(subset=["rank", "timestamp"])
+        .sort("rank", "timestamp")
+        .group_by("rank", maintain_order=True)
+        .agg(pl.len().alias("n"),
+             (pl.col("timestamp").diff().dt.total_microseconds() / 1e6).median().alias("interval_s"),
+             pl.col("source_file").first(), pl.col("line").first(), pl.col("timestamp").first())
+    )
+
+
+def find(ctx: Context) -> list[Finding]:
+    no_rank_lf, no_event_lf = _missing_fields(ctx)
+    no_rank, no_event, levels, sampling = pl.collect_all([no_rank_lf, no_event_lf, _levels(ctx), _sampling(ctx)])
+    out: list[Finding] = []
+    rid = pass_id("hygiene")
+
+    if not no_rank.is_empty():
+        n = int(no_rank.get_column("n").sum())
+        from_path = no_rank.filter(pl.col("rank_source") == "path")
+        unknown = no_rank.filter(pl.col("rank_source") == "none")
+        parts = []
+        if not from_path.is_empty():
+            parts.append(f"{int(from_path.get_column('n').sum())} in {from_path.height} file(s) got their rank from the file name")
+        if not unknown.is_empty():
+            parts.append(f"{int(unknown.get_column('n').sum())} in {unknown.height} file(s) have no rank at all")
+        out.append(Finding(
+            rule=rid, kind="log_hygiene", layer="training", severity="INFO", ranks=[],
+            title=f"{n} records carry no rank field: " + "; ".join(parts),
+            evidence={"check": "rank_missing", "records": n,
+                      "files": {r["source_file"]: r["n"] for r in no_rank.iter_rows(named=True)}},
+            lines=cite(no_rank.iter_rows(named=True)),
+        ))
+    if not no_event.is_empty():
+        n = int(no_event.get_column("n").sum())
+        out.append(Finding(
+            rule=rid, kind="log_hygiene", layer="training", severity="INFO", ranks=[],
+            title=f"{n} records in {no_event.height} file(s) carry no event id",
+            evidence={"check": "event_missing", "records": n,
+                      "files": {r["source_file"]: r["n"] for r in no_event.iter_rows(named=True)}},
+            lines=cite(no_event.iter_rows(named=True)),
+        ))
+
+    errors = levels.filter(pl.col("level") == "ERROR").sort("n", descending=True)
+    if not errors.is_empty():
+        total = int(errors.get_column("n").sum())
+        top = errors.row(0, named=True)
+        warns = int(levels.filter(pl.col("level") == "WARN").get_column("n").sum())
+        others = errors.slice(1)
+        if top["n"] >= FLOOD_MIN and top["n"] >= FLOOD_SHARE * total and (not others.is_empty() or warns):
+            buried = ", ".join(f"{r['n']} {r['event']}" for r in others.head(3).iter_rows(named=True))
+            out.append(Finding(
+                rule=rid, kind="log_hygiene", layer="training", severity="WARN", ranks=[],
+                title=(f"ERROR flood: {top['n']} {top['event']} lines logged as ERROR ({top['n'] / total:.0%} of all "
+                       f"ERRORs) bury " + (f"{buried} and " if buried else "") + f"{warns} WARN line(s)"),
+                evidence={"check": "error_flood", "event": top["event"], "errors": total, "flood": int(top["n"]),
+                          "warns": warns, "other_errors": {r["event"]: r["n"] for r in others.iter_rows(named=True)}},
+                lines=cite([top, *others.head(2).iter_rows(named=True)]),
+            ))
+
+    fast = sampling.filter((pl.col("n") >= MIN_SAMPLES) & (pl.col("interval_s") < MIN_INTERVAL_S))
+    if not fast.is_empty():
+        ranks = [int(r) for r in fast.get_column("rank")]
+        iv = float(fast.get_column("interval_s").median())
+        out.append(Finding(
+            rule=rid, kind="log_hygiene", layer="resource", severity="WARN", ranks=ranks,
+            title=(f"GPU metrics sampled every {iv:.2g} s on ranks {rank_ranges(ranks)} (keep >= {MIN_INTERVAL_S:g} s: "
+                   "polling NVML too often steals throughput)"),
+            evidence={"check": "sampling_interval", "interval_s": round(iv, 3), "min_interval_s": MIN_INTERVAL_S},
+            lines=cite(fast.head(3).iter_rows(named=True)),
+        ))
+    return out

@@ -1,0 +1,211 @@
+"""Root-cause selection: which finding explains the others, and the chain that leads to it.
+
+Owns the "explains" relation between findings, the choice of the root cause, the order of the
+findings in the report and the bottom-up chain physical -> resource -> communication ->
+training. Must not compute findings (passes and rules do) or format text (renderers do).
+
+Domain facts relied on (seed 000 §4.3, spec/report.md):
+- Faults propagate upwards: a hot GPU (physical) lowers its utilisation (resource), makes the
+  other ranks wait in collectives (communication) and lowers throughput while the loss still
+  falls (training). The root cause is the deepest finding that explains the others; which kind
+  can cause which is the table CAUSES below, layers only break ties.
+- A finding explains another only if it concerns the same rank(s) (or the other's victims, or
+  one of them is job-wide) and did not start after the other ended.
+- Failures (OOM, timeouts, hangs) cascade in time: the first failure explains the later ones,
+  wherever they are; an earlier root is never replaced by the timeouts it caused.
+- When the run crashed, the verdict must explain the crash: a root that is or explains a failure
+  is preferred to one that does not.
+- Log-hygiene findings describe the logs, not the training: never a root cause. A throughput
+  drop is only the training-layer symptom of the chain: never the root cause on its own.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Iterable
+
+from ..report.model import ChainLink, Finding, RootCause
+from .evidence import parse_iso, ranks_phrase
+
+LAYER_ORDER = {"physical": 0, "resource": 1, "communication": 2, "training": 3}
+SEVERITY_ORDER = {"ERROR": 0, "WARN": 1, "INFO": 2}
+
+# Within a layer (and across, as a last tie-break): causes before symptoms.
+KIND_PRIORITY = [
+    "thermal_throttling", "low_bandwidth", "oom", "data_load_skew", "straggler", "gpu_underutilized",
+    "hang", "nccl_timeout", "gradient_skew", "comm_bound", "vanishing_grad", "grad_norm_spike",
+    "loss_divergence", "loss_plateau", "rank_lag", "throughput_drop", "clock_skew", "log_hygiene",
+]
+FAILURES = {"oom", "nccl_timeout", "hang"}
+NON_CAUSAL = {"log_hygiene", "clock_skew"}
+# The training-layer face of a fault lower down: it explains nothing, so it is never the verdict
+# by itself — reported, and attached to the root that explains it, but an unexplained throughput
+# drop leaves root_cause null (e.g. a host busy with other work slows every rank alike).
+SYMPTOMS = {"throughput_drop"}
+
+_SLOW = {"gpu_underutilized", "straggler", "comm_bound", "gradient_skew", "rank_lag", "throughput_drop"}
+CAUSES: dict[str, set[str]] = {
+    "thermal_throttling": _SLOW | {"nccl_timeout", "hang"},
+    "low_bandwidth": _SLOW | {"nccl_timeout"},
+    # a slow input pipeline makes a rank late, not slow to compute: never a straggler's reason
+    "data_load_skew": _SLOW - {"straggler"},
+    "oom": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"},
+    "straggler": (_SLOW - {"straggler"}) | {"nccl_timeout"},
+    "gpu_underutilized": {"throughput_drop"},
+    "gradient_skew": {"comm_bound", "throughput_drop"},
+    "comm_bound": {"gpu_underutilized", "throughput_drop", "nccl_timeout"},
+    "hang": {"nccl_timeout", "rank_lag", "throughput_drop"},
+    "nccl_timeout": {"rank_lag"},
+    "rank_lag": set(),
+    "grad_norm_spike": {"loss_divergence"},
+    "loss_divergence": {"grad_norm_spike", "loss_plateau"},
+    "vanishing_grad": {"loss_plateau"},
+    "loss_plateau": set(),
+    "throughput_drop": set(),
+}
+
+LABELS = {
+    "thermal_throttling": "thermal throttling", "low_bandwidth": "low link bandwidth", "oom": "CUDA out of memory",
+    "data_load_skew": "data-loading skew", "straggler": "straggler", "gpu_underutilized": "GPU under-utilisation",
+    "hang": "hang", "nccl_timeout": "NCCL timeout", "gradient_skew": "gradient skew",
+    "comm_bound": "communication-bound steps", "vanishing_grad": "vanishing gradients",
+    "grad_norm_spike": "gradient-norm spike", "loss_divergence": "loss divergence", "loss_plateau": "loss plateau",
+    "rank_lag": "rank lag", "throughput_drop": "throughput drop", "clock_skew": "clock skew",
+    "log_hygiene": "log hygiene",
+}
+
+
+def _t(s: str | None) -> dt.datetime | None:
+    return parse_iso(s)
+
+
+def _ranks_related(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> bool:
+    """B concerns A's rank(s) or A's victims, or one of them is job-wide (no rank / every rank)."""
+    if not a.ranks or not b.ranks:
+        return True
+    if everyone and set(a.ranks) >= everyone:
+        return True
+    return set(b.ranks) <= set(a.ranks) | set(a.victims)
+
+
+def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> bool:
+    """Can finding `a` be (part of) the reason for finding `b`? `everyone`: all ranks of the run."""
+    if a is b or a.kind in NON_CAUSAL or b.kind in NON_CAUSAL:
+        return False
+    ta, tb = _t(a.first_seen), _t(b.first_seen)
+    if a.kind in FAILURES and b.kind in FAILURES:
+        if ta is not None and tb is not None and ta != tb:
+            return ta < tb
+        return a.kind == b.kind and _ranks_related(a, b, everyone) or b.kind in CAUSES.get(a.kind, set()) and _ranks_related(a, b, everyone)
+    if a.kind != b.kind and b.kind not in CAUSES.get(a.kind, set()):
+        return False
+    if a.kind == b.kind and a.ranks and b.ranks and not set(a.ranks) & set(b.ranks):
+        return False  # the same fault on other ranks is another fault
+    if not _ranks_related(a, b, everyone) and a.kind != b.kind:
+        return False
+    if ta is None or tb is None:
+        return True
+    if b.kind in FAILURES or (a.layer == "training" and b.layer == "training"):
+        return ta <= tb
+    tb_end = _t(b.last_seen) or tb
+    return ta <= tb_end
+
+
+def _key(f: Finding, crash_relevant: bool, is_rule: bool) -> tuple:
+    t = _t(f.first_seen)
+    return (
+        0 if crash_relevant else 1,
+        LAYER_ORDER.get(f.layer, 9),
+        KIND_PRIORITY.index(f.kind) if f.kind in KIND_PRIORITY else len(KIND_PRIORITY),
+        SEVERITY_ORDER.get(f.severity, 9),
+        t.timestamp() if t else float("inf"),
+        1 if is_rule else 0,
+    )
+
+
+def _closure(start: int, rel: list[list[bool]]) -> list[int]:
+    seen = {start}
+    todo = [start]
+    while todo:
+        i = todo.pop()
+        for j, ok in enumerate(rel[i]):
+            if ok and j not in seen:
+                seen.add(j)
+                todo.append(j)
+    seen.discard(start)
+    return sorted(seen)
+
+
+def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> tuple[int | None, list[int]]:
+    """Index of the root cause (None when nothing at WARN or above is wrong) and what it explains."""
+    n = len(findings)
+    rel = [[explains(findings[i], findings[j], everyone) for j in range(n)] for i in range(n)]
+    cands = [i for i, f in enumerate(findings)
+             if f.severity in ("WARN", "ERROR") and f.kind not in NON_CAUSAL and f.kind not in SYMPTOMS]
+    if not cands:
+        return None, []
+    failures = [i for i in range(n) if findings[i].kind in FAILURES]
+
+    def crash_relevant(i: int) -> bool:
+        return findings[i].kind in FAILURES or any(rel[i][j] for j in failures)
+
+    roots = [c for c in cands if not any(rel[o][c] and not rel[c][o] for o in cands if o != c)] or cands
+    root = min(roots, key=lambda i: _key(findings[i], bool(failures) and crash_relevant(i),
+                                         not findings[i].rule.startswith("pass.")))
+    return root, _closure(root, rel)
+
+
+def _chain(root: Finding, members: Iterable[Finding], everyone: frozenset[int] = frozenset()) -> list[ChainLink]:
+    picked: list[Finding] = [root]
+    kinds = {root.kind}
+    for f in sorted(members, key=lambda f: (LAYER_ORDER.get(f.layer, 9),
+                                            KIND_PRIORITY.index(f.kind) if f.kind in KIND_PRIORITY else 99)):
+        if f.kind in kinds or f.kind in NON_CAUSAL:
+            continue
+        if f.ranks and root.ranks and not set(f.ranks) <= set(root.ranks) and not set(f.ranks) >= everyone:
+            continue  # the chain runs through the culprit rank(s) and job-wide symptoms only
+        kinds.add(f.kind)
+        picked.append(f)
+    picked.sort(key=lambda f: (LAYER_ORDER.get(f.layer, 9), 0 if f is root else 1,
+                               KIND_PRIORITY.index(f.kind) if f.kind in KIND_PRIORITY else 99))
+    return [ChainLink(layer=f.layer, finding=f.title, ranks=list(f.ranks), lines=list(f.lines[:3])) for f in picked]
+
+
+def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[RootCause | None, list[Finding]]:
+    """Pick the root cause, order the findings (root, its chain, what it explains, the rest) and
+    fill every finding's `explains` with indexes into that order. `ranks`: all ranks of the run."""
+    everyone = frozenset(ranks or [])
+    root_i, explained = select(findings, everyone)
+    if root_i is None:
+        order = sorted(range(len(findings)), key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9),
+                                                            LAYER_ORDER.get(findings[i].layer, 9),
+                                                            findings[i].first_seen or ""))
+        out = [findings[i] for i in order]
+        for f in out:
+            f.explains = []
+        return None, out
+    root = findings[root_i]
+    chain = _chain(root, [findings[j] for j in explained], everyone)
+    chain_titles = [c.finding for c in chain]
+    rest = [i for i in range(len(findings)) if i != root_i and i not in explained]
+    ex_sorted = sorted(explained, key=lambda j: (findings[j].title not in chain_titles,
+                                                 chain_titles.index(findings[j].title) if findings[j].title in chain_titles else 0,
+                                                 LAYER_ORDER.get(findings[j].layer, 9)))
+    rest_sorted = sorted(rest, key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9),
+                                              LAYER_ORDER.get(findings[i].layer, 9), findings[i].first_seen or ""))
+    order = [root_i, *ex_sorted, *rest_sorted]
+    pos = {old: new for new, old in enumerate(order)}
+    out = [findings[i] for i in order]
+    for old, f in zip(order, out):
+        if old == root_i:
+            f.explains = sorted(pos[j] for j in explained)
+        else:
+            f.explains = sorted(pos[j] for j in range(len(findings))
+                                if j != old and explains(f, findings[j], everyone)
+                                and not explains(findings[j], f, everyone))
+    where = ("every rank" if everyone and set(root.ranks) >= everyone and len(everyone) > 1
+             else ranks_phrase(root.ranks) if root.ranks else "the whole job")
+    n_ex = len(explained)
+    summary = (f"{LABELS.get(root.kind, root.kind)} on {where} ({root.layer} layer): {root.title}"
+               + (f" — explains {n_ex} other finding{'s' if n_ex != 1 else ''}" if n_ex else ""))
+    rc = RootCause(kind=root.kind, layer=root.layer, ranks=list(root.ranks), summary=summary, chain=chain, finding=0)
+    return rc, out

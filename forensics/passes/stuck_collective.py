@@ -1,0 +1,102 @@
+"""Which ranks never joined the collective the others are stuck in (Flight Recorder dumps)?
+
+Question: per process group, is there a collective some members enqueued and others never
+reached — and which ranks are behind?
+
+Domain facts relied on:
+- A Flight Recorder dump (TORCH_NCCL_DUMP_ON_TIMEOUT) holds each rank's last collectives per
+  process group. collective_seq_id counts the collectives a rank enqueued in that group, so
+  members that reached the same point agree on it; a member whose last enqueued id is behind the
+  group's highest never issued the collective the others wait in (the same rule as
+  forensics.ingest.flight_recorder.missing_ranks, here over the stored COLLECTIVE / PG_STATUS
+  events). Point-to-point entries are skipped: their collective_seq_id does not advance.
+- Only groups with an entry not completed on some rank hold anybody. A member of the group
+  (pg_config) whose dump has no entry in it at all is behind too; ranks without a dump are not
+  judged.
+- The ranks that are behind are at fault (`ranks`, kind `hang`); the members stuck waiting are
+  the victims — often they are the ones whose watchdog fired first.
+
+Must not: decide the root cause; read events other than COLLECTIVE and PG_STATUS.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from ..report.model import Finding
+from .context import Context
+from .evidence import cite, iso, pass_id, ranks_phrase
+
+
+def find(ctx: Context) -> list[Finding]:
+    j = pl.col("extra").str.json_path_match
+    coll_lf = (
+        ctx.events.select("rank", "event", "timestamp", "process_group", "seq", "collective", "extra", "source_file", "line")
+        .filter((pl.col("event") == "COLLECTIVE") & pl.col("rank").is_not_null() & pl.col("process_group").is_not_null())
+        .with_columns(j("$.state").alias("state"), (j("$.is_p2p") == "true").fill_null(False).alias("p2p"))
+        .drop("extra", "event")
+    )
+    status_lf = (
+        ctx.events.select("rank", "event", "process_group", "seq", "extra", "source_file", "line")
+        .filter((pl.col("event") == "PG_STATUS") & pl.col("rank").is_not_null() & pl.col("process_group").is_not_null())
+        .with_columns(j("$.pg_ranks").alias("pg_ranks"))
+        .drop("event", "extra")
+    )
+    dumped_lf = (
+        ctx.events.select("rank", "event").filter(pl.col("event").is_in(["COLLECTIVE", "PG_STATUS"]))
+        .select(pl.col("rank").drop_nulls().unique())
+    )
+    coll, status, dumped = pl.collect_all([coll_lf, status_lf, dumped_lf])
+    if coll.is_empty():
+        return []
+    pending = coll.filter(~pl.col("p2p") & (pl.col("state").fill_null("") != "completed")).get_column("process_group").unique()
+    # members of each group (pg_config), so a member with no entry at all in the group counts as behind
+    members = (
+        status.filter(pl.col("pg_ranks").is_not_null())
+        .group_by("process_group").agg(pl.col("pg_ranks").first())
+        .with_columns(pl.col("pg_ranks").str.json_decode(pl.List(pl.Int32)).alias("rank"))
+        .explode("rank").select("process_group", "rank", pl.lit(-1, dtype=pl.Int64).alias("seq"))
+        .join(dumped, on="rank", how="semi")    # ranks without a dump are not judged
+    )
+    enq = pl.concat([
+        coll.filter(~pl.col("p2p") & pl.col("seq").is_not_null()).select("process_group", "rank", "seq"),
+        status.filter(pl.col("seq").is_not_null()).select("process_group", "rank", "seq"),
+        members,
+    ], how="vertical_relaxed").group_by("process_group", "rank").agg(pl.col("seq").max())
+    enq = enq.filter(pl.col("process_group").is_in(pending.implode())).with_columns(
+        pl.col("seq").max().over("process_group").alias("top")
+    )
+    behind = enq.filter(pl.col("seq") < pl.col("top"))
+    if behind.is_empty():
+        return []
+    culprits = sorted({int(r) for r in behind.get_column("rank")})
+    groups = behind.group_by("process_group").agg(pl.col("rank").sort(), pl.col("top").first()).sort("process_group")
+    waiting = enq.filter((pl.col("seq") == pl.col("top")) & pl.col("process_group").is_in(groups.get_column("process_group").implode()))
+    victims = sorted({int(r) for r in waiting.get_column("rank")} - set(culprits))
+    # the stuck collective as the waiting ranks recorded it
+    stuck = coll.join(waiting.select("process_group", "rank", pl.col("top").alias("seq")), on=["process_group", "rank", "seq"])
+    stuck = stuck.sort("timestamp", nulls_last=True)
+    desc = "; ".join(
+        f"pg {g['process_group']}: {ranks_phrase(g['rank'])} behind #{g['top']}"
+        + (f" ({ops[0]})" if (ops := stuck.filter(pl.col("process_group") == g["process_group"])
+                               .get_column("collective").drop_nulls().head(1).to_list()) else "")
+        for g in groups.head(4).iter_rows(named=True)
+    ) + (f"; … {groups.height - 4} more groups" if groups.height > 4 else "")
+    last_lines = (
+        coll.filter(pl.col("rank").is_in(culprits)).sort("line").group_by("rank", maintain_order=True).last()
+        .sort("rank").head(3)
+    )
+    lines = cite([dict(r, text=f"rank {r['rank']} stuck in {r['collective']} #{r['seq']} (pg {r['process_group']})")
+                  for r in stuck.head(2).iter_rows(named=True)], text="text")
+    lines += cite([dict(r, text=f"rank {r['rank']} last recorded {r['collective']} #{r['seq']} (pg {r['process_group']})")
+                   for r in last_lines.iter_rows(named=True)], text="text")
+    t0 = stuck.get_column("timestamp").drop_nulls()
+    return [Finding(
+        rule=pass_id("stuck_collective"), kind="hang", layer="communication", severity="ERROR",
+        ranks=culprits, victims=victims,
+        title=f"{ranks_phrase(culprits)} never joined the collective the others are stuck in: {desc}",
+        evidence={"groups": {g["process_group"]: {"missing": [int(x) for x in g["rank"]], "seq": int(g["top"])}
+                             for g in groups.iter_rows(named=True)},
+                  "how": "flight recorder: collective_seq_id behind the group's"},
+        lines=lines,
+        first_seen=iso(t0.min()) if len(t0) else None, last_seen=iso(t0.max()) if len(t0) else None,
+    )]

@@ -1,0 +1,242 @@
+"""Rendering of the timeline views: `forensics ranks`, `forensics timeline`, `forensics last-10s`.
+
+Owns presentation only: takes the frames and the Snapshot that `forensics.timeline` computed and
+prints them as rich tables (people) or JSON/CSV (pipes, CI). It states facts the library found
+("rank 5 went silent first, 1800 s before the end"); judging them is the diagnosis' job.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..timeline import Snapshot, iso
+from .events import PIPE_FORMATS, cell, events_table, present_columns, write_rows
+from .ingest import _ranks_text
+
+# Hosts whose clock estimate is within this of the consensus are not listed one by one: the
+# logged timestamps have millisecond resolution, so a few ms is noise.
+CLOCK_NOTE_MS = 5.0
+
+
+def _say(console: Console, text: str) -> None:
+    console.print(text, markup=False, highlight=False)
+
+
+def _ms(v: float | None) -> str:
+    return "" if v is None else f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:.0f}%"
+
+
+def _secs(v: float | None) -> str:
+    if v is None:
+        return ""
+    if abs(v) < 60:
+        return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+    m, s = divmod(round(v, 1), 60)
+    return f"{int(m)}m{s:04.1f}" if m < 60 else f"{int(m // 60)}h{int(m % 60):02d}m"
+
+
+def clock_note(df: pl.DataFrame, clock: str = "clock", offset: str = "offset_ms") -> str | None:
+    """'clocks: node3 +249.5 ms, node5 -120.5 ms (others within 5 ms)' or None."""
+    if not df.height or offset not in df.columns:
+        return None
+    rows = df.select(clock, offset).unique().drop_nulls().sort(clock)
+    far = rows.filter(pl.col(offset).abs() >= CLOCK_NOTE_MS)
+    if not far.height:
+        return None
+    parts = [f"{c} {o:+.1f} ms" for c, o in far.iter_rows()]
+    rest = rows.height - far.height
+    tail = f" (others within {CLOCK_NOTE_MS:.0f} ms)" if rest else ""
+    return "clock offsets from collective ends: " + ", ".join(parts) + tail
+
+
+# --- ranks ---------------------------------------------------------------------------------------
+
+RANK_COLUMNS: list[tuple[str, str, Any]] = [
+    ("rank", "rank", cell), ("host", "host", cell), ("first_ts", "first event", cell), ("last_ts", "last event", cell),
+    ("last_step", "step", cell), ("lag_steps", "behind", cell), ("events", "events", cell),
+    ("step_ms", "step ms", _ms), ("data_ms", "data ms", _ms), ("compute_ms", "compute ms", _ms),
+    ("comm_ms", "comm ms", _ms), ("comm_share", "comm %", _pct), ("wait_ms", "wait ms", _ms),
+    ("gpu_util", "GPU %", _ms), ("temp_max", "max °C", _ms), ("warn", "WARN", cell), ("error", "ERROR", cell),
+    ("silent_s", "silent s", _secs), ("silent_order", "silent #", cell), ("clock_offset_ms", "clock ms", _ms),
+]
+
+
+def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.DataFrame | None = None) -> None:
+    """The `ranks` table; notes: ranks that never logged, who went silent first, clock offsets,
+    time going backwards."""
+    if fmt in PIPE_FORMATS:
+        write_rows(df, fmt)
+        return
+    cols = [c for c in RANK_COLUMNS if c[0] in present_columns(df, [c[0] for c in RANK_COLUMNS]) or c[0] == "rank"]
+    t = Table(show_edge=False, pad_edge=False)
+    for key, head, _ in cols:
+        t.add_column(head, justify="left" if key in ("host", "first_ts", "last_ts") else "right", no_wrap=key.endswith("_ts"))
+    for r in df.iter_rows(named=True):
+        style = "red" if r["events"] == 0 else ("bold" if r.get("silent_order") == 1 and df.height > 1 else "")
+        t.add_row(*(Text(fn(r[k])) for k, _, fn in cols), style=style)
+    console.print(t)
+    missing = df.filter(pl.col("events") == 0)["rank"].drop_nulls().to_list()
+    if missing:
+        _say(console, f"no events at all from rank(s) {_ranks_text(missing)}: a file without lines, or no file "
+                      "(ranks are numbered 0..world_size-1)")
+    live = df.filter(pl.col("last_ts").is_not_null()).sort("silent_order")
+    if live.height > 1:
+        first = live.row(0, named=True)
+        behind = f", {first['lag_steps']} step(s) behind" if first.get("lag_steps") else ""
+        step = f" at step {first['last_step']}" if first.get("last_step") is not None else ""
+        _say(console, f"first to go silent: rank {first['rank']}, {_secs(first['silent_s'])} s before the last "
+                      f"event of the run{step}{behind}")
+    note = clock_note(df.rename({"host": "clock", "clock_offset_ms": "offset_ms"}).select("clock", "offset_ms")
+                      .drop_nulls()) if "clock_offset_ms" in df.columns else None
+    if note:
+        _say(console, note + " (silence is compared on the aligned clock)")
+    if monotonic is not None and monotonic.height:
+        for r in monotonic.head(5).iter_rows(named=True):
+            _say(console, f"time goes backwards {r['backwards']} time(s) in {r['source_file']} (rank {r['rank']}), "
+                          f"first at {r['source_file']}:{r['first_line']}, up to {_ms(r['max_back_ms'])} ms")
+        if monotonic.height > 5:
+            _say(console, f"... and in {monotonic.height - 5} more file(s)")
+
+
+# --- timeline ------------------------------------------------------------------------------------
+
+PER_RANK_MAX = 8   # above this many ranks a step is one summary row
+
+
+def render_timeline(rows: pl.DataFrame, fmt: str, console: Console, *, offsets: pl.DataFrame | None = None,
+                    ranks: list[int] | None = None, span: tuple[int, int] | None = None,
+                    per_rank: bool | None = None) -> None:
+    """`rows`: the step table joined with arrivals, one row per (step, rank), for all ranks of the
+    steps shown (a rank can only be 'last' among all). `ranks` limits the rows shown."""
+    shown = rows.filter(pl.col("rank").is_in(ranks)) if ranks else rows
+    if fmt in PIPE_FORMATS:
+        write_rows(shown, fmt)
+        return
+    if not rows.height:
+        _say(console, "no steps: no event carries a step number in this range")
+        return
+    n_ranks = shown["rank"].n_unique()
+    steps = rows["step"]
+    src = rows["arrival_source"].drop_nulls().mode().to_list()
+    head = f"steps {steps.min()}-{steps.max()}"
+    if span:
+        head += f" (the run logged steps {span[0]}-{span[1]})"
+    head += f", {n_ranks} rank(s)"
+    if src:
+        aligned = offsets is not None and offsets.height > 0
+        head += f"; arrival at the collective from {src[0]}" + (" on the aligned clock" if aligned and src[0] != "wait_ms" else "")
+    _say(console, head)
+    if per_rank if per_rank is not None else n_ranks <= PER_RANK_MAX:
+        console.print(_per_rank_table(shown))
+    else:
+        console.print(_per_step_table(rows))
+    last = (rows.filter(pl.col("is_last")).group_by("rank").agg(pl.len().alias("n"), pl.col("late_by_ms").median())
+            .sort("n", "rank", descending=[True, False]))
+    n_steps = rows.filter(pl.col("arrived") >= 2)["step"].n_unique()
+    if last.height and n_steps:
+        parts = [f"rank {r} in {n} of {n_steps} steps (median {_ms(m)} ms after the median rank)"
+                 for r, n, m in last.head(3).iter_rows()]
+        _say(console, "arrived last: " + "; ".join(parts) + ("; ..." if last.height > 3 else ""))
+    incomplete = rows.filter(~pl.col("complete"))
+    if incomplete.height:
+        by_step = incomplete.group_by("step").agg(pl.col("rank").sort()).sort("step")
+        for s, rs in by_step.tail(3).iter_rows():
+            _say(console, f"step {s} never finished on rank(s) {_ranks_text(rs)} (no TRAIN_STEP)")
+    if offsets is not None:
+        note = clock_note(offsets)
+        if note:
+            _say(console, note)
+
+
+def _per_rank_table(df: pl.DataFrame) -> Table:
+    t = Table(show_edge=False, pad_edge=False)
+    for h in ("step", "rank", "host", "step ms", "data ms", "compute ms", "comm ms", "wait ms", "arrival +ms", "order", ""):
+        t.add_column(h, justify="left" if h in ("host", "") else "right")
+    prev = None
+    for r in df.iter_rows(named=True):
+        mark = "last" if r["is_last"] else ""
+        if not r["complete"]:
+            mark = (mark + " unfinished").strip()
+        t.add_row(cell(r["step"]) if r["step"] != prev else "", cell(r["rank"]), cell(r["host"]),
+                  _ms(r["step_time_ms"]) + ("*" if r["step_time_source"] == "derived" else ""),
+                  _ms(r["data_load_ms"]), _ms(r["compute_ms"]), _ms(r["comm_ms"]), _ms(r["wait_ms"]),
+                  _ms(r["arrival_ms"]), cell(r["order"]), mark, style="bold" if r["is_last"] else "")
+        prev = r["step"]
+    return t
+
+
+def _per_step_table(df: pl.DataFrame) -> Table:
+    per = (
+        df.group_by("step")
+        .agg(
+            pl.len().alias("ranks"),
+            pl.col("step_time_ms").median(), pl.col("data_load_ms").median(), pl.col("compute_ms").median(),
+            pl.col("comm_ms").median(), pl.col("wait_ms").median(),
+            pl.col("rank").sort_by("step_time_ms", descending=True, nulls_last=True).first().alias("slowest"),
+            pl.col("step_time_ms").max().alias("slowest_ms"),
+            pl.col("last_rank").first(), pl.col("late_by_ms").first(), pl.col("spread_ms").first(),
+            pl.col("complete").sum().alias("finished"),
+        )
+        .sort("step")
+    )
+    t = Table(show_edge=False, pad_edge=False)
+    for h in ("step", "ranks", "step ms", "data ms", "compute ms", "comm ms", "wait ms", "slowest (ms)",
+              "last to arrive", "late by ms", "spread ms", "finished"):
+        t.add_column(h, justify="right")
+    for r in per.iter_rows(named=True):
+        t.add_row(cell(r["step"]), cell(r["ranks"]), _ms(r["step_time_ms"]), _ms(r["data_load_ms"]),
+                  _ms(r["compute_ms"]), _ms(r["comm_ms"]), _ms(r["wait_ms"]),
+                  f"{r['slowest']} ({_ms(r['slowest_ms'])})" if r["slowest"] is not None and r["slowest_ms"] is not None else "",
+                  cell(r["last_rank"]), _ms(r["late_by_ms"]), _ms(r["spread_ms"]), f"{r['finished']}/{r['ranks']}")
+    return t
+
+
+# --- last-10s ------------------------------------------------------------------------------------
+
+EVENTS_SHOWN_MAX = 200   # window events printed in the table view; JSON has them all (bounded per rank)
+
+
+def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(s.to_dict()) + "\n")
+        return
+    _say(console, f"stop: {iso(s.stop)}  ({s.how})")
+    _say(console, f"window: {s.window_s:g} s before the stop, from {iso(s.start)}")
+    t = Table(show_edge=False, pad_edge=False)
+    for h in ("rank", "host", "step", "in window", "last event (UTC)", "level", "event", "message", "silent s", "after stop", "file:line"):
+        t.add_column(h, justify="right" if h in ("rank", "step", "in window", "silent s", "after stop") else "left",
+                     overflow="fold", max_width=50 if h == "message" else None)
+    for r in s.ranks.iter_rows(named=True):
+        level = str(r["last_level"]) if r["last_level"] is not None else ""
+        t.add_row(cell(r["rank"]), cell(r["host"]), cell(r["step"]), cell(r["in_window"]), cell(r["last_ts"]),
+                  Text(level, style={"ERROR": "bold red", "WARN": "yellow"}.get(level, "")), cell(r["last_event"]),
+                  Text(cell(r["last_message"])), _secs(r["silent_s"]), cell(r["after_stop"]),
+                  Text(_tail(r["last_where"])),
+                  style="red" if r["last_ts"] is None else ("dim" if r["in_window"] == 0 else ""))
+    console.print(t)
+    if s.quiet:
+        _say(console, f"no events in the window: rank(s) {_ranks_text(s.quiet)}")
+    if s.missing:
+        _say(console, f"never logged at all: rank(s) {_ranks_text(s.missing)}")
+    if s.events.height:
+        if s.events.height <= EVENTS_SHOWN_MAX:
+            console.print(events_table(s.events, title=f"events in the window (up to the newest {s.limit} per rank)"))
+        else:
+            _say(console, f"{s.events.height} events in the window: narrow with --rank, or see them all with "
+                          f"--format json, or: forensics events STORE --since {iso(s.start)} --until {iso(s.stop)}")
+
+
+def _tail(where: str | None) -> str:
+    if not where:
+        return ""
+    return "/".join(where.split("/")[-2:])

@@ -1,0 +1,79 @@
+"""The Markdown report, for tickets and post-mortems: same reading order as the terminal report.
+
+Owns Markdown layout and escaping (table pipes, backticks in log text). Must not judge anything:
+it lays out `outline()`.
+"""
+from __future__ import annotations
+
+from .fmt import clock
+from .model import Evidence, Finding, Report
+from .outline import outline
+
+EVIDENCE_PER_CLAIM = 3
+
+
+def _code(s: str) -> str:
+    return "`" + s.replace("`", "'") + "`"
+
+
+def _cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _evidence(e: Evidence) -> str:
+    bits = [_code(e.where)]
+    if e.rank is not None:
+        bits.append(f"rank {e.rank}")
+    if e.timestamp:
+        bits.append(clock(e.timestamp))
+    if e.text:
+        bits.append(_code(e.text))
+    return " · ".join(bits)
+
+
+def _finding(f: Finding) -> list[str]:
+    out = [f"- **{f.severity}** · {f.layer} · `{f.kind}` · rule `{f.rule}` — {f.title}"]
+    out += [f"  - {_evidence(e)}" for e in f.lines[:EVIDENCE_PER_CLAIM]]
+    return out
+
+
+def render_markdown(report: Report) -> str:
+    o = outline(report)
+    title = f"# Diagnosis of {_code(report.run.store)}" if report.run.store else "# Training run diagnosis"
+    md: list[str] = [title, "", f"_{o.header}_", ""]
+    md += [f"**{o.verdict}**", ""]
+    if o.summary:
+        md += [o.summary, ""]
+    if o.chain:
+        md += ["## Chain, bottom-up", ""]
+        for i, c in enumerate(o.chain, 1):
+            md.append(f"{i}. **{c.layer}** — {c.finding}")
+            md += [f"   - {_evidence(e)}" for e in c.lines[:EVIDENCE_PER_CLAIM]]
+        md.append("")
+    elif o.root is not None:
+        md += ["## Root finding", "", *_finding(o.root), ""]
+    if o.explained:
+        md += ["## Explained by the root cause", ""]
+        for x in o.explained:
+            cite = f" ({_code(x.finding.lines[0].where)})" if x.finding.lines else ""
+            md.append(f"- {x.line}{cite}")
+        md.append("")
+    if o.others:
+        md += [f"## {o.others_title}", ""]
+        for f in o.others:
+            md += _finding(f)
+        md.append("")
+    if o.rows:
+        md += ["## Per rank", "", "| " + " | ".join(_cell(c) for c in o.columns) + " |",
+               "|" + "|".join("---" for _ in o.columns) + "|"]
+        rank_col = o.columns.index("rank") if "rank" in o.columns else None
+        faults = {str(r) for r in o.fault_ranks}
+        for row in o.rows:
+            cells = [_cell(c) for c in row]
+            if rank_col is not None and cells[rank_col] in faults:
+                cells[rank_col] = f"**{cells[rank_col]}**"
+            md.append("| " + " | ".join(cells) + " |")
+        md.append("")
+        if faults and rank_col is not None:
+            md += ["Ranks in bold are at fault (root cause).", ""]
+    return "\n".join(md).rstrip("\n") + "\n"

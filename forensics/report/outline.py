@@ -1,0 +1,184 @@
+"""What a report says, in reading order, before any layout: shared by the text and md renderers.
+
+Owns the reading of a `Report` for humans: the one-sentence verdict, the chain bottom-up, which
+findings the root cause explains (compressed to one line each, "ranks 0–2,4–7: NCCL timeout —
+explained by rank 3 CUDA OOM 0.4 s earlier"), the other findings, and the per-rank table as
+strings. Must not judge the run (the passes did) nor know about rich or Markdown.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .fmt import clock, duration, is_iso, kind_label, num, rank_phrase, seconds_between
+from .model import LAYERS, SEVERITIES, ChainLink, Finding, Report
+
+
+FELT_BY_OTHERS = {"nccl_timeout", "comm_bound"}
+
+
+@dataclass
+class Explained:
+    finding: Finding
+    line: str                       # the compressed sentence
+    also: list[str] = field(default_factory=list)   # further findings saying the same
+
+
+@dataclass
+class Outline:
+    header: str
+    verdict: str
+    summary: str | None
+    healthy: bool
+    root: Finding | None
+    chain: list[ChainLink]
+    explained: list[Explained]
+    others: list[Finding]
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    fault_ranks: list[int] = field(default_factory=list)
+    others_title: str = "Findings"
+
+
+def _day_time(ts: str | None) -> tuple[str, str]:
+    if not ts:
+        return "?", "?"
+    t = ts.replace("T", " ").replace("Z", "").replace("+00:00", "")
+    day, _, time = t.partition(" ")
+    return day, time[:8] if time else "?"
+
+
+def header(report: Report) -> str:
+    run = report.run
+    d0, t0 = _day_time(run.start)
+    d1, t1 = _day_time(run.end)
+    span = f"{d0} {t0} → {t1 if d1 == d0 else f'{d1} {t1}'} UTC" if run.start else "no timestamps"
+    who = f"{run.ranks} rank{'s' if run.ranks != 1 else ''}"
+    if run.hosts:
+        who += f" on {run.hosts} host{'s' if run.hosts != 1 else ''}"
+    parts = [
+        who,
+        span,
+        f"{run.events:,} events",
+    ]
+    if run.rejected_lines:
+        parts.append(f"{run.rejected_lines:,} lines rejected")
+    if run.crashed:
+        parts.append("ended in a crash")
+    return " · ".join(parts)
+
+
+def covered(report: Report) -> set[int]:
+    """Indexes of the root finding and of everything it explains, directly or through others."""
+    rc = report.root_cause
+    if rc is None or rc.finding is None or not 0 <= rc.finding < len(report.findings):
+        return set()
+    seen: set[int] = set()
+    todo = [rc.finding]
+    while todo:
+        i = todo.pop()
+        if i in seen or not 0 <= i < len(report.findings):
+            continue
+        seen.add(i)
+        todo.extend(report.findings[i].explains)
+    return seen
+
+
+def _explainer(report: Report, i: int, cover: set[int]) -> Finding | None:
+    """The covered finding that explains finding i (the root cause when several do)."""
+    rc = report.root_cause
+    cands = [j for j in cover if i in report.findings[j].explains and j != i]
+    if rc is not None and rc.finding in cands:
+        return report.findings[rc.finding]  # type: ignore[index]
+    return report.findings[min(cands)] if cands else None
+
+
+def compress(f: Finding, by: Finding | None) -> str:
+    # A timeout or a communication-bound step shows on the ranks that wait: name those (the
+    # victims, when the diagnosis knows them). Any other kind describes the rank it names.
+    shown = (f.victims or f.ranks) if f.kind in FELT_BY_OTHERS else (f.ranks or f.victims)
+    who = rank_phrase(shown) if shown else "all ranks"
+    line = f"{who}: {kind_label(f.kind)}"
+    if by is None:
+        return line
+    if by.kind == f.kind and set(f.ranks) <= set(by.ranks):
+        # a rule and a pass that saw the same fault: say so instead of "explained by itself"
+        return f"{line} — the same fault, also reported by"
+    line += f" — explained by {rank_phrase(by.ranks) if by.ranks else 'the run'} {kind_label(by.kind)}"
+    dt = seconds_between(by.first_seen, f.first_seen)
+    if dt is not None:
+        line += " at the same time" if abs(dt) < 0.05 else f" {duration(abs(dt))} {'earlier' if dt > 0 else 'later'}"
+    return line
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        return num(v)
+    if is_iso(v):
+        return clock(v)
+    if isinstance(v, (list, tuple)):
+        return ",".join(_cell(x) for x in v) or "-"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_cell(x)}" for k, x in v.items()) or "-"
+    return str(v)
+
+
+def _severity_key(f: Finding) -> tuple[int, str, str]:
+    sev = SEVERITIES.index(f.severity) if f.severity in SEVERITIES else 0
+    return (-sev, f.first_seen or "", f.rule)
+
+
+def outline(report: Report) -> Outline:
+    rc = report.root_cause
+    cover = covered(report)
+    root = report.findings[rc.finding] if rc is not None and rc.finding is not None and rc.finding in cover else None
+    explained: list[Explained] = []
+    for i in sorted(cover, key=lambda i: (report.findings[i].first_seen or "", i)):
+        f = report.findings[i]
+        if f is root:
+            continue
+        line = compress(f, _explainer(report, i, cover))
+        same = next((x for x in explained if x.line == line), None)
+        if same is None:
+            explained.append(Explained(f, line))
+        else:   # a rule and a pass reporting the same symptom: one line, both named
+            same.also.append(f.rule)
+    for x in explained:
+        if x.line.endswith(" also reported by"):
+            x.line += " " + ", ".join([x.finding.rule, *x.also])
+        elif x.also:
+            x.line += f" (also {', '.join(x.also)})"
+    others = sorted((f for i, f in enumerate(report.findings) if i not in cover), key=_severity_key)
+    summary: str | None = None
+    if rc is not None:
+        verdict = f"Root cause: {kind_label(rc.kind)} on {rank_phrase(rc.ranks) if rc.ranks else 'no single rank'} ({rc.layer} layer)."
+        summary = rc.summary
+        healthy = False
+    elif not any(f.severity in ("WARN", "ERROR") for f in report.findings):
+        # INFO findings are notes (e.g. on the logs themselves), not faults
+        notes = len(report.findings)
+        healthy = not report.run.crashed
+        verdict = (f"The run crashed, but no finding explains it ({report.run.events:,} events read)."
+                   if report.run.crashed else
+                   f"Healthy: nothing wrong found in {report.run.ranks} ranks and {report.run.events:,} events.")
+        if notes:
+            verdict += f" {notes} note{'s' if notes != 1 else ''} below."
+    else:
+        healthy = False
+        n = len(report.findings)
+        verdict = f"No single root cause: {n} finding{'s' if n != 1 else ''}, none explaining the others."
+    order = {layer: i for i, layer in enumerate(LAYERS)}
+    chain = sorted(rc.chain, key=lambda c: order.get(c.layer, len(LAYERS))) if rc is not None else []
+    columns = list(dict.fromkeys(k for row in report.per_rank for k in row))
+    rows = [[_cell(row.get(c)) for c in columns] for row in report.per_rank]
+    others_title = ("Other findings (not explained by the chain)" if rc is not None
+                    else "Notes" if healthy else "Findings")
+    return Outline(
+        header=header(report), verdict=verdict, summary=summary, healthy=healthy, root=root, chain=chain,
+        explained=explained, others=others, columns=columns, rows=rows,
+        fault_ranks=list(rc.ranks) if rc is not None else [], others_title=others_title,
+    )

@@ -1,0 +1,159 @@
+"""The terminal report, laid out with rich at a fixed width (golden files stay stable).
+
+Reads top-down: the run in one line; the verdict in one sentence; the chain bottom-up
+(physical → resource → communication → training), each claim with its evidence lines
+(file:line, rank, time, what the line says); the findings the root cause explains, one line
+each; the other findings; the per-rank table, split into several tables rather than squeezed
+when it is wider than the page. Must not judge anything: it lays out `outline()`.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .fmt import clock
+from .model import Evidence, Finding, Report
+from .outline import outline
+
+EVIDENCE_PER_CLAIM = 3
+GAP = 2
+
+
+def _where(e: Evidence) -> str:
+    """file:line, relative to the working directory when the file is below it (shorter, clickable)."""
+    path = e.source_file
+    if os.path.isabs(path):
+        rel = os.path.relpath(path)
+        if not rel.startswith(".."):
+            path = rel
+    return f"{path}:{e.line}"
+
+
+def _evidence(e: Evidence) -> Text:
+    t = Text("↳ ", style="dim")
+    t.append(_where(e), style="cyan")
+    if e.rank is not None:
+        t.append(f"  rank {e.rank}")
+    if e.timestamp:
+        t.append(f"  {clock(e.timestamp)}", style="dim")
+    if e.text:
+        t.append(f"  {e.text}")
+    return t
+
+
+def _grid(first_width: int) -> Table:
+    """Two columns; the second wraps under itself (a hanging indent)."""
+    t = Table.grid(padding=(0, GAP))
+    t.add_column(no_wrap=True, min_width=first_width)
+    t.add_column(overflow="fold")
+    return t
+
+
+def _add_finding(t: Table, f: Finding) -> None:
+    head = Text()
+    head.append(f"{f.layer} · {f.kind} · ", style="dim")
+    head.append(f.title)
+    t.add_row(Text(f.severity, style={"ERROR": "bold red", "WARN": "yellow"}.get(f.severity, "")), head)
+    for e in f.lines[:EVIDENCE_PER_CLAIM]:
+        t.add_row("", _evidence(e))
+
+
+def _column_groups(columns: list[str], rows: list[list[str]], width: int, key: int | None) -> list[list[int]]:
+    """Columns split into groups that fit the width, the rank column first in each."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    rest = [i for i in range(len(columns)) if i != key]
+    groups: list[list[int]] = []
+    cur = [] if key is None else [key]
+    used = 0 if key is None else widths[key]
+    base = len(cur)
+    for i in rest:
+        need = widths[i] + (GAP if cur else 0)
+        if len(cur) > base and used + need > width:
+            groups.append(cur)
+            cur = [] if key is None else [key]
+            used = 0 if key is None else widths[key]
+            need = widths[i] + (GAP if cur else 0)
+        cur.append(i)
+        used += need
+    if len(cur) > base or not groups:
+        groups.append(cur)
+    return groups
+
+
+def _per_rank(con: Console, columns: list[str], rows: list[list[str]], faults: list[int], width: int) -> None:
+    key = columns.index("rank") if "rank" in columns else None
+    rows = [list(r) for r in rows]
+    if key is not None and faults:
+        marked = {str(r) for r in faults}
+        for r in rows:
+            if r[key] in marked:
+                r[key] += " *"
+    for n, group in enumerate(_column_groups(columns, rows, width, key)):
+        if n:
+            con.print()
+        t = Table(box=None, padding=(0, GAP), pad_edge=False, header_style="bold", collapse_padding=True)
+        for i in group:
+            t.add_column(columns[i], no_wrap=True, overflow="ellipsis")
+        for r in rows:
+            t.add_row(*(r[i] for i in group))
+        con.print(t)
+    if key is not None and faults:
+        con.print(Text("* at fault (root cause)", style="dim"))
+
+
+def render_text(report: Report, *, width: int = 100, color: bool = False) -> str:
+    o = outline(report)
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                  no_color=not color, highlight=False, emoji=False, markup=False, soft_wrap=False)
+    head = Text("forensics diagnosis", style="bold")
+    if report.run.store:
+        head.append(f" of {report.run.store}", style="")
+    con.print(head)
+    con.print(Text(o.header, style="dim"))
+    con.print()
+    con.print(Text(o.verdict, style="bold green" if o.healthy else "bold"))
+    if o.summary:
+        con.print(Text(o.summary))
+    if o.chain:
+        con.print()
+        con.print(Text("Chain, bottom-up", style="bold"))
+        t = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False, expand=False)
+        t.add_column(no_wrap=True, min_width=13, style="magenta")
+        t.add_column(overflow="fold")
+        for c in o.chain:
+            t.add_row(c.layer, Text(c.finding))
+            for e in c.lines[:EVIDENCE_PER_CLAIM]:
+                t.add_row("", _evidence(e))
+        con.print(t)
+    elif o.root is not None:
+        con.print()
+        t = _grid(5)
+        _add_finding(t, o.root)
+        con.print(t)
+    if o.explained:
+        con.print()
+        con.print(Text("Explained by the root cause", style="bold"))
+        t = _grid(0)
+        for x in o.explained:
+            line = Text(x.line)
+            if x.finding.lines:
+                line.append(f"  [{_where(x.finding.lines[0])}]", style="cyan")
+            t.add_row("", line)
+        con.print(t)
+    if o.others:
+        con.print()
+        con.print(Text(o.others_title, style="bold"))
+        t = _grid(5)
+        for f in o.others:
+            _add_finding(t, f)
+        con.print(t)
+    if o.rows:
+        con.print()
+        con.print(Text("Per rank", style="bold"))
+        _per_rank(con, o.columns, o.rows, o.fault_ranks, width)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"

@@ -1,0 +1,132 @@
+"""The post-mortem commands through the CLI: events, ranks, timeline, last-10s, sql, every format."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from forensics.cli import app
+from forensics.schema import EVENT_SCHEMA
+from test_timeline import ingest
+
+runner = CliRunner()
+
+
+def run(*args: str) -> str:
+    r = runner.invoke(app, list(args))
+    assert r.exit_code == 0, (r.output, r.exception)
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A 6-rank run on 3 hosts: rank 4 computes 200 ms longer, rank 5 dies after step 7, node1's
+    clock runs 80 ms ahead, rank 1 logs an NCCL timeout long after the others went quiet."""
+    tmp = tmp_path_factory.mktemp("pm")
+    err = {"t": 60.0, "level": "ERROR", "event": "NCCL_TIMEOUT", "message": "rank=1 waiting on rank=5 for 50s",
+           "extra": {"collective": "allreduce", "timeout_s": 50}}
+    run_, _ = ingest(tmp, ranks=6, steps=12, slow_ms={4: 200.0}, last_step={5: 7}, offsets_ms={"node1": 80.0},
+                     extra={1: [err]})
+    return run_.path, tmp / "logs"
+
+
+def test_events_formats(store: tuple[Path, Path]) -> None:
+    st, _ = store
+    rows = [json.loads(x) for x in run("events", str(st), "--rank", "2", "--format", "jsonl").splitlines()]
+    assert rows and {r["rank"] for r in rows} == {2}
+    assert list(rows[0]) == list(EVENT_SCHEMA)           # keyed by the store's column names
+    assert all(r["timestamp"].endswith("Z") for r in rows)
+    assert [r["timestamp"] for r in rows] == sorted(r["timestamp"] for r in rows)
+    arr = json.loads(run("events", str(st), "-r", "2", "-e", "ALLREDUCE", "-f", "json"))
+    assert len(arr) == 8 and {a["event"] for a in arr} == {"ALLREDUCE"} and arr[0]["comm_ms"] > 0
+    table = list(csv.DictReader(io.StringIO(run("events", str(st), "--level", "ERROR", "--format", "csv"))))
+    assert [(t["rank"], t["event"]) for t in table] == [("1", "NCCL_TIMEOUT")]
+    out = run("events", str(st), "-r", "3", "-e", "DATA_LOAD_TIME", "--limit", "2")
+    assert "DATA_LOAD_TIME" in out and "data_load_ms" in out and "first 2 events shown" in out
+    assert "temp_c" not in out                            # all-null metrics are not columns
+    out = run("events", str(st), "--grep", "waiting on", "--since", "step:3", "--until", "-0s")
+    assert "NCCL_TIMEOUT" in out and "rank_1.jsonl:" in out
+    assert "no events match" in run("events", str(st), "--event", "NOPE")
+
+
+def test_ranks_formats(store: tuple[Path, Path]) -> None:
+    st, _ = store
+    out = run("ranks", str(st))
+    assert "first to go silent: rank 5" in out and "1 step(s) behind" in out
+    assert "node1 +" in out                               # the skewed clock is reported
+    rows = json.loads(run("ranks", str(st), "--format", "json"))
+    assert [r["rank"] for r in rows] == list(range(6))
+    r5 = rows[5]
+    assert r5["lag_steps"] == 1 and r5["silent_order"] == 1 and r5["last_ts"].endswith("Z")
+    assert rows[4]["wait_ms"] == 0.0 and rows[0]["wait_ms"] > 150
+    assert rows[1]["error"] == 1
+    lines = run("ranks", str(st), "-f", "jsonl").splitlines()
+    assert len(lines) == 6
+    assert next(csv.DictReader(io.StringIO(run("ranks", str(st), "-f", "csv"))))["rank"] == "0"
+
+
+def test_timeline_formats(store: tuple[Path, Path]) -> None:
+    st, _ = store
+    out = run("timeline", str(st), "--steps", "2:5")
+    assert "steps 2-5" in out and "arrived last: rank 4 in 4 of 4 steps" in out
+    out = run("timeline", str(st), "--steps", "2:5", "--per-step")
+    assert "last to arrive" in out
+    rows = [json.loads(x) for x in run("timeline", str(st), "--steps", "3:3", "-f", "jsonl").splitlines()]
+    assert {r["rank"] for r in rows} == set(range(6)) and {r["last_rank"] for r in rows} == {4}
+    assert all(r["t_end"].endswith("Z") for r in rows)
+    one = json.loads(run("timeline", str(st), "--steps", "3:4", "--rank", "0", "-f", "json"))
+    assert {r["rank"] for r in one} == {0} and {r["last_rank"] for r in one} == {4}   # last among all ranks
+    out = run("timeline", str(st))                        # default: the last steps, incl. the unfinished one
+    assert "never finished" in out
+    assert "step,rank" in run("timeline", str(st), "-f", "csv").splitlines()[0]
+
+
+def test_last_10s_formats(store: tuple[Path, Path]) -> None:
+    st, _ = store
+    out = run("last-10s", str(st))
+    assert "first fatal ERROR: NCCL_TIMEOUT on rank 1" in out
+    assert "no events in the window: rank(s) 0,2-5" in out
+    snap = json.loads(run("last-10s", str(st), "--format", "json"))
+    assert snap["quiet_ranks"] == [0, 2, 3, 4, 5] and snap["missing_ranks"] == []
+    ranks = {r["rank"]: r for r in snap["ranks"]}
+    assert ranks[5]["step"] == 7 and ranks[0]["step"] == 8 and ranks[1]["last_event"] == "NCCL_TIMEOUT"
+    assert ranks[5]["silent_s"] > ranks[0]["silent_s"] > 40
+    snap = json.loads(run("last-10s", str(st), "--rank", "4", "--rank", "5", "--window", "2s", "--at", "step:6", "-f", "json"))
+    assert snap["how"] == "given (--at)" and [r["rank"] for r in snap["ranks"]] == [4, 5]
+    assert snap["window_s"] == 2.0 and {e["rank"] for e in snap["events"]} == {4, 5}
+    assert all(e["timestamp"] <= snap["stop"] for e in snap["events"])
+
+
+def test_sql_formats(store: tuple[Path, Path]) -> None:
+    st, _ = store
+    out = run("sql", str(st), "SELECT rank, count(*) AS n FROM events GROUP BY rank ORDER BY rank")
+    assert "6 rows" in out
+    rows = json.loads(run("sql", str(st), "SELECT rank, lag_steps FROM ranks WHERE lag_steps > 0", "-f", "json"))
+    assert rows == [{"rank": 5, "lag_steps": 1}]
+    assert run("sql", str(st), "SELECT event FROM events WHERE level = 'ERROR'", "-f", "csv") == "event\nNCCL_TIMEOUT\n"
+    assert json.loads(run("sql", str(st), "SELECT max(step) AS s FROM events", "-f", "jsonl")) == {"s": 8}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, text=True)
+
+
+def test_raw_log_paths_errors_and_usage(store: tuple[Path, Path], tmp_path: Path) -> None:
+    st, logs = store
+    r = cli("last-10s", str(logs), "--format", "json")     # a log folder, ingested into the cache
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["quiet_ranks"] == [0, 2, 3, 4, 5]
+    r = cli("sql", str(st), "SELECT nope FROM events")
+    assert r.returncode == 1 and "error[F500]" in r.stderr and "Traceback" not in r.stderr
+    r = cli("events", str(st), "--since", "last tuesday")
+    assert r.returncode == 1 and "error[F300]" in r.stderr
+    r = cli("ranks", str(st), "--format", "xml")
+    assert r.returncode == 2
+    r = cli("last-10s", str(tmp_path / "nothing-here"))
+    assert r.returncode == 1 and "error[" in r.stderr

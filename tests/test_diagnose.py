@@ -1,0 +1,77 @@
+"""forensics.passes.diagnose: the pass list, the report it builds, and that passes only read."""
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import polars as pl
+from typer.testing import CliRunner
+
+import forensics
+from forensics.cli import app
+from forensics.passes import PASSES, diagnose, diagnose_context, pass_name
+from forensics.store import open_store
+from pass_helpers import sync_run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_every_pass_states_its_question_and_domain_fact() -> None:
+    names = [pass_name(p) for p in PASSES]
+    assert len(names) == len(set(names))
+    for p in PASSES:
+        doc = importlib.import_module(p.__module__).__doc__ or ""
+        assert "Question" in doc and "Domain fact" in doc and "Must not" in doc, p.__module__
+
+
+def test_passes_only_read_the_context() -> None:
+    ctx = sync_run(compute=lambda r, s: 1300.0 if r == 1 else 800.0).ctx()
+    steps_before = ctx.steps.clone()
+    first = [[f.to_json() for f in p(ctx)] for p in PASSES]
+    again = [[f.to_json() for f in p(ctx)] for p in PASSES]
+    assert first == again
+    assert ctx.steps.equals(steps_before)
+
+
+def test_report_of_a_store(tmp_path: Path) -> None:
+    store = tmp_path / "s.forensics"
+    forensics.ingest([str(REPO / "sample_logs" / "oom_cascade")], store)
+    run = open_store(store)
+    report = diagnose(run)
+    doc = json.loads(json.dumps(report.to_json()))
+    assert doc["root_cause"]["kind"] == "oom" and doc["root_cause"]["ranks"] == [3]
+    assert doc["run"]["ranks"] == 4 and doc["run"]["crashed"] is True
+    assert doc["run"]["rejected_lines"] == run.totals["rejected"] > 0   # the traceback and the cut line
+    assert [r["rank"] for r in doc["per_rank"]] == [0, 1, 2, 3]
+    assert doc["findings"][0]["evidence"]["lines"][0]["source_file"].endswith("rank_3.jsonl")
+    # the same through the library's front door, from a store path
+    assert forensics.diagnose(str(store)).root_cause.kind == "oom"
+
+
+def test_healthy_report_says_so() -> None:
+    report = diagnose_context(sync_run().ctx())
+    assert report.root_cause is None and report.run.crashed is False
+    assert all(f.severity == "INFO" or f.kind == "log_hygiene" for f in report.findings)
+
+
+def test_cli_diagnose_json_on_a_sample(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))
+    res = CliRunner().invoke(app, ["diagnose", str(REPO / "sample_logs" / "straggler"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["root_cause"]["kind"] == "straggler" and doc["root_cause"]["ranks"] == [2]
+    straggler = doc["findings"][0]
+    assert straggler["victims"] == [0, 1, 3]
+
+
+def test_real_deepspeed_oom_console_log(tmp_path: Path, monkeypatch) -> None:
+    """../shared/realdata: a 2-rank DeepSpeed run whose rank 0 dies of CUDA OOM (three times)."""
+    log = REPO.parent / "shared" / "realdata" / "console" / "deepspeed_2rank_oom.log"
+    if not log.is_file():
+        import pytest
+
+        pytest.skip("../shared/realdata is not available")
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path))
+    rc = diagnose([str(log)]).root_cause
+    assert rc.kind == "oom" and rc.ranks == [0]

@@ -1,0 +1,33 @@
+"""The data-load-skew pass (seed 000 §4.4: rank 12 at 180 ms vs 20 ms, disk 40 MB/s vs 1.2 GB/s)."""
+from __future__ import annotations
+
+from forensics.passes import data_load_skew
+from pass_helpers import sync_run
+
+
+def test_seed_rank12_case_scaled_down() -> None:
+    ctx = sync_run(ranks=8, data=lambda r, s: 180.0 if r == 5 else 20.0,
+                   disk=lambda r, s: 40.0 if r == 5 else 1200.0).ctx()
+    [f] = data_load_skew.find(ctx)
+    assert f.kind == "data_load_skew" and f.layer == "resource"
+    assert f.ranks == [5] and f.victims == [0, 1, 2, 3, 4, 6, 7]
+    assert 170 < f.evidence["data_load_ms"] < 190 and 19 < f.evidence["peer_data_load_ms"] < 21
+    assert f.evidence["disk_read_mbps"] == 40 and f.evidence["peer_disk_read_mbps"] == 1200
+    assert any(e.rank == 5 for e in f.lines)
+
+
+def test_a_compute_straggler_is_not_data_skew() -> None:
+    ctx = sync_run(compute=lambda r, s: 1400.0 if r == 2 else 800.0).ctx()
+    assert data_load_skew.find(ctx) == []
+
+
+def test_tiny_absolute_differences_do_not_count() -> None:
+    # 0.6 ms vs 0.2 ms is 3x, but immaterial next to an 800 ms step
+    ctx = sync_run(data=lambda r, s: 0.6 if r == 1 else 0.2).ctx()
+    assert data_load_skew.find(ctx) == []
+
+
+def test_late_onset_is_found_with_its_window() -> None:
+    ctx = sync_run(steps=50, data=lambda r, s: 300.0 if (r == 3 and s >= 30) else 20.0).ctx()
+    [f] = data_load_skew.find(ctx)
+    assert f.ranks == [3] and f.evidence["skewed_steps"] == 20

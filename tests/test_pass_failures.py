@@ -1,0 +1,84 @@
+"""The failures pass: OOM, NCCL timeouts, hangs — the culprit, never the ranks that time out."""
+from __future__ import annotations
+
+from forensics.passes import failures
+from pass_helpers import Rows
+
+
+def progress(rows: Rows, ranks: list[int], steps: int, skip: dict[int, int] | None = None) -> None:
+    """Per rank, steps 0..steps-1 with one collective (seq = step + 1); `skip` = {rank: last step}."""
+    for s in range(steps):
+        for r in ranks:
+            if skip and r in skip and s > skip[r]:
+                continue
+            rows.add(float(s), r, "ALLREDUCE", step=s, seq=s + 1, comm_ms=100.0, wait_ms=1.0)
+
+
+def by_kind(fs):
+    return {f.kind: f for f in fs}
+
+
+def test_oom_then_peer_errors_is_that_ranks_oom() -> None:
+    rows = Rows()
+    progress(rows, [0, 1, 2, 3], 30)
+    rows.add(30.3, 3, "CUDA_OOM", level="ERROR", step=30,
+             message="CUDA out of memory. Tried to allocate 2.25 GiB. this process has 78.08 GiB memory in use")
+    for r in (0, 1, 2):  # 0.4 s later, the peers lose the dead rank
+        rows.add(30.7, r, "NCCL_TIMEOUT", level="ERROR", step=30, message="Connection closed by peer")
+    f = by_kind(failures.find(rows.ctx()))
+    assert set(f) == {"oom", "nccl_timeout"}
+    assert f["oom"].ranks == [3] and f["oom"].victims == [0, 1, 2]
+    assert "2.25 GiB" in f["oom"].title and "0.4 s later" in f["oom"].title
+    assert f["nccl_timeout"].ranks == [3] and f["nccl_timeout"].victims == [0, 1, 2]
+
+
+def test_hang_the_rank_that_never_joined_not_the_first_to_time_out() -> None:
+    rows = Rows()
+    progress(rows, [0, 1, 2, 3], 41, skip={2: 39})
+    for i, r in enumerate((0, 3, 1)):  # rank 0 times out first: it is a victim like the others
+        rows.add(41.0 + 1800 + i * 0.05, r, "NCCL_TIMEOUT", level="ERROR", step=40,
+                 message=f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, "
+                         "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800083 milliseconds before timing out.")
+    f = by_kind(failures.find(rows.ctx()))
+    assert f["hang"].ranks == [2] and f["hang"].victims == [0, 1, 3]
+    assert f["hang"].evidence["failing_seq"] == 41
+    assert f["nccl_timeout"].ranks == [2]
+    assert f["hang"].first_seen < f["nccl_timeout"].first_seen
+
+
+def test_desync_report_names_the_culprit() -> None:
+    rows = Rows()
+    progress(rows, list(range(8)), 10)
+    for r in range(8):
+        msg = ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=11) ...\n"
+               "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:\n"
+               "\t   - [7] joined but didn't finish collective #11 (count from 1)")
+        rows.add(20.0 + r * 0.01, r, "NCCL_TIMEOUT", level="ERROR", message=msg)
+    f = by_kind(failures.find(rows.ctx()))
+    assert f["nccl_timeout"].ranks == [7]
+    assert "desync" in f["nccl_timeout"].evidence["how"]
+
+
+def test_peer_named_in_the_message() -> None:
+    rows = Rows()
+    progress(rows, [0, 1, 2], 5)
+    rows.add(9.0, 1, "NCCL_TIMEOUT", level="ERROR", message="rank=1 waiting on rank=2 for 1800s")
+    rows.add(9.1, 0, "NCCL_TIMEOUT", level="ERROR", message="rank=0 waiting on rank=2 for 1800s")
+    f = by_kind(failures.find(rows.ctx()))
+    assert f["nccl_timeout"].ranks == [2] and f["nccl_timeout"].victims == [0, 1]
+
+
+def test_smallest_last_completed_work_is_the_laggard() -> None:
+    rows = Rows()
+    for r, done in ((0, 160), (1, 160), (2, 158), (3, 160)):
+        rows.add(5.0 + r * 0.01, r, "NCCL_TIMEOUT", level="ERROR",
+                 message=f"failure detected by watchdog at work sequence id: 161 PG status: last enqueued work: 161, "
+                         f"last completed work: {done}")
+    f = by_kind(failures.find(rows.ctx()))
+    assert f["nccl_timeout"].ranks == [2]
+
+
+def test_nothing_failed() -> None:
+    rows = Rows()
+    progress(rows, [0, 1], 5)
+    assert failures.find(rows.ctx()) == []

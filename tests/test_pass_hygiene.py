@@ -1,0 +1,61 @@
+"""The hygiene pass: rank/event fields, ERROR floods that bury WARNs, metrics polled too often."""
+from __future__ import annotations
+
+from forensics.passes import hygiene
+from pass_helpers import Rows
+
+
+def checks(rows: Rows) -> dict[str, object]:
+    return {f.evidence["check"]: f for f in hygiene.find(rows.ctx())}
+
+
+def test_records_without_rank_say_where_the_rank_came_from() -> None:
+    rows = Rows()
+    for i in range(5):
+        r = rows.add(float(i), 3, "TRAIN_STEP", step=i, loss=2.0)
+        r["rank_source"] = "path"
+    f = checks(rows)["rank_missing"]
+    assert f.severity == "INFO" and f.evidence["records"] == 5 and "file name" in f.title
+
+
+def test_error_flood_buries_the_real_error() -> None:
+    rows = Rows()
+    for i in range(300):
+        rows.add(float(i), 0, "GRAD_NORM", level="ERROR", grad_norm=12.0)
+    rows.add(301.0, 1, "NCCL_TIMEOUT", level="ERROR")
+    rows.add(302.0, 1, "LR_WARMUP_END", level="WARN")
+    f = checks(rows)["error_flood"]
+    assert f.severity == "WARN" and f.evidence["event"] == "GRAD_NORM" and f.evidence["flood"] == 300
+    assert "NCCL_TIMEOUT" in f.title
+
+
+def test_traceback_lines_of_a_console_log_are_not_a_flood() -> None:
+    rows = Rows()
+    for i in range(80):
+        r = rows.add(float(i), 1, "TRACEBACK_CONT", level="ERROR")
+        r["format"] = "console"
+    rows.add(90.0, 1, "CUDA_OOM", level="ERROR")
+    assert "error_flood" not in checks(rows)
+
+
+def test_gpu_metrics_polled_every_200ms() -> None:
+    rows = Rows()
+    for i in range(50):
+        for r in range(2):
+            rows.add(0.2 * i, r, "GPU_STATS", gpu_util=97.0)
+    f = checks(rows)["sampling_interval"]
+    assert f.ranks == [0, 1] and f.evidence["interval_s"] == 0.2
+
+
+def test_five_second_sampling_is_fine_and_clean_logs_are_quiet() -> None:
+    rows = Rows()
+    for i in range(50):
+        rows.add(5.0 * i, 0, "GPU_STATS", gpu_util=97.0)
+    assert hygiene.find(rows.ctx()) == []
+
+
+def test_records_without_event_id() -> None:
+    rows = Rows()
+    for i in range(3):
+        rows.add(float(i), 0, None, step=i, loss=2.0)
+    assert checks(rows)["event_missing"].evidence["records"] == 3

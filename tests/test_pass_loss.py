@@ -1,0 +1,66 @@
+"""The loss pass: divergence and plateau on raw and EMA loss, outside warmup (seed 003 case 1)."""
+from __future__ import annotations
+
+import math
+
+from forensics.passes import loss
+from pass_helpers import Rows, train_only
+
+
+def warmup_loss(s: int) -> float:
+    return 3.9 - 0.6 * s / 100 + 0.9 * math.sin(s / 3.7) if s < 100 else 2.98 - 0.004 * (s - 100)
+
+
+def test_warmup_oscillation_with_stage_is_normal() -> None:
+    ctx = train_only(steps=200, loss=warmup_loss, lr=lambda s: 2e-5 * min(1, (s + 1) / 100),
+                     stage=lambda s: "warmup" if s < 100 else "stable").ctx()
+    assert loss.find(ctx) == []
+
+
+def test_warmup_oscillation_detected_from_the_lr_ramp_alone() -> None:
+    ctx = train_only(steps=200, loss=warmup_loss, lr=lambda s: 2e-5 * min(1, (s + 1) / 100)).ctx()
+    assert loss.find(ctx) == []
+
+
+def test_the_same_oscillation_after_warmup_is_divergence() -> None:
+    # no stage, flat lr: nothing says warmup, so rising stretches of 3.0 -> 5.0 are judged
+    ctx = train_only(steps=120, loss=lambda s: 2.0 + (0.03 * (s - 60) if s > 60 else 0.0)).ctx()
+    [f] = loss.find(ctx)
+    assert f.kind == "loss_divergence" and f.ranks == [0, 1, 2, 3]
+    assert 58 <= f.evidence["onset_step"] <= 66
+
+
+def test_one_noisy_point_is_not_divergence() -> None:
+    ctx = train_only(steps=120, loss=lambda s: 2.5 - 0.003 * s + (2.0 if s == 70 else 0.0)).ctx()
+    assert [f.kind for f in loss.find(ctx)] == []
+
+
+def test_plateau_over_100_steps() -> None:
+    ctx = train_only(steps=600, every=10, loss=lambda s: 2.8 - 0.0001 * s, noise=0.005,
+                     lr=lambda s: 1e-4 * min(1, (s + 1) / 100)).ctx()
+    [f] = loss.find(ctx)
+    assert f.kind == "loss_plateau" and f.evidence["first_step"] >= 100
+
+
+def test_a_rising_loss_is_divergence_not_plateau() -> None:
+    ctx = train_only(steps=400, every=2, loss=lambda s: 2.0 + (0.01 * (s - 200) if s > 200 else 0.0)).ctx()
+    assert [f.kind for f in loss.find(ctx)] == ["loss_divergence"]
+
+
+def test_nan_loss_names_the_ranks_that_logged_it() -> None:
+    rows = train_only(steps=50, loss=lambda s: 2.0)
+    rows.add(51.0, 2, "TRAIN_STEP", step=51, loss=float("nan"), lr=1e-4)
+    [f] = loss.find(rows.ctx())
+    assert f.kind == "loss_divergence" and f.severity == "ERROR" and f.ranks == [2]
+
+
+def test_rankless_flat_lines_are_judged_too() -> None:
+    ctx = train_only(ranks=1, rank_field=False, steps=120, loss=lambda s: 2.0 + (0.03 * (s - 60) if s > 60 else 0.0)).ctx()
+    [f] = loss.find(ctx)
+    assert f.kind == "loss_divergence" and f.ranks == []
+
+
+def test_warmup_end() -> None:
+    s = loss.loss_series(train_only(steps=30, loss=lambda s: 2.0, lr=lambda s: 1e-4 * min(1, (s + 1) / 10)).ctx().events)
+    assert loss.warmup_end(s) == 9
+    assert loss.warmup_end(loss.loss_series(Rows().ctx().events)) is None

@@ -1,0 +1,44 @@
+"""The straggler pass: the slow rank computes longest and waits least; the waiters are victims."""
+from __future__ import annotations
+
+from forensics.passes import straggler
+from pass_helpers import sync_run
+
+
+def test_names_the_slow_rank_not_the_ranks_that_wait() -> None:
+    ctx = sync_run(compute=lambda r, s: 1200.0 if (r == 2 and s >= 5) else 800.0).ctx()
+    [f] = straggler.find(ctx)
+    assert f.kind == "straggler" and f.ranks == [2]
+    assert f.victims == [0, 1, 3]
+    # the victims' waits (~400 ms) are the symptom; the straggler itself barely waits
+    assert f.evidence["victim_wait_ms"] > 350 and f.evidence["wait_ms"] < 5
+    assert f.evidence["first_step"] == 5
+    assert all(e.source_file.startswith("rank_") and e.line > 0 for e in f.lines)
+
+
+def test_slow_data_loading_is_not_a_straggler() -> None:
+    # rank 1 arrives late because of its input pipeline: its compute is normal
+    ctx = sync_run(data=lambda r, s: 420.0 if r == 1 else 20.0).ctx()
+    assert straggler.find(ctx) == []
+
+
+def test_scattered_slow_steps_on_random_ranks_are_noise() -> None:
+    # a loaded host preempts a different rank now and then: no rank is slow for an episode
+    ctx = sync_run(steps=60, compute=lambda r, s: 1300.0 if (s % 7 == 0 and r == (s // 7) % 4) else 800.0).ctx()
+    assert straggler.find(ctx) == []
+
+
+def test_without_waiting_peers_there_is_no_straggler() -> None:
+    # overlapped reduction: nobody waits for the late rank (that is gradient skew's question)
+    ctx = sync_run(overlap=True, compute=lambda r, s: 1200.0 if r == 3 else 800.0).ctx()
+    assert straggler.find(ctx) == []
+
+
+def test_wait_estimated_from_comm_when_wait_is_not_logged() -> None:
+    ctx = sync_run(log_wait=False, compute=lambda r, s: 1300.0 if r == 0 else 800.0).ctx()
+    [f] = straggler.find(ctx)
+    assert f.ranks == [0] and f.victims == [1, 2, 3]
+
+
+def test_healthy_run_has_no_straggler() -> None:
+    assert straggler.find(sync_run().ctx()) == []

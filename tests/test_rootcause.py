@@ -1,0 +1,92 @@
+"""Root-cause selection: the deepest finding that explains the others; failures cascade in time."""
+from __future__ import annotations
+
+from forensics.passes import rootcause
+from forensics.report.model import Finding
+
+
+def F(kind: str, layer: str, ranks: list[int], t: str, *, victims: list[int] | None = None, sev: str = "WARN",
+      rule: str | None = None, last: str | None = None) -> Finding:
+    return Finding(rule=rule or f"pass.{kind}", kind=kind, layer=layer, severity=sev, ranks=ranks, title=f"{kind} {ranks}",
+                   victims=victims or [], first_seen=f"2025-06-12T14:{t}+00:00", last_seen=f"2025-06-12T14:{last or t}+00:00")
+
+
+EVERY = list(range(8))
+
+
+def test_thermal_chain_bottom_up() -> None:
+    fs = [
+        F("throughput_drop", "training", [], "01:50"),
+        F("comm_bound", "communication", [6], "01:42", victims=[0, 1, 2, 3, 4, 5, 7], last="03:00"),
+        F("straggler", "resource", [6], "01:42", victims=[0, 1, 2, 3, 4, 5, 7], last="03:00"),
+        F("gpu_underutilized", "resource", [6], "01:48", last="03:00"),
+        F("thermal_throttling", "physical", [6], "01:48", last="03:00"),   # sampled a little after the first slow step
+        F("comm_bound", "communication", [0, 1, 2, 3, 4, 5, 7], "01:43", rule="comm_share"),  # a rule naming the waiters
+    ]
+    rc, ordered = rootcause.assign(fs, EVERY)
+    assert rc.kind == "thermal_throttling" and rc.ranks == [6] and rc.layer == "physical"
+    assert ordered[0].kind == "thermal_throttling" and ordered[0].explains == [1, 2, 3, 4, 5]
+    assert [c.layer for c in rc.chain] == ["physical", "resource", "resource", "communication", "training"]
+    assert all(i < len(ordered) for f in ordered for i in f.explains)
+
+
+def test_earlier_oom_is_never_replaced_by_the_timeouts_it_caused() -> None:
+    fs = [
+        F("nccl_timeout", "communication", [3], "00:31.4", victims=[0, 1, 2], sev="ERROR"),
+        F("nccl_timeout", "communication", [0, 1, 2], "00:31.4", sev="ERROR", rule="nccl_timeout"),
+        F("oom", "resource", [3], "00:31.0", victims=[0, 1, 2], sev="ERROR"),
+    ]
+    rc, ordered = rootcause.assign(fs, [0, 1, 2, 3])
+    assert rc.kind == "oom" and rc.ranks == [3] and len(ordered[0].explains) == 2
+
+
+def test_a_later_oom_does_not_replace_an_earlier_hang() -> None:
+    fs = [
+        F("hang", "communication", [2], "00:40", victims=[0, 1, 3], sev="ERROR"),
+        F("nccl_timeout", "communication", [2], "30:41", victims=[0, 1, 3], sev="ERROR"),
+        F("oom", "resource", [1], "30:45", sev="ERROR"),   # during teardown, after the timeouts
+    ]
+    rc, _ = rootcause.assign(fs, [0, 1, 2, 3])
+    assert rc.kind == "hang" and rc.ranks == [2]
+
+
+def test_the_verdict_explains_the_crash() -> None:
+    fs = [F("thermal_throttling", "physical", [1], "00:10", last="00:50"),
+          F("oom", "resource", [3], "00:40", sev="ERROR")]
+    rc, _ = rootcause.assign(fs, [0, 1, 2, 3])
+    assert rc.kind == "oom"
+
+
+def test_nothing_wrong_symptoms_and_hygiene_leave_no_root_cause() -> None:
+    assert rootcause.assign([], [0])[0] is None
+    fs = [F("log_hygiene", "training", [0, 1], "00:00"), F("gradient_skew", "communication", [], "00:01", sev="INFO"),
+          F("throughput_drop", "training", [], "01:09")]
+    rc, ordered = rootcause.assign(fs, [0, 1])
+    assert rc is None and len(ordered) == 3
+
+
+def test_rule_and_pass_reporting_the_same_fault() -> None:
+    fs = [F("thermal_throttling", "physical", [6], "01:48", rule="gpu_temp"), F("thermal_throttling", "physical", [6], "01:48")]
+    rc, ordered = rootcause.assign(fs, EVERY)
+    assert ordered[0].rule == "pass.thermal_throttling" and ordered[0].explains == [1]
+
+
+def test_same_kind_on_other_ranks_is_another_fault() -> None:
+    a, b = F("straggler", "resource", [1], "00:10"), F("straggler", "resource", [5], "00:20")
+    assert not rootcause.explains(a, b) and not rootcause.explains(b, a)
+
+
+def test_data_skew_explains_low_util_but_not_a_straggler() -> None:
+    skew = F("data_load_skew", "resource", [5], "00:00", victims=[0, 1, 2], last="01:00")
+    assert rootcause.explains(skew, F("gpu_underutilized", "resource", [5], "00:05"))
+    assert not rootcause.explains(skew, F("straggler", "resource", [5], "00:05"))
+
+
+def test_training_findings_need_their_cause_first() -> None:
+    div = F("loss_divergence", "training", [0, 1], "01:40")
+    spike = F("grad_norm_spike", "training", [0, 1], "02:05")
+    rc, _ = rootcause.assign([spike, div], [0, 1])
+    assert rc.kind == "loss_divergence"
+    spike_first = F("grad_norm_spike", "training", [0, 1], "01:10")
+    rc, _ = rootcause.assign([div, spike_first], [0, 1])
+    assert rc.kind == "grad_norm_spike"
