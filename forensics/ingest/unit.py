@@ -75,6 +75,14 @@ _EVENTS_ARROW = None
 _REJECTS_ARROW = None
 
 
+def _in_order(ev: pl.DataFrame) -> bool:
+    """Already sorted by (rank, timestamp, line)? One rank's file usually is: skip the sort."""
+    r, t = ev["rank"], ev["timestamp"]
+    if r.null_count() or t.null_count() or r.n_unique() != 1:
+        return False
+    return bool((t.to_physical().diff().drop_nulls() >= 0).all()) if ev.height > 1 else True
+
+
 def run_unit(u: Unit) -> UnitResult:
     """Read the unit's bytes with its reader, write events/rejects parts, return the counts."""
     global _EVENTS_ARROW, _REJECTS_ARROW
@@ -110,9 +118,9 @@ def run_unit(u: Unit) -> UnitResult:
             res.lines += block.lines
             ev = block.events
             if ev.height:
-                ev = conform(
-                    ev.with_columns(pl.lit(u.path).alias("source_file"), pl.lit(u.fmt).alias("format"))
-                ).sort(["rank", "timestamp", "line"], nulls_last=True)
+                ev = conform(ev.with_columns(pl.lit(u.path).alias("source_file"), pl.lit(u.fmt).alias("format")))
+                if not _in_order(ev):
+                    ev = ev.sort(["rank", "timestamp", "line"], nulls_last=True)
                 if ew is None:
                     ew = pq.ParquetWriter(u.events_part, _EVENTS_ARROW, compression=COMPRESSION,
                                           compression_level=COMPRESSION_LEVEL, use_dictionary=DICTIONARY,
