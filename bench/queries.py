@@ -113,10 +113,10 @@ def duck_queries(store: Path, rank: int) -> dict[str, Callable[[], object]]:
         FROM s ORDER BY step, rank
     """
     return {
-        "events --rank N": lambda: con.execute(
+        "events --rank N": lambda: con.sql(
             f"SELECT * FROM ev WHERE rank = {rank} ORDER BY timestamp, line").to_arrow_table(),
         "last-10s": lambda: (con.sql(last10).to_arrow_table(), con.sql(last_per_rank).to_arrow_table()),
-        "last-10s --rank N": lambda: con.execute(last_per_rank.replace("GROUP BY rank", f"AND rank = {rank} GROUP BY rank")
+        "last-10s --rank N": lambda: con.sql(last_per_rank.replace("GROUP BY rank", f"AND rank = {rank} GROUP BY rank")
                                                  ).to_arrow_table(),
         "ranks": lambda: con.sql(ranks_sql).to_arrow_table(),
         "timeline": lambda: con.sql(timeline_sql).to_arrow_table(),

@@ -228,8 +228,11 @@ def _open_run(paths: list[str]):  # -> Run
 
 
 def _table_console() -> Console:
-    """Tables are wide: when stdout is not a terminal, do not squeeze them into 80 columns."""
-    return out if sys.stdout.isatty() else Console(soft_wrap=True, width=240)
+    """Tables are wide: when stdout is not a terminal, do not squeeze them into 80 columns
+    (unless COLUMNS says how wide)."""
+    import os
+
+    return out if sys.stdout.isatty() else Console(soft_wrap=True, width=None if os.environ.get("COLUMNS") else 240)
 
 
 @app.command()
@@ -241,7 +244,7 @@ def events(
     since: Optional[str] = typer.Option(None, "--since", help="From this time: ISO, -30s (before the end), step:1500."),
     until: Optional[str] = typer.Option(None, "--until", help="Up to this time (same forms as --since)."),
     grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only events whose message or extra contains this text (any case)."),
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, help="At most N events (0 = all; table default 200, pipes all)."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, help="At most N events (0 = all; table default 100, pipes all)."),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
 ) -> None:
     """One rank's or one event type's events in time order ("filter all events of one card")."""
@@ -249,7 +252,7 @@ def events(
     from .render.events import render_events
 
     run = _open_run(paths)
-    n = limit if limit is not None else (200 if fmt is RowFormat.table else 0)
+    n = limit if limit is not None else (100 if fmt is RowFormat.table else 0)
     df = filter_events(run, ranks=rank, event=event, level=level, since=since, until=until, grep=grep,
                        limit=n + 1 if n else None).collect()
     render_events(df, fmt.value, _table_console(), limit=n)
@@ -292,6 +295,7 @@ def last_10s(
     rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Only this rank; repeatable."),
     window: str = typer.Option("10s", "--window", "-w", help="How far back from the stop: 10s, 500ms, 2m."),
     at: Optional[str] = typer.Option(None, "--at", help="The stop, instead of the first fatal ERROR or the last event: ISO, -30s, step:1500."),
+    per_rank: int = typer.Option(10, "--per-rank", "-n", min=0, help="Newest events shown per rank in the window (0 = none)."),
     fmt: SnapshotFormat = typer.Option(SnapshotFormat.table, "--format", "-f", case_sensitive=False, help="table | json"),
 ) -> None:
     """What every rank was doing in the last seconds before the run stopped."""
@@ -299,7 +303,7 @@ def last_10s(
     from .timeline import last_window, parse_duration, parse_time_spec
 
     run = _open_run(paths)
-    snap = last_window(run, parse_duration(window), at=parse_time_spec(at, run) if at else None, ranks=rank)
+    snap = last_window(run, parse_duration(window), at=parse_time_spec(at, run) if at else None, ranks=rank, limit=per_rank)
     render_snapshot(snap, fmt.value, _table_console())
 
 

@@ -46,6 +46,7 @@ TRACE_PER_STEP_FAIL = 0.5    # ours: a traceback every other step is "on the hot
 TRACE_PER_STEP_WARN = 0.05   # ours: one every 20 steps is a habit, not a crash
 TRACE_MIN = 10               # a crash prints a few tracebacks (one per rank); that is not hot-path logging
 RETENTION_H = 72.0           # seed 000 §4.5
+RETENTION_FIRST_STEP = 100   # ours: logs whose first step is beyond this (and 10 logging intervals) lost their start
 TRACE_HEAD = "Traceback (most recent call last)"
 STRUCTURED = "jsonl"         # the seed's structured format; console/telemetry lines have no rank field
 
@@ -138,6 +139,7 @@ def _queries(ev: pl.LazyFrame) -> dict[str, pl.LazyFrame]:
                     .select(*cite).sort("timestamp", "source_file", "line", nulls_last=True),
         "steps": ev.select(pl.col("step").drop_nulls().n_unique().alias("n"), pl.col("step").min().alias("first"),
                            pl.col("step").max().alias("last"), pl.col("timestamp").min().alias("t0"),
+                           pl.col("step").drop_nulls().unique().sort().diff().median().alias("gap"),
                            pl.col("timestamp").max().alias("t1"), pl.len().alias("events")),
         "first_step": ev.filter(pl.col("step").is_not_null()).sort("timestamp", nulls_last=True).select(*cite, "step").head(1),
     }
@@ -323,7 +325,9 @@ def _retention(st: dict[str, Any], first: dict[str, Any] | None) -> Check:
     span = f"{hours:.1f} h" if hours >= 1 else f"{hours * 60:.1f} min"
     if hours >= RETENTION_H:
         return Check("retention", q, "pass", f"the logs span {span}", nums)
-    if st["first"] is not None and st["first"] > 0:
+    # a run logged every k steps starts at step k (HF logging_steps): only a start far beyond the
+    # logging interval means lost lines
+    if st["first"] is not None and st["first"] > max(RETENTION_FIRST_STEP, 10 * (st["gap"] or 1)):
         return Check("retention", q, "warn", f"the logs span {span} and begin at step {st['first']:,}: the start of the run "
                      "is gone (rotated or not kept)", nums, _ev(first, f"earliest step {st['first']}"))
     return Check("retention", q, "n/a", f"the logs span {span} from step {st['first'] if st['first'] is not None else '?'}: "

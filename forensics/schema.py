@@ -21,6 +21,10 @@ Level = pl.Enum(LEVELS)
 RANK_SOURCES = ["record", "path", "prefix", "gpu_map", "none"]
 RankSource = pl.Enum(RANK_SOURCES)
 
+# Whether the line named its event, or forensics named it (flat metric lines, console text).
+EVENT_SOURCES = ["record", "inferred"]
+EventSource = pl.Enum(EVENT_SOURCES)
+
 LEVEL_ALIASES = {
     "DEBUG": "DEBUG", "TRACE": "DEBUG", "INFO": "INFO", "NOTICE": "INFO",
     "WARN": "WARN", "WARNING": "WARN",
@@ -131,6 +135,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "local_rank": pl.Int32(),
     "level": Level,
     "event": pl.String(),
+    "event_source": EventSource,
     "message": pl.String(),
     **{m.name: m.dtype for m in METRICS},
     **{m.name: m.dtype for m in TEXT_FIELDS},
@@ -190,6 +195,7 @@ _ENVELOPE_DOCS = {
     "local_rank": "GPU index on the host (telemetry, console prefixes)",
     "level": "DEBUG, INFO, WARN or ERROR (WARNING, ERR, CRITICAL ... mapped)",
     "event": "event id (TRAIN_STEP, ALLREDUCE, NCCL_TIMEOUT ...); flat metric lines get TRAIN_STEP/METRICS",
+    "event_source": "record when the line named its event, inferred when forensics named it (flat metric lines, console text)",
     "message": "free text; `key=value` pairs of known metrics are also typed into their columns",
     "extra": "the record's `extra` object as JSON text, all keys (known ones are also typed columns)",
     "fields": "top-level keys outside the envelope, as a JSON object (flat metric lines, unknown keys)",

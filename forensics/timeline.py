@@ -610,8 +610,9 @@ def rank_summary(events: Events, ranks: Iterable[int] | None = None) -> pl.DataF
         (pl.col("level") == "WARN").sum().cast(pl.Int64).alias("warn"),
         (pl.col("level") == "ERROR").sum().cast(pl.Int64).alias("error"),
     )
-    steps_q = step_table(lf).select("step", "rank", "host", "step_time_ms", "data_load_ms", "compute_ms",
-                                    "comm_ms", "wait_ms", "comm_end")
+    # only what the medians and clock offsets need: polars then skips the other aggregations
+    steps_q = step_table(lf).select("step", "rank", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
+                                    "wait_ms", "comm_end")
     df, steps = pl.collect_all([per_event, steps_q])
     per_step = steps.group_by("rank").agg(
         pl.col("step_time_ms").median().alias("step_ms"),
@@ -621,7 +622,9 @@ def rank_summary(events: Events, ranks: Iterable[int] | None = None) -> pl.DataF
         (pl.col("comm_ms") / pl.col("step_time_ms")).median().alias("comm_share"),
         pl.col("wait_ms").median().alias("wait_ms"),
     )
-    offsets = step_offsets(steps)
+    host_of = {r: h for r, h in zip(df["rank"].to_list(), df["host"].to_list()) if r is not None and h is not None}
+    offsets = step_offsets(steps.with_columns(
+        pl.col("rank").replace_strict(host_of, default=None, return_dtype=pl.String).alias("host")))
     df = df.join(per_step, on="rank", how="left", nulls_equal=True).sort("rank", nulls_last=True)
     expected = list(ranks) if ranks is not None else known_ranks(events, df["rank"].drop_nulls().to_list())
     df = _missing_rows(df, expected).with_columns(
@@ -640,7 +643,7 @@ def rank_summary(events: Events, ranks: Iterable[int] | None = None) -> pl.DataF
 # What the snapshot reads of each event: everything but the verbatim JSON (`extra`, `fields` are
 # the largest columns by far, and their known metrics are already typed columns) and the
 # ingest bookkeeping. `forensics events --since/--until` shows the raw objects.
-SNAPSHOT_COLUMNS = [c for c in EVENT_SCHEMA if c not in ("extra", "fields", "format", "rank_source", "local_rank")]
+SNAPSHOT_COLUMNS = [c for c in EVENT_SCHEMA if c not in ("extra", "fields", "format", "rank_source", "event_source", "local_rank")]
 LAST_COLUMNS = [TS, "host", "event", "level", "message", "source_file", "line"]
 
 
@@ -717,20 +720,22 @@ def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None =
     scope = lf if asked is None else lf.filter(pl.col("rank").is_in(asked))
     window = scope.filter(pl.col(TS).is_between(pl.lit(start), pl.lit(stop))).select(SNAPSHOT_COLUMNS)
     newest = pl.int_range(pl.len()).over("rank", order_by=[TS, "line"], descending=True)
-    shown_q = window.filter(newest < limit).sort(TS, "rank", "line", nulls_last=True)
+    shown_q = window.filter(newest < max(limit, 1)).sort(TS, "rank", "line", nulls_last=True)
     counts_q = window.group_by("rank").agg(
         pl.len().cast(pl.Int64).alias("in_window"),
         pl.col("step").max().alias("w_step"),
     )
     after_q = scope.filter(pl.col(TS) > pl.lit(stop)).group_by("rank").agg(pl.len().cast(pl.Int64).alias("after_stop"))
     shown, counts, after = pl.collect_all([shown_q, counts_q, after_q])
+    last = shown.sort(TS, "line").group_by("rank", maintain_order=True).last().select("rank", *LAST_COLUMNS)
+    if limit < 1:
+        shown = shown.clear()
 
     present = set(counts["rank"].drop_nulls().to_list())
     universe = asked if asked is not None else known_ranks(events, present)
     quiet = [r for r in universe if r not in present]
     # A rank's last event: the newest shown one when it logged in the window; otherwise found
     # in two cheap steps (its last time and step from three columns, then that one row).
-    last = shown.sort(TS, "line").group_by("rank", maintain_order=True).last().select("rank", *LAST_COLUMNS)
     step_of = {r: s for r, s in zip(counts["rank"].to_list(), counts["w_step"].to_list()) if r is not None and s is not None}
     need_step = [r for r, s in zip(counts["rank"].to_list(), counts["w_step"].to_list()) if r is not None and s is None]
     if quiet or need_step:

@@ -126,3 +126,22 @@ def make_store(root: Path, **kw) -> Path:
     store = root / "run.forensics"
     ingest([str(logs)], store)
     return store
+
+
+SAMPLE_LOGS = Path(__file__).resolve().parents[1] / "sample_logs"
+
+
+def sample_scenarios() -> list[Path]:
+    """The scenario folders of sample_logs/ (empty when they are not there)."""
+    if not SAMPLE_LOGS.is_dir():
+        return []
+    return sorted(d for d in SAMPLE_LOGS.iterdir() if d.is_dir() and (d / "expected.toml").is_file())
+
+
+def ingest_scenario(d: Path, out: Path) -> Path:
+    """Ingest a sample_logs scenario (its logs/ folder, or its files but expected.toml)."""
+    from forensics.ingest import ingest
+
+    src = d / "logs" if (d / "logs").is_dir() else d
+    ingest([str(p) for p in sorted(src.iterdir()) if p.name != "expected.toml"], out)
+    return out

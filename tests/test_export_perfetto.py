@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic_run import SECRET, make_store  # noqa: E402
+from synthetic_run import SECRET, ingest_scenario, make_store, sample_scenarios  # noqa: E402
 
 from forensics.cli import app  # noqa: E402
 from forensics.errors import ForensicsError  # noqa: E402
@@ -174,3 +174,10 @@ def test_cli(store: Path, tmp_path: Path) -> None:
     assert r.exit_code == 0 and "note: trace cut to fit --max-events 500" in r.stderr
     r = CliRunner().invoke(app, ["export", "perfetto", str(store), "-o", str(out), "--ranks", "x"])
     assert r.exit_code != 0 and isinstance(r.exception, ForensicsError)
+
+
+@pytest.mark.parametrize("scenario", sample_scenarios(), ids=lambda d: d.name)
+def test_every_sample_scenario_exports_a_valid_trace(scenario: Path, tmp_path: Path) -> None:
+    trace, _ = trace_events(open_store(ingest_scenario(scenario, tmp_path / "s.forensics")))
+    evs = validate(trace)
+    assert any(e["ph"] in ("X", "C") for e in evs)

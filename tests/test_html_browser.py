@@ -19,14 +19,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic_run import XSS_SCRIPT, make_store  # noqa: E402
+from synthetic_run import XSS_SCRIPT, ingest_scenario, make_store, sample_scenarios  # noqa: E402
 
-from forensics.ingest import ingest  # noqa: E402
 from forensics.passes import diagnose  # noqa: E402
 from forensics.report.html import render_html  # noqa: E402
 from forensics.store import open_store  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; CI does it in .ci/system-deps)")
 
@@ -47,11 +45,9 @@ def html_attrs(dom: str) -> dict[str, str]:
 
 def scenario_store(tmp: Path) -> tuple[Path, str]:
     """The sample_logs thermal scenario when it is there, else the synthetic run."""
-    for name in ("thermal_throttling", "straggler"):
-        logs = REPO / "sample_logs" / name / "logs"
-        if logs.is_dir():
-            ingest([str(logs)], tmp / "sample.forensics")
-            return tmp / "sample.forensics", f"sample_logs/{name}"
+    for d in sample_scenarios():
+        if d.name == "thermal_throttling":
+            return ingest_scenario(d, tmp / "sample.forensics"), f"sample_logs/{d.name}"
     return make_store(tmp), "synthetic"
 
 

@@ -171,3 +171,10 @@ def test_accounting_identity_holds_for_any_input(lines: list[bytes], trailing_ne
             continue
         if isinstance(obj, dict):
             assert i in b.events["line"].to_list(), raw
+
+
+def test_event_source_says_who_named_the_event() -> None:
+    buf = SEED[: SEED.index(b"\n") + 1] + b'{"step": 1, "loss": 2.0}\n{"rank": 1, "message": "hello"}\n'
+    ev = parse_block(buf, 1, True, None, None).events.sort("line")
+    assert ev["event"].to_list() == ["TRAIN_STEP", "TRAIN_STEP", "METRICS"]
+    assert ev["event_source"].cast(pl.String).to_list() == ["record", "inferred", "inferred"]

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic_run import SECRET, XSS_IMG, XSS_SCRIPT, make_store  # noqa: E402
+from synthetic_run import SECRET, XSS_IMG, XSS_SCRIPT, ingest_scenario, make_store, sample_scenarios  # noqa: E402
 
 from forensics.cli import app  # noqa: E402
 from forensics.passes import diagnose  # noqa: E402
@@ -196,3 +196,15 @@ def test_render_dispatch_and_cli(store: Path, tmp_path: Path) -> None:
     assert text.startswith("<!doctype html>") and 'id="snapshot"' in text and SECRET not in text
     r = CliRunner().invoke(app, ["diagnose", str(store), "--format", "html", "--no-redact", "-o", str(out)])
     assert r.exit_code == 0 and SECRET in out.read_text()
+
+
+@pytest.mark.parametrize("scenario", sample_scenarios(), ids=lambda d: d.name)
+def test_every_sample_scenario_renders(scenario: Path, tmp_path: Path) -> None:
+    run = open_store(ingest_scenario(scenario, tmp_path / "s.forensics"))
+    report = diagnose(run)
+    out = render_html(report, run)
+    d = Doc(out)
+    assert [t for t, _ in d.tags].count("script") == 2 and set(FIGURES) <= d.ids()
+    assert len(out.encode()) < 300_000
+    if report.root_cause is not None:
+        assert d.all_text().count(report.root_cause.summary) >= 1

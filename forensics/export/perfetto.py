@@ -196,8 +196,8 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
     host_q = (aligned.select("rank", "host").group_by("rank").agg(pl.col("host").drop_nulls().first()))
     inst_q = (aligned.filter(pl.col("level").is_in(["WARN", "ERROR"]))
               .select("rank", "ts_aligned", "level", "event", "message", "step", "source_file", "line"))
-    cnt_q = (aligned.filter(pl.col("rank").is_not_null()
-                            & pl.any_horizontal([pl.col(c).is_not_null() for c in COUNTERS]))
+    # flat metric lines (HF Trainer) often carry no rank: their loss goes on the "no rank" track
+    cnt_q = (aligned.filter(pl.any_horizontal([pl.col(c).is_not_null() for c in COUNTERS]))
              .select("rank", "ts_aligned", *COUNTERS))
     st, hosts, inst, cnt = pl.collect_all([st_q, host_q, inst_q, cnt_q])
 
@@ -283,7 +283,7 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
     for r in rank_set:
         out.append({"ph": "M", "name": "thread_name", "pid": pid_map[r], "tid": r, "ts": 0, "args": {"name": f"rank {r}"}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": pid_map[r], "tid": r, "ts": 0, "args": {"sort_index": r}})
-    has_unranked = inst.filter(pl.col("rank").is_null()).height > 0
+    has_unranked = inst.filter(pl.col("rank").is_null()).height > 0 or cnt.filter(pl.col("rank").is_null()).height > 0
     if has_unranked:
         out.append({"ph": "M", "name": "process_name", "pid": no_rank_pid, "tid": 0, "ts": 0, "args": {"name": NO_RANK}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": no_rank_pid, "tid": 0, "ts": 0, "args": {"sort_index": no_rank_pid}})
@@ -312,7 +312,12 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
         for rank, ts, pid, tid, v in sub.iter_rows():
             if isinstance(v, float) and not math.isfinite(v):
                 continue
-            out.append({"ph": "C", "name": f"rank {rank} {c}", "ts": ts, "pid": pid, "tid": tid, "args": {"value": v}})
+            who = f"rank {rank}" if rank is not None else NO_RANK
+            out.append({"ph": "C", "name": f"{who} {c}", "ts": ts, "pid": pid, "tid": tid, "args": {"value": v}})
+    if len(out) == sum(e["ph"] == "M" for e in out):
+        raise ForensicsError("nothing to export: no step, counter or WARN/ERROR event in the selection",
+                             reason="the run (or the --steps/--ranks chosen) has no event a timeline can show",
+                             help="check the steps and ranks with: forensics ranks STORE", code=NO_INPUT)
 
     lo_hi = (int(st["step"].min()), int(st["step"].max())) if st.height else None
     trace = {

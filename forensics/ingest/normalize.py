@@ -14,7 +14,7 @@ import json
 
 import polars as pl
 
-from ..schema import ALIASES, ENVELOPE_ALIASES, FIELDS, LEVEL_ALIASES, Level
+from ..schema import ALIASES, ENVELOPE_ALIASES, FIELDS, LEVEL_ALIASES, EventSource, Level
 
 # Every top-level key the JSONL reader asks polars for. Anything else (flat metric lines' loss,
 # step, ...) goes verbatim to the `fields` JSON column, from which known metrics are typed.
@@ -275,6 +275,10 @@ def canonical(raw: pl.DataFrame, rank_hint: int | None, host_hint: str | None) -
         if e.meta.output_name() in ("loss", "step"):
             is_step = is_step | e.is_not_null()
     flat = pl.when(is_step).then(pl.lit("TRAIN_STEP")).otherwise(pl.lit("METRICS"))
-    event = first("event").fill_null(flat)
+    named = first("event")
     keep = ["line"] + [c for c in ("extra", "fields") if c in cols]
-    return df.select([*exprs, event.alias("event"), *[pl.col(c) for c in keep]])
+    return df.select([
+        *exprs, named.fill_null(flat).alias("event"),
+        pl.when(named.is_null()).then(pl.lit("inferred")).otherwise(pl.lit("record")).cast(EventSource).alias("event_source"),
+        *[pl.col(c) for c in keep],
+    ])

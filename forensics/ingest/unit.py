@@ -119,6 +119,8 @@ def run_unit(u: Unit) -> UnitResult:
             ev = block.events
             if ev.height:
                 ev = conform(ev.with_columns(pl.lit(u.path).alias("source_file"), pl.lit(u.fmt).alias("format")))
+                if u.fmt != "jsonl":  # other readers name events from text and structure
+                    ev = ev.with_columns(pl.col("event_source").fill_null("inferred"))
                 if not _in_order(ev):
                     ev = ev.sort(["rank", "timestamp", "line"], nulls_last=True)
                 if ew is None:

@@ -7,7 +7,8 @@ on first use, from the events alone.
 The step table is `forensics.timeline.step_table` (one row per (rank, step): t_start, t_end,
 step_time_ms, data_load_ms, compute_ms, comm_ms, wait_ms, grad_ready_ts, loss, lr,
 samples_per_s, stage ...) joined with what the passes need besides: the lines to cite
-(file, train_line, data_line, comm_line, ready_line) and disk_read_mbps, grad_norm, gpu_util.
+(file, train_line, data_line, comm_line, ready_line), disk_read_mbps, grad_norm, gpu_util, and
+wait_est (wait_ms, or estimated from comm_ms where it is not logged: see `_wait_estimate`).
 
 `compute_ms` = step_time - data_load - comm: in synchronous data parallelism that is the
 forward/backward/optimizer time of the rank, the quantity a straggler has too much of.
@@ -59,14 +60,13 @@ def _extras(events: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def step_table(events: pl.LazyFrame) -> pl.LazyFrame:
-    """timeline.step_table with the extras joined, sorted by (rank, step)."""
-    return (
-        timeline.step_table(events)
-        .select(STEP_COLUMNS)
-        .join(_extras(events), on=["rank", "step"], how="left")
-        .sort("rank", "step")
-    )
+def step_table(events: pl.LazyFrame) -> pl.DataFrame:
+    """timeline.step_table with the extras joined, sorted by (rank, step).
+
+    Both aggregations run in one collect_all (in parallel, over one scan) and are joined eagerly.
+    """
+    steps, extras = pl.collect_all([timeline.step_table(events).select(STEP_COLUMNS), _extras(events)])
+    return steps.join(extras, on=["rank", "step"], how="left").sort("rank", "step").with_columns(_wait_estimate())
 
 
 # A fault is persistent; scheduler noise is not. On a loaded host any rank is preempted now and
@@ -91,14 +91,19 @@ def sustained(flag: str, window: int, by: str | None = "rank") -> pl.Expr:
     return e.over(by) if by else e
 
 
-def wait_expr() -> pl.Expr:
+def _wait_estimate() -> pl.Expr:
     """Time a rank waited in its collectives at a step: the logged wait_ms, else an estimate.
 
     Domain fact: in a synchronous collective the last rank to arrive does not wait, so the
     smallest collective time across ranks at a step is (close to) the pure transfer time and
     anything above it on another rank is waiting.
     """
-    return pl.coalesce(pl.col("wait_ms"), pl.col("comm_ms") - pl.col("comm_ms").min().over("step"))
+    return pl.coalesce(pl.col("wait_ms"), pl.col("comm_ms") - pl.col("comm_ms").min().over("step")).alias("wait_est")
+
+
+def wait_expr() -> pl.Expr:
+    """The step table's wait (logged, else estimated once when the table is built)."""
+    return pl.col("wait_est")
 
 
 class Context:
@@ -124,7 +129,7 @@ class Context:
     @cached_property
     def steps(self) -> pl.DataFrame:
         """The per-(rank, step) table, collected once."""
-        return step_table(self._events).collect()
+        return step_table(self._events)
 
     @cached_property
     def ranks(self) -> list[int]:

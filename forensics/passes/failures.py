@@ -49,15 +49,19 @@ _IN_USE = re.compile(r"(?i)this process has ([\d.]+ ?[KMGT]i?B) memory in use")
 
 def _failure_rows(ctx: Context) -> pl.LazyFrame:
     msg = pl.col("message").fill_null("")
-    ev = pl.col("event").fill_null("").str.to_uppercase()
+    ev = pl.col("event").fill_null("")
     err = pl.col("level") == "ERROR"
-    is_oom = (ev.str.contains("OOM") | msg.str.contains(OOM_RE)) & (pl.col("level") != "DEBUG")
+    is_oom = ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE)
     is_desync = msg.str.contains(DESYNC_RE)
-    is_timeout = ~is_oom & (ev.str.contains("TIMEOUT") | (err & (msg.str.contains(TIMEOUT_RE))))
+    is_timeout = ~is_oom & (ev.str.contains("(?i)TIMEOUT") | (err & (msg.str.contains(TIMEOUT_RE))))
     has_completed = msg.str.contains(COMPLETED_RE)
+    # Cheap first: failures are logged at WARN/ERROR or under an event that says so; the message
+    # regexes then run on those rows only (not on every INFO line of a GB-scale store).
+    candidate = pl.col("level").is_in(["WARN", "ERROR"]) | ev.str.contains("(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC")
     return (
         ctx.events.select("rank", "timestamp", "level", "event", "message", "seq", "peer_rank", "step",
                           "source_file", "line")
+        .filter(candidate)
         .filter(is_oom | is_desync | is_timeout | has_completed)
         .with_columns(
             pl.when(is_oom).then(pl.lit("oom")).when(is_timeout).then(pl.lit("timeout"))

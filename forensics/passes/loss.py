@@ -56,7 +56,7 @@ def loss_series(events: pl.LazyFrame) -> pl.DataFrame:
             pl.col("rank").filter(~pl.col("loss").is_finite()).drop_nulls().unique().alias("bad_ranks"),
             pl.col("rank").drop_nulls().unique().alias("ranks"),
             pl.col("lr").max(),
-            (pl.col("stage").str.to_lowercase() == "warmup").any().alias("warm"),
+            pl.col("stage").str.contains("(?i)^warm").any().alias("warm"),
             pl.col("timestamp").min().alias("t0"),
             pl.col("timestamp").max().alias("t1"),
             pl.col("source_file").first().alias("file"),

@@ -21,7 +21,7 @@ from ..timeline import plain
 PIPE_FORMATS = ("jsonl", "csv", "json")
 # Shown in the table view only through other columns (file:line) or not at all: the raw JSON is
 # what --format jsonl is for.
-TABLE_HIDDEN = {"extra", "fields", "format", "rank_source", "local_rank", "source_file", "line", "timestamp",
+TABLE_HIDDEN = {"extra", "fields", "format", "rank_source", "event_source", "local_rank", "source_file", "line", "timestamp",
                 "rank", "host", "level", "event", "message"}
 LEVEL_STYLE = {"ERROR": "bold red", "WARN": "yellow", "DEBUG": "dim"}
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
@@ -69,7 +69,7 @@ def present_columns(df: pl.DataFrame, candidates: list[str]) -> list[str]:
 
 # Up to this many metric columns get a column each; beyond (a mix of event types), the metrics
 # of each event are one "k=v" column: every event type carries different ones.
-METRIC_COLUMNS_MAX = 6
+METRIC_COLUMNS_MAX = 4
 
 
 def metrics_text(names: list[str]) -> pl.Expr:
@@ -80,38 +80,55 @@ def metrics_text(names: list[str]) -> pl.Expr:
     ).alias("metrics")
 
 
+def one_day(ts: pl.Series) -> str | None:
+    """The date when every time in `ts` falls on it (then rows show only the clock time)."""
+    days = ts.drop_nulls().dt.date().unique()
+    return str(days[0]) if days.len() == 1 else None
+
+
+def clock_cell(v: dt.datetime | None, day: str | None) -> str:
+    if v is None:
+        return ""
+    return v.strftime("%H:%M:%S.%f")[:-3] if day and str(v.date()) == day else cell(v)
+
+
 def events_table(df: pl.DataFrame, title: str | None = None) -> Table:
     """Events as a table: time, rank, host, level, event, message, the metrics they carry,
     file:line."""
     metrics = present_columns(df, [c for c in EVENT_SCHEMA if c not in TABLE_HIDDEN])
+    day = one_day(df["timestamp"]) if df.height else None
     if len(metrics) > METRIC_COLUMNS_MAX:
         df = df.with_columns(metrics_text(metrics))
         metrics = ["metrics"]
     show_host = "host" in df.columns and df["host"].null_count() < df.height
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    t.add_column("time (UTC)", no_wrap=True)
-    t.add_column("rank", justify="right")
+    t.add_column(f"{day} (UTC)" if day else "time (UTC)", no_wrap=True)
+    t.add_column("rank", justify="right", no_wrap=True)
     if show_host:
-        t.add_column("host")
-    t.add_column("level")
-    t.add_column("event")
-    t.add_column("message", overflow="fold", max_width=60)
+        t.add_column("host", no_wrap=True, overflow="ellipsis", max_width=16)
+    t.add_column("level", no_wrap=True)
+    t.add_column("event", no_wrap=True)
+    # the free text and the metrics take what is left, wrapped; the rest stays on one line
+    t.add_column("message", overflow="fold", min_width=16, max_width=80)
     for m in metrics:
-        t.add_column(m, justify="left" if m == "metrics" else "right", overflow="fold", max_width=70 if m == "metrics" else None)
-    t.add_column("file:line", overflow="fold")
+        if m == "metrics":
+            t.add_column(m, overflow="fold", min_width=16, max_width=60)
+        else:
+            t.add_column(m, justify="right", no_wrap=True)
+    t.add_column("file:line", no_wrap=True, overflow="ellipsis", min_width=12)
     for r in df.iter_rows(named=True):
         level = str(r["level"]) if r.get("level") is not None else ""
-        row: list[Any] = [cell(r["timestamp"]), cell(r["rank"])]
+        row: list[Any] = [clock_cell(r["timestamp"], day), cell(r["rank"])]
         if show_host:
             row.append(cell(r["host"]))
         row += [Text(level, style=LEVEL_STYLE.get(level, "")), cell(r["event"]), Text(cell(r["message"]))]
         row += [Text(cell(r[m])) for m in metrics]
-        row.append(Text(f"{_short(r.get('source_file'))}:{r.get('line')}" if r.get("source_file") else ""))
+        row.append(Text(f"{short_path(r.get('source_file'))}:{r.get('line')}" if r.get("source_file") else ""))
         t.add_row(*row)
     return t
 
 
-def _short(path: str | None) -> str:
+def short_path(path: str | None) -> str:
     """The last two path components: enough to tell rank files apart in a table."""
     if not path:
         return ""

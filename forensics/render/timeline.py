@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..timeline import Snapshot, iso
-from .events import PIPE_FORMATS, cell, events_table, present_columns, write_rows
+from .events import PIPE_FORMATS, cell, clock_cell, events_table, one_day, present_columns, short_path, write_rows
 from .ingest import _ranks_text
 
 # Hosts whose clock estimate is within this of the consensus are not listed one by one: the
@@ -37,12 +37,15 @@ def _pct(v: float | None) -> str:
 
 
 def _secs(v: float | None) -> str:
+    """A duration, short: 0.08s, 12.3s, 30m01s, 2h05m."""
     if v is None:
         return ""
     if abs(v) < 60:
-        return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
-    m, s = divmod(round(v, 1), 60)
-    return f"{int(m)}m{s:04.1f}" if m < 60 else f"{int(m // 60)}h{int(m % 60):02d}m"
+        return f"{v:.2f}s" if abs(v) < 10 else f"{v:.1f}s"
+    v = round(v)
+    if v < 3600:
+        return f"{v // 60}m{v % 60:02d}s"
+    return f"{v // 3600}h{v % 3600 // 60:02d}m"
 
 
 def clock_note(df: pl.DataFrame, clock: str = "clock", offset: str = "offset_ms") -> str | None:
@@ -62,13 +65,14 @@ def clock_note(df: pl.DataFrame, clock: str = "clock", offset: str = "offset_ms"
 # --- ranks ---------------------------------------------------------------------------------------
 
 RANK_COLUMNS: list[tuple[str, str, Any]] = [
-    ("rank", "rank", cell), ("host", "host", cell), ("first_ts", "first event", cell), ("last_ts", "last event", cell),
+    ("rank", "rank", cell), ("host", "host", cell), ("first_ts", "first", cell), ("last_ts", "last event", cell),
     ("last_step", "step", cell), ("lag_steps", "behind", cell), ("events", "events", cell),
-    ("step_ms", "step ms", _ms), ("data_ms", "data ms", _ms), ("compute_ms", "compute ms", _ms),
-    ("comm_ms", "comm ms", _ms), ("comm_share", "comm %", _pct), ("wait_ms", "wait ms", _ms),
-    ("gpu_util", "GPU %", _ms), ("temp_max", "max °C", _ms), ("warn", "WARN", cell), ("error", "ERROR", cell),
-    ("silent_s", "silent s", _secs), ("silent_order", "silent #", cell), ("clock_offset_ms", "clock ms", _ms),
+    ("step_ms", "step ms", _ms), ("data_ms", "data ms", _ms), ("comm_ms", "comm ms", _ms),
+    ("comm_share", "comm %", _pct), ("wait_ms", "wait ms", _ms), ("gpu_util", "GPU %", _ms),
+    ("temp_max", "max °C", _ms), ("warn", "WARN", cell), ("error", "ERROR", cell), ("silent_s", "silent", _secs),
+    ("clock_offset_ms", "clock ms", _ms),
 ]
+# compute_ms and silent_order are in --format json/csv; the table keeps to what fits a screen
 
 
 def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.DataFrame | None = None) -> None:
@@ -77,7 +81,14 @@ def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.Dat
     if fmt in PIPE_FORMATS:
         write_rows(df, fmt)
         return
+    day = one_day(pl.concat([df["first_ts"], df["last_ts"]]))
+    if day:   # one date for all: show clock times, the date in the header
+        df = df.with_columns(pl.col("first_ts", "last_ts").dt.strftime("%H:%M:%S%.3f"))
     cols = [c for c in RANK_COLUMNS if c[0] in present_columns(df, [c[0] for c in RANK_COLUMNS]) or c[0] == "rank"]
+    if "clock_offset_ms" in df.columns and not (df["clock_offset_ms"].abs() >= CLOCK_NOTE_MS).any():
+        cols = [c for c in cols if c[0] != "clock_offset_ms"]   # all clocks agree: nothing to show
+    if day:
+        cols = [(k, f"{h} ({day})" if k == "first_ts" else h, fn) for k, h, fn in cols]
     t = Table(show_edge=False, pad_edge=False)
     for key, head, _ in cols:
         t.add_column(head, justify="left" if key in ("host", "first_ts", "last_ts") else "right", no_wrap=key.endswith("_ts"))
@@ -94,7 +105,7 @@ def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.Dat
         first = live.row(0, named=True)
         behind = f", {first['lag_steps']} step(s) behind" if first.get("lag_steps") else ""
         step = f" at step {first['last_step']}" if first.get("last_step") is not None else ""
-        _say(console, f"first to go silent: rank {first['rank']}, {_secs(first['silent_s'])} s before the last "
+        _say(console, f"first to go silent: rank {first['rank']}, {_secs(first['silent_s'])} before the last "
                       f"event of the run{step}{behind}")
     note = clock_note(df.rename({"host": "clock", "clock_offset_ms": "offset_ms"}).select("clock", "offset_ms")
                       .drop_nulls()) if "clock_offset_ms" in df.columns else None
@@ -147,6 +158,13 @@ def render_timeline(rows: pl.DataFrame, fmt: str, console: Console, *, offsets: 
         parts = [f"rank {r} in {n} of {n_steps} steps (median {_ms(m)} ms after the median rank)"
                  for r, n, m in last.head(3).iter_rows()]
         _say(console, "arrived last: " + "; ".join(parts) + ("; ..." if last.height > 3 else ""))
+    everyone = set(rows["rank"].drop_nulls().to_list())
+    no_show = (rows.filter(pl.col("arrival_source").is_not_null()).group_by("step")
+               .agg(pl.col("rank").filter(pl.col("arrival_ms").is_not_null())).sort("step"))
+    for s, arrived in no_show.tail(3).iter_rows():
+        absent = sorted(everyone - set(arrived))
+        if absent:
+            _say(console, f"step {s}: no arrival at the collective logged by rank(s) {_ranks_text(absent)}")
     incomplete = rows.filter(~pl.col("complete"))
     if incomplete.height:
         by_step = incomplete.group_by("step").agg(pl.col("rank").sort()).sort("step")
@@ -204,25 +222,36 @@ def _per_step_table(df: pl.DataFrame) -> Table:
 # --- last-10s ------------------------------------------------------------------------------------
 
 EVENTS_SHOWN_MAX = 200   # window events printed in the table view; JSON has them all (bounded per rank)
+MESSAGE_CHARS = 40       # one line per rank in the snapshot table; the full text is in the events below
 
 
 def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(s.to_dict()) + "\n")
         return
+    day = one_day(pl.concat([s.ranks["last_ts"], pl.Series([s.stop], dtype=s.ranks.schema["last_ts"])]))
     _say(console, f"stop: {iso(s.stop)}  ({s.how})")
-    _say(console, f"window: {s.window_s:g} s before the stop, from {iso(s.start)}")
+    _say(console, f"window: {s.window_s:g} s before the stop, from {iso(s.start)}"
+                  + (f"; times below are on {day} (UTC)" if day else ""))
+    show_host = "host" in present_columns(s.ranks, ["host"])
+    heads = ["rank", *(["host"] if show_host else []), "step", "in window", "last event", "level", "event",
+             "message", "silent", "after stop", "file:line"]
     t = Table(show_edge=False, pad_edge=False)
-    for h in ("rank", "host", "step", "in window", "last event (UTC)", "level", "event", "message", "silent s", "after stop", "file:line"):
-        t.add_column(h, justify="right" if h in ("rank", "step", "in window", "silent s", "after stop") else "left",
-                     overflow="fold", max_width=50 if h == "message" else None)
+    for h in heads:
+        # one line per rank: the message is cut (JSON and the event list below have it whole)
+        # the message and file:line give way first when the terminal is narrow (they wrap)
+        flexible = h in ("message", "file:line")
+        t.add_column(h, justify="right" if h in ("rank", "step", "in window", "silent", "after stop") else "left",
+                     no_wrap=not flexible, overflow="fold" if flexible else "ellipsis",
+                     max_width=MESSAGE_CHARS if h == "message" else None)
     for r in s.ranks.iter_rows(named=True):
         level = str(r["last_level"]) if r["last_level"] is not None else ""
-        t.add_row(cell(r["rank"]), cell(r["host"]), cell(r["step"]), cell(r["in_window"]), cell(r["last_ts"]),
-                  Text(level, style={"ERROR": "bold red", "WARN": "yellow"}.get(level, "")), cell(r["last_event"]),
-                  Text(cell(r["last_message"])), _secs(r["silent_s"]), cell(r["after_stop"]),
-                  Text(_tail(r["last_where"])),
-                  style="red" if r["last_ts"] is None else ("dim" if r["in_window"] == 0 else ""))
+        msg = cell(r["last_message"])
+        row = [cell(r["rank"]), *([cell(r["host"])] if show_host else []), cell(r["step"]), cell(r["in_window"]),
+               clock_cell(r["last_ts"], day), Text(level, style={"ERROR": "bold red", "WARN": "yellow"}.get(level, "")),
+               cell(r["last_event"]), Text(msg if len(msg) <= MESSAGE_CHARS else msg[:MESSAGE_CHARS - 3] + "…"),
+               _secs(r["silent_s"]), cell(r["after_stop"]), Text(_tail(r["last_where"]))]
+        t.add_row(*row, style="red" if r["last_ts"] is None else ("dim" if r["in_window"] == 0 else ""))
     console.print(t)
     if s.quiet:
         _say(console, f"no events in the window: rank(s) {_ranks_text(s.quiet)}")
@@ -237,6 +266,4 @@ def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
 
 
 def _tail(where: str | None) -> str:
-    if not where:
-        return ""
-    return "/".join(where.split("/")[-2:])
+    return short_path(where) if where else ""

@@ -207,11 +207,15 @@ def colorbar(cmap: str, lo: float, hi: float, unit: str, width: int = 220, gid: 
     ticks = nice_ticks(lo, hi, 4)
     body = [f'<defs><linearGradient id="{esc(gid)}">{stops}</linearGradient></defs>',
             f'<rect x="0" y="2" width="{width}" height="10" fill="url(#{esc(gid)})" rx="2"/>']
+    # a narrow range (277.5 .. 278.5) needs decimals that fmt_num would round away
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 0.0
+    decimals = max(0, -math.floor(math.log10(step))) if 0 < step < 1 else 0
     for t in ticks:
         x = (t - lo) / (hi - lo) * width if hi > lo else 0
         if 0 <= x <= width:
+            label = f"{t:.{decimals}f}" if decimals else fmt_num(t)
             body.append(f'<line class="tickmark" x1="{x:.1f}" x2="{x:.1f}" y1="12" y2="15"/>')
-            body.append(f'<text class="tick" x="{x:.1f}" y="26" text-anchor="middle">{esc(fmt_num(t))}</text>')
+            body.append(f'<text class="tick" x="{x:.1f}" y="26" text-anchor="middle">{esc(label)}</text>')
     body.append(f'<text class="tick" x="{width + 6}" y="11">{esc(unit)}</text>')
     return _svg(width + 60, 30, body, f"colour scale {unit}", ' class="colorbar"')
 
