@@ -132,6 +132,7 @@ def diagnose(
     rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
     width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords found in log text."),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help="Also mask matches of this regex (repeatable)."),
 ) -> None:
     """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
     from pathlib import Path
@@ -140,8 +141,10 @@ def diagnose(
     from .report import render
     from .report.model import SEVERITIES
     from .rules import builtin_rules_dir
+    from .report.redact import add_patterns
     from .run import open_run
 
+    add_patterns(redact_pattern)
     cb, stop = _progress()
     try:
         run = open_run(paths, progress=cb)
@@ -363,10 +366,13 @@ def export_perfetto(
     ranks: Optional[str] = typer.Option(None, "--ranks", help="Only these ranks: 0,3,5-7."),
     max_events: int = typer.Option(500_000, "--max-events", help="Cut bigger traces by keeping every k-th step (a message says so)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords in messages."),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help="Also mask matches of this regex (repeatable)."),
 ) -> None:
     """A timeline for ui.perfetto.dev / chrome://tracing: a track per rank grouped by host, step phases, WARN/ERROR, GPU counters."""
     from .export import export_perfetto as run_export, parse_ranks, parse_steps
+    from .report.redact import add_patterns
 
+    add_patterns(redact_pattern)
     summary = run_export(_open_run(paths), output, steps=parse_steps(steps), ranks=parse_ranks(ranks),
                          max_events=max_events, redact=not no_redact)
     if summary.message:

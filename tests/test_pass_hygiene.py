@@ -59,3 +59,11 @@ def test_records_without_event_id() -> None:
     for i in range(3):
         rows.add(float(i), 0, None, step=i, loss=2.0)
     assert checks(rows)["event_missing"].evidence["records"] == 3
+
+
+def test_every_rank_reporting_one_timeout_is_not_a_flood() -> None:
+    rows = Rows()
+    for r in range(64):
+        rows.add(100.0, r, "NCCL_TIMEOUT", level="ERROR")
+        rows.add(50.0, r, "GRAD_NORM", level="WARN")
+    assert "error_flood" not in checks(rows)

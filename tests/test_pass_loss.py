@@ -64,3 +64,9 @@ def test_warmup_end() -> None:
     s = loss.loss_series(train_only(steps=30, loss=lambda s: 2.0, lr=lambda s: 1e-4 * min(1, (s + 1) / 10)).ctx().events)
     assert loss.warmup_end(s) == 9
     assert loss.warmup_end(loss.loss_series(Rows().ctx().events)) is None
+
+
+def test_a_slow_steady_fall_on_a_long_run_is_progress_not_a_plateau() -> None:
+    # 0.5% per 100 steps, but -60% over the run (the window grows to a tenth of the run)
+    ctx = train_only(ranks=2, steps=20000, every=20, loss=lambda s: 2.9 * math.exp(-s / 20000), noise=0.005).ctx()
+    assert loss.find(ctx) == []

@@ -8,7 +8,8 @@ Domain facts relied on (seed 000 §4.1, §4.5):
   every event type should have a stable id so tools aggregate instead of string-matching.
 - Misclassified severities: if gradient-norm anomalies are logged as ERROR, the real NCCL
   timeout drowns in thousands of ERRORs. WARN = self-healing, ERROR = needs a person. A flood is
-  one event type with >= 50 ERROR lines making up >= 80% of all ERROR lines.
+  one event type with >= 50 ERROR lines, >= 10 per rank that logs it (every rank reporting the
+  same timeout once is not a flood), making up >= 80% of all ERROR lines.
 - Resource metrics should be sampled every >= 2 s (one team polled NVML every 200 ms and lost
   5% throughput to it); a rank whose median interval between GPU metric samples is < 2 s
   (over >= 10 samples) is flagged.
@@ -26,6 +27,7 @@ from .evidence import cite, pass_id, rank_ranges
 
 FLOOD_MIN = 50
 FLOOD_SHARE = 0.8
+PER_RANK = 10
 MIN_INTERVAL_S = 2.0
 MIN_SAMPLES = 10
 RESOURCE = ["gpu_util", "temp_c", "sm_clock_mhz", "power_w", "mem_alloc_mb"]
@@ -57,8 +59,8 @@ def _levels(ctx: Context) -> pl.LazyFrame:
         # the application's own levels: a console traceback's lines are one error, not a flood
         .filter(pl.col("level").is_in(["ERROR", "WARN"]) & (pl.col("format") == "jsonl"))
         .group_by("level", "event")
-        .agg(pl.len().alias("n"), pl.col("source_file").first(), pl.col("line").first(), pl.col("rank").first(),
-             pl.col("timestamp").first())
+        .agg(pl.len().alias("n"), pl.col("rank").n_unique().alias("ranks"), pl.col("source_file").first(),
+             pl.col("line").first(), pl.col("rank").first(), pl.col("timestamp").first())
     )
 
 
@@ -115,7 +117,8 @@ def find(ctx: Context) -> list[Finding]:
         top = errors.row(0, named=True)
         warns = int(levels.filter(pl.col("level") == "WARN").get_column("n").sum())
         others = errors.slice(1)
-        if top["n"] >= FLOOD_MIN and top["n"] >= FLOOD_SHARE * total and (not others.is_empty() or warns):
+        repeated = top["n"] >= PER_RANK * max(top["ranks"], 1)   # one timeout per rank is no flood
+        if top["n"] >= FLOOD_MIN and top["n"] >= FLOOD_SHARE * total and repeated and (not others.is_empty() or warns):
             buried = ", ".join(f"{r['n']} {r['event']}" for r in others.head(3).iter_rows(named=True))
             out.append(Finding(
                 rule=rid, kind="log_hygiene", layer="training", severity="WARN", ranks=[],

@@ -17,8 +17,9 @@ Domain facts relied on:
   non-finite loss names the ranks that logged it.
 - Divergence: EMA (alpha 0.1) >= 15% above its running minimum for >= 10 consecutive logged
   points AND the raw median over those points >= 15% above that minimum too.
-- Plateau: over a window of >= 100 steps (>= 5 points) the EMA improves by < 1% and does not
-  rise by more than 5% (a rising loss is divergence, not a plateau).
+- Plateau: over a window of 100 steps — or a tenth of the run when longer, since a slowly
+  falling loss on a long run is still progress — (>= 5 points) the EMA improves by < 1% and does
+  not rise by more than 5% (a rising loss is divergence, not a plateau).
 
 Must not: decide the root cause; read columns other than those in `loss_series`.
 """
@@ -144,9 +145,13 @@ def _divergence(p: pl.DataFrame, wend: int | None, ranks: list[int]) -> Finding 
 
 
 def _plateau(p: pl.DataFrame, wend: int | None, ranks: list[int]) -> Finding | None:
-    if p.height < PLATEAU_POINTS or int(p.get_column("step").max() - p.get_column("step").min()) < PLATEAU_STEPS:
+    span = int(p.get_column("step").max() - p.get_column("step").min())
+    # 100 steps (seed 000), or a tenth of the run when that is longer: on a long run a loss that
+    # falls 0.5% per 100 steps is still progress, not a plateau
+    window = max(PLATEAU_STEPS, span // 10)
+    if p.height < PLATEAU_POINTS or span < window:
         return None
-    win = f"{PLATEAU_STEPS + 1}i"
+    win = f"{window + 1}i"
     q = p.with_columns(
         pl.col("ema").rolling_min_by("step", window_size=win).alias("wmin"),
         pl.col("ema").rolling_max_by("step", window_size=win).alias("wmax"),
@@ -156,7 +161,7 @@ def _plateau(p: pl.DataFrame, wend: int | None, ranks: list[int]) -> Finding | N
     first_step = int(p.get_column("step").min())
     start_ema = p.select(pl.col("step").alias("wstart"), pl.col("ema").alias("e0"))
     q = q.join(start_ema, on="wstart", how="left").filter(
-        (pl.col("step") - PLATEAU_STEPS >= first_step)
+        (pl.col("step") - window >= first_step)
         & (pl.col("npts") >= PLATEAU_POINTS)
         & (pl.col("wmin") >= (1 - PLATEAU_GAIN) * pl.col("e0"))
         & (pl.col("wmax") <= (1 + PLATEAU_RISE) * pl.col("e0"))
@@ -167,16 +172,16 @@ def _plateau(p: pl.DataFrame, wend: int | None, ranks: list[int]) -> Finding | N
     z = q.row(-1, named=True)
     s0 = int(a["wstart"])
     e0 = float(a["e0"])
-    e1 = float(z["ema"])
-    title = (f"loss plateaus after warmup: EMA {e0:.4g} at step {s0} → {e1:.4g} at step {z['step']} "
-             f"(< {PLATEAU_GAIN:.0%} improvement per {PLATEAU_STEPS} steps)")
+    e1 = float(a["ema"])
+    title = (f"loss plateaus after warmup: EMA {e0:.4g} at step {s0} → {e1:.4g} at step {a['step']} "
+             f"(< {PLATEAU_GAIN:.0%} better over {window} steps; {q.height} such windows up to step {z['step']})")
     t0 = p.filter(pl.col("step") == s0).get_column("t0")
     return Finding(
         rule=pass_id("loss"), kind="loss_plateau", layer="training", severity="WARN", ranks=ranks,
         title=title,
         evidence={"ema_start": num(e0), "ema_end": num(e1), "first_step": s0, "last_step": int(z["step"]),
-                  "window_steps": PLATEAU_STEPS, "min_gain": PLATEAU_GAIN, "warmup_end_step": wend},
-        lines=cite(_cite_rows(p, [s0, int(z["step"])], "at"), text="text"),
+                  "window_steps": window, "min_gain": PLATEAU_GAIN, "warmup_end_step": wend},
+        lines=cite(_cite_rows(p, [s0, int(a["step"])], "at"), text="text"),
         first_seen=iso(t0[0] if len(t0) else None), last_seen=iso(z["t1"]),
     )
 

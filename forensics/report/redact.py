@@ -31,9 +31,28 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
 _KEEP = {"source_file", "store", "timestamp", "first_seen", "last_seen", "start", "end"}
 
 
+# Patterns a user added (--redact-pattern): every match is replaced by MASK.
+_EXTRA: list[re.Pattern[str]] = []
+
+
+def add_patterns(patterns: list[str] | None) -> None:
+    """Also mask every match of these regular expressions (site-specific hostnames, paths ...)."""
+    from ..errors import BAD_ARGUMENT, ForensicsError
+
+    for p in patterns or []:
+        try:
+            _EXTRA.append(re.compile(p))
+        except re.error as e:
+            raise ForensicsError(f"cannot use --redact-pattern {p!r}", reason=f"not a regular expression: {e}",
+                                 help="Python regex syntax, e.g. --redact-pattern '/home/[^/ ]+'",
+                                 code=BAD_ARGUMENT) from None
+
+
 def redact_text(s: str) -> str:
     for pat, rep in _PATTERNS:
         s = pat.sub(rep, s)
+    for pat in _EXTRA:
+        s = pat.sub(MASK, s)
     return s
 
 
