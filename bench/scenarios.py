@@ -8,7 +8,8 @@ diagnosed root cause with ranks, pass/fail, seconds — then per root-cause kind
 precision and recall, and the micro-averaged totals. A diagnosis counts as a true positive
 only when both the kind (or an accepted alternative) and the ranks at fault are right; a right
 kind on the wrong ranks is a false positive of that kind and a false negative of the expected
-one. "none" (a healthy run) is a class like the others.
+one. "none" (a healthy run) is a class like the others. The `extra` column counts WARN/ERROR
+findings the root cause does not explain (noise a reader has to look at; not scored).
 """
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ sys.path.insert(0, str(REPO))
 from forensics.ingest import ingest  # noqa: E402
 from forensics.passes import diagnose  # noqa: E402
 from forensics.store import open_store  # noqa: E402
+
+
+def _r(ranks: list[int]) -> str:
+    from forensics.passes.evidence import rank_ranges
+
+    return f"[{rank_ranges(ranks)}]" if ranks else "[]"
 
 
 def scenarios(bases: list[Path]) -> list[Path]:
@@ -48,6 +55,9 @@ def main(argv: list[str]) -> None:
             rep = diagnose(open_store(store))
             t_diag = time.perf_counter() - t
             rc = rep.root_cause
+            explained = set(rep.findings[0].explains) if rc else set()
+            extra = sum(1 for i, f in enumerate(rep.findings)
+                        if f.severity in ("WARN", "ERROR") and not (rc and (i == 0 or i in explained)))
             got_kind, got_ranks = (rc.kind, sorted(rc.ranks)) if rc else ("none", [])
             want_kind, want_ranks = exp["root_cause"], sorted(exp["ranks"])
             ok_kind = got_kind in [want_kind, *exp.get("alternatives", [])]
@@ -57,12 +67,12 @@ def main(argv: list[str]) -> None:
             else:
                 fp[got_kind] += 1
                 fn[want_kind] += 1
-            rows.append((f"{d.parent.name}/{d.name}", f"{want_kind} {want_ranks}", f"{got_kind} {got_ranks}",
-                         "pass" if ok else "FAIL", t_ing, t_diag))
+            rows.append((f"{d.parent.name}/{d.name}", f"{want_kind} {_r(want_ranks)}", f"{got_kind} {_r(got_ranks)}",
+                         "pass" if ok else "FAIL", extra, t_ing, t_diag))
     w = max(len(r[0]) for r in rows)
-    print(f"{'scenario':<{w}}  {'expected':<28} {'diagnosed':<28} result  ingest_s  diagnose_s")
-    for name, want, got, res, ti, td in rows:
-        print(f"{name:<{w}}  {want:<28} {got:<28} {res:<6}  {ti:8.2f}  {td:10.2f}")
+    print(f"{'scenario':<{w}}  {'expected':<26} {'diagnosed':<26} result  extra  ingest_s  diagnose_s")
+    for name, want, got, res, extra, ti, td in rows:
+        print(f"{name:<{w}}  {want:<26} {got:<26} {res:<6}  {extra:5d}  {ti:8.2f}  {td:10.2f}")
     print()
     print(f"{'kind':<20} {'TP':>3} {'FP':>3} {'FN':>3}  precision  recall")
     for k in sorted(set(tp) | set(fp) | set(fn)):

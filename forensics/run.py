@@ -29,7 +29,10 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
     from .ingest.sources import expand, file_info
 
     files = expand(items)
+    from .schema import SCHEMA_VERSION
+
     h = hashlib.blake2b(digest_size=12)
+    h.update(f"schema {SCHEMA_VERSION}\n".encode())  # a newer schema never reads an older cache
     for f in sorted(files, key=str):
         i = file_info(f)
         h.update(f"{i.path}\0{i.size}\0{i.mtime}\0{i.fingerprint}\n".encode())

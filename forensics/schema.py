@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: event_source column
 
 LEVELS = ["DEBUG", "INFO", "WARN", "ERROR"]
 Level = pl.Enum(LEVELS)

@@ -81,7 +81,14 @@ def known_ranks(events: Events, present: Iterable[int] | None = None) -> list[in
                 seen.add(int(s["rank_hint"]))
     elif present is None:
         seen.update(lazy(events).select(pl.col("rank").drop_nulls().unique()).collect().to_series().to_list())
-    return list(range(max(seen) + 1)) if seen else []
+    if not seen:
+        return []
+    if max(seen) + 1 > GAP_FILL_MAX * len(seen):
+        return sorted(seen)   # mostly gaps: not a world of 0..N-1 (odd numbering); name only what was seen
+    return list(range(max(seen) + 1))
+
+
+GAP_FILL_MAX = 4
 
 
 # --- time specs --------------------------------------------------------------------------------
@@ -144,7 +151,12 @@ STEP_VALUES = ("loss", "lr", "samples_per_s", "stage")
 
 
 def step_table(events: Events, time_col: str = TS) -> pl.LazyFrame:
-    """One row per (rank, step), sorted by step then rank.
+    """One row per (rank, step), sorted by step then rank (see `_steps` for the columns)."""
+    return _steps(events, time_col).sort("step", "rank")
+
+
+def _steps(events: Events, time_col: str = TS) -> pl.LazyFrame:
+    """One row per (rank, step), in no particular order (`step_table` sorts).
 
     Columns: step, rank, host, t_start, t_end (first/last event of the step on that rank),
     step_time_ms (logged, else the time since the rank's previous step ended), step_time_source
@@ -220,7 +232,6 @@ def step_table(events: Events, time_col: str = TS) -> pl.LazyFrame:
             "compute_ms", "comm_ms", "wait_ms", "grad_ready_ts", "comm_end", "loss", "lr", "samples_per_s",
             "stage", "events", "complete",
         )
-        .sort("step", "rank")
     )
 
 
@@ -232,7 +243,8 @@ def arrivals(steps: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     `grad_ready` (grad_ready_ts: the seed's gradient_skew signal), `wait_ms` (clock-free: a rank
     that waited w ms less than the longest waiter arrived w ms later than the earliest rank), or
     `comm_end` (collective return minus comm_ms). Timestamps from different hosts are only
-    comparable on an aligned clock: pass `step_table(with_aligned_time(...), "ts_aligned")`.
+    comparable on an aligned clock: pass `align_steps(steps, step_offsets(steps))` (or
+    `step_table(with_aligned_time(events, clock_offsets(events)), "ts_aligned")`).
 
     Columns: step, rank, host, arrival_source, arrival (datetime, null for wait_ms), arrival_ms
     (after the step's first arrival), order (1 = first), is_last (a unique last, later than the
@@ -342,6 +354,10 @@ def build_timeline(events: Events, steps: tuple[int | None, int | None] | None =
     return Timeline(rows=rows, offsets=offsets, span=(lo_hi[0], lo_hi[1]))
 
 
+# The first ERRORs are checked one at a time (cheap: one rank's tail each); the rest in bulk.
+FIRST_ERRORS_CHECKED = 8
+
+
 # --- progress and the stop -----------------------------------------------------------------------
 
 def _missing_rows(df: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
@@ -402,9 +418,23 @@ def stop_time(events: Events, at: dt.datetime | None = None) -> tuple[dt.datetim
         # Survived = the erroring rank logged at least two different steps after the error (it
         # crossed a step boundary). Only events after the first ERROR are read.
         err_ranks = errors["rank"].drop_nulls().unique().to_list()
-        post = lf.filter((pl.col(TS) > pl.lit(errors[TS].min())) & pl.col("step").is_not_null() & pl.col("rank").is_not_null())
+        base = lf.filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null())
+        # Usually the first ERROR is the fatal one: check the first few one by one, each reading
+        # only its rank's events after it (pushdown on rank and time), before the bulk check.
+        for i, row in enumerate(errors.head(FIRST_ERRORS_CHECKED).iter_rows(named=True)):
+            after = base.filter(pl.col(TS) > pl.lit(row[TS]))
+            if row["rank"] is not None:
+                n = after.filter(pl.col("rank") == row["rank"]).select(pl.col("step").n_unique()).collect().item()
+            else:
+                n = after.group_by("rank").agg(pl.col("step").n_unique()).select(pl.col("step").max()).collect().item()
+            if not n or n < 2:
+                who = f"rank {row['rank']}" if row["rank"] is not None else "no rank"
+                note = f"; {i} earlier ERROR(s) were followed by progress" if i else ""
+                return row[TS], f"first fatal ERROR: {row['event']} on {who} at {row['source_file']}:{row['line']}{note}"
+        post = base.filter(pl.col(TS) > pl.lit(errors[TS].min()))
         if errors["rank"].null_count() == 0:
             post = post.filter(pl.col("rank").is_in(err_ranks))
+
         def steps_after(keys: list[str]) -> pl.LazyFrame:
             """For each error, how many distinct steps (of its rank, or of any rank) have
             events after it: as-of join against the steps ordered by their last event."""
@@ -495,12 +525,22 @@ def clock_offsets(events: Events) -> pl.DataFrame:
     return _offsets(ends, ["step", "collective", "k"]).collect()
 
 
+OFFSET_STEPS = 2000
+
+
 def step_offsets(steps: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """`clock_offsets` from a step table (each rank's last collective of a step, `comm_end`):
-    the same estimate without another scan of the events."""
+    the same estimate without another scan of the events; a long run is sampled every k-th step
+    (about OFFSET_STEPS steps)."""
     lf = steps.lazy() if isinstance(steps, pl.DataFrame) else steps
     ends = lf.filter(pl.col("comm_end").is_not_null()).select(
         "step", clock_key(), pl.col("comm_end").dt.epoch("us").alias("us"))
+    if isinstance(steps, pl.DataFrame) and steps.height:
+        # a median over ~OFFSET_STEPS collectives is as good as over all of them, and cheap
+        lo, hi = steps["step"].min(), steps["step"].max()
+        every = max(1, (hi - lo + 1) // OFFSET_STEPS) if lo is not None else 1
+        if every > 1:
+            ends = ends.filter(pl.col("step") % every == 0)
     return _offsets(ends, ["step"]).collect()
 
 
@@ -543,18 +583,26 @@ def monotonicity(events: Events) -> pl.DataFrame:
     lf = lazy(events).select("source_file", "rank", "line", TS)
     # Fast path, no sort: a (file, rank) whose rows, as stored, have both time and line
     # increasing has line order = time order. Only the others are sorted by line.
+    # Grouping by rank alone (an integer; the file name is a costly string key) is exact for a
+    # rank with one file in one part; other ranks only become suspects and get the exact check.
     suspect = (
-        lf.group_by("source_file", "rank")
+        lf.select("rank", "line", TS).group_by("rank")
         .agg(((pl.col("line").diff().min() > 0) & (pl.col(TS).diff().min() >= pl.duration(microseconds=0)))
              .fill_null(True).alias("ok"))
         .filter(~pl.col("ok"))
         .collect()
     )
+    if not suspect.height:
+        return pl.DataFrame(schema={"source_file": pl.String, "rank": pl.Int32, "backwards": pl.Int64,
+                                    "first_line": pl.Int64, "max_back_ms": pl.Float64, "lines": pl.Int64})
+    ranks = suspect["rank"].drop_nulls().to_list()
+    scope = pl.col("rank").is_in(ranks)
+    if suspect["rank"].null_count():
+        scope = scope | pl.col("rank").is_null()
     d = pl.col(TS).sort_by("line").diff()
     back = d < pl.duration(microseconds=0)
     return (
-        lf.filter(pl.col("source_file").is_in(suspect["source_file"].unique().implode()))
-        .join(suspect.lazy().select("source_file", "rank"), on=["source_file", "rank"], how="semi", nulls_equal=True)
+        lf.filter(scope)
         .group_by("source_file", "rank")
         .agg(
             back.sum().cast(pl.Int64).alias("backwards"),
@@ -611,7 +659,7 @@ def rank_summary(events: Events, ranks: Iterable[int] | None = None) -> pl.DataF
         (pl.col("level") == "ERROR").sum().cast(pl.Int64).alias("error"),
     )
     # only what the medians and clock offsets need: polars then skips the other aggregations
-    steps_q = step_table(lf).select("step", "rank", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
+    steps_q = _steps(lf).select("step", "rank", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
                                     "wait_ms", "comm_end")
     df, steps = pl.collect_all([per_event, steps_q])
     per_step = steps.group_by("rank").agg(

@@ -25,15 +25,23 @@ def at(seconds: float) -> dt.datetime:
 class Rows:
     """Collects event rows with a file and a line number per rank, like a real per-rank log."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: Callable[[int], str | None] = lambda r: None,
+                 skew: Callable[[int], float] = lambda r: 0.0) -> None:
+        """`host(rank)` names each rank's host; `skew(rank)` seconds are added to every time the
+        rank logs (its host clock runs ahead by that much)."""
         self.rows: list[dict[str, Any]] = []
         self._line: dict[Any, int] = {}
+        self.host, self.skew = host, skew
 
     def add(self, t: float, rank: int | None, event: str | None, level: str = "INFO", file: str | None = None,
             **fields: Any) -> dict[str, Any]:
         f = file or (f"rank_{rank}.jsonl" if rank is not None else "logging.jsonl")
         self._line[f] = self._line.get(f, 0) + 1
-        row = {"timestamp": at(t), "rank": rank, "rank_source": "record" if rank is not None else "none",
+        off = self.skew(rank) if rank is not None else 0.0
+        if "grad_ready_ts" in fields:
+            fields["grad_ready_ts"] += off
+        row = {"timestamp": at(t + off), "rank": rank, "rank_source": "record" if rank is not None else "none",
+               "host": self.host(rank) if rank is not None else None,
                "level": level, "event": event, "source_file": f, "line": self._line[f], "format": "jsonl", **fields}
         self.rows.append(row)
         return row

@@ -130,3 +130,37 @@ def test_raw_log_paths_errors_and_usage(store: tuple[Path, Path], tmp_path: Path
     assert r.returncode == 2
     r = cli("last-10s", str(tmp_path / "nothing-here"))
     assert r.returncode == 1 and "error[" in r.stderr
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = README.parent
+
+
+def readme_postmortem_blocks() -> list[tuple[str, list[str]]]:
+    """(command line, printed lines) for each `$ forensics ...` shown in the README's post-mortem
+    section."""
+    text = README.read_text().split("## Post-mortem", 1)[1].split("\n## ", 1)[0]
+    blocks: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("    $ forensics "):
+            blocks.append((line[len("    $ forensics "):], []))
+        elif blocks and line.startswith("    "):
+            blocks[-1][1].append(line[4:].rstrip())
+        elif blocks and line.strip():
+            blocks.append(("", []))   # prose ends a block
+    return [(c, out) for c, out in blocks if c and out]
+
+
+def test_readme_postmortem_output_is_real(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk-through in the README is what the commands print (at 150 columns). When a change
+    alters it on purpose, run the commands again and paste their output."""
+    import shlex
+
+    monkeypatch.chdir(REPO)
+    blocks = readme_postmortem_blocks()
+    assert {shlex.split(c)[0] for c, _ in blocks} >= {"last-10s", "ranks", "events", "timeline", "sql"}
+    for cmd, shown in blocks:
+        r = runner.invoke(app, shlex.split(cmd), env={"COLUMNS": "150"})
+        assert r.exit_code == 0, (cmd, r.output)
+        got = [x.rstrip() for x in r.stdout.replace(str(REPO) + "/", "/work/main/").splitlines()]
+        assert got == shown, cmd

@@ -5,7 +5,6 @@ import importlib
 import json
 from pathlib import Path
 
-import polars as pl
 from typer.testing import CliRunner
 
 import forensics

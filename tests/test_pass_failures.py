@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from forensics.passes import failures
-from pass_helpers import Rows
+from pass_helpers import Rows, at, sync_run
 
 
 def progress(rows: Rows, ranks: list[int], steps: int, skip: dict[int, int] | None = None) -> None:
@@ -82,3 +82,36 @@ def test_nothing_failed() -> None:
     rows = Rows()
     progress(rows, [0, 1], 5)
     assert failures.find(rows.ctx()) == []
+
+
+def test_a_host_clock_behind_does_not_put_the_timeouts_before_the_oom() -> None:
+    # node0 (ranks 0,1) logs 1 s behind node1 (ranks 2,3): as logged, the victims' errors come
+    # 0.6 s BEFORE rank 3's OOM; on the common clock (from the collectives) they come 0.4 s after
+    rows = sync_run(Rows(host=lambda r: f"node{r // 2}", skew=lambda r: -1.0 if r < 2 else 0.0), steps=20)
+    t = max(r["timestamp"] for r in rows.rows if r["rank"] == 3)
+    t_oom = (t - at(0)).total_seconds() + 0.5
+    rows.add(t_oom, 3, "CUDA_OOM", level="ERROR", message="CUDA out of memory. Tried to allocate 1.00 GiB")
+    for r in (0, 1, 2):
+        rows.add(t_oom + 0.4, r, "NCCL_TIMEOUT", level="ERROR", message="Connection closed by peer")
+    logged = {r["rank"]: r["timestamp"] for r in rows.rows if r["level"] == "ERROR"}
+    assert logged[0] < logged[3]                       # the trap is real
+    ctx = rows.ctx()
+    assert ctx.clock_offsets.height == 2               # node0 -0.5 s, node1 +0.5 s from the consensus
+    f = by_kind(failures.find(ctx))
+    assert f["oom"].ranks == [3] and f["nccl_timeout"].ranks == [3] and f["oom"].victims == [0, 1, 2]
+
+
+
+def test_collective_fingerprint_mismatch_names_the_odd_rank() -> None:
+    rows = Rows()
+    progress(rows, [0, 1, 2, 3], 5)
+    for me, other in ((0, 3), (1, 3), (2, 3), (3, 0)):
+        shape = "[20]" if me == 3 else "[10]"
+        oshape = "[20]" if other == 3 else "[10]"
+        rows.add(6.0 + me * 0.01, me, "TRACEBACK", level="ERROR",
+                 message=f"RuntimeError: Detected mismatch between collectives on ranks. Rank {me} is running collective: "
+                         f"CollectiveFingerPrint(SequenceNumber=6, OpType=ALLREDUCE, TensorShape={shape}), but Rank "
+                         f"{other} is running collective: CollectiveFingerPrint(SequenceNumber=6, OpType=ALLREDUCE, "
+                         f"TensorShape={oshape}).")
+    f = by_kind(failures.find(rows.ctx()))
+    assert f["nccl_timeout"].ranks == [3] and f["nccl_timeout"].victims == [0, 1, 2]

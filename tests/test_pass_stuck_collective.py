@@ -12,13 +12,13 @@ from pass_helpers import Rows
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "flight_recorder"
 
 
-def fr_rows(last: dict[int, int], members: list[int], state: str = "scheduled") -> Rows:
+def fr_rows(last: dict[int, int], members: list[int], state: str = "scheduled", op: str = "nccl:all_to_all") -> Rows:
     rows = Rows()
     for r in members:
         if r in last:
             for seq in range(last[r] - 2, last[r] + 1):
                 rows.add(float(seq), r, "COLLECTIVE", level="WARN", file=f"_dump_{r}", process_group="74", seq=seq,
-                         collective="nccl:all_to_all",
+                         collective=op,
                          extra=json.dumps({"state": state if seq == last[r] else "completed", "is_p2p": False}))
         rows.add(100.0, r, "PG_STATUS", file=f"_dump_{r}", process_group="74", seq=last.get(r),
                  extra=json.dumps({"pg_ranks": members}))
@@ -49,3 +49,21 @@ def test_real_flight_recorder_dumps(case: str, missing: list[int], tmp_path: Pat
     monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path))
     report = diagnose(sorted(str(p) for p in d.glob("_dump_*")))   # not the truth files beside them
     assert report.root_cause.kind == "hang" and report.root_cause.ranks == missing
+
+
+def sized(rows: Rows, odd: int, seq: int) -> Rows:
+    for row in rows.rows:
+        if row["event"] == "COLLECTIVE":
+            row["tensor_size_mb"] = 80.0 if (row["rank"] == odd and row["seq"] == seq) else 40.0
+    return rows
+
+
+def test_same_number_different_allreduce_size_is_the_odd_rank() -> None:
+    rows = sized(fr_rows({8: 500, 9: 500, 10: 500, 11: 500}, [8, 9, 10, 11], op="nccl:all_reduce"), 9, 500)
+    [f] = stuck_collective.find(rows.ctx())
+    assert f.ranks == [9] and f.victims == [8, 10, 11]
+
+
+def test_all_to_all_sizes_differ_by_design() -> None:
+    rows = sized(fr_rows({8: 500, 9: 500, 10: 500, 11: 500}, [8, 9, 10, 11]), 9, 500)
+    assert stuck_collective.find(rows.ctx()) == []

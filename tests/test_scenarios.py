@@ -9,6 +9,7 @@ What a scenario's `[expect]` means:
 """
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -58,6 +59,7 @@ def test_scenario(scenario: Path, tmp_path: Path) -> None:
     # every finding cites at least one line of the logs, or says what it counted
     for f in report.findings:
         assert f.lines or f.evidence, f.title
+    json.dumps(report.to_json(), allow_nan=False)    # the CI contract is plain JSON
 
 
 def test_there_are_scenarios_for_every_pass_kind() -> None:

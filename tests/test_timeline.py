@@ -265,7 +265,13 @@ def test_stop_time_without_error_is_the_last_event(tmp_path: Path) -> None:
     assert tl.stop_time(run, at=given) == (given, "given (--at)")
 
 
-def test_stop_time_skips_errors_the_rank_survived(tmp_path: Path) -> None:
+@pytest.fixture(params=[8, 0], ids=["one-by-one", "bulk"])
+def error_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop_time checks the first ERRORs one at a time and the rest in bulk: test both paths."""
+    monkeypatch.setattr(tl, "FIRST_ERRORS_CHECKED", request.param)
+
+
+def test_stop_time_skips_errors_the_rank_survived(tmp_path: Path, error_check: None) -> None:
     survived = {"t": 0.03, "level": "ERROR", "event": "DATA_LOAD_ERROR", "message": "retrying shard 7", "extra": {"step": 0}}
     fatal = {"t": 3.0, "level": "ERROR", "event": "CUDA_OOM", "message": "CUDA out of memory", "extra": {}}
     run, truth = ingest(tmp_path, ranks=3, steps=4, last_step={1: 3}, extra={0: [survived], 1: [fatal]})
@@ -274,7 +280,7 @@ def test_stop_time_skips_errors_the_rank_survived(tmp_path: Path) -> None:
     assert "1 earlier ERROR(s) were followed by progress" in how
 
 
-def test_an_error_without_rank_is_fatal_unless_ranks_go_on(tmp_path: Path) -> None:
+def test_an_error_without_rank_is_fatal_unless_ranks_go_on(tmp_path: Path, error_check: None) -> None:
     base = [{"timestamp": iso(T0 + dt.timedelta(seconds=s)), "rank": 0, "level": "INFO", "event": "TRAIN_STEP",
              "message": f"step={s}"} for s in range(5)]
     early = {"timestamp": iso(T0 + dt.timedelta(seconds=0.5)), "level": "ERROR", "event": "LAUNCHER", "message": "x"}
@@ -393,7 +399,7 @@ def test_sample_hang(tmp_path: Path) -> None:
     assert 2 in snap.quiet and snap.ranks.filter(pl.col("rank") == 2)["silent_s"].item() > 1700
 
 
-def test_sample_oom_cascade(tmp_path: Path) -> None:
+def test_sample_oom_cascade(tmp_path: Path, error_check: None) -> None:
     """sample_logs/oom_cascade: rank 3 dies of CUDA OOM in step 30; the NCCL errors come after."""
     run = forensics.open_run([str(REPO / "sample_logs" / "oom_cascade")])
     t, how = tl.stop_time(run)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import polars as pl
 
 from ..report.model import Finding, Report, RunInfo
 from . import (
     bandwidth,
+    clock_skew,
     comm_bound,
     data_load_skew,
     failures,
@@ -35,6 +36,9 @@ from . import (
 )
 from .context import Context
 from .evidence import iso, num
+
+if TYPE_CHECKING:
+    from ..store import Run
 
 Pass = Callable[[Context], list[Finding]]
 
@@ -55,6 +59,7 @@ PASSES: list[Pass] = [
     grad_norm.find,          # training: spikes, vanishing adapter gradients
     throughput.find,         # training: throughput drop while loss falls
     hygiene.find,            # the logs themselves
+    clock_skew.find,         # the logs' clocks (times above are compared on the common clock)
 ]
 
 
@@ -137,7 +142,8 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
     return Report(run=info, root_cause=root, findings=ordered, per_rank=rows)
 
 
-def diagnose(run, rule_dirs: Sequence[str | os.PathLike[str]] | None = None) -> Report:
+def diagnose(run: Run | str | os.PathLike[str] | Sequence[str],
+             rule_dirs: Sequence[str | os.PathLike[str]] | None = None) -> Report:
     """Diagnose a run: a `Run` (opened store), a store path, or raw log paths (ingested once into
     the cache, see forensics.run.open_run)."""
     from ..store import Run

@@ -72,12 +72,11 @@ def find(ctx: Context) -> list[Finding]:
     s0, s1 = int(hot_steps.min()), int(hot_steps.max())
     all_ranks = sorted(int(r) for r in df.get_column("rank").unique())
     waiting = wshare >= 0.5 * share
-    culprits: list[int] = []
-    if not waiting:
-        culprits = all_ranks          # the fabric is slow for every rank: the job-wide fault
     if waiting:
         counts = hot.group_by("least").agg(pl.len().alias("c")).sort("c", descending=True)
         culprits = [int(r) for r, c in counts.iter_rows() if c >= CULPRIT_SHARE * k]
+    else:
+        culprits = all_ranks          # the fabric is slow for every rank: the job-wide fault
     victims = [r for r in all_ranks if r not in culprits] if waiting and culprits else []
     sample = df.filter(pl.col("step").is_in(hot_steps.implode()))
     severity = "WARN"

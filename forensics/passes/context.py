@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 # Columns of timeline.step_table the passes rely on, plus the extras below.
 STEP_COLUMNS = [
     "rank", "step", "host", "t_start", "t_end", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
-    "wait_ms", "grad_ready_ts", "loss", "lr", "samples_per_s", "stage",
+    "wait_ms", "grad_ready_ts", "comm_end", "loss", "lr", "samples_per_s", "stage",
 ]
+# Host clock offsets below this are jitter, not skew: they are not applied.
+MIN_OFFSET_MS = 5.0
 EXTRA_COLUMNS = ["disk_read_mbps", "grad_norm", "gpu_util", "file", "train_line", "data_line", "comm_line", "ready_line"]
 
 
@@ -61,12 +63,12 @@ def _extras(events: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def step_table(events: pl.LazyFrame) -> pl.DataFrame:
-    """timeline.step_table with the extras joined, sorted by (rank, step).
+    """timeline.step_table with the extras joined (no particular order: passes sort what they need).
 
     Both aggregations run in one collect_all (in parallel, over one scan) and are joined eagerly.
     """
     steps, extras = pl.collect_all([timeline.step_table(events).select(STEP_COLUMNS), _extras(events)])
-    return steps.join(extras, on=["rank", "step"], how="left").sort("rank", "step").with_columns(_wait_estimate())
+    return steps.join(extras, on=["rank", "step"], how="left").with_columns(_wait_estimate())
 
 
 # A fault is persistent; scheduler noise is not. On a loaded host any rank is preempted now and
@@ -127,9 +129,37 @@ class Context:
         return self._events
 
     @cached_property
-    def steps(self) -> pl.DataFrame:
-        """The per-(rank, step) table, collected once."""
+    def _raw_steps(self) -> pl.DataFrame:
         return step_table(self._events)
+
+    @cached_property
+    def clock_offsets(self) -> pl.DataFrame:
+        """Per host clock, its offset from the consensus (timeline.step_offsets: a blocking
+        collective ends at one instant on every rank). Only hosts that are named (>= 2 of them)
+        and offsets above jitter (>= 5 ms and >= their spread) are kept: without host names each
+        rank would count as its own clock, and aligning jitter only adds noise."""
+        raw = self._raw_steps
+        empty = pl.DataFrame(schema={"clock": pl.String, "offset_ms": pl.Float64, "samples": pl.Int64,
+                                     "spread_ms": pl.Float64})
+        if raw.is_empty() or raw.get_column("host").drop_nulls().n_unique() < 2:
+            return empty
+        off = timeline.step_offsets(raw)
+        return off.filter(~pl.col("clock").str.starts_with("rank:")
+                          & (pl.col("offset_ms").abs() >= pl.max_horizontal(pl.lit(MIN_OFFSET_MS), pl.col("spread_ms"))))
+
+    @cached_property
+    def steps(self) -> pl.DataFrame:
+        """The per-(rank, step) table, collected once; times and grad_ready_ts on the common clock
+        when hosts' clocks disagree (`clock_offset_ms` says by how much)."""
+        raw = self._raw_steps
+        off = self.clock_offsets
+        if off.is_empty():
+            return raw.with_columns(pl.lit(0.0).alias("clock_offset_ms"))
+        return timeline.align_steps(raw, off).collect()
+
+    def aligned(self, lf: pl.LazyFrame) -> pl.LazyFrame:
+        """`lf` (events with rank, host, timestamp) with `ts_aligned` on the common clock."""
+        return timeline.with_aligned_time(lf, self.clock_offsets)
 
     @cached_property
     def ranks(self) -> list[int]:

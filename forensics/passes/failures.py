@@ -6,7 +6,9 @@ Domain facts relied on:
 - Every rank blocked in a collective that one rank never joins times out; so the earliest
   timeout does not name the cause, and the timing-out ranks are victims, not culprits.
 - The culprit of a timeout is, in order of strength: a rank the desync report names ("the
-  lagging/dead/mismatched ranks that caused the desync are: [7]"); a rank whose CUDA OOM came
+  lagging/dead/mismatched ranks that caused the desync are: [7]", or the rank every
+  CollectiveFingerPrint mismatch error names: a different op or size at the same sequence
+  number — the others all run the same one); a rank whose CUDA OOM came
   before the first timeout (an OOM on one rank followed by the others' timeouts or connection
   errors is that rank's OOM — its death closes the connections); the rank the timeout messages
   say they wait on ("rank=1 waiting on rank=2"); the rank that never joined the collective the
@@ -17,8 +19,10 @@ Domain facts relied on:
 - An earlier root is never replaced by the later failures it caused: rootcause.py orders
   failures by time, and this pass attributes the cascade to the first failure.
 
-Must not: decide the root cause across layers (rootcause.py); align clocks (TODO: use
-timeline.clock_offsets when available — failure times on different hosts are compared as logged).
+Failure times are compared on the common clock (Context.clock_offsets): hosts' clocks disagree
+by milliseconds to seconds, enough to put a victim's timeout before the OOM that caused it.
+
+Must not: decide the root cause across layers (rootcause.py).
 """
 from __future__ import annotations
 
@@ -36,55 +40,74 @@ OOM_RE = r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|\bC
 TIMEOUT_RE = (r"(?i)watchdog caught collective operation timeout|collective operation timeout|timed out|"
               r"Timeout\(ms\)|waiting on rank|connection (?:reset|closed) by peer|communicator was aborted|"
               r"DistBackendError|NCCL error|remote process exited|socket timeout|NCCL_TIMEOUT")
-DESYNC_RE = r"(?i)lagging/dead/mismatched|joined but didn't finish collective|but didn't join collective|have not joined"
+DESYNC_RE = (r"(?i)lagging/dead/mismatched|joined but didn't finish collective|but didn't join collective|have not joined|"
+             r"Detected mismatch between collectives")
 COMPLETED_RE = r"(?i)last completed work:\s*(\d+)"
+MISMATCH_RE = r"(?i)Detected mismatch between collectives"
 
 _SEQ = re.compile(r"(?i)(?:SeqNum=|seq(?:uence)?(?: id)?[=: ]\s*#?|collective #)(\d+)")
 _PEER = re.compile(r"(?i)waiting (?:on|for) rank[= ]?(\d+)")
 _DESYNC_LIST = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]\s*(?:joined but didn't finish|finished collective #\d+, but didn't join|have not joined|didn't join)")
 _DESYNC_AFTER = re.compile(r"(?is)lagging/dead/mismatched ranks[^:]*:(.*)")
+_MISMATCH = re.compile(r"(?is)Rank (\d+) is running collective:.*?but Rank (\d+) is running collective")
 _TRIED = re.compile(r"(?i)Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 _IN_USE = re.compile(r"(?i)this process has ([\d.]+ ?[KMGT]i?B) memory in use")
 
 
-def _failure_rows(ctx: Context) -> pl.LazyFrame:
+def _candidates(ctx: Context) -> pl.LazyFrame:
+    """Rows that may be failures: WARN/ERROR lines, or events whose name says so.
+
+    Cheap first: the message regexes of `_classify` then run on these rows only, not on every
+    INFO line of a GB-scale store (a lazy filter would be merged into one scan predicate).
+    The few distinct event names are matched here rather than a regex over every row.
+    """
+    names = ctx.events.select(pl.col("event").drop_nulls().unique()).collect().to_series().to_list()
+    named = [n for n in names if re.search(r"(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC", n)]
+    return ctx.aligned(
+        ctx.events.select("rank", "host", "timestamp", "level", "event", "message", "seq", "peer_rank", "step",
+                          "source_file", "line")
+        .filter(pl.col("level").is_in(["WARN", "ERROR"]) | pl.col("event").is_in(named))
+    )
+
+
+def _classify(df: pl.DataFrame) -> pl.DataFrame:
+    """oom / timeout / desync / info per candidate row; `completed` = "last completed work: N"."""
     msg = pl.col("message").fill_null("")
     ev = pl.col("event").fill_null("")
     err = pl.col("level") == "ERROR"
     is_oom = ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE)
     is_desync = msg.str.contains(DESYNC_RE)
-    is_timeout = ~is_oom & (ev.str.contains("(?i)TIMEOUT") | (err & (msg.str.contains(TIMEOUT_RE))))
+    # a collective that fails (timeout, lost peer, or a mismatch caught by DETAIL debug checks)
+    is_timeout = ~is_oom & (ev.str.contains("(?i)TIMEOUT") | (err & (msg.str.contains(TIMEOUT_RE)
+                                                                     | msg.str.contains(MISMATCH_RE))))
     has_completed = msg.str.contains(COMPLETED_RE)
-    # Cheap first: failures are logged at WARN/ERROR or under an event that says so; the message
-    # regexes then run on those rows only (not on every INFO line of a GB-scale store).
-    candidate = pl.col("level").is_in(["WARN", "ERROR"]) | ev.str.contains("(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC")
     return (
-        ctx.events.select("rank", "timestamp", "level", "event", "message", "seq", "peer_rank", "step",
-                          "source_file", "line")
-        .filter(candidate)
-        .filter(is_oom | is_desync | is_timeout | has_completed)
+        df.filter(is_oom | is_desync | is_timeout | has_completed)
         .with_columns(
             pl.when(is_oom).then(pl.lit("oom")).when(is_timeout).then(pl.lit("timeout"))
             .when(is_desync).then(pl.lit("desync")).otherwise(pl.lit("info")).alias("kind"),
             is_desync.alias("desync"),
             msg.str.extract(COMPLETED_RE, 1).cast(pl.Int64, strict=False).alias("completed"),
         )
-        .sort("timestamp", "rank", nulls_last=True)
+        .sort("ts_aligned", "rank", nulls_last=True)
     )
 
 
 def _progress(ctx: Context) -> pl.LazyFrame:
     """Per rank: last training-progress event (a step-carrying, non-ERROR line) and its seq."""
+    last = pl.col("ts_aligned").arg_max()
     return (
-        ctx.events.select("rank", "timestamp", "level", "step", "seq", "source_file", "line")
-        .filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null() & (pl.col("level") != "ERROR"))
+        ctx.aligned(
+            ctx.events.select("rank", "host", "timestamp", "level", "step", "seq", "source_file", "line")
+            .filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null() & (pl.col("level") != "ERROR"))
+        )
         .group_by("rank")
         .agg(
-            pl.col("timestamp").max().alias("last_ts"),
+            pl.col("ts_aligned").max().alias("last_ts"),
             pl.col("step").max().alias("last_step"),
             pl.col("seq").max().alias("max_seq"),
-            pl.col("source_file").sort_by("timestamp").last().alias("file"),
-            pl.col("line").sort_by("timestamp").last().alias("line"),
+            pl.col("source_file").get(last).alias("file"),
+            pl.col("line").get(last),
         )
         .sort("rank")
     )
@@ -105,13 +128,25 @@ def _peer_of(row: dict[str, Any]) -> int | None:
 
 
 def _desync_ranks(rows: list[dict[str, Any]]) -> list[int]:
+    """Ranks a desync report names; or, from CollectiveFingerPrint mismatch errors ("Rank 1 is
+    running collective: …, but Rank 3 is running collective: …"), the rank in every pair: each
+    rank compares itself with the others, so the odd one out is named by all of them."""
     out: set[int] = set()
+    pairs: Counter[int] = Counter()
+    n_pairs = 0
     for r in rows:
         text = r.get("message") or ""
         m = _DESYNC_AFTER.search(text)
         scope = m.group(1) if m else text
         for lst in _DESYNC_LIST.findall(scope):
             out.update(int(x) for x in lst.split(","))
+        for a, b in _MISMATCH.findall(text):
+            pairs.update({int(a), int(b)})
+            n_pairs += 1
+    if not out and n_pairs:
+        top = max(pairs.values())
+        if top == n_pairs and (n_pairs > 1 or len(pairs) == 1):
+            out = {k for k, c in pairs.items() if c == top}
     return sorted(out)
 
 
@@ -126,12 +161,14 @@ def _oom_detail(msg: str | None) -> str:
 
 
 def _ev_row(r: dict[str, Any], text: str | None = None) -> dict[str, Any]:
-    return {"source_file": r["source_file"], "line": r["line"], "rank": r["rank"], "timestamp": r["timestamp"],
-            "text": text or shorten(r.get("message") or r.get("event"), 140)}
+    return {"source_file": r["source_file"], "line": r["line"], "rank": r["rank"],
+            "timestamp": r.get("logged_ts", r["timestamp"]), "text": text or shorten(r.get("message") or r.get("event"), 140)}
 
 
 def find(ctx: Context) -> list[Finding]:
-    fails_df, prog = pl.collect_all([_failure_rows(ctx), _progress(ctx)])
+    cand, prog = pl.collect_all([_candidates(ctx), _progress(ctx)])
+    # order and compare on the common clock; citations keep the logged time
+    fails_df = _classify(cand).with_columns(pl.col("timestamp").alias("logged_ts"), pl.col("ts_aligned").alias("timestamp"))
     if fails_df.is_empty():
         return []
     rows = list(fails_df.iter_rows(named=True))

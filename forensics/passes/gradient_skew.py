@@ -11,10 +11,13 @@ Domain facts relied on:
 - A step is skewed when the spread (latest - earliest ready time) is >= 10% of the median step
   time (50 ms when step time is not logged); the run has gradient skew when >= 3 steps and
   >= 10% of the steps with GRAD_READY from >= 2 ranks are skewed.
-- The culprit is a rank that is the last one in an episode of skewed steps (context.sustained);
-  with no such rank the skew is jitter spread over the job: reported as INFO, no rank named.
-- grad_ready_ts is a wall-clock reading: across hosts it is only as good as their clock sync
-  (TODO: align with timeline.clock_offsets when it is available).
+- The culprit is a rank that is the last one in episodes of skewed steps (context.sustained)
+  covering >= 20% of the steps: arrival order is the noisiest signal of all (a preempted process
+  is last for a few steps in a row), and a gradient that is late now and then does no harm. With
+  no such rank the skew is jitter spread over the job: reported as INFO, no rank named.
+- grad_ready_ts is a wall-clock reading: across hosts it is compared on the common clock
+  (Context.steps is aligned with the hosts' clock offsets), or a host whose clock runs 250 ms
+  ahead would make its ranks look late in every step.
 
 Must not: decide the root cause; read events (it works on the cached step table only).
 """
@@ -24,12 +27,13 @@ import polars as pl
 
 from ..report.model import Finding
 from .context import Context, sustained, wait_expr, window_for
-from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+from .evidence import cite, iso, ms, num, pass_id
 
 STEP_SHARE = 0.10
 DEFAULT_MS = 50.0
 MIN_STEPS = 3
 MIN_SHARE = 0.10
+CULPRIT_SHARE = 0.20
 
 
 def find(ctx: Context) -> list[Finding]:
@@ -63,7 +67,7 @@ def find(ctx: Context) -> list[Finding]:
         df.filter(pl.col("episode")).group_by("rank")
         .agg(pl.len().alias("c"), pl.col("late_ms").median(), pl.col("step").min().alias("s0"),
              pl.col("step").max().alias("s1"))
-        .filter((pl.col("c") >= MIN_STEPS) & (pl.col("c") >= MIN_SHARE * n))
+        .filter((pl.col("c") >= MIN_STEPS) & (pl.col("c") >= CULPRIT_SHARE * n))
         .sort("rank")
     )
     culprits = [int(r) for r in per_rank.get_column("rank")]

@@ -41,31 +41,39 @@ PLATEAU_POINTS = 5
 
 
 def loss_series(events: pl.LazyFrame) -> pl.DataFrame:
-    """One row per logged step: mean loss over ranks, lr, warmup flag, time and a citation.
+    """One row per logged step: mean loss over ranks, lr, warmup flag, time and a citation
+    (also used by the HTML report's loss plot)."""
+    return _loss_frames(events)[0]
+
+
+def _loss_frames(events: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`loss_series`, and per rank whether it logged a non-finite loss, in one collect.
 
     Read from the events, not the step table: flat metric lines (HF/ms-swift) often carry no
     rank, and their loss still tells whether training converges.
     """
-    return (
+    rows = (
         events.select("rank", "step", "timestamp", "loss", "lr", "stage", "source_file", "line")
         .filter(pl.col("loss").is_not_null() & pl.col("step").is_not_null())
-        .sort("step", "rank", "timestamp", nulls_last=True)
-        .group_by("step", maintain_order=True)
+    )
+    first = pl.col("rank").fill_null(-1).arg_min()          # cite the lowest rank's line
+    series = (
+        rows.group_by("step")
         .agg(
             pl.col("loss").mean(),
             pl.col("loss").is_finite().all().alias("finite"),
-            pl.col("rank").filter(~pl.col("loss").is_finite()).drop_nulls().unique().alias("bad_ranks"),
-            pl.col("rank").drop_nulls().unique().alias("ranks"),
             pl.col("lr").max(),
             pl.col("stage").str.contains("(?i)^warm").any().alias("warm"),
             pl.col("timestamp").min().alias("t0"),
             pl.col("timestamp").max().alias("t1"),
-            pl.col("source_file").first().alias("file"),
-            pl.col("line").first(),
+            pl.col("source_file").get(first).alias("file"),
+            pl.col("line").get(first),
         )
         .sort("step")
-        .collect()
     )
+    per_rank = rows.group_by("rank").agg((~pl.col("loss").is_finite()).any().alias("bad")).sort("rank")
+    s, r = pl.collect_all([series, per_rank])
+    return s, r
 
 
 def warmup_end(s: pl.DataFrame) -> int | None:
@@ -89,12 +97,12 @@ def _cite_rows(s: pl.DataFrame, steps: list[int], text: str) -> list[dict]:
             for r in s.filter(pl.col("step").is_in(steps)).iter_rows(named=True)]
 
 
-def _nonfinite(s: pl.DataFrame, all_ranks: list[int]) -> Finding | None:
+def _nonfinite(s: pl.DataFrame, per_rank: pl.DataFrame) -> Finding | None:
     bad = s.filter(~pl.col("finite"))
     if bad.is_empty():
         return None
     first = bad.row(0, named=True)
-    bad_ranks = sorted({int(r) for lst in bad.get_column("bad_ranks") for r in lst})
+    bad_ranks = sorted(int(r) for r in per_rank.filter(pl.col("bad")).get_column("rank").drop_nulls())
     ranks = bad_ranks
     return Finding(
         rule=pass_id("loss"), kind="loss_divergence", layer="training", severity="ERROR", ranks=ranks,
@@ -187,12 +195,12 @@ def _plateau(p: pl.DataFrame, wend: int | None, ranks: list[int]) -> Finding | N
 
 
 def find(ctx: Context) -> list[Finding]:
-    s = loss_series(ctx.events)
+    s, per_rank = _loss_frames(ctx.events)
     if s.is_empty():
         return []
     out: list[Finding] = []
-    all_ranks = sorted({int(r) for lst in s.get_column("ranks") for r in lst})
-    nf = _nonfinite(s, all_ranks)
+    all_ranks = sorted(int(r) for r in per_rank.get_column("rank").drop_nulls())
+    nf = _nonfinite(s, per_rank)
     if nf is not None:
         out.append(nf)
     wend = warmup_end(s)

@@ -15,6 +15,9 @@ Domain facts relied on:
   judged.
 - The ranks that are behind are at fault (`ranks`, kind `hang`); the members stuck waiting are
   the victims — often they are the ones whose watchdog fired first.
+- Members that reached the same collective number but with another op than the majority
+  (>= 3 members) — or another size, for all-reduce/broadcast where every rank sends the same
+  tensor (all-to-all sizes differ per rank by design) — issued a mismatched collective.
 
 Must not: decide the root cause; read events other than COLLECTIVE and PG_STATUS.
 """
@@ -30,7 +33,8 @@ from .evidence import cite, iso, pass_id, ranks_phrase
 def find(ctx: Context) -> list[Finding]:
     j = pl.col("extra").str.json_path_match
     coll_lf = (
-        ctx.events.select("rank", "event", "timestamp", "process_group", "seq", "collective", "extra", "source_file", "line")
+        ctx.events.select("rank", "event", "timestamp", "process_group", "seq", "collective", "tensor_size_mb", "extra",
+                          "source_file", "line")
         .filter((pl.col("event") == "COLLECTIVE") & pl.col("rank").is_not_null() & pl.col("process_group").is_not_null())
         .with_columns(j("$.state").alias("state"), (j("$.is_p2p") == "true").fill_null(False).alias("p2p"))
         .drop("extra", "event")
@@ -66,11 +70,27 @@ def find(ctx: Context) -> list[Finding]:
         pl.col("seq").max().over("process_group").alias("top")
     )
     behind = enq.filter(pl.col("seq") < pl.col("top"))
+    # same collective number, different op or size: the minority signature is the odd rank out
+    at_top = coll.join(enq.filter(pl.col("seq") == pl.col("top")).select("process_group", "rank", pl.col("top").alias("seq")),
+                       on=["process_group", "rank", "seq"])
+    # sizes must agree only where every rank sends the same tensor (all_to_all, all_gather with
+    # uneven splits legitimately differ per rank)
+    same_size = pl.col("collective").fill_null("").str.contains(r"(?i)all_?reduce|broadcast")
+    sig = at_top.with_columns(pl.when(same_size).then(pl.col("tensor_size_mb")).alias("tensor_size_mb")).group_by(
+        "process_group", "rank").agg(pl.col("collective").first(), pl.col("tensor_size_mb").first(),
+                                     pl.col("seq").first().alias("top"))
+    sig = sig.with_columns(pl.len().over("process_group", "collective", "tensor_size_mb").alias("same"),
+                           pl.len().over("process_group").alias("members"))
+    odd = sig.filter((pl.col("same") * 2 < pl.col("members")) & (pl.col("members") >= 3))
+    if not odd.is_empty():
+        behind = pl.concat([behind, odd.select("process_group", "rank", pl.col("top").cast(pl.Int64).alias("seq"),
+                                               pl.col("top").cast(pl.Int64))], how="vertical_relaxed")
     if behind.is_empty():
         return []
     culprits = sorted({int(r) for r in behind.get_column("rank")})
     groups = behind.group_by("process_group").agg(pl.col("rank").sort(), pl.col("top").first()).sort("process_group")
     waiting = enq.filter((pl.col("seq") == pl.col("top")) & pl.col("process_group").is_in(groups.get_column("process_group").implode()))
+    waiting = waiting.join(behind.select("process_group", "rank"), on=["process_group", "rank"], how="anti")
     victims = sorted({int(r) for r in waiting.get_column("rank")} - set(culprits))
     # the stuck collective as the waiting ranks recorded it
     stuck = coll.join(waiting.select("process_group", "rank", pl.col("top").alias("seq")), on=["process_group", "rank", "seq"])

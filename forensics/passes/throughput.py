@@ -8,8 +8,8 @@ Domain facts relied on:
   throughput 1200 -> 800 samples/s (-33%) while the loss curve keeps falling; watching only the
   loss misses it. This is the training-layer symptom of the chain, never a cause by itself.
 - Baseline = median of the first 20% of logged steps (after the first 2, which include start-up);
-  a step is slow when the rolling median of 5 steps is <= 80% of the baseline; the drop must
-  last >= 3 consecutive steps and >= 10% of the steps.
+  a later step is slow when the rolling median of 5 steps is <= 80% of the baseline; the drop
+  must last >= 3 consecutive steps and >= 10% of the steps.
 - Each rank logs its own samples_per_s: the job's throughput is their mean times the number of
   ranks that report it (robust to a rank missing a line).
 
@@ -63,8 +63,9 @@ def find(ctx: Context) -> list[Finding]:
     base = float(s.head(nb).get_column("thr").median())
     if not base > 0:
         return []
-    s = s.with_columns(pl.col("thr").rolling_median(WINDOW, min_samples=1).alias("roll")).with_columns(
-        (pl.col("roll") <= DROP * base).alias("low")
+    # judged after the baseline window only: a dip inside it is part of what "normal" was
+    s = s.with_row_index("i").with_columns(pl.col("thr").rolling_median(WINDOW, min_samples=1).alias("roll")).with_columns(
+        ((pl.col("roll") <= DROP * base) & (pl.col("i") >= nb)).alias("low")
     ).with_columns((pl.col("low") != pl.col("low").shift(1)).fill_null(True).cum_sum().alias("run"))
     runs = (
         s.filter(pl.col("low")).group_by("run")
