@@ -30,3 +30,16 @@ def test_every_command_in_the_table_is_a_cli_command() -> None:
     names = set(get_command(app).commands)  # type: ignore[attr-defined]
     shown = set(re.findall(r"^\| `forensics ([a-z0-9-]+)", README.read_text(), flags=re.M))
     assert shown and shown <= names, shown - names
+
+
+def test_main_command_runs_on_the_shipped_sample(tmp_path: Path) -> None:
+    import shlex
+    import subprocess
+    import sys
+
+    text = README.read_text()
+    line = next(ln for ln in text.splitlines() if "pip install -e . && forensics " in ln)
+    cmd = shlex.split(line.split("&& forensics ", 1)[1])
+    r = subprocess.run([sys.executable, "-m", "forensics", *cmd], capture_output=True, text=True, cwd=README.parent)
+    assert r.returncode == 0, r.stderr
+    assert "thermal" in r.stdout.lower() and "rank" in r.stdout
