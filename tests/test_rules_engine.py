@@ -445,3 +445,17 @@ def test_load_rules_refuses_a_broken_set_with_one_error_block(tmp_path: Path) ->
     assert "bad.toml:match.all[0].col" in e.value.render()
     with pytest.raises(ForensicsError, match="no such rule folder"):
         load_rules([tmp_path / "nowhere"])
+
+
+def test_ranks_are_affected_names_victims_not_culprits(tmp_path: Path) -> None:
+    body = 'ranks_are = "affected"\n[match]\nevent = ["NCCL_TIMEOUT"]\n'
+    rows = [{"event": "NCCL_TIMEOUT", "rank": 0}, {"event": "NCCL_TIMEOUT", "rank": 0}]
+    f = matched(tmp_path, body, rows)
+    assert f is not None and f.ranks == [] and f.victims == [0]
+    f = matched(tmp_path / "b", '[match]\nevent = ["NCCL_TIMEOUT"]\n', rows)
+    assert f is not None and f.ranks == [0] and f.victims == []
+
+
+def test_ranks_are_takes_only_known_values(tmp_path: Path) -> None:
+    _, errors = parse_rule(write_rule(tmp_path, 'ranks_are = "culprits"\n[match]\nevent = ["X"]\n'))
+    assert [e.key for e in errors] == ["ranks_are"]

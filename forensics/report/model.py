@@ -17,6 +17,7 @@ KINDS = [
     "gradient_skew", "comm_bound", "nccl_timeout", "hang", "rank_lag", "loss_divergence", "loss_plateau",
     "grad_norm_spike", "vanishing_grad", "clock_skew", "log_hygiene",
     "data_load_error",   # added here: a DATA_LOAD_ERROR event (seed 000 4.1: ERROR, needs a person)
+    "throughput_drop",   # added here: the training-layer symptom of the chain (seed 000 4.3)
 ]
 
 

@@ -156,7 +156,9 @@ def outline(report: Report) -> Outline:
     summary: str | None = None
     if rc is not None:
         verdict = f"Root cause: {kind_label(rc.kind)} on {rank_phrase(rc.ranks) if rc.ranks else 'no single rank'} ({rc.layer} layer)."
-        summary = rc.summary
+        # the JSON summary is self-contained ("X on rank N (layer): ..."); the verdict line above
+        # already says the first half, so the text shows only what follows it
+        summary = rc.summary.split(f"({rc.layer} layer): ", 1)[-1]
         healthy = False
     elif not any(f.severity in ("WARN", "ERROR") for f in report.findings):
         # INFO findings are notes (e.g. on the logs themselves), not faults

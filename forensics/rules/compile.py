@@ -387,8 +387,10 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
     if rule.params:
         evidence["params"] = dict(rule.params)
     evidence["per_rank"] = per_rank
+    affected = rule.ranks_are == "affected"
     return Finding(
-        rule=rule.id, kind=rule.kind, layer=rule.layer, severity=rule.level, ranks=ranks,
+        rule=rule.id, kind=rule.kind, layer=rule.layer, severity=rule.level, ranks=[] if affected else ranks,
+        victims=ranks if affected else [],
         title=f"{rule.title}: {rank_phrase(ranks)} — {_headline(rule, worst_ep, eps)}",
         evidence=evidence, lines=lines,
         first_seen=iso(_earliest(eps)), last_seen=iso(_latest(eps)),

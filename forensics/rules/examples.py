@@ -49,8 +49,9 @@ def run_examples(rule: Rule, display: str) -> list[RuleError]:
         note = f" ({ex.note})" if ex.note else ""
         if ex.expect == "match" and not found:
             errors.append(RuleError(display, ex.key, f"expected a match, the rule did not match{note}"))
-        elif ex.expect == "match" and ex.ranks is not None and found[0].ranks != sorted(ex.ranks):
-            errors.append(RuleError(display, ex.key, f"expected ranks {sorted(ex.ranks)}, matched ranks {found[0].ranks}{note}"))
+        elif ex.expect == "match" and ex.ranks is not None and (found[0].ranks or found[0].victims) != sorted(ex.ranks):
+            got = found[0].ranks or found[0].victims
+            errors.append(RuleError(display, ex.key, f"expected ranks {sorted(ex.ranks)}, matched ranks {got}{note}"))
         elif ex.expect == "no_match" and found:
             errors.append(RuleError(display, ex.key, f"expected no match, got: {found[0].title}{note}"))
     return errors

@@ -27,7 +27,10 @@ from . import expr as X
 # Fixed metadata, in this order, first in every file (the Sigma convention: a reader finds the
 # same thing in the same place in every rule).
 METADATA = ("id", "title", "level", "layer", "kind", "description", "references", "falsepositives")
-SECTIONS = ("params", "match", "threshold", "join", "examples")
+SECTIONS = ("ranks_are", "params", "match", "threshold", "join", "examples")
+# Whether the ranks a rule matches are the ones at fault (a hot GPU, an OOM), or only where a
+# symptom shows (every rank blocked in a hung collective times out): then they are victims.
+RANKS_ARE = ("at_fault", "affected")
 # WARN = an anomaly that can heal itself, ERROR = a fault that needs a person (seed 000, 4.5).
 RULE_LEVELS = ("WARN", "ERROR")
 
@@ -167,6 +170,7 @@ class Rule:
     params: dict[str, float] = field(default_factory=dict)
     examples: tuple[Example, ...] = ()
     path: Path = Path("?")
+    ranks_are: str = "at_fault"
 
 
 # --- columns ----------------------------------------------------------------------------------
@@ -666,10 +670,13 @@ def parse_rule(path: Path, display: str | None = None) -> tuple[Rule | None, lis
             if c is not None:
                 joins.append(c)
     examples = p.examples(doc.get("examples"))
+    ranks_are = doc.get("ranks_are", "at_fault")
+    if ranks_are not in RANKS_ARE:
+        p.err("ranks_are", f"{ranks_are!r} is not one of {', '.join(RANKS_ARE)}")
     if p.errors or clause is None:
         return None, p.errors
     return Rule(
         id=meta["id"], title=meta["title"], level=meta["level"], layer=meta["layer"], kind=meta["kind"],
         description=meta["description"], references=meta["references"], falsepositives=meta["falsepositives"],
-        clause=clause, joins=tuple(joins), params=p.params, examples=examples, path=path,
+        clause=clause, joins=tuple(joins), params=p.params, examples=examples, path=path, ranks_are=ranks_are,
     ), p.errors
