@@ -29,13 +29,12 @@ import orjson
 import polars as pl
 
 from ..errors import UNREADABLE, ForensicsError
-from ..schema import REJECT_SCHEMA, Level, RankSource
+from ..schema import Level, RankSource
 from .formats import ReaderContext
-from .jsonl import Block
+from .jsonl import Block, rejects_frame
 
 MAX_DUMP_BYTES = 512 << 20
 _ALLOWED = (dict, list, tuple, str, bytes, int, float, bool, type(None))
-_REJECT_SCHEMA = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
 
 # Element sizes of the dtype names the recorder writes (c10 ScalarType names).
 DTYPE_BYTES: dict[str, int] = {
@@ -331,15 +330,7 @@ def read_flight_recorder(path: str, stream: BinaryIO, ctx: ReaderContext) -> Ite
     rank, source = dump_rank(dump, ctx.rank_hint)
     rows, rejects = _events(dump, rank, source, ctx.host_hint)
     events = _frame(rows)
-    rej = pl.DataFrame(
-        {
-            "line": [r[0] for r in rejects],
-            "reason": [r[1] for r in rejects],
-            "raw": [r[2][:4096] for r in rejects],
-            "raw_len": [len(r[2]) for r in rejects],
-        },
-        schema=_REJECT_SCHEMA,
-    )
+    rej = rejects_frame([(r[0], r[1], r[2], len(r[2])) for r in rejects])
     yield Block(events, rej, events.height + rej.height)
 
 

@@ -24,12 +24,11 @@ import orjson
 import polars as pl
 
 from ..errors import UNREADABLE, ForensicsError
-from ..schema import RAW_LIMIT, REJECT_SCHEMA, Level, RankSource
+from ..schema import Level, RankSource
 from .formats import ReaderContext
-from .jsonl import Block
+from .jsonl import Block, rejects_frame
 
 MAX_STATE_BYTES = 512 << 20
-_REJECT_SCHEMA = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
 
 # log_history key -> canonical column (per event kind; first present wins)
 _TRAIN = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm", "epoch": "epoch", "step": "step"}
@@ -103,15 +102,7 @@ def _state_row(state: dict[str, Any], line: int) -> dict[str, Any]:
 
 
 def _reject_frame(rows: list[tuple[int, str, bytes, int]]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "line": [r[0] for r in rows],
-            "reason": [r[1] for r in rows],
-            "raw": [r[2][:RAW_LIMIT] for r in rows],
-            "raw_len": [r[3] for r in rows],
-        },
-        schema=_REJECT_SCHEMA,
-    )
+    return rejects_frame(rows)
 
 
 def _event_frame(rows: list[dict[str, Any]], rank: int, rank_source: str, host: str | None) -> pl.DataFrame:

@@ -267,10 +267,14 @@ def _empty_events() -> pl.DataFrame:
     return canonical(pl.DataFrame({"line": []}, schema={"line": pl.Int64}), None, None)
 
 
-def _rejects(rows: list[tuple[int, str, bytes, int]]) -> pl.DataFrame:
-    sch = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
+BLOCK_REJECT_SCHEMA = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
+
+
+def rejects_frame(rows: list[tuple[int, str, bytes, int]]) -> pl.DataFrame:
+    """A Block's rejects from (line, reason, raw bytes, raw length) rows; raw is cut to RAW_LIMIT.
+    Every reader builds its rejects here, so they all look alike."""
     if not rows:
-        return pl.DataFrame(schema=sch)
+        return pl.DataFrame(schema=BLOCK_REJECT_SCHEMA)
     return pl.DataFrame(
         {
             "line": [r[0] for r in rows],
@@ -278,5 +282,8 @@ def _rejects(rows: list[tuple[int, str, bytes, int]]) -> pl.DataFrame:
             "raw": [r[2][:RAW_LIMIT] for r in rows],
             "raw_len": [r[3] for r in rows],
         },
-        schema=sch,
+        schema=BLOCK_REJECT_SCHEMA,
     ).sort("line")
+
+
+_rejects = rejects_frame

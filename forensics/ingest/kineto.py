@@ -22,12 +22,11 @@ import orjson
 import polars as pl
 
 from ..errors import UNREADABLE, ForensicsError
-from ..schema import RAW_LIMIT, REJECT_SCHEMA, Level, RankSource
+from ..schema import Level, RankSource
 from .formats import ReaderContext
-from .jsonl import Block
+from .jsonl import Block, rejects_frame
 
 MAX_TRACE_BYTES = 4 << 30
-_REJECT_SCHEMA = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
 _NCCL_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.I)
 _WORKER = re.compile(r"(?i)(?:worker|rank)[_\-]?(\d+)")
 # Epoch microseconds after 2001-09-09: anything smaller is a relative clock.
@@ -52,8 +51,7 @@ def read_kineto(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Blo
     try:
         trace = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        rej = pl.DataFrame({"line": [1], "reason": [f"invalid JSON: {e}"], "raw": [data[:RAW_LIMIT]],
-                            "raw_len": [len(data)]}, schema=_REJECT_SCHEMA)
+        rej = rejects_frame([(1, f"invalid JSON: {e}", data, len(data))])
         yield Block(pl.DataFrame({"line": []}, schema={"line": pl.Int64}), rej, 1)
         return
     if not isinstance(trace, dict):
@@ -142,7 +140,7 @@ def read_kineto(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Blo
         "comm_ms": pl.Series([r["comm_ms"] for r in rows], dtype=pl.Float64),
         "extra": pl.Series([orjson.dumps(r["extra"]).decode() for r in rows], dtype=pl.String),
     })
-    yield Block(frame, pl.DataFrame(schema=_REJECT_SCHEMA), n)
+    yield Block(frame, rejects_frame([]), n)
 
 
 read = read_kineto

@@ -177,7 +177,7 @@ def extract_message_metrics(message: pl.Series) -> pl.DataFrame:
     frame = pl.DataFrame({"m": message})
     return frame.select(
         [
-            pl.col("m").str.extract(rf"(?:^|[\s,;(\[{{|])" + k + r"=([^\s,;)\]}|]+)", 1).alias(f"msg.{k}")
+            pl.col("m").str.extract(r"(?:^|[\s,;(\[{|])" + k + r"=([^\s,;)\]}|]+)", 1).alias(f"msg.{k}")
             for k in keys
         ]
     )
