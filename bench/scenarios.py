@@ -39,7 +39,8 @@ def scenarios(bases: list[Path]) -> list[Path]:
 
 
 def main(argv: list[str]) -> None:
-    bases = [Path(a) for a in argv] or [REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun"]
+    bases = [Path(a) for a in argv] or [REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun",
+                                         REPO / "tests" / "fixtures" / "realrun_moved"]
     tp: Counter[str] = Counter()
     fp: Counter[str] = Counter()
     fn: Counter[str] = Counter()

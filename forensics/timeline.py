@@ -150,12 +150,78 @@ PHASES = ("data_load_ms", "comm_ms", "wait_ms")
 STEP_VALUES = ("loss", "lr", "samples_per_s", "stage")
 
 
-def step_table(events: Events, time_col: str = TS) -> pl.LazyFrame:
-    """One row per (rank, step), sorted by step then rank (see `_steps` for the columns)."""
-    return _steps(events, time_col).sort("step", "rank")
+# What the diagnosis cites (`step_table(..., evidence=True)`): the step's file, the first line
+# of its summary (or loss), data load and gradient-ready events, the last line of its collectives,
+# and its disk read rate. Aggregated in the same group_by as the phases: no second scan, no join.
+EVIDENCE_COLUMNS = ("file", "train_line", "data_line", "comm_line", "ready_line", "disk_read_mbps")
+
+# The (rank, step) group_by keeps the aggregation state of every group until its input ends:
+# ~30 states x 2 M rank-steps is GBs on the bench store. A group never spans two ranks, so
+# aggregating a slice of whole ranks at a time gives the same rows with one slice's state; the
+# parts are sorted by rank with row-group statistics, so each slice reads only its own ranks.
+SLICE_EVENTS = 1_000_000
 
 
-def _steps(events: Events, time_col: str = TS) -> pl.LazyFrame:
+def rank_slices(run: Run, max_events: int = SLICE_EVENTS) -> list[pl.Expr]:
+    """Filters that cut a run's ranked events into slices of whole, consecutive ranks of about
+    `max_events` events each (counted from the manifest), together covering every rank value;
+    [] when one slice holds them all. Unranked events are in no slice."""
+    per_rank: dict[int, float] = {}
+    for s in run.sources:
+        ranks = sorted({int(r) for r in s.get("ranks", []) if r is not None})
+        for r in ranks:
+            per_rank[r] = per_rank.get(r, 0.0) + float(s.get("events", 0)) / len(ranks)
+    cuts: list[int] = []
+    acc = 0.0
+    for r in sorted(per_rank)[:-1]:
+        acc += per_rank[r]
+        if acc >= max_events:
+            cuts.append(r)
+            acc = 0.0
+    if not cuts:
+        return []
+    rank = pl.col("rank")
+    # open-ended at both ends: a rank the manifest does not list still falls in a slice
+    return [rank <= cuts[0], *((rank > a) & (rank <= b) for a, b in zip(cuts, cuts[1:])), rank > cuts[-1]]
+
+
+def step_table(events: Events, time_col: str = TS, evidence: bool = False,
+               slices: list[pl.Expr] | None = None) -> pl.LazyFrame:
+    """One row per (rank, step), sorted by step then rank (see `_steps` for the columns; with
+    `evidence`, also EVIDENCE_COLUMNS, `file` as a Categorical).
+
+    `slices` (default for a Run: `rank_slices(run)`) aggregates one slice of ranks at a time:
+    the same rows, in a fraction of the memory."""
+    if slices is None and isinstance(events, Run):
+        slices = rank_slices(events)
+    return _steps(events, time_col, evidence, slices).sort("step", "rank")
+
+
+def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
+    """`lf` collected and sorted by `by` (a unique key), moved one column at a time: a sort of the
+    collected frame would hold the table twice (the step table of the bench store is 300 MB),
+    this holds it once plus one column."""
+    cols = lf.collect().get_columns()
+    # gathering from a contiguous column is several times faster than from the slices' chunks
+    order = pl.DataFrame([c for c in cols if c.name in by]).rechunk().select(pl.arg_sort_by(by)).to_series()
+    out: list[pl.Series] = []
+    for i in range(len(cols)):
+        out.append(cols[i].rechunk().gather(order))
+        cols[i] = cols[i].clear()   # drop this column's data before moving the next one
+    return pl.DataFrame(out)
+
+
+def _sliced(events: Events, slices: list[pl.Expr] | None, query: Any) -> pl.LazyFrame:
+    """`query` (LazyFrame -> LazyFrame) over each slice of the events, concatenated."""
+    lf = lazy(events)
+    if not slices:
+        return query(lf)
+    # one slice after the other: running them side by side would hold all their states again
+    return pl.concat([query(lf.filter(f)) for f in slices], parallel=False)
+
+
+def _steps(events: Events, time_col: str = TS, evidence: bool = False,
+           slices: list[pl.Expr] | None = None) -> pl.LazyFrame:
     """One row per (rank, step), in no particular order (`step_table` sorts).
 
     Columns: step, rank, host, t_start, t_end (first/last event of the step on that rank),
@@ -163,12 +229,40 @@ def _steps(events: Events, time_col: str = TS) -> pl.LazyFrame:
     (logged|derived), data_load_ms, comm_ms, wait_ms, compute_ms (step - data - comm, at least 0:
     a prefetching loader overlaps compute), grad_ready_ts (epoch s), comm_end (when the rank's
     last collective of the step returned), loss, lr, samples_per_s, stage, events, complete (the
-    step's TRAIN_STEP was logged; an unfinished step gets no derived step time).
+    step's TRAIN_STEP was logged; an unfinished step gets no derived step time); with `evidence`,
+    EVIDENCE_COLUMNS.
 
     With `time_col="ts_aligned"` (see `with_aligned_time`) times and grad_ready_ts are on the
-    common clock.
+    common clock. `slices`: see `step_table`.
     """
-    lf = lazy(events)
+    groups = _sliced(events, slices, lambda lf: _step_groups(lf, time_col, evidence))
+    # after the slices are joined up: whether the run has summary events is a run-wide fact
+    complete = pl.col("complete") | ~pl.col("complete").any()
+    prev_end = pl.col("t_end").shift(1).over("rank", order_by="step")
+    prev_step = pl.col("step").shift(1).over("rank", order_by="step")
+    # an unfinished step (crash mid-step) has no duration: only whole steps are derived
+    derived = pl.when((pl.col("step") - prev_step == 1) & pl.col("complete")).then(_ms(pl.col("t_end") - prev_end))
+    return (
+        groups.with_columns(complete)
+        .with_columns(
+            pl.coalesce("step_time_logged", derived).alias("step_time_ms"),
+            pl.when(pl.col("step_time_logged").is_not_null()).then(pl.lit("logged"))
+            .when(derived.is_not_null()).then(pl.lit("derived")).alias("step_time_source"),
+        )
+        .with_columns(
+            (pl.col("step_time_ms") - pl.col("data_load_ms").fill_null(0.0) - pl.col("comm_ms").fill_null(0.0))
+            .clip(lower_bound=0.0).alias("compute_ms"),
+        )
+        .select(
+            "step", "rank", "host", "t_start", "t_end", "step_time_ms", "step_time_source", "data_load_ms",
+            "compute_ms", "comm_ms", "wait_ms", "grad_ready_ts", "comm_end", "loss", "lr", "samples_per_s",
+            "stage", "events", "complete", *(EVIDENCE_COLUMNS if evidence else ()),
+        )
+    )
+
+
+def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool) -> pl.LazyFrame:
+    """The (rank, step) group_by of `_steps`: per-group values, before anything run-wide."""
     names = lf.collect_schema().names()
     t = pl.col(time_col)
     # grad_ready_ts is logged by the host clock: shift it like the timestamp when aligning
@@ -176,16 +270,33 @@ def _steps(events: Events, time_col: str = TS) -> pl.LazyFrame:
     if time_col != TS and "clock_offset_ms" in names:
         ready = ready - pl.col("clock_offset_ms").fill_null(0.0) / 1000.0
     is_sum = pl.col("event").fill_null("") == SUMMARY_EVENT
+    is_coll = pl.col("comm_ms").is_not_null() & ~is_sum
     masked = [
         *(pl.when(~is_sum).then(pl.col(c)).alias(f"own_{c}") for c in PHASES),
         *(pl.when(is_sum).then(pl.col(c)).alias(f"sum_{c}") for c in (*PHASES, "step_time_ms", *STEP_VALUES)),
-        pl.when(pl.col("comm_ms").is_not_null() & ~is_sum).then(t).alias("coll_t"),
+        pl.when(is_coll).then(t).alias("coll_t"),
         ready.alias("ready"),
         is_sum.alias("is_sum"),
     ]
-    steps = (
+    cited: list[pl.Expr] = []
+    cite_aggs: list[pl.Expr] = []
+    if evidence:
+        line = pl.col("line")
+        cited = [
+            pl.col("source_file").alias("file"),
+            pl.when(is_sum | pl.col("loss").is_not_null()).then(line).alias("train_line"),
+            pl.when(pl.col("data_load_ms").is_not_null()).then(line).alias("data_line"),
+            pl.when(is_coll).then(line).alias("comm_line"),
+            pl.when(pl.col("grad_ready_ts").is_not_null()).then(line).alias("ready_line"),
+            pl.col("disk_read_mbps"),
+        ]
+        cite_aggs = [
+            pl.col("file").first(), pl.col("train_line").min(), pl.col("data_line").min(),
+            pl.col("comm_line").max(), pl.col("ready_line").min(), pl.col("disk_read_mbps").mean(),
+        ]
+    return (
         lf.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
-        .select("rank", "step", "host", t.alias("t"), "step_time_ms", *PHASES, *STEP_VALUES, *masked)
+        .select("rank", "step", "host", t.alias("t"), "step_time_ms", *PHASES, *STEP_VALUES, *masked, *cited)
         .group_by("rank", "step")
         # only plain aggregations here (when/coalesce inside agg() takes polars' slow path)
         .agg(
@@ -203,35 +314,19 @@ def _steps(events: Events, time_col: str = TS) -> pl.LazyFrame:
             *(pl.col(c).last(ignore_nulls=True).alias(f"any_{c}") for c in STEP_VALUES),
             pl.len().alias("events"),
             pl.col("is_sum").any().alias("complete"),
+            *cite_aggs,
         )
         .with_columns(
             pl.coalesce("sum_step_time_ms", "any_step_time_ms").alias("step_time_logged"),
             *(pl.when(pl.col(f"n_{c}") > 0).then(pl.col(f"own_{c}")).otherwise(pl.col(f"sum_{c}")).alias(c)
               for c in PHASES),
             *(pl.coalesce(f"sum_{c}", f"any_{c}").alias(c) for c in STEP_VALUES),
-            # a run whose steps have no summary event (flat metric lines): every step row is whole
-            pl.col("complete") | ~pl.col("complete").any(),
+            # a few file names, 2 M rows: as a Categorical they take 4 bytes a row instead of ~60
+            # (cast after the group_by: casting every event costs a second of CPU on the bench)
+            *([pl.col("file").cast(pl.Categorical)] if evidence else []),
         )
-    )
-    prev_end = pl.col("t_end").shift(1).over("rank", order_by="step")
-    prev_step = pl.col("step").shift(1).over("rank", order_by="step")
-    # an unfinished step (crash mid-step) has no duration: only whole steps are derived
-    derived = pl.when((pl.col("step") - prev_step == 1) & pl.col("complete")).then(_ms(pl.col("t_end") - prev_end))
-    return (
-        steps.with_columns(
-            pl.coalesce("step_time_logged", derived).alias("step_time_ms"),
-            pl.when(pl.col("step_time_logged").is_not_null()).then(pl.lit("logged"))
-            .when(derived.is_not_null()).then(pl.lit("derived")).alias("step_time_source"),
-        )
-        .with_columns(
-            (pl.col("step_time_ms") - pl.col("data_load_ms").fill_null(0.0) - pl.col("comm_ms").fill_null(0.0))
-            .clip(lower_bound=0.0).alias("compute_ms"),
-        )
-        .select(
-            "step", "rank", "host", "t_start", "t_end", "step_time_ms", "step_time_source", "data_load_ms",
-            "compute_ms", "comm_ms", "wait_ms", "grad_ready_ts", "comm_end", "loss", "lr", "samples_per_s",
-            "stage", "events", "complete",
-        )
+        .drop(*(f"{p}_{c}" for p in ("own", "n", "sum") for c in PHASES), *(f"{p}_{c}" for p in ("sum", "any")
+              for c in STEP_VALUES), "sum_step_time_ms", "any_step_time_ms")
     )
 
 

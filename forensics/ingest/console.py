@@ -2,7 +2,7 @@
 
 Owns: rank attribution from console prefixes, timestamps written in the line (ISO, DeepSpeed,
 HF, glog, torch elastic, syslog), levels, and the typed events that post-mortems hinge on:
-NCCL_TIMEOUT, NCCL_WATCHDOG, NCCL_DESYNC, COLLECTIVE_MISMATCH, NCCL_ERROR, CUDA_OOM,
+NCCL_TIMEOUT, NCCL_WATCHDOG, NCCL_DUMP_SIGNAL, NCCL_DESYNC, COLLECTIVE_MISMATCH, NCCL_ERROR, CUDA_OOM,
 CUDA_ERROR, GPU_XID, TRACEBACK (+ TRACEBACK_CONT), CHILD_FAILED, PROCESS_KILLED,
 JOB_CANCELLED, TRAIN_STEP, EVAL, TRAIN_SUMMARY, GPU_MEMORY, STEP_TIMERS. Every other non-blank
 line is kept as event LOG. Must not write files, guess a rank, or drop a line: every physical
@@ -96,7 +96,7 @@ _GLOG_LEVEL = {"I": "INFO", "W": "WARN", "E": "ERROR", "F": "ERROR"}
 # The same gate and the per-line searches, run once per block in polars (Rust regex and
 # Aho-Corasick) instead of once per line in Python: they are most of the cost of a console log.
 _TRIGGER_WORDS = [
-    "WorkNCCL", "watchdog", "Watchdog", "lagging", "desync", "CollectiveFingerPrint", "NCCL", "nccl",
+    "WorkNCCL", "watchdog", "Watchdog", "lagging", "desync", "dump signal", "CollectiveFingerPrint", "NCCL", "nccl",
     "out of memory", "OutOfMemory", "CUDA error", "Xid", "exitcode", "exit code", "return code", "SIG",
     "Signal ", "Killed", "Killing", "killed", "CANCELLED", "iteration", "(MB)", "time (ms)", "step=", "{'",
 ]
@@ -146,6 +146,14 @@ _WATCHDOG_FAIL = re.compile(
 )
 _TIMEOUT_AT = re.compile(
     r"Timeout at NCCL work: (\d+), last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)"
+)
+# ProcessGroupNCCL (torch >= 2.3) on every rank once one rank's watchdog fires: "Received a dump
+# signal due to a collective timeout from rank 0 ... Last enqueued NCCL work: 40, last completed
+# NCCL work: 40." The numbers are THIS rank's: a rank whose last enqueued work is below the
+# sequence number the others time out on never issued that collective (it lags).
+_DUMP_SIGNAL = re.compile(
+    r"Received a (?:global )?dump signal (?:due to a collective timeout )?from\s+(this local rank|rank\s*(\d+))"
+    r"(?:.*?Last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+))?"
 )
 _DESYNC = re.compile(
     r"ranks \[([\d,\s]+)\] are the lagging ranks"
@@ -451,7 +459,9 @@ class _Parser:
 
     def _cont(self, r: _Row, body: str, tb: _Traceback, i: int) -> None:
         r.message = body if len(body) <= _MAX_MESSAGE else body[:_MAX_MESSAGE]
-        if self.hints.trig[i]:
+        # An indented line of a traceback is a frame or the source it quotes
+        # (`raise torch.OutOfMemoryError(`): code, not an event that happened.
+        if self.hints.trig[i] and body[:1] not in (" ", "\t"):
             self._typed(body, r)
         if r.event is None:
             r.event = "TRACEBACK_CONT"
@@ -685,6 +695,13 @@ class _Parser:
             r.event, r.level = "NCCL_WATCHDOG", "ERROR"
             r.put(seq=int(m.group(1)))
             r.x(last_enqueued=_int(m.group(2)), last_completed=_int(m.group(3)))
+            return
+        m = _DUMP_SIGNAL.search(body) if "dump signal" in body else None
+        if m:
+            r.event = "NCCL_DUMP_SIGNAL"
+            own = m.group(1) == "this local rank"
+            r.x(signal_from="self" if own else _int(m.group(2)),
+                last_enqueued=_int(m.group(3)), last_completed=_int(m.group(4)))
             return
         m = _DESYNC.search(body) if "lagging" in body or "] joined" in body or "] finished" in body or "didn't join" in body else None
         if m:

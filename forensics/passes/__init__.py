@@ -24,6 +24,7 @@ from . import (
     failures,
     grad_norm,
     gradient_skew,
+    hot_gpu,
     hygiene,
     loss,
     rank_lag,
@@ -46,6 +47,7 @@ Pass = Callable[[Context], list[Finding]]
 # selection reorders them, so a report is deterministic.
 PASSES: list[Pass] = [
     thermal.find,            # physical: temperature, SM clock, throttle reasons
+    hot_gpu.find,            # physical: one GPU hotter than its peers, not throttled (INFO)
     bandwidth.find,          # physical: PCIe/NVLink of one rank
     utilization.find,        # resource: one rank's GPU idle vs peers
     data_load_skew.find,     # resource: one rank's input pipeline

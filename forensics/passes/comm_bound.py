@@ -34,8 +34,9 @@ CULPRIT_SHARE = 0.5
 
 
 def find(ctx: Context) -> list[Finding]:
-    st = ctx.steps.filter(pl.col("rank").is_not_null() & pl.col("comm_ms").is_not_null()
-                          & (pl.col("step_time_ms") > 0))
+    st = ctx.steps.select(
+        "rank", "step", "comm_ms", "step_time_ms", "wait_est", "t_start", "t_end", "file", "comm_line",
+    ).filter(pl.col("rank").is_not_null() & pl.col("comm_ms").is_not_null() & (pl.col("step_time_ms") > 0))
     if st.is_empty():
         return []
     df = st.with_columns(wait_expr().clip(lower_bound=0.0).alias("wait")).with_columns(

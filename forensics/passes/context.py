@@ -26,49 +26,24 @@ from ..schema import conform
 if TYPE_CHECKING:
     from ..store import Run
 
-# Columns of timeline.step_table the passes rely on, plus the extras below.
+# Columns of timeline.step_table the passes rely on, with its evidence columns (file and the
+# lines to cite, disk_read_mbps). Nothing else is aggregated: projection pushdown drops the rest
+# of the step table's aggregations (lr, stage, step_time_source ...) from the query.
 STEP_COLUMNS = [
     "rank", "step", "host", "t_start", "t_end", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
-    "wait_ms", "grad_ready_ts", "comm_end", "loss", "lr", "samples_per_s", "stage",
+    "wait_ms", "grad_ready_ts", "comm_end", "loss", "samples_per_s", *timeline.EVIDENCE_COLUMNS,
 ]
 # Host clock offsets below this are jitter, not skew: they are not applied.
 MIN_OFFSET_MS = 5.0
-EXTRA_COLUMNS = ["disk_read_mbps", "grad_norm", "gpu_util", "file", "train_line", "data_line", "comm_line", "ready_line"]
 
 
-def _extras(events: pl.LazyFrame) -> pl.LazyFrame:
-    """Per (rank, step): the evidence lines and the metrics timeline.step_table does not carry.
-
-    Columns are masked before the group_by (filtered aggregations take polars' slow path).
-    """
-    train = pl.col("event").fill_null("") == timeline.SUMMARY_EVENT
-    coll = pl.col("comm_ms").is_not_null() & ~train
-    line = pl.col("line")
-    return (
-        events.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
-        .select(
-            "rank", "step", "disk_read_mbps", "grad_norm", "gpu_util", pl.col("source_file").alias("file"),
-            pl.when(train | pl.col("loss").is_not_null()).then(line).alias("train_line"),
-            pl.when(pl.col("data_load_ms").is_not_null()).then(line).alias("data_line"),
-            pl.when(coll).then(line).alias("comm_line"),
-            pl.when(pl.col("grad_ready_ts").is_not_null()).then(line).alias("ready_line"),
-        )
-        .group_by("rank", "step")
-        .agg(
-            pl.col("disk_read_mbps").mean(), pl.col("grad_norm").max(), pl.col("gpu_util").mean(),
-            pl.col("file").first(), pl.col("train_line").min(), pl.col("data_line").min(),
-            pl.col("comm_line").max(), pl.col("ready_line").min(),
-        )
-    )
-
-
-def step_table(events: pl.LazyFrame) -> pl.DataFrame:
-    """timeline.step_table with the extras joined (no particular order: passes sort what they need).
-
-    Both aggregations run in one collect_all (in parallel, over one scan) and are joined eagerly.
-    """
-    steps, extras = pl.collect_all([timeline.step_table(events).select(STEP_COLUMNS), _extras(events)])
-    return steps.join(extras, on=["rank", "step"], how="left").with_columns(_wait_estimate())
+def step_table(events: pl.LazyFrame, run: Run | None = None) -> pl.DataFrame:
+    """timeline.step_table with its evidence columns, sorted by (step, rank), and wait_est: one
+    lazy query over the events, collected once. With the `run` (its manifest), aggregated one
+    slice of ranks at a time (timeline.rank_slices)."""
+    slices = timeline.rank_slices(run) if run is not None else None
+    steps = timeline._steps(events, evidence=True, slices=slices).select(STEP_COLUMNS).with_columns(_wait_estimate())
+    return timeline.collect_sorted(steps, ["step", "rank"])
 
 
 # A fault is persistent; scheduler noise is not. On a loaded host any rank is preempted now and
@@ -130,7 +105,7 @@ class Context:
 
     @cached_property
     def _raw_steps(self) -> pl.DataFrame:
-        return step_table(self._events)
+        return step_table(self._events, self.run)
 
     @cached_property
     def clock_offsets(self) -> pl.DataFrame:
@@ -175,4 +150,4 @@ class Context:
         return float(s.median()) if len(s) else None
 
 
-__all__ = ["Context", "STEP_COLUMNS", "EXTRA_COLUMNS", "step_table", "wait_expr", "sustained", "window_for"]
+__all__ = ["Context", "STEP_COLUMNS", "step_table", "wait_expr", "sustained", "window_for"]

@@ -33,7 +33,9 @@ MIN_SHARE = 0.10
 
 
 def find(ctx: Context) -> list[Finding]:
-    st = ctx.steps.filter(pl.col("rank").is_not_null() & pl.col("data_load_ms").is_not_null())
+    st = ctx.steps.select(
+        "rank", "step", "data_load_ms", "wait_est", "disk_read_mbps", "t_start", "t_end", "file", "data_line", "comm_line",
+    ).filter(pl.col("rank").is_not_null() & pl.col("data_load_ms").is_not_null())
     if st.is_empty():
         return []
     floor = max(ABS_EXCESS_MS, STEP_SHARE * (ctx.median_step_ms or 0.0))

@@ -1,35 +1,59 @@
 """Why did the job stop: which rank failed first, and which failures are only its cascade?
 
-Question: for CUDA OOM, NCCL/gloo timeouts, lost connections and hangs — which rank is at fault?
+Question: for CUDA OOM, host OOM kills, NCCL/gloo timeouts, lost connections and hangs — which
+rank is at fault, and what did the launcher's own report get wrong?
 
 Domain facts relied on:
 - Every rank blocked in a collective that one rank never joins times out; so the earliest
   timeout does not name the cause, and the timing-out ranks are victims, not culprits.
-- The culprit of a timeout is, in order of strength: a rank the desync report names ("the
-  lagging/dead/mismatched ranks that caused the desync are: [7]", or the rank every
-  CollectiveFingerPrint mismatch error names: a different op or size at the same sequence
-  number — the others all run the same one); a rank whose CUDA OOM came
-  before the first timeout (an OOM on one rank followed by the others' timeouts or connection
-  errors is that rank's OOM — its death closes the connections); the rank the timeout messages
-  say they wait on ("rank=1 waiting on rank=2"); the rank that never joined the collective the
-  others time out in (its last logged collective sequence number is below the failing SeqNum);
-  the rank whose "last completed work" is smallest (the laggard); the rank that went silent
-  first without an error of its own.
+- The culprit of a timeout is, in order of strength:
+  1. a rank whose CUDA OOM came before the first timeout (an OOM on one rank followed by the
+     others' timeouts or connection errors — gloo "Connection closed by peer", NCCL "remote
+     process exited" — is that rank's OOM: its death closes the connections);
+  2. a rank killed by SIGKILL with no error of its own (the host OOM killer, see below): its
+     death is what the others' "remote process exited" report, whenever the launcher noticed it;
+  3. a rank the desync report names ("the lagging/dead/mismatched ranks that caused the desync
+     are: [7]"), or the rank every CollectiveFingerPrint mismatch error names;
+  4. a rank whose collective differs at the same sequence number: ranks of one process group
+     issue the same op with the same size at each SeqNum, so the minority OpType (or NumelIn, for
+     all-reduce/broadcast where every rank sends the same tensor) is the odd rank out;
+  5. a rank whose sequence number lags: its own timeout is at a lower SeqNum, or its watchdog
+     status ("Last enqueued NCCL work: 40" in the dump-signal report every rank prints) shows it
+     never enqueued the collective the others time out in;
+  6. the rank the timeout messages say they wait on ("rank=1 waiting on rank=2");
+  7. the rank whose last logged collective sequence number is below the failing SeqNum;
+  8. the rank whose "last completed work" is smallest (the laggard);
+  9. the rank that went silent first without an error of its own.
 - A culprit silent without an error of its own is a hang (`hang`); with its own OOM it is `oom`.
+- Exit code -9 / SIGKILL / "Killed" with no Python traceback means something outside Python
+  killed the process; unless the launcher (its teardown after another failure), the scheduler
+  (scancel, time limit) sent it, that is most often the kernel's OOM killer (host RAM, not GPU
+  memory): an `oom` finding with evidence host_oom_killer = true, confirmed when the kernel's
+  "Out of memory: Killed process" line is in the logs.
+- Launcher kills ("Killing subprocess", "Sending process … closing signal") and non-zero exits
+  after a failure are its cascade, not faults of their own: they are counted into the failure.
+- torch elastic's ChildFailedError "Root Cause (first observed failure)" is the first worker
+  exit the agent saw, not the first fault: a rank that OOMs and hangs in teardown exits after the
+  victims its hang aborted. The root is the earliest real failure on any rank; where the
+  launcher's "first observed" rank differs, the finding says so.
 - An earlier root is never replaced by the later failures it caused: rootcause.py orders
   failures by time, and this pass attributes the cascade to the first failure.
 
-Failure times are compared on the common clock (Context.clock_offsets): hosts' clocks disagree
-by milliseconds to seconds, enough to put a victim's timeout before the OOM that caused it.
+Times: failures are compared on the common clock (Context.clock_offsets: hosts' clocks disagree
+by milliseconds to seconds, enough to put a victim's timeout before the OOM that caused it).
+Console lines often carry no time (a Python traceback): such a line is placed at the time of the
+nearest timestamped line above it in its file (below it if none), and ties keep file order.
 
 Must not: decide the root cause across layers (rootcause.py).
 """
 from __future__ import annotations
 
+import datetime as dt
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
+import orjson
 import polars as pl
 
 from ..report.model import Finding
@@ -38,12 +62,22 @@ from .evidence import cite, iso, pass_id, rank_ranges, ranks_phrase, shorten
 
 OOM_RE = r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|\bCUDA_OOM\b"
 TIMEOUT_RE = (r"(?i)watchdog caught collective operation timeout|collective operation timeout|timed out|"
-              r"Timeout\(ms\)|waiting on rank|connection (?:reset|closed) by peer|communicator was aborted|"
+              r"Timeout\(ms\)|waiting on rank|connection (?:reset|closed) by (?:remote )?peer|communicator was aborted|"
               r"DistBackendError|NCCL error|remote process exited|socket timeout|NCCL_TIMEOUT")
 DESYNC_RE = (r"(?i)lagging/dead/mismatched|joined but didn't finish collective|but didn't join collective|have not joined|"
              r"Detected mismatch between collectives")
-COMPLETED_RE = r"(?i)last completed work:\s*(\d+)"
+COMPLETED_RE = r"(?i)last completed (?:\w+ )?work:\s*(-?\d+)"
+ENQUEUED_RE = r"(?i)last enqueued (?:\w+ )?work:\s*(-?\d+)"
 MISMATCH_RE = r"(?i)Detected mismatch between collectives"
+# Events whose name says they may be a failure (besides every WARN/ERROR line).
+NAMED_RE = r"(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC|DUMP_SIGNAL|CHILD_FAILED|KILLED|CANCELLED"
+# Typed events whose `extra` the pass reads (only these rows' extra is kept).
+TYPED = ["NCCL_TIMEOUT", "NCCL_WATCHDOG", "NCCL_DUMP_SIGNAL", "CUDA_OOM", "CHILD_FAILED", "PROCESS_KILLED",
+         "JOB_CANCELLED"]
+LAUNCHERS = ("launcher", "deepspeed launcher")
+# Collectives where every rank sends a tensor of the same size (all-to-all and uneven
+# all-gather legitimately differ per rank).
+SAME_SIZE_RE = re.compile(r"(?i)all_?reduce|broadcast")
 
 _SEQ = re.compile(r"(?i)(?:SeqNum=|seq(?:uence)?(?: id)?[=: ]\s*#?|collective #)(\d+)")
 _PEER = re.compile(r"(?i)waiting (?:on|for) rank[= ]?(\d+)")
@@ -52,6 +86,8 @@ _DESYNC_AFTER = re.compile(r"(?is)lagging/dead/mismatched ranks[^:]*:(.*)")
 _MISMATCH = re.compile(r"(?is)Rank (\d+) is running collective:.*?but Rank (\d+) is running collective")
 _TRIED = re.compile(r"(?i)Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 _IN_USE = re.compile(r"(?i)this process has ([\d.]+ ?[KMGT]i?B) memory in use")
+_OP = re.compile(r"OpType=(\w+)")
+_NUMEL = re.compile(r"NumelIn=(-?\d+)")
 
 
 def _candidates(ctx: Context) -> pl.LazyFrame:
@@ -62,34 +98,99 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
     The few distinct event names are matched here rather than a regex over every row.
     """
     names = ctx.events.select(pl.col("event").drop_nulls().unique()).collect().to_series().to_list()
-    named = [n for n in names if re.search(r"(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC", n)]
+    named = [n for n in names if re.search(NAMED_RE, n)]
+    ev = pl.col("event")
     return ctx.aligned(
-        ctx.events.select("rank", "host", "timestamp", "level", "event", "message", "seq", "peer_rank", "step",
-                          "source_file", "line")
-        .filter(pl.col("level").is_in(["WARN", "ERROR"]) | pl.col("event").is_in(named))
+        ctx.events.select("rank", "host", "local_rank", "timestamp", "level", "event", "message", "seq", "peer_rank",
+                          "step", "collective", "process_group", "exit_code", "extra", "source_file", "line")
+        .filter(pl.col("level").is_in(["WARN", "ERROR"]) | ev.is_in(named))
+        .with_columns(pl.when(ev.is_in(TYPED)).then(pl.col("extra")).alias("extra"))
     )
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
-    """oom / timeout / desync / info per candidate row; `completed` = "last completed work: N"."""
+    """kind per candidate row: oom / timeout / status / exit / kill / cancel / traceback / info,
+    with the watchdog numbers (`completed`, `enqueued`) and the fields of typed events."""
     msg = pl.col("message").fill_null("")
     ev = pl.col("event").fill_null("")
     err = pl.col("level") == "ERROR"
-    is_oom = ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE)
+    j = pl.col("extra").str.json_path_match
+    is_exit = ev == "CHILD_FAILED"
+    is_kill = ev == "PROCESS_KILLED"
+    is_cancel = ev == "JOB_CANCELLED"
+    is_status = ev == "NCCL_DUMP_SIGNAL"
+    process = is_exit | is_kill | is_cancel
+    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE))
     is_desync = msg.str.contains(DESYNC_RE)
     # a collective that fails (timeout, lost peer, or a mismatch caught by DETAIL debug checks)
-    is_timeout = ~is_oom & (ev.str.contains("(?i)TIMEOUT") | (err & (msg.str.contains(TIMEOUT_RE)
-                                                                     | msg.str.contains(MISMATCH_RE))))
-    has_completed = msg.str.contains(COMPLETED_RE)
+    is_timeout = ~is_oom & ~process & ~is_status & (
+        ev.str.contains("(?i)TIMEOUT|WATCHDOG") | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
+    is_tb = (ev == "TRACEBACK") & pl.col("rank").is_not_null()
+    completed = pl.coalesce(j("$.last_completed").cast(pl.Int64, strict=False),
+                            msg.str.extract(COMPLETED_RE, 1).cast(pl.Int64, strict=False))
+    enqueued = pl.coalesce(j("$.last_enqueued").cast(pl.Int64, strict=False),
+                           msg.str.extract(ENQUEUED_RE, 1).cast(pl.Int64, strict=False))
     return (
-        df.filter(is_oom | is_desync | is_timeout | has_completed)
+        df.with_columns(completed.alias("completed"), enqueued.alias("enqueued"))
+        .filter(is_oom | is_desync | is_timeout | is_status | process | is_tb | pl.col("completed").is_not_null())
         .with_columns(
             pl.when(is_oom).then(pl.lit("oom")).when(is_timeout).then(pl.lit("timeout"))
-            .when(is_desync).then(pl.lit("desync")).otherwise(pl.lit("info")).alias("kind"),
+            .when(is_status).then(pl.lit("status")).when(is_exit).then(pl.lit("exit"))
+            .when(is_kill).then(pl.lit("kill")).when(is_cancel).then(pl.lit("cancel"))
+            .when(is_tb).then(pl.lit("traceback")).when(is_desync).then(pl.lit("desync"))
+            .otherwise(pl.lit("info")).alias("kind"),
             is_desync.alias("desync"),
-            msg.str.extract(COMPLETED_RE, 1).cast(pl.Int64, strict=False).alias("completed"),
+            pl.coalesce(pl.col("seq"), msg.str.extract(r"SeqNum=(\d+)", 1).cast(pl.Int64, strict=False)).alias("seq"),
+            pl.coalesce(pl.col("collective"), msg.str.extract(_OP.pattern, 1)).alias("collective"),
+            pl.coalesce(j("$.numel_in").cast(pl.Int64, strict=False),
+                        msg.str.extract(_NUMEL.pattern, 1).cast(pl.Int64, strict=False)).alias("numel_in"),
+            j("$.signal").alias("signal"), j("$.by").alias("by"),
+            j("$.pid").cast(pl.Int64, strict=False).alias("pid"),
+            (j("$.first_observed") == "true").fill_null(False).alias("first_observed"),
         )
-        .sort("ts_aligned", "rank", nulls_last=True)
+    )
+
+
+def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
+    """`t_order`, the time failures are compared by (on the common clock), and `t_show`, the one
+    a finding states.
+
+    A line without a time (a traceback) was printed after the nearest timestamped line above it
+    in its file (`lo`) and before the nearest one below it (`hi`); 1 µs per line from that line
+    keeps file order among lines placed from one anchor. A possible cause (OOM, kill, exit) is
+    compared at the earliest time it can have happened (`lo`), a timeout at the latest (`hi`,
+    unbounded — null, sorted last — with no timestamped line below it): interleaved output of
+    dying ranks must not make a victim look earlier than the fault it may follow. Only a line
+    between them that carries a time puts a victim's error before an OOM.
+    `exact` says the line carried its own time (it wins over an untimed copy of the same failure).
+
+    Only the files holding untimed failure lines are scanned (structured logs never need it)."""
+    df = df.with_columns(pl.col("ts_aligned").is_not_null().alias("exact"))
+    need = df.filter(pl.col("ts_aligned").is_null() & pl.col("source_file").is_not_null())
+    if need.is_empty():
+        return df.with_columns(pl.col("ts_aligned").alias("t_order"), pl.col("ts_aligned").alias("t_show"))
+    files = need.get_column("source_file").unique().to_list()
+    anchors = (
+        ctx.aligned(ctx.events.select("rank", "host", "timestamp", "source_file", "line")
+                    .filter(pl.col("source_file").is_in(files) & pl.col("timestamp").is_not_null()))
+        .select("source_file", "line", pl.col("line").alias("a_line"), pl.col("ts_aligned").alias("t_anchor"))
+        .sort("line").collect()
+    )
+    keys = need.select("source_file", "line").unique().sort("line")
+    step = pl.duration(microseconds=1)
+    back = keys.join_asof(anchors, on="line", by="source_file", strategy="backward", check_sortedness=False)
+    fwd = keys.join_asof(anchors, on="line", by="source_file", strategy="forward", check_sortedness=False)
+    pos = back.select("source_file", "line", (pl.col("t_anchor") + step * (pl.col("line") - pl.col("a_line"))).alias("lo")).join(
+        fwd.select("source_file", "line", (pl.col("t_anchor") - step * (pl.col("a_line") - pl.col("line"))).alias("hi")),
+        on=["source_file", "line"])
+    timeout = pl.col("kind") == "timeout"
+    return (
+        df.join(pos, on=["source_file", "line"], how="left", nulls_equal=True)
+        .with_columns(pl.when(timeout).then(pl.coalesce("ts_aligned", "hi"))
+                      .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_order"),
+                      pl.when(timeout).then(pl.coalesce("ts_aligned", "hi", "lo"))
+                      .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_show"))
+        .drop("lo", "hi")
     )
 
 
@@ -150,6 +251,44 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> list[int]:
     return sorted(out)
 
 
+def _odd_collective(tos: list[dict[str, Any]], fail_seq: int | None) -> tuple[list[int], str]:
+    """Ranks whose timed-out collective at the failing SeqNum differs from the majority's
+    (another OpType, or another NumelIn where sizes must agree). Needs >= 3 ranks to have a
+    majority; returns ([], "") when all agree."""
+    if fail_seq is None:
+        return [], ""
+    sig: dict[int, tuple[str | None, int | None]] = {}
+    for r in tos:
+        if r["rank"] is None or _seq_of(r) != fail_seq or r.get("collective") is None:
+            continue
+        op = str(r["collective"]).upper()
+        size = r.get("numel_in") if SAME_SIZE_RE.search(op) else None
+        sig.setdefault(int(r["rank"]), (op, size))
+    if len(sig) < 3:
+        return [], ""
+    (top, n), = Counter(sig.values()).most_common(1)
+    if n * 2 <= len(sig) or n == len(sig):
+        return [], ""
+    odd = sorted(k for k, s in sig.items() if s != top)
+    theirs = sorted({s for k, s in sig.items() if s != top}, key=str)
+
+    def fmt(s: tuple[str | None, int | None]) -> str:
+        return f"{s[0]}" + (f" NumelIn={s[1]}" if s[1] is not None else "")
+
+    return odd, (f"runs {', '.join(fmt(s) for s in theirs)} at SeqNum {fail_seq} while the others run {fmt(top)}")
+
+
+def _pg_scoped(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
+    """Rows by process group. Sequence numbers count per group, so they are compared within one;
+    rows that do not name their group join the only group named, if exactly one is."""
+    named = {r["process_group"] for r in rows if r.get("process_group") is not None}
+    out: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        pg = r.get("process_group")
+        out[pg if pg is not None else (next(iter(named)) if len(named) == 1 else None)].append(r)
+    return out
+
+
 def _oom_detail(msg: str | None) -> str:
     msg = msg or ""
     bits = []
@@ -160,140 +299,407 @@ def _oom_detail(msg: str | None) -> str:
     return f" ({', '.join(bits)})" if bits else ""
 
 
+def _gib(mb: float) -> str:
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
+def _shared_gpu(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The allocator names other processes on the GPU ("Process 1605762 has 19.88 GiB memory in
+    use"): memory the job never had. The most any one OOM of the rank saw them hold."""
+    best: dict[str, Any] | None = None
+    for r in rows:
+        if not r.get("extra"):
+            continue
+        try:
+            x = orjson.loads(r["extra"])
+        except orjson.JSONDecodeError:
+            continue
+        others = [o for o in x.get("other_processes") or [] if isinstance(o, dict) and o.get("mb")]
+        if not others:
+            continue
+        held = float(sum(o["mb"] for o in others))
+        if best is None or held > best["other_processes_mb"]:
+            best = {"other_processes_mb": round(held, 1), "other_processes": len(others),
+                    "gpu_total_mb": x.get("total_mb"), "device": x.get("device"), "process_mb": x.get("process_mb")}
+    return best
+
+
 def _ev_row(r: dict[str, Any], text: str | None = None) -> dict[str, Any]:
     return {"source_file": r["source_file"], "line": r["line"], "rank": r["rank"],
             "timestamp": r.get("logged_ts", r["timestamp"]), "text": text or shorten(r.get("message") or r.get("event"), 140)}
 
 
+def _key(r: dict[str, Any]) -> tuple:
+    """Order of failure rows: time on the common clock (placed), then file order."""
+    t = r["timestamp"]
+    return (t is None, t or dt.datetime.min.replace(tzinfo=dt.timezone.utc), r["source_file"] or "", r["line"] or 0)
+
+
+def _processes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per process: the agent's line, the table record and the signal of one exit name the
+    same pid (rows without a pid count each)."""
+    seen: set[int] = set()
+    out = []
+    for r in rows:
+        if r["pid"] is not None:
+            if r["pid"] in seen:
+                continue
+            seen.add(r["pid"])
+        out.append(r)
+    return out
+
+
+def _first(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first of one rank's reports of a failure: the earliest that carried its own time,
+    else the earliest placed one (a placed time is only a bound)."""
+    exact = [r for r in rows if r["exact"]]
+    return min(exact or rows, key=_key)
+
+
+def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Processes that died of SIGKILL (exit code -9, "Signal 9 (SIGKILL) received", "Killed",
+    the kernel's OOM-killer line) that nobody in the logs killed on purpose: not the launcher
+    (it signals the pid first), not the scheduler (job cancelled first), and, where the rank is
+    known, without a Python error of that rank before it. One entry per process."""
+    launcher_pids = {r["pid"]: r for r in rows if r["kind"] == "kill" and r["by"] in LAUNCHERS and r["pid"] is not None}
+    launcher_any = [r for r in rows if r["kind"] == "kill" and r["by"] in LAUNCHERS]
+    cancels = [r for r in rows if r["kind"] == "cancel"]
+    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["kind"] not in ("exit", "kill") or r["by"] in LAUNCHERS:
+            continue
+        sigkill = r["exit_code"] == -9 or r["signal"] == "SIGKILL" or r["by"] == "oom_killer"
+        if sigkill:
+            groups[r["pid"] if r["pid"] is not None else ("line", r["source_file"], r["line"])].append(r)
+    out = []
+    for key, grp in groups.items():
+        grp.sort(key=_key)
+        first = grp[0]
+        rank = next((int(r["rank"]) for r in grp if r["rank"] is not None), None)
+        confirmed = any(r["by"] == "oom_killer" for r in grp)
+        pid = first["pid"]
+        if not confirmed:
+            sent = launcher_pids.get(pid) if pid is not None else next((k for k in launcher_any if k["pid"] is None), None)
+            if sent is not None and _key(sent) <= _key(first):
+                continue            # the launcher's own teardown
+            if any(_key(c) <= _key(first) for c in cancels):
+                continue            # the scheduler cancelled the job
+            if rank is not None and any(r["rank"] == rank and r["kind"] in ("oom", "traceback", "timeout")
+                                        and _key(r) <= _key(first) for r in rows):
+                continue            # it died of its own error (or was torn down after it)
+        local = next((r["local_rank"] for r in grp if r["local_rank"] is not None), None)
+        host = next((r["host"] for r in grp if r["host"] is not None), None)
+        out.append({"rank": rank, "pid": pid, "local_rank": local, "host": host, "confirmed": confirmed,
+                    "exit_code": next((r["exit_code"] for r in grp if r["exit_code"] is not None), None),
+                    "rows": grp, "timestamp": first["t_show"]})
+    out.sort(key=lambda d: _key(d["rows"][0]))
+    return out
+
+
+def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: list[int]) -> Finding:
+    who = (f"rank {d['rank']}" if d["rank"] is not None
+           else f"local rank {d['local_rank']}" if d["local_rank"] is not None else "a worker process")
+    pid = f" (pid {d['pid']}" + (f" on {d['host']})" if d["host"] else ")") if d["pid"] is not None else ""
+    code = f"exit code {d['exit_code']}" if d["exit_code"] is not None else "SIGKILL"
+    if d["confirmed"]:
+        title = f"{who}{pid} was killed by the kernel's out-of-memory killer (host RAM, not GPU memory)"
+    else:
+        title = (f"{who}{pid} was killed by SIGKILL ({code}) without a Python traceback: the host's "
+                 f"out-of-memory killer is suspected (check `dmesg -T | grep -i 'killed process'`"
+                 + (f" on {d['host']})" if d["host"] else ")"))
+    if victims:
+        title += f"; {ranks_phrase(victims)} then lost it in their collectives"
+    t = d["timestamp"]
+    if t_first is not None and (t is None or t_first < t):
+        t = t_first     # it died before the others noticed; the launcher reports it later
+    return Finding(
+        rule=pass_id("failures"), kind="oom", layer="resource", severity="ERROR",
+        ranks=[] if d["rank"] is None else [d["rank"]], victims=victims, title=title,
+        evidence={"host_oom_killer": True, "confirmed": d["confirmed"], "signal": "SIGKILL", "exit_code": d["exit_code"],
+                  "pid": d["pid"], "local_rank": d["local_rank"], "host": d["host"], "python_traceback": False,
+                  "victims": victims},
+        lines=cite([_ev_row(r) for r in d["rows"]], text="text"),
+        first_seen=iso(t), last_seen=iso(d["timestamp"]),
+    )
+
+
 def find(ctx: Context) -> list[Finding]:
     cand, prog = pl.collect_all([_candidates(ctx), _progress(ctx)])
     # order and compare on the common clock; citations keep the logged time
-    fails_df = _classify(cand).with_columns(pl.col("timestamp").alias("logged_ts"), pl.col("ts_aligned").alias("timestamp"))
+    fails_df = _placed(ctx, _classify(cand)).with_columns(pl.col("timestamp").alias("logged_ts"),
+                                                          pl.col("t_order").alias("timestamp"))
     if fails_df.is_empty():
         return []
-    rows = list(fails_df.iter_rows(named=True))
+    rows = sorted(fails_df.iter_rows(named=True), key=_key)
     ooms = [r for r in rows if r["kind"] == "oom"]
     tos = [r for r in rows if r["kind"] == "timeout"]
+    statuses = [r for r in rows if r["kind"] in ("status", "timeout") and (r["enqueued"] is not None or r["completed"] is not None)]
     desync = [r for r in rows if r["desync"]]      # a timeout's message may carry the desync report
-    completed = {int(r["rank"]): int(r["completed"]) for r in rows
-                 if r["completed"] is not None and r["rank"] is not None}
     progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
 
     # First OOM per rank; an OOM line without a rank only counts when no ranked one exists.
-    first_oom: dict[int | None, dict[str, Any]] = {}
+    all_oom: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
     for r in ooms:
-        first_oom.setdefault(None if r["rank"] is None else int(r["rank"]), r)
+        all_oom[None if r["rank"] is None else int(r["rank"])].append(r)
+    first_oom = {k: _first(v) for k, v in all_oom.items()}
     if any(k is not None for k in first_oom):
         first_oom.pop(None, None)
-    first_to: dict[int, dict[str, Any]] = {}
+    by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in tos:
         if r["rank"] is not None:
-            first_to.setdefault(int(r["rank"]), r)
+            by_rank[int(r["rank"])].append(r)
+    first_to = {k: _first(v) for k, v in by_rank.items()}
+    killed = _killed_without_traceback(rows)
 
     out: list[Finding] = []
-    t_first_to = min((r["timestamp"] for r in first_to.values() if r["timestamp"] is not None), default=None)
+    to_sorted = sorted(first_to.values(), key=_key)
+    t_first_to = to_sorted[0]["t_show"] if to_sorted else None
     failed_ranks = set(first_to) | {k for k in first_oom if k is not None}
+    seqs = Counter(s for r in first_to.values() if (s := _seq_of(r)) is not None)
+    fail_seq = seqs.most_common(1)[0][0] if seqs else None
 
     # -- culprit of the timeouts -------------------------------------------------------------
     culprits: list[int] = []
     how = ""
+    detail: dict[str, Any] = {}
     if first_to:
-        early_oom = sorted(k for k, r in first_oom.items() if k is not None and r["timestamp"] is not None
-                           and (t_first_to is None or r["timestamp"] <= t_first_to))
+        early_oom = [k for k, r in first_oom.items() if k is not None and _key(r) <= _key(to_sorted[0])]
+        dead = [d for d in killed if d["rank"] is not None and d["rank"] not in failed_ranks]
         named = _desync_ranks(desync)
+        odd, odd_how = _odd_collective(tos, fail_seq)
         peers = Counter(p for r in first_to.values() if (p := _peer_of(r)) is not None and p != r["rank"])
-        seqs = Counter(s for r in first_to.values() if (s := _seq_of(r)) is not None)
         if early_oom:
-            first = min(early_oom, key=lambda k: first_oom[k]["timestamp"])
+            first = min(early_oom, key=lambda k: _key(first_oom[k]))
             culprits, how = [first], "oom"
+        elif dead:
+            culprits, how = sorted({d["rank"] for d in dead}), "killed by SIGKILL (host OOM killer suspected)"
         elif named:
             culprits, how = named, "desync report"
-        elif peers and peers.most_common(1)[0][1] * 2 >= len(first_to):
+        elif odd:
+            culprits, how = odd, odd_how
+            detail["mismatch_seq"] = fail_seq
+        if not culprits:
+            lag, lag_how = _laggards(statuses, first_to)
+            if lag:
+                culprits, how = lag, lag_how
+        if not culprits and peers and peers.most_common(1)[0][1] * 2 >= len(first_to):
             culprits, how = [peers.most_common(1)[0][0]], "named as the peer the others wait on"
-        if not culprits and seqs:
-            fail_seq = seqs.most_common(1)[0][0]
+        if not culprits and fail_seq is not None:
             never = [r for r, p in progress.items() if r not in first_to and p["max_seq"] is not None
                      and p["max_seq"] < fail_seq]
             if never:
                 culprits, how = sorted(never), f"never joined collective #{fail_seq}"
-        if not culprits and len(set(completed.values())) > 1:
-            low = min(completed.values())
-            culprits, how = sorted(r for r, c in completed.items() if c == low), f"last completed work {low} is the smallest"
+        if not culprits:
+            low_ranks, low = _least_completed(statuses)
+            if low_ranks:
+                culprits, how = low_ranks, f"last completed work {low} is the smallest"
         if not culprits:
             silent = [r for r in progress if r not in failed_ranks]
-            if silent and t_first_to is not None:
+            if silent and to_sorted:
                 t_min = min(progress[r]["last_ts"] for r in silent)
                 culprits = sorted(r for r in silent if progress[r]["last_ts"] == t_min)
                 how = "went silent first, without an error of its own"
+    waiting = {int(r["rank"]) for r in statuses if r["rank"] is not None and r["enqueued"] is not None
+               and fail_seq is not None and r["enqueued"] >= fail_seq}
+    victims = sorted((set(first_to) | waiting) - set(culprits))
+
+    # -- the launcher's cascade: kills and exits after the first failure ---------------------------
+    # (a process's exit shows several times: the agent's line, the table record, its signal)
+    first_fail = min([*(first_oom.values()), *to_sorted, *(d["rows"][0] for d in killed)], key=_key, default=None)
+    killed_rows = {id(r) for d in killed for r in d["rows"]}
+    cascade = [r for r in rows if id(r) not in killed_rows and first_fail is not None and _key(r) >= _key(first_fail)
+               and (r["kind"] == "exit" or r["kind"] == "kill" and r["by"] in LAUNCHERS)]
 
     # -- OOM findings ---------------------------------------------------------------------------
-    for rank, r in sorted(first_oom.items(), key=lambda kv: kv[1]["timestamp"] or 0):
-        later = sorted(k for k, t in first_to.items() if k != rank and r["timestamp"] is not None
-                       and t["timestamp"] is not None and t["timestamp"] >= r["timestamp"])
+    for rank, r in sorted(first_oom.items(), key=lambda kv: _key(kv[1])):
+        later = sorted(k for k, t in first_to.items() if k != rank and _key(t) >= _key(r))
         delay = ""
         if later:
-            dt_s = (min(first_to[k]["timestamp"] for k in later) - r["timestamp"]).total_seconds()
-            delay = f"; ranks {rank_ranges(later)} failed in their collectives {dt_s:.1f} s later"
+            # a delay only between times the lines carried (placed times are bounds)
+            exact = [first_to[k]["timestamp"] for k in later if first_to[k]["exact"]]
+            delay = f"; {ranks_phrase(later)} failed in their collectives" + (
+                f" {(min(exact) - r['timestamp']).total_seconds():.1f} s later" if exact and r["exact"] else " after it")
         where = f"rank {rank}" if rank is not None else "a rank the log does not name"
         step = f" at step {r['step']}" if r["step"] is not None else ""
+        mine = all_oom.get(rank, [])
+        # one OOM is often reported by several sources (the JSONL event, the console traceback):
+        # the occurrences are those of the file that reports the most of them
+        per_file = Counter(x["source_file"] for x in mine if x["event"] == "CUDA_OOM") or Counter(x["source_file"] for x in mine)
+        n = max(per_file.values(), default=1)
+        shared = _shared_gpu(mine)
+        share = ""
+        if shared:
+            gpu = f"GPU {shared['device']}" if shared["device"] is not None else "its GPU"
+            total = f" of {_gib(shared['gpu_total_mb'])}" if shared["gpu_total_mb"] else ""
+            share = (f"; {gpu} is shared: {shared['other_processes']} other process"
+                     f"{'es' if shared['other_processes'] != 1 else ''} hold {_gib(shared['other_processes_mb'])}{total}")
+        mine_cascade = [c for c in cascade if _key(c) >= _key(r)]
+        kills = _processes([c for c in mine_cascade if c["kind"] == "kill"])
+        ex = _processes([c for c in mine_cascade if c["kind"] == "exit"])
+        tail = ""
+        if kills or ex:
+            tail = ("; the launcher then stopped the workers ("
+                    + ", ".join(p for p in (f"{len(kills)} kill{'s' if len(kills) != 1 else ''}" if kills else "",
+                                            f"{len(ex)} failed exit{'s' if len(ex) != 1 else ''}" if ex else "") if p)
+                    + "): its cascade, not another fault")
+        title = (f"{where} ran out of GPU memory (CUDA OOM){step}{_oom_detail(r['message'])}"
+                 + (f", {n} times" if n > 1 else "") + share + delay + tail)
         out.append(Finding(
             rule=pass_id("failures"), kind="oom", layer="resource", severity="ERROR",
-            ranks=[] if rank is None else [rank], victims=later,
-            title=f"{where} ran out of GPU memory (CUDA OOM){step}{_oom_detail(r['message'])}{delay}",
-            evidence={"step": r["step"], "message": shorten(r["message"], 300), "victims": later},
-            lines=cite([_ev_row(r)] + [_ev_row(first_to[k]) for k in later[:2]], text="text"),
-            first_seen=iso(r["timestamp"]), last_seen=iso(r["timestamp"]),
+            ranks=[] if rank is None else [rank], victims=later, title=title,
+            evidence={"step": r["step"], "message": shorten(r["message"], 300), "victims": later, "occurrences": n,
+                      **(shared or {}),
+                      "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None},
+            lines=cite([_ev_row(r)] + [_ev_row(first_to[k]) for k in later[:2]] + [_ev_row(c) for c in (kills[:1] + ex[:1])],
+                       text="text"),
+            first_seen=iso(r["t_show"]), last_seen=iso(mine[-1]["t_show"] if mine else r["t_show"]),
         ))
 
-    if not first_to:
-        return out
+    # -- processes killed from outside Python ----------------------------------------------------
+    for d in killed:
+        is_culprit = how.startswith("killed") and d["rank"] in culprits
+        out.append(_host_oom_finding(d, t_first_to if is_culprit else None, victims if is_culprit else []))
+
+    if first_to:
+        out.extend(_timeout_findings(first_to, to_sorted, culprits, how, victims, failed_ranks, progress, desync,
+                                     tos, fail_seq, first_oom, detail))
+    _launcher_first_observed(out, rows)
+    return out
+
+
+def _laggards(statuses: list[dict[str, Any]], first_to: dict[int, dict[str, Any]]) -> tuple[list[int], str]:
+    """Ranks whose sequence number lags within a process group: their own timeout is at a lower
+    SeqNum than the group's, or their last enqueued work is below it."""
+    for pg, grp in _pg_scoped([*statuses, *first_to.values()]).items():
+        tos = [r for r in grp if r["kind"] == "timeout" and r["rank"] is not None]
+        seqs = Counter(s for r in tos if (s := _seq_of(r)) is not None)
+        if not seqs:
+            continue
+        fail_seq = seqs.most_common(1)[0][0]
+        pos: dict[int, int] = {}
+        for r in grp:
+            if r["rank"] is None:
+                continue
+            s = _seq_of(r) if r["kind"] == "timeout" else None
+            for v in (s, r["enqueued"]):
+                if v is not None:
+                    pos[int(r["rank"])] = max(pos.get(int(r["rank"]), v), v)
+        lag = sorted(k for k, p in pos.items() if p < fail_seq)
+        if lag and len(lag) < len(pos):
+            behind = ", ".join(f"#{pos[k]}" + (f" on rank {k}" if len(lag) > 1 else "") for k in lag)
+            return lag, f"never issued collective #{fail_seq}: last enqueued work {behind}" + (f" in pg {pg}" if pg else "")
+    return [], ""
+
+
+def _least_completed(statuses: list[dict[str, Any]]) -> tuple[list[int], int | None]:
+    """The rank(s) whose "last completed work" is smallest within a process group (the laggard),
+    when the ranks disagree."""
+    for _pg, grp in _pg_scoped(statuses).items():
+        done: dict[int, int] = {}
+        for r in grp:
+            if r["rank"] is not None and r["completed"] is not None:
+                done[int(r["rank"])] = int(r["completed"])     # the latest report of each rank
+        if len(set(done.values())) > 1:
+            low = min(done.values())
+            return sorted(k for k, c in done.items() if c == low), low
+    return [], None
+
+
+def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[str, Any]], culprits: list[int],
+                      how: str, victims: list[int], failed_ranks: set[int], progress: dict[int, dict[str, Any]],
+                      desync: list[dict[str, Any]], tos: list[dict[str, Any]], fail_seq: int | None,
+                      first_oom: dict[int | None, dict[str, Any]], detail: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    t_first_to = to_sorted[0]["t_show"]
+    if how == "oom" and culprits and first_oom[culprits[0]]["t_show"] is not None and t_first_to is not None:
+        # the victims' errors follow the OOM that caused them (placed times are only bounds)
+        t_first_to = max(t_first_to, first_oom[culprits[0]]["t_show"])
+    seq = fail_seq if fail_seq is not None else next((s for r in to_sorted if (s := _seq_of(r)) is not None), None)
+    coll = next((r["message"] for r in to_sorted if r["message"]), None)
+    t_last_to = max((r["t_show"] for r in first_to.values() if r["t_show"] is not None), default=None)
+    first_rank = to_sorted[0]["rank"]
+    first_note = (f"; rank {first_rank} timed out first, a victim like the others"
+                  if first_rank is not None and first_rank not in culprits and culprits and len(first_to) > 1 else "")
 
     # -- hang: a culprit that stopped without an error of its own --------------------------------
-    victims = sorted(k for k in first_to if k not in culprits)
-    to_sorted = sorted(first_to.values(), key=lambda r: (r["timestamp"] is None, r["timestamp"]))
-    seq = next((s for r in to_sorted if (s := _seq_of(r)) is not None), None)
-    coll = next((r["message"] for r in to_sorted if r["message"]), None)
-    t_last_to = max((r["timestamp"] for r in first_to.values() if r["timestamp"] is not None), default=None)
     silent_culprits = [c for c in culprits if c not in failed_ranks]
-    if how != "oom" and silent_culprits:
+    if how != "oom" and not how.startswith("killed") and silent_culprits:
         lines = [_ev_row({**progress[c], "timestamp": progress[c]["last_ts"], "source_file": progress[c]["file"]},
                          f"last line of rank {c} (step {progress[c]['last_step']})")
                  for c in silent_culprits if c in progress]
         t_silent = min((progress[c]["last_ts"] for c in silent_culprits if c in progress), default=None)
         gap = f" {(t_first_to - t_silent).total_seconds():.0f} s later" if t_silent and t_first_to else ""
         last_steps = ", ".join(f"{progress[c]['last_step']}" for c in silent_culprits if c in progress)
+        if last_steps:
+            head = (f"{ranks_phrase(silent_culprits)} went silent after step {last_steps} and "
+                    + (f"never joined collective #{seq}" if seq is not None else "stopped taking part in collectives")
+                    + ("" if how.startswith("never joined") else f" ({how})"))
+        elif how.startswith("never"):
+            head = f"{ranks_phrase(silent_culprits)} {how}"
+        else:
+            head = (f"{ranks_phrase(silent_culprits)} held up "
+                    + (f"collective #{seq}" if seq is not None else "the collective") + f" ({how})")
         out.append(Finding(
             rule=pass_id("failures"), kind="hang", layer="communication", severity="ERROR",
             ranks=silent_culprits, victims=victims,
-            title=(f"{ranks_phrase(silent_culprits)} went silent after step {last_steps or '?'} and "
-                   + (f"never joined collective #{seq}" if seq is not None else "stopped taking part in collectives")
-                   + ("" if how.startswith("never joined") else f" ({how})")
-                   + f"; {ranks_phrase(victims)} timed out waiting{gap}"),
-            evidence={"how": how, "failing_seq": seq, "victims": victims,
+            title=head + f"; {ranks_phrase(victims)} timed out waiting{gap}{first_note}",
+            evidence={"how": how, "failing_seq": seq, "victims": victims, "first_timeout_rank": first_rank,
                       "last_step": {str(c): progress[c]["last_step"] for c in silent_culprits if c in progress}},
             lines=cite(lines + [_ev_row(r) for r in to_sorted[:2]] + [_ev_row(r) for r in desync[:1]], text="text"),
-            first_seen=iso(t_silent), last_seen=iso(t_last_to),
+            first_seen=iso(t_silent or t_first_to), last_seen=iso(t_last_to),
         ))
 
     # -- the timeouts themselves (attributed to the culprit, never to the ranks that time out) ---
+    lost = victims
     if how == "oom":
         c = culprits[0]
-        dt_s = (t_first_to - first_oom[c]["timestamp"]).total_seconds() if t_first_to else None
-        title = (f"{ranks_phrase(victims)}: NCCL timeout / lost connection in their collective"
+        t_oom = first_oom[c]["timestamp"]
+        dt_s = ((to_sorted[0]["timestamp"] - t_oom).total_seconds()
+                if to_sorted[0]["exact"] and first_oom[c]["exact"] else None)
+        title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
                  + (f" #{seq}" if seq is not None else "")
                  + (f" {dt_s:.1f} s after rank {c}'s CUDA OOM" if dt_s is not None else f" after rank {c}'s CUDA OOM"))
+    elif how.startswith("killed"):
+        title = (f"{ranks_phrase(lost)}: lost {ranks_phrase(culprits)} in their collective"
+                 + (f" #{seq}" if seq is not None else "") + " after it was killed (SIGKILL)")
     elif culprits:
-        title = (f"{ranks_phrase(victims)}: NCCL timeout in collective" + (f" #{seq}" if seq is not None else "")
-                 + f" waiting for {ranks_phrase(culprits)} ({how})")
+        title = (f"{ranks_phrase(lost)}: NCCL timeout in collective" + (f" #{seq}" if seq is not None else "")
+                 + f" waiting for {ranks_phrase(culprits)} ({how}){first_note}")
     else:
-        title = (f"{ranks_phrase(victims)}: NCCL timeout in collective" + (f" #{seq}" if seq is not None else "")
+        title = (f"{ranks_phrase(lost)}: NCCL timeout in collective" + (f" #{seq}" if seq is not None else "")
                  + " — the logs do not show which rank they waited for")
+    mismatch = [r for r in tos if r["rank"] in culprits and detail.get("mismatch_seq") is not None
+                and _seq_of(r) == detail["mismatch_seq"]]
     out.append(Finding(
         rule=pass_id("failures"), kind="nccl_timeout", layer="communication", severity="ERROR",
         ranks=culprits, victims=victims, title=title,
         evidence={"how": how or None, "failing_seq": seq, "timeouts": len(tos), "victims": victims,
-                  "first_timeout_rank": to_sorted[0]["rank"], "message": shorten(coll, 300)},
-        lines=cite([_ev_row(r) for r in to_sorted[:3]] + [_ev_row(r) for r in desync[:1]], text="text"),
+                  "first_timeout_rank": first_rank, "message": shorten(coll, 300)},
+        lines=cite([_ev_row(r) for r in mismatch[:1]] + [_ev_row(r) for r in to_sorted[:3]] + [_ev_row(r) for r in desync[:1]],
+                   text="text"),
         first_seen=iso(t_first_to), last_seen=iso(t_last_to),
     ))
     return out
+
+
+def _launcher_first_observed(out: list[Finding], rows: list[dict[str, Any]]) -> None:
+    """Say where torch elastic's "Root Cause (first observed failure)" disagrees with the first
+    real failure: it is the first exit the agent saw. Annotates the earliest failure finding."""
+    reported = [r for r in rows if r["kind"] == "exit" and r["first_observed"] and r["rank"] is not None]
+    failures = [f for f in out if f.kind in ("oom", "hang", "nccl_timeout") and f.ranks]
+    if not reported or not failures:
+        return
+    root = min(failures, key=lambda f: (f.first_seen is None, f.first_seen or "", {"oom": 0, "hang": 1}.get(f.kind, 2)))
+    fo = reported[0]
+    rank = int(fo["rank"])
+    agrees = rank in root.ranks
+    root.evidence["launcher_first_observed"] = {
+        "rank": rank, "exit_code": fo["exit_code"], "signal": fo["signal"], "agrees": agrees,
+        "where": f"{fo['source_file']}:{fo['line']}",
+    }
+    if not agrees:
+        code = f" (exit code {fo['exit_code']})" if fo["exit_code"] is not None else ""
+        root.title += (f"; torchrun's ChildFailedError names rank {rank}{code} as the \"first observed failure\": "
+                       f"only the first exit the launcher saw, after rank "
+                       f"{rank_ranges(root.ranks)}'s {('CUDA OOM' if root.kind == 'oom' else 'failure')}")
+        root.lines = root.lines + cite([_ev_row(fo, "ChildFailedError: first observed failure")], text="text")

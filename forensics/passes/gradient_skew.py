@@ -37,7 +37,8 @@ CULPRIT_SHARE = 0.20
 
 
 def find(ctx: Context) -> list[Finding]:
-    st = ctx.steps.filter(pl.col("rank").is_not_null() & pl.col("grad_ready_ts").is_not_null())
+    st = ctx.steps.select("rank", "step", "grad_ready_ts", "wait_est", "t_start", "t_end", "file", "ready_line").filter(
+        pl.col("rank").is_not_null() & pl.col("grad_ready_ts").is_not_null())
     if st.is_empty():
         return []
     thr = STEP_SHARE * ctx.median_step_ms if ctx.median_step_ms else DEFAULT_MS

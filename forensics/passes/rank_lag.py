@@ -40,7 +40,7 @@ def progress(steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def find(ctx: Context) -> list[Finding]:
-    prog = progress(ctx.steps)
+    prog = progress(ctx.steps.select("rank", "step", "t_end", "file", "train_line", "comm_line", "ready_line", "data_line"))
     if prog.height < 2:
         return []
     ref = float(prog.get_column("last_step").median())

@@ -12,7 +12,9 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
 - A finding explains another only if it concerns the same rank(s) (or the other's victims, or
   one of them is job-wide) and did not start after the other ended.
 - Failures (OOM, timeouts, hangs) cascade in time: the first failure explains the later ones,
-  wherever they are; an earlier root is never replaced by the timeouts it caused.
+  wherever they are; an earlier root is never replaced by the timeouts it caused. The same
+  failure reported once by the ranks that suffered it (no ranks at fault) and once naming its
+  culprit is one failure: the report naming the culprit explains the other.
 - When the run crashed, the verdict must explain the crash: a root that is or explains a failure
   is preferred to one that does not.
 - Log-hygiene findings describe the logs, not the training: never a root cause. A throughput
@@ -20,6 +22,7 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Iterable
 
@@ -92,6 +95,11 @@ def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> 
     if a is b or a.kind in NON_CAUSAL or b.kind in NON_CAUSAL:
         return False
     ta, tb = _t(a.first_seen), _t(b.first_seen)
+    if a.kind in FAILURES and b.kind in FAILURES and a.kind == b.kind and bool(a.ranks) != bool(b.ranks):
+        # one failure, reported twice: by who suffered it (a rule naming the ranks that timed out,
+        # ranks = []) and by who caused it. The report naming the culprit explains the other,
+        # whatever their times (a rule's ms-rounded time may be a hair earlier than the pass's).
+        return bool(a.ranks) and set(b.victims) <= set(a.ranks) | set(a.victims)
     if a.kind in FAILURES and b.kind in FAILURES:
         if ta is not None and tb is not None and ta != tb:
             return ta < tb
@@ -135,8 +143,23 @@ def _closure(start: int, rel: list[list[bool]]) -> list[int]:
     return sorted(seen)
 
 
+def _dated(findings: list[Finding]) -> list[Finding]:
+    """The findings as the relation sees them: one without a time (a rule matching untimed
+    console lines) borrows the time of a finding of the same kind on the same ranks — the same
+    fault, placed in time by a pass. Copies: the findings themselves are not changed."""
+    out = []
+    for f in findings:
+        if f.first_seen is None:
+            twin = next((g for g in findings if g is not f and g.kind == f.kind and g.ranks == f.ranks and g.first_seen), None)
+            if twin is not None:
+                f = dataclasses.replace(f, first_seen=twin.first_seen, last_seen=f.last_seen or twin.last_seen)
+        out.append(f)
+    return out
+
+
 def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> tuple[int | None, list[int]]:
     """Index of the root cause (None when nothing at WARN or above is wrong) and what it explains."""
+    findings = _dated(findings)
     n = len(findings)
     rel = [[explains(findings[i], findings[j], everyone) for j in range(n)] for i in range(n)]
     cands = [i for i, f in enumerate(findings)
@@ -195,13 +218,14 @@ def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[Roo
     order = [root_i, *ex_sorted, *rest_sorted]
     pos = {old: new for new, old in enumerate(order)}
     out = [findings[i] for i in order]
+    dated = _dated(findings)
     for old, f in zip(order, out):
         if old == root_i:
             f.explains = sorted(pos[j] for j in explained)
         else:
             f.explains = sorted(pos[j] for j in range(len(findings))
-                                if j != old and explains(f, findings[j], everyone)
-                                and not explains(findings[j], f, everyone))
+                                if j != old and explains(dated[old], dated[j], everyone)
+                                and not explains(dated[j], dated[old], everyone))
     where = ("every rank" if everyone and set(root.ranks) >= everyone and len(everyone) > 1
              else ranks_phrase(root.ranks) if root.ranks else "the whole job")
     n_ex = len(explained)

@@ -60,7 +60,8 @@ def straggling_steps(steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def find(ctx: Context) -> list[Finding]:
-    df = straggling_steps(ctx.steps)
+    df = straggling_steps(ctx.steps.select(
+        "rank", "step", "compute_ms", "wait_est", "t_start", "t_end", "file", "train_line", "ready_line", "comm_line"))
     if df.is_empty():
         return []
     per_rank = (

@@ -18,6 +18,11 @@ Domain facts relied on:
 - Members that reached the same collective number but with another op than the majority
   (>= 3 members) — or another size, for all-reduce/broadcast where every rank sends the same
   tensor (all-to-all sizes differ per rank by design) — issued a mismatched collective.
+- One missing rank stalls several groups: NCCL enqueues asynchronously, so the waiting ranks go
+  on issuing collectives in other groups until those block behind the first. The group whose
+  stuck collective the waiting ranks created earliest is where the job stopped first (the
+  "wavefront"); the later stalls are its consequence. The title leads with that group and the
+  evidence orders the groups by stall time (`stalled`, `first_stalled`).
 
 Must not: decide the root cause; read events other than COLLECTIVE and PG_STATUS.
 """
@@ -36,7 +41,9 @@ def find(ctx: Context) -> list[Finding]:
         ctx.events.select("rank", "event", "timestamp", "process_group", "seq", "collective", "tensor_size_mb", "extra",
                           "source_file", "line")
         .filter((pl.col("event") == "COLLECTIVE") & pl.col("rank").is_not_null() & pl.col("process_group").is_not_null())
-        .with_columns(j("$.state").alias("state"), (j("$.is_p2p") == "true").fill_null(False).alias("p2p"))
+        .with_columns(j("$.state").alias("state"), (j("$.is_p2p") == "true").fill_null(False).alias("p2p"),
+                      j("$.pg_desc").alias("pg_desc"), j("$.input_dtypes[0]").alias("dtype"),
+                      j("$.input_sizes[0]").alias("shape"))
         .drop("extra", "event")
     )
     status_lf = (
@@ -95,12 +102,33 @@ def find(ctx: Context) -> list[Finding]:
     # the stuck collective as the waiting ranks recorded it
     stuck = coll.join(waiting.select("process_group", "rank", pl.col("top").alias("seq")), on=["process_group", "rank", "seq"])
     stuck = stuck.sort("timestamp", nulls_last=True)
-    desc = "; ".join(
-        f"pg {g['process_group']}: {ranks_phrase(g['rank'])} behind #{g['top']}"
-        + (f" ({ops[0]})" if (ops := stuck.filter(pl.col("process_group") == g["process_group"])
-                               .get_column("collective").drop_nulls().head(1).to_list()) else "")
-        for g in groups.head(4).iter_rows(named=True)
-    ) + (f"; … {groups.height - 4} more groups" if groups.height > 4 else "")
+    # per group: when the waiting ranks created the collective that never completed, and what it was
+    stalls = (
+        stuck.group_by("process_group")
+        .agg(pl.col("timestamp").filter(pl.col("state").fill_null("") != "completed").min().alias("since"),
+             pl.col("collective").drop_nulls().first().alias("op"), pl.col("pg_desc").drop_nulls().first().alias("desc"),
+             pl.col("dtype").drop_nulls().first(), pl.col("shape").drop_nulls().first(),
+             pl.col("rank").unique().sort().alias("waiting"))
+        .join(groups, on="process_group", how="right")
+        .sort(pl.col("since"), pl.col("process_group"), nulls_last=True)
+    )
+    stalled = [
+        {"process_group": g["process_group"], "desc": g["desc"], "op": g["op"], "seq": int(g["top"]),
+         "missing": [int(x) for x in g["rank"]], "waiting": [int(x) for x in (g["waiting"] or [])],
+         "dtype": g["dtype"], "shape": g["shape"], "since": iso(g["since"])}
+        for g in stalls.iter_rows(named=True)
+    ]
+    lead = stalled[0]
+    desc = (f"{lead['op'] or 'collective'} #{lead['seq']} on pg {lead['process_group']}"
+            + (f" ({lead['desc']})" if lead["desc"] else "")
+            + (f", where {ranks_phrase(lead['waiting'])} wait" if lead["waiting"] else "")
+            + (f" since {lead['since'][11:23]}" if lead["since"] else "")
+            + (" — the first collective to stall" if len(stalled) > 1 else ""))
+    if len(stalled) > 1:
+        rest = stalled[1:]
+        desc += ("; behind in " + ", ".join(
+            f"pg {g['process_group']}" + ("" if g["missing"] == lead["missing"] else f" ({ranks_phrase(g['missing'])})")
+            for g in rest[:6]) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "") + " too, stalled after it")
     last_lines = (
         coll.filter(pl.col("rank").is_in(culprits)).sort("line").group_by("rank", maintain_order=True).last()
         .sort("rank").head(3)
@@ -116,6 +144,7 @@ def find(ctx: Context) -> list[Finding]:
         title=f"{ranks_phrase(culprits)} never joined the collective the others are stuck in: {desc}",
         evidence={"groups": {g["process_group"]: {"missing": [int(x) for x in g["rank"]], "seq": int(g["top"])}
                              for g in groups.iter_rows(named=True)},
+                  "first_stalled": lead, "stalled": stalled,
                   "how": "flight recorder: collective_seq_id behind the group's"},
         lines=lines,
         first_seen=iso(t0.min()) if len(t0) else None, last_seen=iso(t0.max()) if len(t0) else None,

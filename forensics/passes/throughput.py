@@ -54,7 +54,8 @@ def series(steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
 
 
 def find(ctx: Context) -> list[Finding]:
-    s, unit = series(ctx.steps)
+    s, unit = series(ctx.steps.select(
+        "rank", "step", "samples_per_s", "step_time_ms", "loss", "t_start", "t_end", "file", "train_line"))
     s = s.slice(SKIP)
     n = s.height
     nb = max(3, int(n * BASE_SHARE))

@@ -134,6 +134,8 @@ def worker(args: argparse.Namespace) -> None:
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     scen = SCENARIOS[args.scenario]
+    if args.fault_rank is not None:  # move the fault to another rank (blind re-checks of the passes)
+        scen = {k: (args.fault_rank if k.endswith("_rank") else v) for k, v in scen.items()}
     out = Path(args.out)
     work = Path(args.workdir) if args.workdir else out / "_work"
     (work / "data").mkdir(parents=True, exist_ok=True)
@@ -500,6 +502,8 @@ def launch(args: argparse.Namespace) -> int:
                "--scenario", args.scenario, "--out", str(out), "--workdir", str(work),
                "--steps", str(args.steps), "--batch", str(args.batch),
                "--timeout", str(args.timeout)]
+        if args.fault_rank is not None:
+            cmd += ["--fault-rank", str(args.fault_rank)]
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         procs.append(p)
         say(f"rank {r} started pid={p.pid}")
@@ -575,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="launcher: after a rank failed, kill ranks still alive timeout+grace s after the last exit")
     ap.add_argument("--deadline", type=float, default=90.0, help="launcher: hard wall limit (s)")
     ap.add_argument("--worker", action="store_true", help="run one rank (env from torchrun/launcher)")
+    ap.add_argument("--fault-rank", type=int, default=None, help="inject the scenario's fault on this rank instead")
     ap.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:

@@ -1,0 +1,330 @@
+"""Issue 5's diagnosis consequences, from console text as torchrun / NCCL / gloo print it.
+
+Each test writes a small console log (modelled on real PyTorch >= 2.3 output: `[rankN]:`
+prefixes, glog lines from ProcessGroupNCCL, torch elastic's ChildFailedError table), ingests it
+through the console reader and diagnoses it: the culprit is the rank that caused the failure,
+never the rank whose watchdog fired first.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from forensics.ingest import ingest
+from forensics.passes import diagnose
+from forensics.report.model import Report
+from forensics.store import open_store
+
+WATCHDOG = ("[rank{r}]:[E1218 {t} ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={n}, NumelOut={n}, Timeout(ms)=600000) ran for {ran} "
+            "milliseconds before timing out.")
+FAILURE = ("[rank{r}]:[E1218 {t} ProcessGroupNCCL.cpp:2271] [PG ID 0 PG GUID 0(default_pg) Rank {r}]  failure "
+           "detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {enq}, last completed work: {done}")
+DUMP = ("[rank{r}]:[E1218 {t} ProcessGroupNCCL.cpp:1746] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Received a dump "
+        "signal due to a collective timeout from {src} and we will try our best to dump the debug info. Last enqueued "
+        "NCCL work: {enq}, last completed NCCL work: {done}.This is most likely caused by incorrect usages of "
+        "collectives, e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the "
+        "scheduled collective, for some reason, didn't run. Additionally, this can be caused by GIL deadlock or other "
+        "reasons such as network errors or bugs in the communications library (e.g. NCCL), etc.")
+PROGRESS = "[rank{r}]:[2024-12-18 {t},{ms:03d}] [INFO] [train.py:188] step {step} | loss 2.301 | 512.3 ms/step"
+OOM = [
+    "[rank{r}]: Traceback (most recent call last):",
+    '[rank{r}]:   File "/workspace/train.py", line 212, in <module>',
+    "[rank{r}]:     loss.backward()",
+    '[rank{r}]:   File "/usr/local/lib/python3.11/site-packages/torch/_tensor.py", line 581, in backward',
+    "[rank{r}]:     torch.autograd.backward(",
+    "[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU {r} has a total capacity "
+    "of 79.15 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has 78.02 GiB memory in use. "
+    "Of the allocated memory 74.10 GiB is allocated by PyTorch, and 2.40 GiB is reserved by PyTorch but unallocated.",
+]
+NCCL_LOST = [
+    "[rank{r}]: Traceback (most recent call last):",
+    '[rank{r}]:   File "/workspace/train.py", line 214, in <module>',
+    "[rank{r}]:     optimizer.step()",
+    "[rank{r}]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/"
+    "ProcessGroupNCCL.cpp:2027, remote process exited or there was a network error, NCCL version 2.21.5",
+    "[rank{r}]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+    "[rank{r}]: Last error:",
+    "[rank{r}]: socketProgress: Connection closed by remote peer gpu-node-07<51894>",
+]
+GLOO_LOST = [
+    "[rank{r}]: Traceback (most recent call last):",
+    '[rank{r}]:   File "/workspace/train.py", line 214, in <module>',
+    "[rank{r}]:     dist.all_reduce(grad)",
+    "[rank{r}]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+    "[10.0.0.3]:44631",
+]
+
+
+def elastic_table(records: list[dict], first: dict, host: str = "gpu-node-07") -> list[str]:
+    """torch elastic's ChildFailedError report (torch/distributed/elastic/multiprocessing/errors)."""
+    def rec(i: int, x: dict) -> list[str]:
+        sig = {-6: "Signal 6 (SIGABRT)", -9: "Signal 9 (SIGKILL)", -15: "Signal 15 (SIGTERM)"}.get(x["code"])
+        return [f"[{i}]:", f"  time      : {x['time']}", f"  host      : {host}",
+                f"  rank      : {x['rank']} (local_rank: {x['rank']})", f"  exitcode  : {x['code']} (pid: {x['pid']})",
+                "  error_file: <N/A>",
+                f"  traceback : {sig} received by PID {x['pid']}" if sig else
+                "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"]
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/torchrun", line 8, in <module>',
+        "    sys.exit(main())",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "=" * 60, "train.py FAILED", "-" * 60, "Failures:",
+    ]
+    if records:
+        for i, x in enumerate(records, start=1):
+            lines += rec(i, x)
+    else:
+        lines.append("  <NO_OTHER_FAILURES>")
+    lines += ["-" * 60, "Root Cause (first observed failure):", *rec(0, first), "=" * 60]
+    return lines
+
+
+def expand(block: list[str], **kw) -> list[str]:
+    return [ln.format(**kw) for ln in block]
+
+
+def progress(ranks: list[int], step: int = 87, t: str = "20:17:15") -> list[str]:
+    return [PROGRESS.format(r=r, t=t, ms=2 + r, step=step) for r in ranks]
+
+
+def diagnosed(tmp_path: Path, lines: list[str], name: str = "console.log", extra: dict[str, str] | None = None) -> Report:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / name).write_text("\n".join(lines) + "\n")
+    for fname, text in (extra or {}).items():
+        (logs / fname).write_text(text)
+    store = tmp_path / "run.forensics"
+    ingest([str(logs)], store)
+    return diagnose(open_store(store))
+
+
+def finding(report: Report, kind: str, rule: str = "pass.failures"):
+    return next(f for f in report.findings if f.kind == kind and f.rule == rule)
+
+
+def unexplained_errors(report: Report) -> list[str]:
+    """ERROR findings the root cause neither is nor explains (the cascade must be explained)."""
+    root = set(report.findings[0].explains) | {0}
+    return [f.title for i, f in enumerate(report.findings) if f.severity == "ERROR" and i not in root]
+
+
+# --- a collective that differs at the same SeqNum ---------------------------------------------------
+
+def test_size_mismatch_at_the_same_seqnum_is_the_culprit_not_the_first_to_time_out(tmp_path: Path) -> None:
+    lines = progress([0, 1, 2, 3])
+    for r, t, n in ((0, "20:27:21.426417920", 1048576), (1, "20:27:21.431092113", 1048576),
+                    (3, "20:27:21.502640031", 1048576), (2, "20:27:22.110054271", 524288)):
+        lines.append(WATCHDOG.format(r=r, t=t, seq=41, op="ALLREDUCE", n=n, ran=600000 + r))
+        lines.append(FAILURE.format(r=r, t=t, seq=41, enq=41, done=40))
+    report = diagnosed(tmp_path, lines)
+    rc = report.root_cause
+    assert (rc.kind, rc.ranks) == ("nccl_timeout", [2])
+    f = report.findings[0]
+    assert f.victims == [0, 1, 3] and f.evidence["first_timeout_rank"] == 0
+    assert "NumelIn=524288" in f.evidence["how"] and "rank 0 timed out first" in f.title
+    assert any(e.line == lines.index(next(ln for ln in lines if "NumelIn=524288" in ln)) + 1 for e in f.lines)
+
+
+def test_another_optype_at_the_same_seqnum_is_the_culprit(tmp_path: Path) -> None:
+    lines = progress([0, 1, 2, 3])
+    for r, t, op in ((0, "20:27:21.426417920", "ALLREDUCE"), (3, "20:27:21.431092113", "BROADCAST"),
+                     (1, "20:27:21.502640031", "ALLREDUCE"), (2, "20:27:22.110054271", "ALLREDUCE")):
+        lines.append(WATCHDOG.format(r=r, t=t, seq=7, op=op, n=4096, ran=600000))
+    rc = diagnosed(tmp_path, lines).root_cause
+    assert (rc.kind, rc.ranks) == ("nccl_timeout", [3])
+
+
+def test_two_ranks_with_different_sizes_name_nobody_as_the_odd_one(tmp_path: Path) -> None:
+    # two ranks cannot out-vote each other: no majority, no culprit by mismatch
+    lines = progress([0, 1])
+    lines.append(WATCHDOG.format(r=0, t="20:27:21.426417920", seq=41, op="ALLREDUCE", n=1048576, ran=600000))
+    lines.append(WATCHDOG.format(r=1, t="20:27:21.431092113", seq=41, op="ALLREDUCE", n=524288, ran=600000))
+    f = finding(diagnosed(tmp_path, lines), "nccl_timeout")
+    assert "NumelIn" not in (f.evidence["how"] or "")
+
+
+# --- a rank whose sequence number lags ---------------------------------------------------------------
+
+def test_rank_whose_last_enqueued_work_lags_is_the_culprit(tmp_path: Path) -> None:
+    lines = progress([0, 1, 2, 3])
+    lines += [
+        WATCHDOG.format(r=0, t="20:27:21.426417920", seq=41, op="ALLREDUCE", n=1048576, ran=600012),
+        FAILURE.format(r=0, t="20:27:21.426533331", seq=41, enq=41, done=40),
+        DUMP.format(r=0, t="20:27:21.482119928", src="this local rank", enq=41, done=40),
+        DUMP.format(r=2, t="20:27:21.530412211", src=" rank 0", enq=41, done=40),
+        DUMP.format(r=1, t="20:27:21.530511309", src=" rank 0", enq=40, done=40),
+        DUMP.format(r=3, t="20:27:21.530622871", src=" rank 0", enq=41, done=40),
+        WATCHDOG.format(r=2, t="20:27:21.731048576", seq=41, op="ALLREDUCE", n=1048576, ran=600002),
+        WATCHDOG.format(r=3, t="20:27:21.801734522", seq=41, op="ALLREDUCE", n=1048576, ran=600004),
+    ]
+    report = diagnosed(tmp_path, lines)
+    assert (report.root_cause.kind, report.root_cause.ranks) == ("hang", [1])
+    hang = report.findings[0]
+    assert hang.victims == [0, 2, 3] and "#40" in hang.title and "#41" in hang.title
+    assert unexplained_errors(report) == []
+
+
+def test_smallest_last_completed_work_is_the_laggard(tmp_path: Path) -> None:
+    lines = progress([0, 1, 2, 3])
+    lines += [
+        WATCHDOG.format(r=0, t="20:27:21.426417920", seq=161, op="ALLREDUCE", n=1048576, ran=600012),
+        FAILURE.format(r=0, t="20:27:21.426533331", seq=161, enq=161, done=160),
+        DUMP.format(r=1, t="20:27:21.530412211", src=" rank 0", enq=161, done=160),
+        DUMP.format(r=2, t="20:27:21.530511309", src=" rank 0", enq=161, done=158),
+        DUMP.format(r=3, t="20:27:21.530622871", src=" rank 0", enq=161, done=160),
+    ]
+    report = diagnosed(tmp_path, lines)
+    assert report.root_cause.ranks == [2]
+    assert "158" in report.findings[0].evidence["how"]
+
+
+# --- an OOM followed by the others' connection errors ----------------------------------------------
+
+def test_oom_then_remote_process_exited_is_that_ranks_oom(tmp_path: Path) -> None:
+    lines = progress([0, 1, 2, 3]) + expand(OOM, r=2)
+    for r in (0, 1, 3):
+        lines += expand(NCCL_LOST, r=r)
+    report = diagnosed(tmp_path, lines)
+    assert (report.root_cause.kind, report.root_cause.ranks) == ("oom", [2])
+    oom = report.findings[0]
+    assert oom.victims == [0, 1, 3] and "2.00 GiB" in oom.title
+    t = finding(report, "nccl_timeout")
+    assert t.ranks == [2] and t.victims == [0, 1, 3]
+    assert unexplained_errors(report) == []
+
+
+def test_oom_then_gloo_connection_closed_by_peer_is_that_ranks_oom(tmp_path: Path) -> None:
+    lines = progress([0, 1, 2, 3])
+    for r in (0, 3):    # interleaved output: the victims' tracebacks may start printing first
+        lines += expand(GLOO_LOST, r=r)[:2]
+    lines += expand(OOM, r=1)
+    for r in (0, 3):
+        lines += expand(GLOO_LOST, r=r)[2:]
+    lines += expand(GLOO_LOST, r=2)
+    report = diagnosed(tmp_path, lines)
+    assert (report.root_cause.kind, report.root_cause.ranks) == ("oom", [1])
+    assert unexplained_errors(report) == []
+
+
+def test_connection_errors_before_any_oom_do_not_blame_a_later_oom(tmp_path: Path) -> None:
+    # rank 3's OOM comes after the others already lost rank 1: it is not their cause
+    lines = progress([0, 1, 2, 3])
+    for r in (0, 2):
+        lines += expand(NCCL_LOST, r=r)
+    lines += progress([3], step=88, t="20:18:30") + expand(OOM, r=3)
+    report = diagnosed(tmp_path, lines)
+    t = finding(report, "nccl_timeout")
+    assert 3 not in t.ranks
+    assert finding(report, "oom").victims == []
+    assert report.root_cause.kind != "oom"     # not even through the cuda_oom rule's undated finding
+
+
+# --- torch elastic's "first observed failure" ---------------------------------------------------------
+
+def oom_then_watchdog_abort(first_observed_rank: int) -> list[str]:
+    """Rank 1 OOMs and hangs in teardown; ranks 0,2,3 time out after 10 minutes and abort (-6)."""
+    lines = progress([0, 1, 2, 3], t="10:00:00") + expand(OOM, r=1)
+    for r, t in ((0, "10:10:05.102331020"), (2, "10:10:05.118730001"), (3, "10:10:05.230011876")):
+        lines.append(WATCHDOG.format(r=r, t=t, seq=88, op="ALLREDUCE", n=1048576, ran=600003))
+    lines += [
+        "W1218 10:10:08.991000 140233 torch/distributed/elastic/multiprocessing/api.py:897] "
+        "Sending process 5102 closing signal SIGTERM",
+        "E1218 10:10:09.120000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
+        f"failed (exitcode: -6) local_rank: {first_observed_rank} (pid: 510{first_observed_rank + 1}) of binary: /usr/bin/python",
+    ]
+    others = [{"time": "2024-12-18_10:10:09", "rank": r, "code": -6, "pid": 5101 + r} for r in (0, 2, 3)
+              if r != first_observed_rank]
+    first = {"time": "2024-12-18_10:10:09", "rank": first_observed_rank, "code": -6 if first_observed_rank != 1 else 1,
+             "pid": 5101 + first_observed_rank}
+    return lines + elastic_table(others, first)
+
+
+def test_first_observed_failure_is_not_the_root_when_an_earlier_oom_exists(tmp_path: Path) -> None:
+    report = diagnosed(tmp_path, oom_then_watchdog_abort(first_observed_rank=0))
+    assert (report.root_cause.kind, report.root_cause.ranks) == ("oom", [1])
+    root = report.findings[0]
+    fo = root.evidence["launcher_first_observed"]
+    assert (fo["rank"], fo["exit_code"], fo["agrees"]) == (0, -6, False)
+    assert "first observed failure" in root.title and "rank 0" in root.title
+    assert any("ChildFailedError" in (e.text or "") for e in root.lines)
+    assert unexplained_errors(report) == []
+
+
+def test_first_observed_failure_that_agrees_is_not_contradicted(tmp_path: Path) -> None:
+    report = diagnosed(tmp_path, oom_then_watchdog_abort(first_observed_rank=1))
+    root = report.findings[0]
+    assert report.root_cause.ranks == [1] and root.evidence["launcher_first_observed"]["agrees"] is True
+    assert "first observed failure" not in root.title
+
+
+# --- SIGKILL without a traceback: the host's OOM killer -----------------------------------------------
+
+def sigkilled_rank_1(table: bool = True) -> list[str]:
+    lines = progress([0, 1, 2, 3], t="20:30:40")
+    for r in (0, 2, 3):
+        lines += expand(NCCL_LOST, r=r)
+    lines += [
+        f"W1218 20:31:02.{n}000 140233 torch/distributed/elastic/multiprocessing/api.py:897] "
+        f"Sending process {pid} closing signal SIGTERM" for n, pid in ((501, 5101), (502, 5103), (503, 5104))
+    ]
+    lines.append("E1218 20:31:02.712000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
+                 "failed (exitcode: -9) local_rank: 1 (pid: 5102) of binary: /usr/bin/python")
+    if table:
+        lines += elastic_table([], {"time": "2024-12-18_20:31:02", "rank": 1, "code": -9, "pid": 5102})
+    return lines
+
+
+def test_sigkill_without_traceback_is_the_host_oom_killer(tmp_path: Path) -> None:
+    report = diagnosed(tmp_path, sigkilled_rank_1())
+    rc = report.root_cause
+    assert (rc.kind, rc.layer, rc.ranks) == ("oom", "resource", [1])
+    f = report.findings[0]
+    assert f.evidence["host_oom_killer"] is True and f.evidence["confirmed"] is False
+    assert f.evidence["pid"] == 5102 and f.evidence["exit_code"] == -9 and f.victims == [0, 2, 3]
+    assert "OOM killer" in f.title or "out-of-memory killer" in f.title
+    assert finding(report, "nccl_timeout").ranks == [1]
+    assert unexplained_errors(report) == []
+
+
+def test_sigkill_rank_is_named_only_when_the_launcher_names_it(tmp_path: Path) -> None:
+    # without the ChildFailedError table only the local rank is known: no global rank is guessed
+    report = diagnosed(tmp_path, sigkilled_rank_1(table=False))
+    f = next(f for f in report.findings if f.evidence.get("host_oom_killer"))
+    assert f.ranks == [] and f.evidence["local_rank"] == 1 and "local rank 1" in f.title
+
+
+def test_kernel_oom_killer_line_confirms_it(tmp_path: Path) -> None:
+    dmesg = ("[Wed Dec 18 20:31:01 2024] Out of memory: Killed process 5102 (python) total-vm:183462112kB, "
+             "anon-rss:161234560kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:322160kB oom_score_adj:0\n")
+    report = diagnosed(tmp_path, sigkilled_rank_1(), extra={"dmesg.txt": dmesg})
+    f = report.findings[0]
+    assert report.root_cause.ranks == [1]
+    assert f.evidence["host_oom_killer"] is True and f.evidence["confirmed"] is True
+    assert any(e.source_file.endswith("dmesg.txt") for e in f.lines)
+
+
+def test_launcher_sigkill_after_its_own_sigterm_is_not_the_oom_killer(tmp_path: Path) -> None:
+    # torchrun tears the job down after rank 0's timeout: SIGTERM to pid 5102, which then dies -9
+    lines = progress([0, 1, 2, 3], t="20:17:15")
+    lines.append(WATCHDOG.format(r=0, t="20:27:21.426417920", seq=41, op="ALLREDUCE", n=1048576, ran=600012))
+    lines += [
+        "W1218 20:27:25.501000 140233 torch/distributed/elastic/multiprocessing/api.py:897] "
+        "Sending process 5102 closing signal SIGTERM",
+        "E1218 20:27:56.712000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: -9) local_rank: 1 (pid: 5102) of binary: /usr/bin/python",
+    ]
+    report = diagnosed(tmp_path, lines)
+    assert not any(f.evidence.get("host_oom_killer") for f in report.findings)
+
+
+def test_a_traceback_before_the_kill_means_it_died_of_its_error(tmp_path: Path) -> None:
+    lines = progress([0, 1], t="20:17:15") + [
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "/workspace/data.py", line 41, in __getitem__',
+        "[rank1]: FileNotFoundError: [Errno 2] No such file or directory: '/data/shard_00017.bin'",
+        "E1218 20:17:30.712000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: -9) local_rank: 1 (pid: 5102) of binary: /usr/bin/python",
+    ] + elastic_table([], {"time": "2024-12-18_20:17:30", "rank": 1, "code": -9, "pid": 5102})
+    report = diagnosed(tmp_path, lines)
+    assert not any(f.evidence.get("host_oom_killer") for f in report.findings)
