@@ -90,3 +90,20 @@ def test_training_findings_need_their_cause_first() -> None:
     spike_first = F("grad_norm_spike", "training", [0, 1], "01:10")
     rc, _ = rootcause.assign([div, spike_first], [0, 1])
     assert rc.kind == "grad_norm_spike"
+
+
+def test_a_rank_that_timed_out_itself_is_not_why_the_collective_hung() -> None:
+    """Real run (tests/fixtures/realrun_moved/hang_r1): rank 0 was slow for a few steps, then rank 1
+    hung; ranks 0 and 2 timed out. Rank 0's slowness cannot explain a timeout rank 0 suffered."""
+    from forensics.passes.rootcause import explains
+    from forensics.report.model import Finding
+
+    slow = Finding(rule="pass.straggler", kind="straggler", layer="resource", severity="WARN", ranks=[0],
+                   title="rank 0 is a straggler", first_seen="2026-11-29T10:56:39.000Z", last_seen="2026-11-29T10:56:40.800Z",
+                   victims=[1, 2])
+    timeout = Finding(rule="nccl_timeout", kind="nccl_timeout", layer="communication", severity="ERROR", ranks=[],
+                      title="NCCL collective timed out", first_seen="2026-11-29T10:56:46.032Z", victims=[0, 2])
+    assert not explains(slow, timeout)
+    waited_for = Finding(rule="nccl_timeout", kind="nccl_timeout", layer="communication", severity="ERROR", ranks=[],
+                         title="NCCL collective timed out", first_seen="2026-11-29T10:56:46.032Z", victims=[1, 2])
+    assert explains(slow, waited_for)

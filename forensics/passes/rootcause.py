@@ -16,7 +16,8 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   failure reported once by the ranks that suffered it (no ranks at fault) and once naming its
   culprit is one failure: the report naming the culprit explains the other.
 - When the run crashed, the verdict must explain the crash: a root that is or explains a failure
-  is preferred to one that does not.
+  is preferred to one that does not. A rank that timed out in the failed collective was waiting
+  too, so no slowness of its own explains that failure.
 - Log-hygiene findings describe the logs, not the training: never a root cause. A throughput
   drop is only the training-layer symptom of the chain: never the root cause on its own.
 """
@@ -105,6 +106,11 @@ def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> 
             return ta < tb
         return a.kind == b.kind and _ranks_related(a, b, everyone) or b.kind in CAUSES.get(a.kind, set()) and _ranks_related(a, b, everyone)
     if a.kind != b.kind and b.kind not in CAUSES.get(a.kind, set()):
+        return False
+    if (b.kind in FAILURES and a.kind not in FAILURES and a.ranks and b.victims
+            and set(a.ranks) <= set(b.victims) and not set(a.ranks) & set(b.ranks)):
+        # a rank that itself sat in the collective until it timed out was waiting like the
+        # others: nobody was waiting for it, so its slowness is not why the collective hung
         return False
     if a.kind == b.kind and a.ranks and b.ranks and not set(a.ranks) & set(b.ranks):
         return False  # the same fault on other ranks is another fault
