@@ -169,9 +169,6 @@ def test_nvidia_smi_hot_gpu_is_a_notice_never_a_root_cause(stores) -> None:
     assert rc is None or (rc.layer != "physical" and rc.kind != "thermal_throttling")
 
 
-@pytest.mark.xfail(strict=True, reason="passes/utilization.py compares every sample with the run-wide median, so the "
-                   "start-up and shutdown minutes when all 8 GPUs idle together are reported as 8 under-utilised "
-                   "ranks (see the report of this task): a shared idle phase is no rank's fault")
 def test_nvidia_smi_healthy_run_has_no_root_cause(stores) -> None:
     run, report = stores("smi_mapped", [SMI], SINGLE_NODE)
     assert report.root_cause is None

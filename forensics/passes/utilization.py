@@ -4,8 +4,10 @@ Question: is one rank's GPU utilisation far below its peers' (the resource-layer
 seed's chains: rank 12 at 55% vs 95% on the others; the throttled GPU at 45%)?
 
 Domain facts relied on:
-- Seed 000 §4.2: utilisation < 60% is the anomaly threshold. Judged here against the peers
-  (< 75% of the run's median utilisation too): when every GPU is low, the cause is shared
+- Seed 000 §4.2: utilisation < 60% is the anomaly threshold. Judged here against the peers at
+  the same time (< 75% of the median over ranks in the same 10 s; with fewer than 3 ranks
+  sampled there, the sample is not judged), and the peers must be busy (>= 60%) then: when every
+  GPU is low, the cause is shared
   (network, input pipeline of the whole job) and no single rank is at fault — that case is left
   to the absolute-threshold rule and to comm_bound.
 - Low utilisation is a symptom, never the verdict by itself: rootcause.py lets thermal,
@@ -26,14 +28,27 @@ LOW_UTIL = 60.0
 PEER_FRACTION = 0.75
 MIN_SAMPLES = 3
 MIN_SHARE = 0.10
+BUCKET = "10s"
 
 
 def find(ctx: Context) -> list[Finding]:
     lf = (
         ctx.events.select("rank", "timestamp", "gpu_util", "source_file", "line")
         .filter(pl.col("rank").is_not_null() & pl.col("gpu_util").is_not_null())
-        .with_columns(pl.col("gpu_util").median().alias("ref"))
-        .with_columns(((pl.col("gpu_util") < LOW_UTIL) & (pl.col("gpu_util") < PEER_FRACTION * pl.col("ref"))).alias("low"))
+        # The reference is what the peers did at the same time (a BUCKET-long window), so a phase
+        # where every GPU idles together (start-up, evaluation, shutdown) blames no rank.
+        .with_columns(pl.col("timestamp").dt.truncate(BUCKET).alias("_b"))
+        .with_columns(
+            pl.col("gpu_util").median().over("_b").alias("_ref_t"),
+            pl.col("rank").n_unique().over("_b").alias("_ranks_t"),
+            pl.col("gpu_util").median().alias("_ref_all"),
+        )
+        .with_columns(
+            pl.when(pl.col("_ranks_t") >= 3).then(pl.col("_ref_t"))
+            .when(pl.col("timestamp").is_null()).then(pl.col("_ref_all")).alias("ref")
+        )
+        .with_columns(((pl.col("gpu_util") < LOW_UTIL) & (pl.col("ref") >= LOW_UTIL)
+                       & (pl.col("gpu_util") < PEER_FRACTION * pl.col("ref"))).fill_null(False).alias("low"))
     )
     low = pl.col("low")
     per_rank = (
