@@ -106,9 +106,9 @@ def _first(df: pl.DataFrame) -> dict[str, Any] | None:
 # --- the queries: one lazy plan each, collected together ----------------------------------------
 
 def _is_flat() -> pl.Expr:
-    """A flat metric line (HF Trainer / ms-swift): ingest named its event TRAIN_STEP/METRICS
-    because the line had none; such lines have neither message nor extra object."""
-    return (pl.col("event").is_in(["TRAIN_STEP", "METRICS"]) & pl.col("message").is_null() & pl.col("extra").is_null())
+    """A line without an event id (HF Trainer / ms-swift flat metric lines): ingest named its
+    event and says so in `event_source`."""
+    return pl.col("event_source") == "inferred"
 
 
 def _queries(ev: pl.LazyFrame) -> dict[str, pl.LazyFrame]:

@@ -56,9 +56,22 @@ def test_five_second_sampling_is_fine_and_clean_logs_are_quiet() -> None:
 
 def test_records_without_event_id() -> None:
     rows = Rows()
-    for i in range(3):
-        rows.add(float(i), 0, None, step=i, loss=2.0)
+    for i in range(3):  # what ingest makes of a flat line: it names the event and says it did
+        rows.add(float(i), 0, "TRAIN_STEP", step=i, loss=2.0, event_source="inferred")
+    rows.add(4.0, 0, "TRAIN_STEP", step=4, loss=2.0, event_source="record")
     assert checks(rows)["event_missing"].evidence["records"] == 3
+
+
+def test_flat_lines_through_ingest_are_found(tmp_path) -> None:
+    import forensics
+    from forensics.passes.context import Context
+    from forensics.passes import hygiene
+    from forensics.store import open_store
+
+    (tmp_path / "logging.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n')
+    forensics.ingest([str(tmp_path / "logging.jsonl")], tmp_path / "st")
+    found = {f.evidence.get("check"): f for f in hygiene.find(Context.from_run(open_store(tmp_path / "st")))}
+    assert found["event_missing"].evidence["records"] == 2
 
 
 def test_every_rank_reporting_one_timeout_is_not_a_flood() -> None:

@@ -43,8 +43,8 @@ def _missing_fields(ctx: Context) -> tuple[pl.LazyFrame, pl.LazyFrame]:
         .sort("source_file")
     )
     no_event = (
-        ctx.events.select("event", "format", "source_file", "line", "rank", "timestamp")
-        .filter(pl.col("event").is_null() & (pl.col("format") == "jsonl"))
+        ctx.events.select("event_source", "format", "source_file", "line", "rank", "timestamp")
+        .filter((pl.col("event_source") == "inferred") & (pl.col("format") == "jsonl"))
         .group_by("source_file")
         .agg(pl.len().alias("n"), pl.col("line").min().alias("line"), pl.col("rank").first(),
              pl.col("timestamp").min())
