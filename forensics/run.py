@@ -39,4 +39,6 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
     target = cache_dir() / f"{h.hexdigest()}.forensics"
     if not is_store(target):
         ingest(items, target, progress=progress)
-    return open_store(target)
+    run = open_store(target)
+    run.inputs = items
+    return run

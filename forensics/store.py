@@ -50,6 +50,12 @@ class Run:
 
     path: Path
     manifest: dict[str, Any] = field(repr=False)
+    inputs: list[str] | None = None   # the raw log paths, when the store is a cache of them
+
+    @property
+    def label(self) -> str:
+        """What a report names: the logs the user pointed at, else the store."""
+        return ", ".join(self.inputs) if self.inputs else str(self.path)
 
     def _parts(self, key: str) -> list[str]:
         return sorted(str(self.path / p) for s in self.manifest["sources"] for p in s.get(key, []))

@@ -125,7 +125,7 @@ def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: 
         events=int(totals.get("events", per_rank.get_column("events").sum() if not per_rank.is_empty() else 0)),
         rejected_lines=int(totals.get("rejected", 0)),
         crashed=crashed,
-        store=str(ctx.run.path) if ctx.run is not None else None,
+        store=ctx.run.label if ctx.run is not None else None,
     )
 
 
