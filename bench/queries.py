@@ -3,6 +3,7 @@
     python bench/queries.py                       # generate ~2 GB of logs (64 ranks), ingest, time
     python bench/queries.py --store PATH          # reuse a store written by `forensics ingest`
     python bench/queries.py --reps 7 --rank 12 --cli
+    python bench/queries.py --store PATH --cli --baseline OLD_TREE   # CLI figures before/after
 
 The questions of issue 3, each asked both ways:
   events --rank N   one rank's events in time order, all columns materialized
@@ -11,18 +12,22 @@ The questions of issue 3, each asked both ways:
                     without forensics' fatal-ERROR logic; forensics' snapshot leaves out the
                     verbatim `extra`/`fields` JSON)
   ranks             per rank: counts, first/last time, medians of step/data/comm/wait over steps,
-                    GPU util median, max temperature, WARN/ERROR counts
+                    GPU util median, max temperature, WARN/ERROR counts. DuckDB's query is a
+                    simpler one: phases summed over every event, step time only where logged.
+  ranks (same answer)  DuckDB computing what `forensics ranks` computes: a step's phases from its
+                    own events, else from its TRAIN_STEP; step time logged, else derived from
+                    the previous step's end; compute = step - data - comm; checked equal.
   timeline          the last 20 steps: per (rank, step) phases and the arrival order
-Printed: median wall seconds over --reps runs (after one warm-up), and forensics/DuckDB.
-With --cli, also the wall time of the real command (a new Python process, import included).
-The machine may be shared and noisy: read medians and ratios, not single runs. Needs duckdb.
+Printed: median wall and CPU seconds (user + sys, all threads of this process) over --reps runs
+after one warm-up, and forensics/DuckDB (wall). With --cli, the real command in a new process
+(imports included): median wall, CPU and the peak RSS; with --baseline, the same for an older
+tree (a directory holding its `forensics/` package), runs interleaved. The machine may be shared
+and noisy: read medians, CPU seconds and ratios, not single runs. Needs duckdb.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +38,8 @@ import polars as pl
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+import _measure as M  # noqa: E402
 
 from forensics import timeline as tl  # noqa: E402
 from forensics.query import filter_events  # noqa: E402
@@ -58,16 +65,6 @@ def bench_store(gb: float, ranks: int) -> Path:
     s = forensics.ingest([str(logs)], store)
     print(f"ingested {s.events:,} events in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     return store
-
-
-def timed(fn: Callable[[], object], reps: int) -> float:
-    fn()  # warm-up: file cache, imports, polars/duckdb thread pools
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
 
 
 def duck_queries(store: Path, rank: int) -> dict[str, Callable[[], object]]:
@@ -105,6 +102,37 @@ def duck_queries(store: Path, rank: int) -> dict[str, Callable[[], object]]:
                              count(*) FILTER (WHERE level = 'ERROR') AS error FROM ev GROUP BY rank)
         SELECT * FROM per_event LEFT JOIN per_step USING (rank) ORDER BY rank
     """
+    def phase(c: str) -> str:
+        # a step's own events (several collectives add up), else the copy on its TRAIN_STEP
+        return (f"CASE WHEN count({c}) FILTER (WHERE NOT is_sum) > 0 THEN sum({c}) FILTER (WHERE NOT is_sum) "
+                f"ELSE max({c}) FILTER (WHERE is_sum) END AS {c}")
+
+    ranks_same_sql = f"""
+        WITH e AS (SELECT rank, step, timestamp AS t, coalesce(event, '') = 'TRAIN_STEP' AS is_sum, step_time_ms,
+                          data_load_ms, comm_ms, wait_ms, temp_c, level FROM ev),
+        g AS (SELECT rank, step, min(t) AS t_start, max(t) AS t_end, count(*) AS events, max(temp_c) AS temp_max,
+                     count(*) FILTER (WHERE level = 'WARN') AS warn, count(*) FILTER (WHERE level = 'ERROR') AS error,
+                     coalesce(max(step_time_ms) FILTER (WHERE is_sum), max(step_time_ms)) AS logged,
+                     {phase('data_load_ms')}, {phase('comm_ms')}, {phase('wait_ms')}, bool_or(is_sum) AS complete
+              FROM e GROUP BY rank, step),
+        s AS (SELECT *, complete OR NOT bool_or(complete) OVER () AS whole,
+                     CASE WHEN step - lag(step) OVER w = 1
+                          THEN (epoch_us(t_end) - epoch_us(lag(t_end) OVER w)) / 1000.0 END AS gap_ms
+              FROM g WHERE rank IS NOT NULL AND step IS NOT NULL WINDOW w AS (PARTITION BY rank ORDER BY step)),
+        st AS (SELECT rank, data_load_ms, comm_ms, wait_ms, coalesce(logged, CASE WHEN whole THEN gap_ms END) AS step_ms
+               FROM s),
+        c AS (SELECT *, step_ms - coalesce(data_load_ms, 0) - coalesce(comm_ms, 0) AS rest FROM st),
+        per_step AS (SELECT rank, median(step_ms) AS step_ms, median(data_load_ms) AS data_ms,
+                            median(CASE WHEN rest < 0 THEN 0 ELSE rest END) AS compute_ms, median(comm_ms) AS comm_ms,
+                            median(comm_ms / step_ms) AS comm_share, median(wait_ms) AS wait_ms FROM c GROUP BY rank),
+        per_rank AS (SELECT rank, min(t_start) AS first_ts, max(t_end) AS last_ts, max(step) AS last_step,
+                            sum(events) AS events, max(temp_max) AS temp_max, sum(warn) AS warn, sum(error) AS error
+                     FROM g GROUP BY rank),
+        util AS (SELECT rank, median(gpu_util) AS gpu_util FROM ev WHERE gpu_util IS NOT NULL GROUP BY rank),
+        host AS (SELECT rank, any_value(host) AS host FROM ev GROUP BY rank)
+        SELECT * FROM per_rank LEFT JOIN per_step USING (rank) LEFT JOIN util USING (rank) LEFT JOIN host USING (rank)
+        ORDER BY rank
+    """
     timeline_sql = f"""
         WITH top AS (SELECT max(step) AS m FROM ev),
         s AS ({steps.format(where='AND step > (SELECT m FROM top) - 20')})
@@ -119,6 +147,7 @@ def duck_queries(store: Path, rank: int) -> dict[str, Callable[[], object]]:
         "last-10s --rank N": lambda: con.sql(last_per_rank.replace("GROUP BY rank", f"AND rank = {rank} GROUP BY rank")
                                                  ).to_arrow_table(),
         "ranks": lambda: con.sql(ranks_sql).to_arrow_table(),
+        "ranks (same answer)": lambda: con.sql(ranks_same_sql).to_arrow_table(),
         "timeline": lambda: con.sql(timeline_sql).to_arrow_table(),
     }
 
@@ -130,8 +159,26 @@ def forensics_queries(store: Path, rank: int) -> dict[str, Callable[[], object]]
         "last-10s": lambda: tl.last_window(run),
         "last-10s --rank N": lambda: tl.last_window(run, ranks=[rank]),
         "ranks": lambda: tl.rank_summary(run),
+        "ranks (same answer)": lambda: tl.rank_summary(run),
         "timeline": lambda: tl.build_timeline(run),
     }
+
+
+# The columns DuckDB's same-answer query shares with `forensics ranks`, rounded as forensics does.
+SAME_COLUMNS = ["rank", "first_ts", "last_ts", "last_step", "events", "step_ms", "data_ms", "compute_ms", "comm_ms",
+                "comm_share", "wait_ms", "gpu_util", "temp_max", "warn", "error"]
+
+
+def same_answer(store: Path) -> bool:
+    """Whether DuckDB's `ranks (same answer)` gives forensics' numbers (clock offsets and the
+    order of going silent are left out: they are computed from these on 64 rows)."""
+    mine = tl.rank_summary(open_store(store)).select(SAME_COLUMNS)
+    duck = pl.from_arrow(duck_queries(store, 0)["ranks (same answer)"]()).select(SAME_COLUMNS)
+    duck = duck.with_columns(
+        pl.col("step_ms", "data_ms", "compute_ms", "comm_ms", "wait_ms", "gpu_util").round(3),
+        pl.col("comm_share").round(4),
+    ).cast({c: t for c, t in mine.schema.items()})   # type: ignore[arg-type]
+    return mine.equals(duck)
 
 
 CLI = {
@@ -139,14 +186,9 @@ CLI = {
     "last-10s": ["last-10s", "{store}", "--format", "json"],
     "last-10s --rank N": ["last-10s", "{store}", "--rank", "{rank}", "--format", "json"],
     "ranks": ["ranks", "{store}", "--format", "json"],
+    "ranks (same answer)": ["ranks", "{store}", "--format", "json"],
     "timeline": ["timeline", "{store}", "--format", "json"],
 }
-
-
-def cli_time(args: list[str], reps: int) -> float:
-    def go() -> None:
-        subprocess.run([sys.executable, "-m", "forensics", *args], check=True, stdout=subprocess.DEVNULL)
-    return timed(go, reps)
 
 
 def main() -> None:
@@ -157,8 +199,10 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=12, help="the rank for the per-rank queries")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--cli", action="store_true", help="also time the CLI commands (new process each run)")
+    ap.add_argument("--baseline", help="with --cli: also an older tree (a directory holding its forensics/ package)")
+    ap.add_argument("--only", nargs="*", help="only these queries (names as printed)")
     a = ap.parse_args()
-    store = Path(a.store) if a.store else bench_store(a.gb, a.ranks)
+    store = (Path(a.store) if a.store else bench_store(a.gb, a.ranks)).resolve()
     run = open_store(store)
     parts = sorted((store / "events").glob("*.parquet"))
     size = sum(p.stat().st_size for p in parts)
@@ -168,16 +212,28 @@ def main() -> None:
           f"(from {sum(s['size'] for s in run.sources) / 1e9:.2f} GB of logs); {os.cpu_count()} cores; "
           f"load average {os.getloadavg()[0]:.1f}")
     fq, dq = forensics_queries(store, a.rank), duck_queries(store, a.rank)
-    head = f"{'query':<20} {'forensics s':>12} {'duckdb s':>10} {'ratio':>7}" + (f" {'CLI s':>8}" if a.cli else "")
+    names = [q for q in fq if not a.only or q in a.only]
+    if "ranks (same answer)" in names:
+        print(f"ranks (same answer): DuckDB's numbers equal forensics': {'yes' if same_answer(store) else 'NO'}")
+    head = (f"{'query':<20} {'forensics s':>11} {'CPU s':>6} {'duckdb s':>9} {'CPU s':>6} {'ratio':>6}"
+            + (f" | {'CLI s':>6} {'CPU s':>6} {'RSS MB':>7}" if a.cli else "")
+            + (f" | {'base s':>6} {'CPU s':>6} {'RSS MB':>7}" if a.cli and a.baseline else ""))
     print(head)
     print("-" * len(head))
-    for name in fq:
-        f = timed(fq[name], a.reps)
-        d = timed(dq[name], a.reps)
-        line = f"{name:<20} {f:>12.3f} {d:>10.3f} {f / d:>7.2f}"
+    for name in names:
+        f = M.timed(fq[name], a.reps)
+        d = M.timed(dq[name], a.reps)
+        line = f"{name:<20} {f.wall:>11.3f} {f.cpu:>6.2f} {d.wall:>9.3f} {d.cpu:>6.2f} {f.wall / d.wall:>6.2f}"
         if a.cli:
             args = [x.format(store=store, rank=a.rank) for x in CLI[name]]
-            line += f" {cli_time(args, max(1, a.reps // 2)):>8.2f}"
+            trees = [None] + ([str(Path(a.baseline).resolve())] if a.baseline else [])
+            runs: dict[str | None, list[M.Run]] = {t: [] for t in trees}
+            for _ in range(max(1, a.reps // 2 + 1)):
+                for t in trees:                  # interleaved: the same load for both
+                    runs[t].append(M.cli(args, t)[0])
+            for t in trees:
+                c = M.Figures(runs[t])
+                line += f" | {c.wall:>6.2f} {c.cpu:>6.2f} {c.rss_mb:>7.0f}"
         print(line, flush=True)
 
 

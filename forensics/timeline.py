@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Union
+from typing import Any, Callable, Iterable, Union
 
 import polars as pl
 import polars.selectors as cs
@@ -150,27 +150,37 @@ PHASES = ("data_load_ms", "comm_ms", "wait_ms")
 STEP_VALUES = ("loss", "lr", "samples_per_s", "stage")
 
 
+# The step table's columns, in order (see `step_rows`).
+STEP_COLUMNS = (
+    "step", "rank", "host", "t_start", "t_end", "step_time_ms", "step_time_source", "data_load_ms", "compute_ms",
+    "comm_ms", "wait_ms", "grad_ready_ts", "comm_end", "loss", "lr", "samples_per_s", "stage", "events", "complete",
+)
+
 # What the diagnosis cites (`step_table(..., evidence=True)`): the step's file, the first line
 # of its summary (or loss), data load and gradient-ready events, the last line of its collectives,
 # and its disk read rate. Aggregated in the same group_by as the phases: no second scan, no join.
 EVIDENCE_COLUMNS = ("file", "train_line", "data_line", "comm_line", "ready_line", "disk_read_mbps")
 
 # The (rank, step) group_by keeps the aggregation state of every group until its input ends:
-# ~30 states x 2 M rank-steps is GBs on the bench store. A group never spans two ranks, so
-# aggregating a slice of whole ranks at a time gives the same rows with one slice's state; the
-# parts are sorted by rank with row-group statistics, so each slice reads only its own ranks.
+# ~30 states x 2 M rank-steps on the bench store, where the diagnosis' step table then peaks at
+# 2.1 GB RSS (1.0 GB in slices of 1 M events). A group never spans two ranks, so aggregating a
+# slice of whole ranks at a time gives the same rows with one slice's state.
 SLICE_EVENTS = 1_000_000
 
 
-def rank_slices(run: Run, max_events: int = SLICE_EVENTS) -> list[pl.Expr]:
-    """Filters that cut a run's ranked events into slices of whole, consecutive ranks of about
-    `max_events` events each (counted from the manifest), together covering every rank value;
-    [] when one slice holds them all. Unranked events are in no slice."""
+def rank_slices(run: Run, max_events: int | None = None) -> list[pl.LazyFrame]:
+    """The run's ranked events in slices of whole, consecutive ranks of about `max_events`
+    (default SLICE_EVENTS) events each, counted from the manifest; [] when one slice holds them
+    all. Each slice scans only the parts that hold its ranks (the manifest lists each source's
+    ranks and parts; reading every part's footer for every slice cost 0.1 s a slice on the
+    bench store) and keeps only its ranks: together they hold every ranked event once, each
+    rank's in the order of `run.events()`. Unranked events are in no slice."""
+    max_events = max_events or SLICE_EVENTS
     per_rank: dict[int, float] = {}
-    for s in run.sources:
-        ranks = sorted({int(r) for r in s.get("ranks", []) if r is not None})
+    for src in run.sources:
+        ranks = sorted({int(r) for r in src.get("ranks") or [] if r is not None})
         for r in ranks:
-            per_rank[r] = per_rank.get(r, 0.0) + float(s.get("events", 0)) / len(ranks)
+            per_rank[r] = per_rank.get(r, 0.0) + float(src.get("events", 0)) / len(ranks)
     cuts: list[int] = []
     acc = 0.0
     for r in sorted(per_rank)[:-1]:
@@ -180,27 +190,41 @@ def rank_slices(run: Run, max_events: int = SLICE_EVENTS) -> list[pl.Expr]:
             acc = 0.0
     if not cuts:
         return []
-    rank = pl.col("rank")
     # open-ended at both ends: a rank the manifest does not list still falls in a slice
-    return [rank <= cuts[0], *((rank > a) & (rank <= b) for a, b in zip(cuts, cuts[1:])), rank > cuts[-1]]
+    bounds_ = list(zip([None, *cuts], [*cuts, None]))
+    slices = []
+    for lo, hi in bounds_:
+        keep = pl.col("rank").is_not_null()
+        keep = keep if lo is None else keep & (pl.col("rank") > lo)
+        keep = keep if hi is None else keep & (pl.col("rank") <= hi)
+        parts = sorted(
+            str(run.path / p) for src in run.sources for p in src.get("event_parts", [])
+            # a source that does not list its ranks may hold any of them
+            if src.get("ranks") is None or any((lo is None or r > lo) and (hi is None or r <= hi)
+                                               for r in src["ranks"] if r is not None)
+        )
+        if parts:
+            slices.append(pl.scan_parquet(parts, schema=EVENT_SCHEMA).filter(keep))
+    return slices
 
 
 def step_table(events: Events, time_col: str = TS, evidence: bool = False,
-               slices: list[pl.Expr] | None = None) -> pl.LazyFrame:
-    """One row per (rank, step), sorted by step then rank (see `_steps` for the columns; with
+               slices: list[pl.LazyFrame] | None = None) -> pl.LazyFrame:
+    """One row per (rank, step), sorted by step then rank (see `step_rows` for the columns; with
     `evidence`, also EVIDENCE_COLUMNS, `file` as a Categorical).
 
-    `slices` (default for a Run: `rank_slices(run)`) aggregates one slice of ranks at a time:
-    the same rows, in a fraction of the memory."""
+    `slices`: the events in slices of whole ranks (`rank_slices`, the default for a Run), read
+    and aggregated one slice at a time: the same rows in a fraction of the memory. Given, they
+    are what is read, not `events`."""
     if slices is None and isinstance(events, Run):
         slices = rank_slices(events)
-    return _steps(events, time_col, evidence, slices).sort("step", "rank")
+    return step_rows(events, time_col, evidence, slices).sort("step", "rank")
 
 
 def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
-    """`lf` collected and sorted by `by` (a unique key), moved one column at a time: a sort of the
-    collected frame would hold the table twice (the step table of the bench store is 300 MB),
-    this holds it once plus one column."""
+    """`lf` collected and sorted by `by` (a unique key, so no ties), moved one column at a time:
+    sorting the collected frame would hold the table twice at its peak (the bench store's step
+    table is 330 MB), this holds it once plus one column."""
     cols = lf.collect().get_columns()
     # gathering from a contiguous column is several times faster than from the slices' chunks
     order = pl.DataFrame([c for c in cols if c.name in by]).rechunk().select(pl.arg_sort_by(by)).to_series()
@@ -211,17 +235,16 @@ def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
     return pl.DataFrame(out)
 
 
-def _sliced(events: Events, slices: list[pl.Expr] | None, query: Any) -> pl.LazyFrame:
-    """`query` (LazyFrame -> LazyFrame) over each slice of the events, concatenated."""
-    lf = lazy(events)
+def _sliced(events: Events, slices: list[pl.LazyFrame] | None,
+            query: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.LazyFrame:
+    """`query` over each slice (see `rank_slices`) concatenated; over `events` without slices."""
     if not slices:
-        return query(lf)
-    # one slice after the other: running them side by side would hold all their states again
-    return pl.concat([query(lf.filter(f)) for f in slices], parallel=False)
+        return query(lazy(events))
+    return pl.concat([query(x) for x in slices])
 
 
-def _steps(events: Events, time_col: str = TS, evidence: bool = False,
-           slices: list[pl.Expr] | None = None) -> pl.LazyFrame:
+def step_rows(events: Events, time_col: str = TS, evidence: bool = False,
+              slices: list[pl.LazyFrame] | None = None) -> pl.LazyFrame:
     """One row per (rank, step), in no particular order (`step_table` sorts).
 
     Columns: step, rank, host, t_start, t_end (first/last event of the step on that rank),
@@ -235,13 +258,28 @@ def _steps(events: Events, time_col: str = TS, evidence: bool = False,
     With `time_col="ts_aligned"` (see `with_aligned_time`) times and grad_ready_ts are on the
     common clock. `slices`: see `step_table`.
     """
-    groups = _sliced(events, slices, lambda lf: _step_groups(lf, time_col, evidence))
+    return _finish_steps(_sliced(events, slices, lambda lf: _with_gaps(_step_groups(lf, time_col, evidence))),
+                         evidence)
+
+
+def _with_gaps(groups: pl.LazyFrame) -> pl.LazyFrame:
+    """`gap_ms`: the time since the rank's previous step ended, when that step is the one before
+    (what a step took when it logged no time). Per rank: computed inside each slice."""
+    def prev(c: str) -> pl.Expr:
+        return pl.col(c).shift(1).over("rank", order_by="step")
+
+    return groups.with_columns(
+        pl.when(pl.col("step") - prev("step") == 1).then(_ms(pl.col("t_end") - prev("t_end"))).alias("gap_ms"))
+
+
+def _finish_steps(groups: pl.LazyFrame, evidence: bool) -> pl.LazyFrame:
+    """`step_rows` from the (rank, step) groups of `_step_groups` with `_with_gaps`: what needs
+    the whole run. The groups may lack columns nobody asked for (rank_summary's)."""
+    have = {*groups.collect_schema().names(), "step_time_ms", "step_time_source", "compute_ms"}
     # after the slices are joined up: whether the run has summary events is a run-wide fact
     complete = pl.col("complete") | ~pl.col("complete").any()
-    prev_end = pl.col("t_end").shift(1).over("rank", order_by="step")
-    prev_step = pl.col("step").shift(1).over("rank", order_by="step")
     # an unfinished step (crash mid-step) has no duration: only whole steps are derived
-    derived = pl.when((pl.col("step") - prev_step == 1) & pl.col("complete")).then(_ms(pl.col("t_end") - prev_end))
+    derived = pl.when(pl.col("complete")).then(pl.col("gap_ms"))
     return (
         groups.with_columns(complete)
         .with_columns(
@@ -253,16 +291,15 @@ def _steps(events: Events, time_col: str = TS, evidence: bool = False,
             (pl.col("step_time_ms") - pl.col("data_load_ms").fill_null(0.0) - pl.col("comm_ms").fill_null(0.0))
             .clip(lower_bound=0.0).alias("compute_ms"),
         )
-        .select(
-            "step", "rank", "host", "t_start", "t_end", "step_time_ms", "step_time_source", "data_load_ms",
-            "compute_ms", "comm_ms", "wait_ms", "grad_ready_ts", "comm_end", "loss", "lr", "samples_per_s",
-            "stage", "events", "complete", *(EVIDENCE_COLUMNS if evidence else ()),
-        )
+        .select([c for c in (*STEP_COLUMNS, *(EVIDENCE_COLUMNS if evidence else ())) if c in have])
     )
 
 
-def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool) -> pl.LazyFrame:
-    """The (rank, step) group_by of `_steps`: per-group values, before anything run-wide."""
+def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool = False) -> pl.LazyFrame:
+    """The (rank, step) group_by of `step_rows`: per-group values, before anything run-wide.
+
+    With `per_rank`, every event is kept (a null rank or step is a group too) and the groups also
+    carry what `rank_summary` adds up per rank (temp_max, warn, error): one scan serves both."""
     names = lf.collect_schema().names()
     t = pl.col(time_col)
     # grad_ready_ts is logged by the host clock: shift it like the timestamp when aligning
@@ -294,9 +331,15 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool) -> pl.LazyFram
             pl.col("file").first(), pl.col("train_line").min(), pl.col("data_line").min(),
             pl.col("comm_line").max(), pl.col("ready_line").min(), pl.col("disk_read_mbps").mean(),
         ]
+    counted: list[pl.Expr] = []
+    count_aggs: list[pl.Expr] = []
+    if per_rank:
+        counted = [pl.col("temp_c"), (pl.col("level") == "WARN").alias("warn"), (pl.col("level") == "ERROR").alias("error")]
+        count_aggs = [pl.col("temp_c").max().alias("temp_max"), pl.col("warn").sum(), pl.col("error").sum()]
+    else:
+        lf = lf.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
     return (
-        lf.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
-        .select("rank", "step", "host", t.alias("t"), "step_time_ms", *PHASES, *STEP_VALUES, *masked, *cited)
+        lf.select("rank", "step", "host", t.alias("t"), "step_time_ms", *PHASES, *STEP_VALUES, *masked, *cited, *counted)
         .group_by("rank", "step")
         # only plain aggregations here (when/coalesce inside agg() takes polars' slow path)
         .agg(
@@ -315,6 +358,7 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool) -> pl.LazyFram
             pl.len().alias("events"),
             pl.col("is_sum").any().alias("complete"),
             *cite_aggs,
+            *count_aggs,
         )
         .with_columns(
             pl.coalesce("sum_step_time_ms", "any_step_time_ms").alias("step_time_logged"),
@@ -739,24 +783,40 @@ def rank_summary(events: Events, ranks: Iterable[int] | None = None) -> pl.DataF
 
     Silence is compared on the common clock when offsets are known: a host whose clock runs
     250 ms behind must not look like the first to go quiet. Ranks that should exist but logged
-    nothing (`known_ranks`) get a row with events = 0. One scan of the events.
+    nothing (`known_ranks`) get a row with events = 0. One aggregation of the events (the step
+    table's), in rank slices for a Run, and two narrow queries (host, gpu_util median).
     """
     lf = lazy(events)
-    per_event = lf.group_by("rank").agg(
-        pl.col("host").first(ignore_nulls=True),
-        pl.col(TS).min().alias("first_ts"),
-        pl.col(TS).max().alias("last_ts"),
-        pl.col("step").max().alias("last_step"),
-        pl.len().cast(pl.Int64).alias("events"),
-        pl.col("gpu_util").median().alias("gpu_util"),
-        pl.col("temp_c").max().alias("temp_max"),
-        (pl.col("level") == "WARN").sum().cast(pl.Int64).alias("warn"),
-        (pl.col("level") == "ERROR").sum().cast(pl.Int64).alias("error"),
+    # The (rank, step) groups of the step table, unranked and step-less events included, carry
+    # what the per-rank counts add up: one scan for both. A host (the first one logged) and a
+    # median are not sums of their groups' values: two narrow queries.
+    slices = rank_slices(events) if isinstance(events, Run) else []
+    if slices:
+        slices.append(lf.filter(pl.col("rank").is_null()))
+    groups_q = _sliced(lf, slices, lambda x: _step_groups(x, TS, evidence=False, per_rank=True)).select(
+        "rank", "step", "t_start", "t_end", "step_time_logged", *PHASES, "comm_end", "complete",
+        "events", "temp_max", "warn", "error")
+    host_q = lf.group_by("rank").agg(pl.col("host").first(ignore_nulls=True))
+    util_q = lf.filter(pl.col("gpu_util").is_not_null()).group_by("rank").agg(pl.col("gpu_util").median())
+    groups, hosts, util = pl.collect_all([groups_q, host_q, util_q])
+    df = (
+        groups.group_by("rank")
+        .agg(
+            pl.col("t_start").min().alias("first_ts"),
+            pl.col("t_end").max().alias("last_ts"),
+            pl.col("step").max().alias("last_step"),
+            pl.col("events").sum().cast(pl.Int64),
+            pl.col("temp_max").max(),
+            pl.col("warn").sum().cast(pl.Int64),
+            pl.col("error").sum().cast(pl.Int64),
+        )
+        .join(hosts, on="rank", how="left", nulls_equal=True)
+        .join(util, on="rank", how="left", nulls_equal=True)
     )
-    # only what the medians and clock offsets need: polars then skips the other aggregations
-    steps_q = _steps(lf).select("step", "rank", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
-                                    "wait_ms", "comm_end")
-    df, steps = pl.collect_all([per_event, steps_q])
+    # only what the medians and clock offsets need
+    steps = _finish_steps(_with_gaps(groups.lazy().filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())),
+                          evidence=False).select("step", "rank", "step_time_ms", "data_load_ms", "compute_ms",
+                                                 "comm_ms", "wait_ms", "comm_end").collect()
     per_step = steps.group_by("rank").agg(
         pl.col("step_time_ms").median().alias("step_ms"),
         pl.col("data_load_ms").median().alias("data_ms"),

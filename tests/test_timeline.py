@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,6 +384,106 @@ def test_rank_summary(tmp_path: Path) -> None:
     # host node1's clock runs 100 ms ahead, so its ranks' last events look later than they are;
     # on the aligned clock rank 0/1 (node0) and 3 (node1) finish within a few ms of each other
     assert abs(r[3]["silent_s"] - r[0]["silent_s"]) < 0.05
+
+
+def test_rank_summary_counts_every_event_of_a_rank(tmp_path: Path) -> None:
+    """The per-rank counts come from the step table's groups: events without a step (telemetry,
+    an ERROR) or without a rank must count exactly as they do in a plain per-rank aggregation."""
+    def ev(t: float, rank: int | None, event: str, level: str = "INFO", **x: Any) -> dict[str, Any]:
+        r = {"timestamp": iso(T0 + dt.timedelta(seconds=t)), "level": level, "event": event, "extra": x}
+        return r if rank is None else {**r, "rank": rank, "host": f"node{rank}"}
+
+    run = store_of(tmp_path, {
+        "rank_0.jsonl": [ev(0.0, 0, "GPU_STATS", gpu_util=40.0, temp_c=91.0),
+                         *(ev(1.0 + s, 0, "TRAIN_STEP", step=s, step_time_ms=1000.0) for s in range(3)),
+                         ev(2.5, 0, "GRAD_NORM", "WARN", step=1, grad_norm=45.0),
+                         ev(3.5, 0, "GRAD_NORM", "WARN", step=2, grad_norm=45.0),
+                         ev(4.0, 0, "CUDA_OOM", "ERROR")],
+        "rank_1.jsonl": [ev(0.5, 1, "GPU_STATS", gpu_util=u, temp_c=60.0) for u in (90.0, 80.0, 70.0)],
+        "launcher.jsonl": [ev(5.0, None, "ELASTIC_RESTART", "ERROR")],
+    })
+    got = tl.rank_summary(run)
+    ref = (run.events().group_by("rank").agg(
+        pl.col("host").first(ignore_nulls=True), pl.col("timestamp").min().alias("first_ts"),
+        pl.col("timestamp").max().alias("last_ts"), pl.col("step").max().alias("last_step"),
+        pl.len().cast(pl.Int64).alias("events"), pl.col("gpu_util").median(),
+        pl.col("temp_c").max().alias("temp_max"),
+        (pl.col("level") == "WARN").sum().cast(pl.Int64).alias("warn"),
+        (pl.col("level") == "ERROR").sum().cast(pl.Int64).alias("error"),
+    ).collect())
+    cols = ["rank", "host", "first_ts", "last_ts", "last_step", "events", "gpu_util", "temp_max", "warn", "error"]
+    assert got.select(cols).sort("rank", nulls_last=True).equals(ref.select(cols).sort("rank", nulls_last=True))
+    r0 = got.filter(pl.col("rank") == 0).row(0, named=True)
+    assert (r0["events"], r0["warn"], r0["error"], r0["temp_max"], r0["last_step"]) == (7, 2, 1, 91.0, 2)
+    assert got.filter(pl.col("rank").is_null())["error"].to_list() == [1]
+
+
+# --- slices and evidence ---------------------------------------------------------------------------
+
+def test_rank_slices_cover_every_rank_once_and_change_nothing(tmp_path: Path, monkeypatch) -> None:
+    gpu = [{"t": 0.05, "level": "INFO", "event": "GPU_STATS", "message": "", "extra": {"gpu_util": 55.0, "temp_c": 88.0}}]
+    run, _ = ingest(tmp_path, ranks=6, steps=5, offsets_ms={"node1": 40.0}, slow_ms={4: 100.0}, last_step={5: 3},
+                    extra={2: gpu})
+    slices = tl.rank_slices(run, max_events=25)
+    assert len(slices) >= 3
+    assert tl.rank_slices(run, max_events=10**9) == []
+    # every ranked event in exactly one slice, each slice reading only its ranks' parts
+    key = ["source_file", "line"]
+    got = pl.concat([x.select(*key, "rank") for x in slices]).collect().sort(key)
+    assert got.equals(run.events().filter(pl.col("rank").is_not_null()).select(*key, "rank").collect().sort(key))
+    def parts_read(lf: pl.LazyFrame) -> int:   # explain: "SCAN [a.parquet, b.parquet]" or "[a.parquet, ... 4 other sources]"
+        scan = next(line for line in lf.explain().splitlines() if "SCAN [" in line)
+        return scan.count(".parquet") + sum(int(n) for n in re.findall(r"(\d+) other source", scan))
+
+    assert parts_read(run.events()) == 6
+    assert max(map(parts_read, slices)) < 6 and sum(map(parts_read, slices)) == 6
+    whole = tl.step_table(run, evidence=True, slices=[]).collect()
+    assert tl.step_table(run, evidence=True, slices=slices).collect().equals(whole)
+    # the Run's default slicing (and rank_summary's) follows SLICE_EVENTS
+    summary = tl.rank_summary(run)
+    monkeypatch.setattr(tl, "SLICE_EVENTS", 25)
+    assert len(tl.rank_slices(run)) == len(slices)
+    assert tl.step_table(run, evidence=True).collect().equals(whole)
+    assert tl.rank_summary(run).equals(summary)
+
+
+def test_a_slice_without_summary_events_is_judged_by_the_whole_run(tmp_path: Path) -> None:
+    """Whether steps without TRAIN_STEP are unfinished depends on the whole run: rank 1 logs only
+    data loads, rank 0 logs TRAIN_STEP, so rank 1's steps get no derived step time, also when
+    rank 1 is aggregated in a slice of its own."""
+    def ev(t: float, rank: int, event: str, **x: Any) -> dict[str, Any]:
+        return {"timestamp": iso(T0 + dt.timedelta(seconds=t)), "rank": rank, "level": "INFO", "event": event, "extra": x}
+
+    run = store_of(tmp_path, {
+        "rank_0.jsonl": [ev(s, 0, "TRAIN_STEP", step=s, step_time_ms=900.0) for s in range(4)],
+        "rank_1.jsonl": [ev(s, 1, "DATA_LOAD_TIME", step=s, data_load_ms=20.0) for s in range(4)],
+    })
+    whole = tl.step_table(run, slices=[]).collect()
+    halves = [run.events().filter(pl.col("rank") <= 0), run.events().filter(pl.col("rank") > 0)]
+    assert tl.step_table(run, slices=halves).collect().equals(whole)
+    assert whole.filter(pl.col("rank") == 1)["step_time_ms"].is_null().all()
+    assert whole.filter(pl.col("rank") == 0)["step_time_ms"].to_list() == [900.0] * 4
+
+
+def test_step_table_evidence_cites_the_line_of_each_phase(tmp_path: Path) -> None:
+    run, _ = ingest(tmp_path, ranks=2, steps=3)
+    st = tl.step_table(run, evidence=True).collect()
+    assert st.columns[-len(tl.EVIDENCE_COLUMNS):] == list(tl.EVIDENCE_COLUMNS)
+    assert st.schema["file"] == pl.Categorical
+    row = st.filter((pl.col("rank") == 1) & (pl.col("step") == 2)).row(0, named=True)
+    # rank 1's file holds, per step: DATA_LOAD_TIME, GRAD_READY, ALLREDUCE, TRAIN_STEP
+    assert row["file"].endswith("node0/rank_1.jsonl")
+    assert (row["data_line"], row["ready_line"], row["comm_line"], row["train_line"]) == (9, 10, 11, 12)
+    assert row["disk_read_mbps"] == 1200.0
+    # the same rows and values as without evidence
+    assert st.drop(tl.EVIDENCE_COLUMNS).equals(tl.step_table(run).collect())
+
+
+def test_collect_sorted_is_a_sort() -> None:
+    df = pl.DataFrame({"step": [3, 1, 2, 1, 2], "rank": [0, 1, 0, 0, 1], "x": [0.5, None, 2.5, 3.5, 4.5],
+                       "s": ["a", "b", None, "d", "e"]})
+    lf = pl.concat([df.head(2).lazy(), df.tail(3).lazy()])   # chunked, like the slices
+    assert tl.collect_sorted(lf, ["step", "rank"]).equals(df.sort("step", "rank"))
 
 
 # --- sample_logs ------------------------------------------------------------------------------------

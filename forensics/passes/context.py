@@ -4,11 +4,13 @@ Owns the read-only Context handed to passes and the step table they aggregate fr
 judge anything (passes do) and must not be mutated by passes: cached values are computed once,
 on first use, from the events alone.
 
-The step table is `forensics.timeline.step_table` (one row per (rank, step): t_start, t_end,
-step_time_ms, data_load_ms, compute_ms, comm_ms, wait_ms, grad_ready_ts, loss, lr,
-samples_per_s, stage ...) joined with what the passes need besides: the lines to cite
-(file, train_line, data_line, comm_line, ready_line), disk_read_mbps, grad_norm, gpu_util, and
+The step table is `forensics.timeline.step_table` with its evidence columns, computed by one
+lazy query over the events (one row per (rank, step): t_start, t_end, step_time_ms,
+data_load_ms, compute_ms, comm_ms, wait_ms, grad_ready_ts, comm_end, loss, samples_per_s, the
+lines to cite: file, train_line, data_line, comm_line, ready_line, and disk_read_mbps), plus
 wait_est (wait_ms, or estimated from comm_ms where it is not logged: see `_wait_estimate`).
+Passes select the columns they use before they filter or sort it: on the bench store the table
+has 2 M rows, and each copy of a column is 16 MB.
 
 `compute_ms` = step_time - data_load - comm: in synchronous data parallelism that is the
 forward/backward/optimizer time of the rank, the quantity a straggler has too much of.
@@ -38,11 +40,12 @@ MIN_OFFSET_MS = 5.0
 
 
 def step_table(events: pl.LazyFrame, run: Run | None = None) -> pl.DataFrame:
-    """timeline.step_table with its evidence columns, sorted by (step, rank), and wait_est: one
-    lazy query over the events, collected once. With the `run` (its manifest), aggregated one
-    slice of ranks at a time (timeline.rank_slices)."""
+    """timeline.step_table with its evidence columns and wait_est, sorted by (step, rank): one
+    lazy query over the events, collected once. With the `run` the events are from, read and
+    aggregated one slice of ranks at a time (timeline.rank_slices): the same rows in a fraction
+    of the memory."""
     slices = timeline.rank_slices(run) if run is not None else None
-    steps = timeline._steps(events, evidence=True, slices=slices).select(STEP_COLUMNS).with_columns(_wait_estimate())
+    steps = timeline.step_rows(events, evidence=True, slices=slices).select(STEP_COLUMNS).with_columns(_wait_estimate())
     return timeline.collect_sorted(steps, ["step", "rank"])
 
 
@@ -87,6 +90,8 @@ class Context:
     """The run as passes see it. Read-only; derived tables are computed once on first use."""
 
     def __init__(self, events: pl.LazyFrame, run: Run | None = None) -> None:
+        """`events` of the `run` when one is given (`from_run`): the step table then reads the
+        run's parts slice by slice instead of `events`."""
         self._events = events
         self.run = run
 

@@ -1,0 +1,56 @@
+"""forensics.passes.context: the step table every pass aggregates from, built by one lazy query."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+import forensics
+from forensics import timeline as tl
+from forensics.passes import context as C
+from forensics.passes import diagnose
+from forensics.store import open_store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _store(tmp_path: Path, scenario: str):
+    forensics.ingest([str(REPO / "sample_logs" / scenario)], tmp_path / "run.forensics")
+    return open_store(tmp_path / "run.forensics")
+
+
+def test_steps_are_sorted_and_carry_what_the_passes_cite(tmp_path: Path) -> None:
+    run = _store(tmp_path, "data_load_skew")
+    st = C.Context.from_run(run).steps
+    assert st.columns == [*C.STEP_COLUMNS, "wait_est", "clock_offset_ms"]
+    assert st.select(pl.struct("step", "rank").is_sorted()).item()
+    assert st.select(pl.struct("step", "rank").is_unique().all()).item()
+    # every step row of a rank that logged its data load cites that line, in that rank's file
+    loads = (run.events().filter(pl.col("event") == "DATA_LOAD_TIME")
+             .group_by("rank", "step").agg(pl.col("line").min().alias("data_line"), pl.col("source_file").first())
+             .collect())
+    got = st.select("rank", "step", "data_line", pl.col("file").cast(pl.String).alias("source_file"))
+    assert loads.join(got, on=["rank", "step"], how="anti").height == 0
+    assert loads.join(got, on=["rank", "step", "data_line", "source_file"], how="anti").height == 0
+
+
+def test_steps_in_rank_slices_are_the_same_table(tmp_path: Path, monkeypatch) -> None:
+    run = _store(tmp_path, "straggler")
+    whole = C.Context.from_run(run).steps
+    report = diagnose(run).to_json()
+    monkeypatch.setattr(tl, "SLICE_EVENTS", 50)      # a slice per rank or two
+    assert len(tl.rank_slices(run)) >= 3
+    assert C.Context.from_run(run).steps.equals(whole)
+    assert diagnose(run).to_json() == report
+
+
+def test_the_step_query_reads_only_the_columns_it_needs(tmp_path: Path) -> None:
+    """Projection pushdown into scan_parquet: the step table never reads message, extra, fields
+    (the widest columns) or any metric it does not aggregate."""
+    run = _store(tmp_path, "thermal_throttling")
+    needed = {"rank", "step", "host", "timestamp", "event", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms",
+              "loss", "samples_per_s", "grad_ready_ts", "source_file", "line", "disk_read_mbps"}
+    q = tl.step_rows(run.events(), evidence=True).select(C.STEP_COLUMNS).with_columns(C._wait_estimate())
+    projected = [int(n) for n in re.findall(r"PROJECT (\d+)/\d+ COLUMNS", q.explain())]
+    assert projected == [len(needed)]
