@@ -61,7 +61,7 @@ def _spikes(ctx: Context) -> list[Finding]:
     at_lf = (
         rows.join(spike_lf.select("step", "gmax"), on="step")
         .filter(~pl.col("grad_norm").is_finite() | (pl.col("grad_norm") >= 0.5 * pl.col("gmax")))
-        .sort("step", "rank")
+        .sort("step", "rank", "line")  # line breaks ties: the cited lines are the same every run
     )
     spikes, at = pl.collect_all([spike_lf, at_lf])  # one plan: the shared scan runs once
     if spikes.is_empty():

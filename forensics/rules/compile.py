@@ -6,7 +6,7 @@ unknown, e.g. a GPU_STATS line without the metric, neither extend nor break anyt
 each rank's time-ordered rows into *episodes*: maximal runs of consecutive rows that satisfy the
 condition. `sustain` keeps only episodes whose first-to-last sample span is long enough; a join
 keeps the primary episodes that, on the same rank, lie within `within` of an episode of every
-joined clause. All rules are collected together (`pl.collect_all`).
+joined clause. Rules are collected one after another (their memory peaks would add up).
 
 One rule gives at most one Finding, naming every rank it matched with the first and the worst
 evidence line. Must not reason across ranks (that is a pass) nor format reports.
@@ -401,6 +401,8 @@ def evaluate(events: pl.LazyFrame, rules: list[Rule]) -> list[Finding]:
     """Every rule over the events; findings ordered by when they were first seen."""
     if not rules:
         return []
-    frames = pl.collect_all([_rule_query(events, r) for r in rules])
+    # One rule at a time: collected together, the queries' peaks add up (3.0 GB on a 8.4 M-event
+    # store vs 1.5 GB one after another, for ~2 CPU s more of scanning).
+    frames = [_rule_query(events, r).collect() for r in rules]
     found = [f for r, df in zip(rules, frames) if (f := _finding(r, df)) is not None]
     return sorted(found, key=lambda f: (f.first_seen or "", f.rule))
