@@ -48,9 +48,9 @@ from typing import Any, BinaryIO, Iterator
 import orjson
 import polars as pl
 
-from ..schema import RAW_LIMIT, REJECT_SCHEMA, Level, RankSource
+from ..schema import Level, RankSource
 from .formats import ReaderContext
-from .jsonl import Block
+from .jsonl import Block, rejects_frame
 from .normalize import parse_timestamp
 from .sources import iter_chunks
 
@@ -974,7 +974,6 @@ def _hf_dict(text: str, r: _Row) -> None:
 # ---------------------------------------------------------------------------------------------
 # Frames
 # ---------------------------------------------------------------------------------------------
-_REJECT_SCHEMA = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
 
 
 def _to_block(rows: list[_Row]) -> Block:
@@ -1004,15 +1003,7 @@ def _to_block(rows: list[_Row]) -> Block:
     ts = pl.DataFrame({"ts": [r.ts for r in ev]}, schema={"ts": pl.String})
     cols["timestamp"] = ts.select(parse_timestamp(pl.col("ts")).alias("timestamp")).to_series()
     events = pl.DataFrame(cols)
-    rejects = pl.DataFrame(
-        {
-            "line": [r.line for r in rj],
-            "reason": [r.reason for r in rj],
-            "raw": [(r.raw or b"")[:RAW_LIMIT] for r in rj],
-            "raw_len": [len(r.raw or b"") for r in rj],
-        },
-        schema=_REJECT_SCHEMA,
-    )
+    rejects = rejects_frame([(r.line, r.reason, r.raw or b"", len(r.raw or b"")) for r in rj])
     return Block(events, rejects, len(rows))
 
 

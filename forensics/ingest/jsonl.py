@@ -103,7 +103,7 @@ def parse_block(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None
     """Parse one newline-aligned block. Line numbers are 1-based; `first_line` is the number of
     the block's first line. Accounting: lines == events.height + rejects.height."""
     if not buf:
-        return Block(_empty_events(), _rejects([]), 0)
+        return Block(_empty_events(), rejects_frame([]), 0)
     offs = line_offsets(buf)
     n = len(offs) - 1
     lines = _lines_series(buf, offs)
@@ -113,8 +113,6 @@ def parse_block(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None
         & (lines.bin.ends_with(b"}\n") | lines.bin.ends_with(b"}\r\n") | lines.bin.ends_with(b"}"))
     ).to_numpy()
     unterminated_last = not buf.endswith(b"\n")
-    if unterminated_last and at_eof and good_shape[-1]:
-        pass  # a complete object without the final newline is a good line
     rejects: list[tuple[int, str, bytes, int]] = []
     cand = np.ones(n, dtype=bool)
     fixed: dict[int, bytes] = {}   # line index -> repaired bytes parsed on the slow path
@@ -176,7 +174,7 @@ def parse_block(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None
         events = canonical(raw_all, rank_hint, host_hint)
     else:
         events = _empty_events()
-    rej = _rejects([(i + first_line, why, raw, ln) for i, why, raw, ln in rejects])
+    rej = rejects_frame([(i + first_line, why, raw, ln) for i, why, raw, ln in rejects])
     assert events.height + rej.height == n, (events.height, rej.height, n)
     return Block(events, rej, n)
 
@@ -285,5 +283,3 @@ def rejects_frame(rows: list[tuple[int, str, bytes, int]]) -> pl.DataFrame:
         schema=BLOCK_REJECT_SCHEMA,
     ).sort("line")
 
-
-_rejects = rejects_frame

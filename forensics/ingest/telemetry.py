@@ -30,9 +30,9 @@ from typing import Any, BinaryIO, Iterator
 import orjson
 import polars as pl
 
-from ..schema import RAW_LIMIT, REJECT_SCHEMA, Level, RankSource
+from ..schema import Level, RankSource
 from .formats import ReaderContext
-from .jsonl import Block
+from .jsonl import Block, rejects_frame
 from .normalize import parse_timestamp
 from .sources import iter_chunks
 
@@ -94,7 +94,6 @@ _PROM = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$"
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _UNIT = re.compile(r"\s*\[([^\]]*)\]\s*$")
 
-_REJECT_SCHEMA = {k: v for k, v in REJECT_SCHEMA.items() if k != "source_file"}
 
 
 def norm_key(header_field: str) -> str:
@@ -238,15 +237,7 @@ def _block(rows: _Rows, frames: list[pl.DataFrame], table_rejects: list[tuple[in
     events = pl.concat(parts, how="diagonal_relaxed").sort("line") if parts else _rows_frame(rows)
     events = _with_ranks(events, ctx)
     rej = sorted(rows.rejects + table_rejects)
-    rejects = pl.DataFrame(
-        {
-            "line": [r[0] for r in rej],
-            "reason": [r[1] for r in rej],
-            "raw": [r[2][:RAW_LIMIT] for r in rej],
-            "raw_len": [len(r[2]) for r in rej],
-        },
-        schema=_REJECT_SCHEMA,
-    )
+    rejects = rejects_frame([(r[0], r[1], r[2], len(r[2])) for r in rej])
     assert events.height + rejects.height == n_lines, (events.height, rejects.height, n_lines)
     return Block(events, rejects, n_lines)
 
