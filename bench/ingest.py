@@ -4,7 +4,8 @@
     python bench/ingest.py --steps 3000 --reps 5 --ranks 64
 
 Each tool runs in its own process (so its memory is its own), writing Parquet from the same
-JSONL files. Printed per tool: median wall seconds, MB/s, CPU seconds (user+sys of the whole
+JSONL files; a separate, untimed process then counts the rows written and checks that a key seen
+only on the last line of the last file survived. Printed per tool: median wall seconds, MB/s, CPU seconds (user+sys of the whole
 process tree), peak RSS (sum over the process tree, sampled every 20 ms), and ratios against
 DuckDB. The machine is shared and noisy: read the medians and ratios, not single runs.
 Needs: pip install duckdb psutil.
@@ -28,11 +29,18 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _data  # noqa: E402
 
+# Each tool: an ingest script (timed) and a check of its output (run afterwards, not timed: it is
+# not part of ingesting, and the checks differ in cost -- ours reads the `extra` column back).
 DUCKDB = r"""
 import sys, duckdb
 src, out = sys.argv[1], sys.argv[2]
 con = duckdb.connect()
 con.execute(f"COPY (SELECT * FROM read_json('{src}/*.jsonl', format='newline_delimited')) TO '{out}/events.parquet' (FORMAT parquet, COMPRESSION zstd)")
+"""
+DUCKDB_CHECK = r"""
+import sys, duckdb
+out = sys.argv[2]
+con = duckdb.connect()
 n = con.execute(f"SELECT count(*) FROM read_parquet('{out}/events.parquet')").fetchall()[0][0]
 cols = str(con.execute(f"DESCRIBE SELECT * FROM read_parquet('{out}/events.parquet')").fetchall())
 print(n, "rare-key:" + ("kept" if "watchdog_rare_key" in cols else "LOST"))
@@ -42,21 +50,32 @@ POLARS = r"""
 import sys, polars as pl
 src, out = sys.argv[1], sys.argv[2]
 pl.scan_ndjson(f"{src}/*.jsonl").sink_parquet(f"{out}/events.parquet", compression="zstd")
+"""
+POLARS_CHECK = r"""
+import sys, polars as pl
+out = sys.argv[2]
 lf = pl.scan_parquet(f"{out}/events.parquet")
 print(lf.select(pl.len()).collect().item(), "rare-key:" + ("kept" if "watchdog_rare_key" in str(lf.collect_schema()) else "LOST"))
 """
 
 FORENSICS = r"""
-import sys, json, forensics, forensics.schema
+import sys, json, forensics
 if __name__ == "__main__":
     s = forensics.ingest([sys.argv[1]], sys.argv[2] + "/store")
-    rare = forensics.open_run(sys.argv[2] + "/store").events().filter(
-        forensics.schema.pl.col("extra").str.contains("watchdog_rare_key")).collect().height
-    print(s.events, "rare-key:" + ("kept" if rare == 1 else "LOST"), f"rejected={s.rejected}")
+    print(json.dumps({"events": s.events, "rejected": s.rejected}))
 """
+FORENSICS_CHECK = r"""
+import sys, forensics, polars as pl
+from forensics.ingest import native
+run = forensics.open_run(sys.argv[2] + "/store")
+n = run.events().select(pl.len()).collect().item()
+rare = run.events().filter(pl.col("extra").str.contains("watchdog_rare_key")).collect().height
+print(n, "rare-key:" + ("kept" if rare == 1 else "LOST"), "native:" + ("yes" if native.available() else "no"))
+"""
+CHECKS = {"forensics": FORENSICS_CHECK, "duckdb": DUCKDB_CHECK, "polars": POLARS_CHECK}
 
 
-def measure(code: str, src: Path, out: Path) -> dict[str, float | str]:
+def measure(code: str, src: Path, out: Path, check: str) -> dict[str, float | str]:
     script = out.parent / f"{out.name}.py"
     script.write_text(code)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -77,7 +96,13 @@ def measure(code: str, src: Path, out: Path) -> dict[str, float | str]:
     if p.returncode:
         raise SystemExit(f"{out.name} failed:\n{stderr[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": wall, "cpu": cpu, "rss_mib": peak / 2**20, "out": stdout.strip()}
+    check_script = out.parent / f"{out.name}-check.py"
+    check_script.write_text(check)
+    c = subprocess.run([sys.executable, str(check_script), str(src), str(out)], capture_output=True, text=True)
+    check_script.unlink()
+    if c.returncode:
+        raise SystemExit(f"{out.name} check failed:\n{c.stderr[-2000:]}")
+    return {"wall": wall, "cpu": cpu, "rss_mib": peak / 2**20, "out": c.stdout.strip()}
 
 
 def main() -> None:
@@ -99,7 +124,7 @@ def main() -> None:
         for tool in tools:  # interleaved, so machine noise hits every tool alike
             tmp = Path(tempfile.mkdtemp(prefix=f"bench-{tool}-", dir=args.data))
             try:
-                r = measure(codes[tool], src, tmp)
+                r = measure(codes[tool], src, tmp, CHECKS[tool])
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
                 for f in Path(args.data).glob(f"{tmp.name}.py"):

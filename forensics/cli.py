@@ -31,7 +31,10 @@ err = Console(stderr=True, soft_wrap=True)
 
 def _version(value: bool) -> None:
     if value:
-        print(f"forensics {__version__}")
+        from .ingest import native
+
+        scanner = "compiled" if native.available() else "pure Python (slower; the C extension is not built)"
+        print(f"forensics {__version__} (JSON-lines scanner: {scanner})")
         raise typer.Exit()
 
 

@@ -29,7 +29,7 @@ def make_logs(d: Path) -> None:
 
 def test_version() -> None:
     r = cli("--version")
-    assert r.returncode == 0 and r.stdout.strip() == f"forensics {forensics.__version__}"
+    assert r.returncode == 0 and r.stdout.startswith(f"forensics {forensics.__version__} (JSON-lines scanner: ")
 
 
 def test_ingest_json_summary_and_rejects(tmp_path: Path) -> None:

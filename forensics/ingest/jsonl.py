@@ -12,15 +12,18 @@ fails is split into its good and bad lines; every bad line is returned with its 
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..schema import RAW_LIMIT, REJECT_SCHEMA
-from .normalize import KNOWN_TOP, canonical
+from ..schema import RAW_LIMIT, REJECT_SCHEMA, conform
+from . import native
+from .normalize import KEY_COLON, KNOWN_TOP, canonical
 
 RAW_SCHEMA = {k: pl.String for k in KNOWN_TOP}
 _KNOWN = set(KNOWN_TOP)
@@ -28,9 +31,12 @@ _KNOWN = set(KNOWN_TOP)
 
 @dataclass
 class Block:
-    events: pl.DataFrame       # canonical columns + line (no source_file/format yet)
+    # canonical columns + line (no source_file/format yet); the JSON-lines reader hands over an
+    # Arrow table of the whole event schema instead (source_file/format null), see scan_block
+    events: pl.DataFrame | pa.Table
     rejects: pl.DataFrame      # REJECT_SCHEMA minus source_file
     lines: int                 # lines read in this block
+    in_order: bool = False     # events already ordered by (rank, timestamp)
 
 
 def line_offsets(buf: bytes) -> np.ndarray:
@@ -83,7 +89,10 @@ def _stringify(v: object) -> str | None:
         return str(v)
     if isinstance(v, float):
         return orjson.dumps(v).decode() if v == v else "NaN"
-    return orjson.dumps(v).decode()
+    try:
+        return orjson.dumps(v).decode()
+    except TypeError:  # an integer beyond 64 bits inside a list or object
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
 
 def _rows_from_objects(objs: list[dict]) -> pl.DataFrame:
@@ -100,8 +109,46 @@ def _unknown_fields(obj: dict) -> str | None:
 
 
 def parse_block(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None, host_hint: str | None) -> Block:
-    """Parse one newline-aligned block. Line numbers are 1-based; `first_line` is the number of
-    the block's first line. Accounting: lines == events.height + rejects.height."""
+    """scan_block with the events as a polars DataFrame (every column of the event schema)."""
+    b = scan_block(buf, first_line, at_eof, rank_hint, host_hint)
+    return Block(pl.from_arrow(b.events), b.rejects, b.lines, b.in_order)
+
+
+def scan_block(buf: bytes | memoryview, first_line: int, at_eof: bool, rank_hint: int | None, host_hint: str | None) -> Block:
+    """Parse one newline-aligned block into an Arrow table of the event schema, in line order.
+
+    The compiled scanner takes the lines it is sure of; the lines it declines (bad JSON, rare
+    shapes) are parsed here by the Python path, which rejects with reasons. Line numbers are
+    1-based; `first_line` is the number of the block's first line.
+    Accounting: lines == events rows + rejects rows."""
+    if not native.available():
+        b = parse_block_py(bytes(buf), first_line, at_eof, rank_hint, host_hint)
+        return Block(_to_table(b.events), b.rejects, b.lines)
+    n, table, declined, in_order = native.scan(buf, first_line, rank_hint, host_hint)
+    if not len(declined):
+        return Block(table, rejects_frame([]), n, in_order)
+    offs = line_offsets(buf)
+    sub = b"".join([buf[offs[i] : offs[i + 1]] for i in declined])
+    slow = parse_block_py(sub, 0, at_eof, rank_hint, host_hint)
+    to_line = declined + first_line  # sub-block line i is block line declined[i]
+    rej = slow.rejects.with_columns(pl.Series("line", to_line[slow.rejects["line"].to_numpy()], dtype=pl.Int64))
+    if slow.events.height:
+        ev = slow.events.with_columns(pl.Series("line", to_line[slow.events["line"].to_numpy()], dtype=pl.Int64))
+        both = pa.concat_tables([table, _to_table(ev)])
+        table = both.take(pc.sort_indices(both["line"]))
+    assert table.num_rows + rej.height == n, (table.num_rows, rej.height, n)
+    return Block(table, rej, n, False)
+
+
+def _to_table(ev: pl.DataFrame) -> pa.Table:
+    """Canonical polars events -> the Arrow table of the whole event schema."""
+    return conform(ev).to_arrow().cast(native.arrow_schema())
+
+
+def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None, host_hint: str | None) -> Block:
+    """The pure-Python parse of one newline-aligned block (the reference the scanner must match).
+    Line numbers are 1-based; `first_line` is the number of the block's first line.
+    Accounting: lines == events.height + rejects.height."""
     if not buf:
         return Block(_empty_events(), rejects_frame([]), 0)
     offs = line_offsets(buf)
@@ -234,17 +281,17 @@ def _parse_fast(buf: bytes, offs: np.ndarray, idx: np.ndarray, n: int) -> tuple[
 def _with_unknown_fields(df: pl.DataFrame, lines: pl.Series, idx: np.ndarray) -> pl.DataFrame:
     """Add `fields`: top-level keys outside the known set, as a JSON object.
 
-    Cheap check first: a line's count of '":' (one per key, plus any inside values) must equal
+    Cheap check first: a line's count of '":' (one per key, spaces allowed before the colon, plus any inside values) must equal
     the count over the known values we parsed plus the number of known keys present. Lines that
     disagree (unknown keys, null values, odd spacing) are re-read with orjson to be sure.
     """
     text = lines.gather(idx).cast(pl.String, strict=False)
-    line_count = text.str.count_matches('":', literal=True).fill_null(0)
+    line_count = text.str.count_matches(KEY_COLON).fill_null(0)
     # Envelope values other than message/extra never contain '":' in practice; if one does, the
     # line is only re-checked with orjson (slower, still exact).
     known_count = df.select(
         pl.sum_horizontal(
-            [pl.col(c).str.count_matches('":', literal=True).fill_null(0) for c in ("message", "extra")]
+            [pl.col(c).str.count_matches(KEY_COLON).fill_null(0) for c in ("message", "extra")]
             + [pl.col(c).is_not_null().cast(pl.UInt32) for c in KNOWN_TOP]
         )
     ).to_series()

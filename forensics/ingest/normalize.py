@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import polars as pl
 
 from ..schema import ALIASES, ENVELOPE_ALIASES, FIELDS, LEVEL_ALIASES, EventSource, Level
@@ -20,6 +21,9 @@ from ..schema import ALIASES, ENVELOPE_ALIASES, FIELDS, LEVEL_ALIASES, EventSour
 # step, ...) goes verbatim to the `fields` JSON column, from which known metrics are typed.
 # Keep this list short: the NDJSON parser's cost grows with the width of the schema.
 KNOWN_TOP: list[str] = ["timestamp", "rank", "host", "level", "event", "message", "extra"]
+
+# A key's closing quote and its colon: counted to find objects with keys nobody asked for.
+KEY_COLON = r'"[ \t\r\n]*:'
 
 # Metric names looked for as `key=value` in free text.
 MESSAGE_KEYS: dict[str, tuple[str, float]] = {
@@ -107,18 +111,17 @@ def _parse_objects(obj: pl.Series, keys: list[str], prefix: str) -> pl.DataFrame
 
 def _unexplained(obj: pl.Series, df: pl.DataFrame) -> pl.Series:
     """Rows whose object has keys the parse was not asked for: each key contributes one '":'
-    to the text; the parsed values account for the ones inside them."""
-    total = obj.str.count_matches('":', literal=True)
+    to the text; the parsed values account for the ones inside them. (Series arithmetic, not
+    expressions: a key may be named "*" or "^.*$", which pl.col would read as a pattern.)"""
+    total = obj.str.count_matches(KEY_COLON).cast(pl.Int64)
     if not df.width:
         return total > 0
-    parsed = df.select(
-        pl.sum_horizontal(
-            [pl.col(c).is_not_null().cast(pl.UInt32) for c in df.columns]
-            + [pl.col(c).str.count_matches('":', literal=True).fill_null(0)
-               for c, t in df.schema.items() if t == pl.String()]
-        )
-    ).to_series()
-    return total.cast(pl.Int64) != parsed.cast(pl.Int64)
+    parsed = pl.Series(np.zeros(df.height, dtype=np.int64))
+    for s in df.get_columns():
+        parsed = parsed + s.is_not_null().cast(pl.Int64)
+        if s.dtype == pl.String():
+            parsed = parsed + s.str.count_matches(KEY_COLON).fill_null(0).cast(pl.Int64)
+    return total != parsed
 
 
 def extract_object(obj: pl.Series, prefix: str, envelope: bool = False) -> pl.DataFrame:
@@ -203,7 +206,8 @@ def _timestamps(col: pl.Series) -> pl.Series:
     ).to_series()
     if fast.null_count() == col.null_count():
         return fast.alias("timestamp")
-    return frame.select(parse_timestamp(pl.col("t"))).to_series().alias("timestamp")
+    # Row by row: a line's time must not depend on the other lines of its block.
+    return frame.select(pl.coalesce(fast, parse_timestamp(pl.col("t")))).to_series().alias("timestamp")
 
 
 def canonical(raw: pl.DataFrame, rank_hint: int | None, host_hint: str | None) -> pl.DataFrame:

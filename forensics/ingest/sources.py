@@ -181,6 +181,42 @@ def iter_chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
         rest = buf[cut + 1 :]
 
 
+def iter_blocks(stream: BinaryIO, size: int) -> Iterator[memoryview]:
+    """iter_chunks without the copies: blocks are views of two buffers used in turn, filled with
+    readinto. A block stays valid until the next-but-one block is produced -- the JSON-lines
+    reader looks one block ahead and is done with a block before it asks for the one after."""
+    bufs = [bytearray(size + (1 << 16)), bytearray(size + (1 << 16))]
+    turn = 0
+    rest = b""
+    eof = False
+    while not eof:
+        buf = bufs[turn]
+        need = len(rest) + size
+        if len(buf) < need:  # a line longer than a block: this buffer grows
+            buf = bufs[turn] = bytearray(need + (1 << 16))
+        buf[: len(rest)] = rest
+        filled = len(rest)
+        view = memoryview(buf)
+        while filled < need:
+            got = stream.readinto(view[filled:need])
+            if not got:
+                eof = True
+                break
+            filled += got
+        if filled == 0:
+            return
+        cut = buf.rfind(b"\n", 0, filled)
+        if eof:
+            yield view[:filled]
+            return
+        if cut < 0:  # no newline yet: keep reading into a bigger buffer
+            rest = bytes(buf[:filled])
+            continue
+        rest = bytes(buf[cut + 1 : filled])
+        yield view[: cut + 1]
+        turn ^= 1
+
+
 class RangeReader(io.RawIOBase):
     """A plain file restricted to [start, end): lets a worker read its chunk of a big file."""
 
@@ -199,6 +235,16 @@ class RangeReader(io.RawIOBase):
         b = self._f.read(n)
         self._left -= len(b)
         return b
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self._left <= 0:
+            return 0
+        mv = memoryview(b)
+        if len(mv) > self._left:
+            mv = mv[: self._left]
+        n = self._f.readinto(mv) or 0
+        self._left -= n
+        return n
 
     def close(self) -> None:
         self._f.close()

@@ -10,12 +10,15 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..schema import EVENT_SCHEMA, REJECT_SCHEMA, conform
+from ..schema import REJECT_SCHEMA, conform
 from .formats import ReaderContext, reader_for
+from .native import arrow_schema
 from .sources import RangeReader, open_binary
 
 ROW_GROUP = 128 * 1024
@@ -71,24 +74,47 @@ def _arrow_schema(schema: dict[str, pl.DataType]) -> pa.Schema:
     return pl.DataFrame(schema=schema).to_arrow().schema
 
 
-_EVENTS_ARROW = None
 _REJECTS_ARROW = None
+_ORDER = [("rank", "ascending"), ("timestamp", "ascending"), ("line", "ascending")]
 
 
-def _in_order(ev: pl.DataFrame) -> bool:
+def _in_order(t: pa.Table) -> bool:
     """Already sorted by (rank, timestamp, line)? One rank's file usually is: skip the sort."""
-    r, t = ev["rank"], ev["timestamp"]
-    if r.null_count() or t.null_count() or r.n_unique() != 1:
+    r, ts = t["rank"], t["timestamp"]
+    if r.null_count or ts.null_count:
         return False
-    return bool((t.to_physical().diff().drop_nulls() >= 0).all()) if ev.height > 1 else True
+    mm = pc.min_max(r)
+    if mm["min"] != mm["max"]:
+        return False
+    if t.num_rows < 2:
+        return True
+    v = ts.combine_chunks().cast(pa.int64())
+    return bool(pc.all(pc.greater_equal(v.slice(1), v.slice(0, len(v) - 1))).as_py())
+
+
+def _constant(value: str, n: int) -> pa.Array:
+    """n copies of one string (source_file, format) without n Python objects."""
+    b = value.encode()
+    offsets = np.arange(0, (n + 1) * len(b), len(b), dtype=np.int64) if b else np.zeros(n + 1, dtype=np.int64)
+    return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+
+
+def _events_table(block_events: pl.DataFrame | pa.Table, fmt: str) -> pa.Table:
+    """A reader's events as the Arrow table of the whole event schema."""
+    if isinstance(block_events, pa.Table):
+        return block_events
+    ev = conform(block_events)
+    if fmt != "jsonl":  # other readers name events from text and structure
+        ev = ev.with_columns(pl.col("event_source").fill_null("inferred"))
+    return ev.to_arrow().cast(arrow_schema())
 
 
 def run_unit(u: Unit) -> UnitResult:
     """Read the unit's bytes with its reader, write events/rejects parts, return the counts."""
-    global _EVENTS_ARROW, _REJECTS_ARROW
-    if _EVENTS_ARROW is None:
-        _EVENTS_ARROW = _arrow_schema(EVENT_SCHEMA)
+    global _REJECTS_ARROW
+    if _REJECTS_ARROW is None:
         _REJECTS_ARROW = _arrow_schema(REJECT_SCHEMA)
+    schema = arrow_schema()
     res = UnitResult(u.path, u.start, u.end)
     reader = reader_for(u.fmt)
     ctx = ReaderContext(
@@ -116,32 +142,27 @@ def run_unit(u: Unit) -> UnitResult:
         assert reader is not None, f"no reader for {u.fmt}"
         for block in reader(u.path, stream, ctx):
             res.lines += block.lines
-            ev = block.events
-            if ev.height:
-                ev = conform(ev.with_columns(pl.lit(u.path).alias("source_file"), pl.lit(u.fmt).alias("format")))
-                if u.fmt != "jsonl":  # other readers name events from text and structure
-                    ev = ev.with_columns(pl.col("event_source").fill_null("inferred"))
-                if not _in_order(ev):
-                    ev = ev.sort(["rank", "timestamp", "line"], nulls_last=True)
+            ev = _events_table(block.events, u.fmt)
+            if ev.num_rows:
+                n = ev.num_rows
+                ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), _constant(u.path, n))
+                ev = ev.set_column(schema.get_field_index("format"), schema.field("format"), _constant(u.fmt, n))
+                if not (block.in_order or _in_order(ev)):
+                    ev = ev.sort_by(_ORDER)  # nulls last (the default)
                 if ew is None:
-                    ew = pq.ParquetWriter(u.events_part, _EVENTS_ARROW, compression=COMPRESSION,
+                    ew = pq.ParquetWriter(u.events_part, schema, compression=COMPRESSION,
                                           compression_level=COMPRESSION_LEVEL, use_dictionary=DICTIONARY,
                                           write_statistics=STATISTICS)
-                ew.write_table(ev.to_arrow().cast(_EVENTS_ARROW), row_group_size=ROW_GROUP)
-                res.events += ev.height
-                stats = ev.select(
-                    pl.col("rank").unique().implode().alias("r"),
-                    pl.col("host").drop_nulls().unique().implode().alias("h"),
-                    pl.col("timestamp").min().alias("a"),
-                    pl.col("timestamp").max().alias("b"),
-                ).row(0)
-                ranks.update(x for x in stats[0] if x is not None)
-                hosts.update(stats[1])
-                if stats[2] is not None:
-                    tmin = stats[2] if tmin is None else min(tmin, stats[2])
-                    tmax = stats[3] if tmax is None else max(tmax, stats[3])
-                for k, v in ev["rank_source"].cast(pl.String).value_counts().iter_rows():
-                    srcs[k] = srcs.get(k, 0) + v
+                ew.write_table(ev, row_group_size=ROW_GROUP)
+                res.events += n
+                ranks.update(x for x in pc.unique(ev["rank"]).to_pylist() if x is not None)
+                hosts.update(x for x in pc.unique(ev["host"]).to_pylist() if x is not None)
+                mm = pc.min_max(ev["timestamp"]).as_py()
+                if mm["min"] is not None:
+                    tmin = mm["min"] if tmin is None else min(tmin, mm["min"])
+                    tmax = mm["max"] if tmax is None else max(tmax, mm["max"])
+                for item in pc.value_counts(ev["rank_source"].cast(pa.large_string())).to_pylist():
+                    srcs[item["values"]] = srcs.get(item["values"], 0) + item["counts"]
             rj = block.rejects
             if rj.height:
                 rj = rj.with_columns(pl.lit(u.path).alias("source_file")).select(list(REJECT_SCHEMA))

@@ -1,0 +1,113 @@
+"""The bridge to the compiled JSON-lines scanner (_scan.c): schema tables in, Arrow columns out.
+
+Owns: loading the extension, handing it the schema's names (metrics, aliases and unit factors,
+envelope keys, level spellings) and turning its buffers into an Arrow table of the event schema
+without copying the values. Must not parse anything itself: what the scanner declines goes back
+to jsonl.py by line index.
+
+`FORENSICS_NATIVE=0` turns the scanner off (the pure-Python path; same results, slower) -- the
+tests run both and compare them line by line.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from ..schema import ALIASES, ENVELOPE, ENVELOPE_ALIASES, EVENT_SCHEMA, FIELDS, LEVELS, RANK_SOURCES, EVENT_SOURCES
+from .normalize import _LEVELS, MESSAGE_KEYS
+
+try:  # built by `pip install` (setup.py); absent when running from a tree nobody built
+    from . import _scan
+except ImportError:  # pragma: no cover - depends on the install
+    _scan = None
+
+_KIND = {"Float64": 0, "Int64": 1, "Int32": 2, "String": 3}
+_E_ALIAS = 100
+
+
+def available() -> bool:
+    """Whether ingest uses the compiled scanner in this process."""
+    return _scan is not None and os.environ.get("FORENSICS_NATIVE", "1") != "0"
+
+
+def _configure() -> None:
+    names = list(FIELDS)
+    kinds = [_KIND[type(FIELDS[n].dtype).__name__] for n in names]
+    index = {n: i for i, n in enumerate(names)}
+    if len(ALIASES) >= 256:  # the scanner keeps one bit per alias for duplicate keys
+        raise RuntimeError("too many metric aliases for the native scanner")
+    aliases = [(a, index[canon], float(f), pos, int(a in MESSAGE_KEYS)) for pos, (a, (canon, f)) in enumerate(ALIASES.items())]
+    envelope = [(k, ENVELOPE.index(k)) for k in ENVELOPE]
+    envelope += [(k, _E_ALIAS) for k, canon in ENVELOPE_ALIASES.items() if k != canon]
+    levels = [(k, LEVELS.index(v)) for k, v in _LEVELS.items()]
+    _scan.configure(kinds, aliases, envelope, levels, index["step"], index["loss"])
+
+
+if _scan is not None:
+    _configure()
+
+_ARROW: pa.Schema | None = None
+
+
+def arrow_schema() -> pa.Schema:
+    """The event table's Arrow schema, as polars writes it (the store's Parquet schema)."""
+    global _ARROW
+    if _ARROW is None:
+        import polars as pl
+
+        _ARROW = pl.DataFrame(schema=EVENT_SCHEMA).to_arrow().schema
+    return _ARROW
+
+
+def _buf(b: bytes | None) -> pa.Buffer | None:
+    return None if b is None else pa.py_buffer(b)
+
+
+def _enum(n: int, codes, field: pa.Field, values: list[str]) -> pa.Array:
+    idx = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(codes)])
+    return pa.DictionaryArray.from_arrays(idx, pa.array(values, pa.large_string())).cast(field.type)
+
+
+def _strings(n: int, t: tuple) -> pa.Array:
+    valid, offsets, data, nulls = t
+    return pa.Array.from_buffers(pa.large_string(), n, [_buf(valid), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def scan(buf: bytes, first_line: int, rank_hint: int | None, host_hint: str | None):
+    """Scan a newline-aligned block. Returns (lines, table of the accepted lines in the event
+    schema with `source_file`/`format` null, in line order; indices of declined lines; whether
+    the table is already ordered by (rank, timestamp))."""
+    n_lines, rows, fallback, in_order, cols = _scan.scan(buf, first_line, rank_hint, host_hint)
+    schema = arrow_schema()
+    arrays: list[pa.Array] = []
+    metrics = cols["metrics"]
+    metric_pos = {name: i for i, name in enumerate(FIELDS)}
+    for f in schema:
+        name = f.name
+        if name in ("timestamp", "rank"):
+            valid, values, nulls = cols[name]
+            arrays.append(pa.Array.from_buffers(f.type, rows, [_buf(valid), pa.py_buffer(values)], null_count=nulls))
+        elif name == "rank_source":
+            arrays.append(_enum(rows, cols[name], f, RANK_SOURCES))
+        elif name == "level":
+            arrays.append(_enum(rows, cols[name], f, LEVELS))
+        elif name == "event_source":
+            arrays.append(_enum(rows, cols[name], f, EVENT_SOURCES))
+        elif name == "line":
+            arrays.append(pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(cols["line"])]))
+        elif name in ("host", "event", "message", "extra", "fields"):
+            arrays.append(_strings(rows, cols[name]))
+        elif name in metric_pos:
+            t = metrics[metric_pos[name]]
+            if len(t) == 4:
+                arrays.append(_strings(rows, t))
+            elif t[1] is None:
+                arrays.append(pa.nulls(rows, f.type))
+            else:
+                arrays.append(pa.Array.from_buffers(f.type, rows, [_buf(t[0]), pa.py_buffer(t[1])], null_count=t[2]))
+        else:  # local_rank, source_file, format: not known from a JSON line alone
+            arrays.append(pa.nulls(rows, f.type))
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    return n_lines, table, np.frombuffer(fallback, dtype=np.int64), bool(in_order)

@@ -1,0 +1,229 @@
+"""The compiled scanner (forensics/ingest/_scan.c) against the pure-Python path, line for line.
+
+The scanner may decline any line (the Python path then parses it); whatever it accepts must come
+out exactly as the Python path makes it. `extra` and `fields` are compared as JSON values: the
+scanner keeps the object's text as written, the Python path re-serialises it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import orjson
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forensics.ingest import native
+from forensics.ingest.jsonl import _to_table, parse_block_py, scan_block
+from forensics.ingest.normalize import MESSAGE_KEYS
+from forensics.schema import ALIASES, ENVELOPE_ALIASES, LEVEL_ALIASES
+
+pytestmark = pytest.mark.skipif(native._scan is None, reason="compiled scanner not built")
+
+REQUIRE_NATIVE = os.environ.get("CI") == "true"
+
+
+def test_scanner_is_built_where_ci_runs():
+    # CI installs with `pip install -e .`, which compiles the scanner; a silent fallback to the
+    # pure-Python path would leave it untested there.
+    if REQUIRE_NATIVE:
+        assert native.available()
+
+
+def _json_or_none(v):
+    """A JSON text as its value (so that spacing does not count); other text as itself."""
+    if v is None:
+        return None
+    try:
+        return ("json", orjson.loads(v))
+    except orjson.JSONDecodeError:
+        return ("text", v)
+
+
+def _same(a: pa.Table, b: pa.Table, buf: bytes) -> None:
+    assert a.schema == b.schema
+    assert a.num_rows == b.num_rows, (a.num_rows, b.num_rows)
+    for name in a.column_names:
+        x, y = a[name].to_pylist(), b[name].to_pylist()
+        if name in ("extra", "fields"):
+            x, y = [_json_or_none(v) for v in x], [_json_or_none(v) for v in y]
+        for i, (p, q) in enumerate(zip(x, y)):
+            same = p == q or (isinstance(p, float) and isinstance(q, float) and math.isnan(p) and math.isnan(q))
+            if not same:
+                line = a["line"][i].as_py()
+                raw = buf.split(b"\n")[line - 1]
+                raise AssertionError(f"column {name}, line {line}: native {p!r} != python {q!r}\n{raw!r}")
+
+
+def _compare(buf: bytes, rank_hint=None, host_hint=None) -> tuple[int, int]:
+    """Both paths on one block; returns (lines, lines the scanner declined)."""
+    got = scan_block(buf, 1, True, rank_hint, host_hint)
+    ref = parse_block_py(buf, 1, True, rank_hint, host_hint)
+    _same(got.events, _to_table(ref.events), buf)
+    assert got.rejects.sort("line").equals(ref.rejects.sort("line"))
+    assert got.lines == ref.lines
+    _, _, declined, _ = native.scan(buf, 1, rank_hint, host_hint)
+    return got.lines, len(declined)
+
+
+# ---------------------------------------------------------------- value strategies
+
+ISO = st.builds(
+    lambda y, mo, d, h, mi, s, frac, sep, zone: f"{y:04d}-{mo:02d}-{d:02d}{sep}{h:02d}:{mi:02d}:{s:02d}{frac}{zone}",
+    st.integers(1970, 2100), st.integers(1, 12), st.integers(1, 31), st.integers(0, 23), st.integers(0, 59),
+    st.integers(0, 60), st.sampled_from(["", ".1", ".014", ".123456", ".1234567", ".123456789", ".1234567891"]),
+    st.sampled_from(["T", " "]), st.sampled_from(["", "Z", "+00:00", "+02:00", "-05:30", "+0200", "+02", "z", " Z"]),
+)
+NUMBER_TEXT = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.integers(-10**20, 10**20).map(str),
+    st.sampled_from(["nan", "NaN", "inf", "-inf", "1e-4", "1E+05", ".5", "5.", "+3", "0x10", "1_000", "12/100",
+                     "3%", "2.5s", "", "-0", "007", "1e400", "abc", "1.0.0", "١٢"]),
+)
+SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=False, allow_infinity=False),
+    NUMBER_TEXT, st.text(max_size=12),
+)
+VALUE = st.recursive(SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+ALIAS_NAMES = sorted(ALIASES)
+MSG_NAMES = sorted(MESSAGE_KEYS)
+LEVEL_NAMES = sorted(LEVEL_ALIASES) + ["info", "Warning", "warn ", "trace", "verbose", ""]
+
+
+@st.composite
+def messages(draw):
+    parts = []
+    for _ in range(draw(st.integers(0, 5))):
+        kind = draw(st.integers(0, 4))
+        if kind == 0:
+            parts.append(draw(st.text(max_size=10)))
+        else:
+            key = draw(st.sampled_from(MSG_NAMES + ["xloss", "9step", "lossy"]))
+            val = draw(NUMBER_TEXT | st.sampled_from(["allreduce", "warmup", "a\u00a0b"]))
+            pre = draw(st.sampled_from(["", " ", ",", ";", "(", "[", "{", "|", ".", "-", "\t", "\u00a0", "x"]))
+            post = draw(st.sampled_from(["", " ", ",", ")", "]", "}", "|", ":", "\u2003"]))
+            parts.append(f"{pre}{key}={val}{post}")
+    return draw(st.sampled_from([" ", "", ", "])).join(parts)
+
+
+@st.composite
+def records(draw):
+    rec: dict = {}
+    if draw(st.booleans()):
+        rec["timestamp"] = draw(st.one_of(ISO, ISO, ISO, st.none(), st.integers(0, 2 * 10**12), st.floats(1e9, 2e9), st.text(max_size=8)))
+    if draw(st.booleans()):
+        rec["rank"] = draw(st.one_of(st.integers(-3, 70), st.integers(2**31 - 2, 2**31 + 2), st.sampled_from(["3", "03", "-1", "x", "", "3.0", " 3"]),
+                                     st.floats(0, 10), st.none()))
+    if draw(st.booleans()):
+        rec["host"] = draw(st.one_of(st.text(max_size=8), st.integers(0, 9), st.none()))
+    if draw(st.booleans()):
+        rec["level"] = draw(st.one_of(st.sampled_from(LEVEL_NAMES), st.none(), st.integers(0, 3)))
+    if draw(st.booleans()):
+        rec["event"] = draw(st.one_of(st.sampled_from(["TRAIN_STEP", "ALLREDUCE", "NCCL_TIMEOUT", "é\"\\"]), st.none(), st.integers(0, 3)))
+    if draw(st.booleans()):
+        rec["message"] = draw(st.one_of(messages(), messages(), st.none(), st.integers(0, 3), st.lists(st.integers(), max_size=2)))
+    if draw(st.booleans()):
+        extra = {}
+        for _ in range(draw(st.integers(0, 6))):
+            k = draw(st.sampled_from(ALIAS_NAMES + ["custom", "nested", "time", "msg"]))
+            extra[k] = draw(VALUE)
+        rec["extra"] = draw(st.one_of(st.just(extra), st.just(extra), st.none(), st.text(max_size=5), st.lists(st.integers(), max_size=2)))
+    for _ in range(draw(st.integers(0, 3))):
+        k = draw(st.sampled_from(ALIAS_NAMES + ["custom", "local_rank"] + sorted(ENVELOPE_ALIASES)))
+        if k not in rec:
+            rec[k] = draw(VALUE)
+    keys = list(rec)
+    order = draw(st.permutations(keys))
+    return {k: rec[k] for k in order}
+
+
+def _dump(rec: dict, style: int) -> bytes:
+    if style == 0:
+        try:
+            return orjson.dumps(rec)
+        except TypeError:  # an integer beyond 64 bits: json writes it
+            return json.dumps(rec, separators=(",", ":")).encode()
+    if style == 1:
+        return json.dumps(rec).encode()  # ", " and ": " separators
+    return json.dumps(rec, ensure_ascii=False, indent=None, separators=(" ,", " : ")).encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(st.tuples(records(), st.integers(0, 2)), min_size=1, max_size=25),
+       st.sampled_from([None, 5]), st.sampled_from([None, "nodeX"]), st.booleans())
+def test_scanner_matches_python_path(recs, rank_hint, host_hint, junk):
+    lines = [_dump(r, s) for r, s in recs]
+    if junk:
+        lines[len(lines) // 2 : len(lines) // 2] = [b"Traceback (most recent call last):", b"", b'{"rank": 1, "trunc', b"\xff\xfe{}"]
+    _compare(b"\n".join(lines) + b"\n", rank_hint, host_hint)
+
+
+def test_seed_lines_are_taken_by_the_scanner():
+    """The shapes of the seed schema and of flat metric lines must not fall back (speed)."""
+    buf = b"\n".join([
+        b'{"timestamp": "2025-06-12T02:00:00.014Z", "rank": 4, "host": "node0", "level": "INFO", "event": "GPU_STATS", "message": "gpu stats", "extra": {"gpu_util": 93.9, "mem_alloc": 40500, "temp_c": 65.7}}',
+        b'{"timestamp": "2025-06-12T02:00:00.896Z", "rank": 4, "level": "INFO", "event": "TRAIN_STEP", "message": "step=0 loss=2.8887 lr=1e-6", "extra": {"step_time_ms": 896.6, "stage": "warmup"}}',
+        b'{"timestamp":"2025-06-12T02:00:01","rank":"12","level":"warning","event":"NCCL_TIMEOUT","message":"Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE) ran for 600000 milliseconds","extra":{"timeout_ms":600000,"op":"allreduce","custom":{"a":[1,2]}}}',
+        b'{"loss": 2.31, "learning_rate": 1e-4, "epoch": 0.5, "step": 10, "grad_norm": 1.25}',
+        b'{"timestamp": "2025-06-12T02:00:02+08:00", "rank": 0, "event": "X", "message": "caf\\u00e9 \\"quoted\\" \\n line", "extra": null}',
+    ]) + b"\n"
+    lines, declined = _compare(buf)
+    assert (lines, declined) == (5, 0)
+
+
+def test_unusual_lines_fall_back_and_are_still_right():
+    buf = b"\n".join([
+        b'{"ts": "2025-06-12T02:00:00Z", "msg": "envelope aliases", "rank": 1}',
+        b'{"timestamp": 1749693600.5, "rank": 1, "loss": "nan"}',
+        b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "message": "loss=nan step=3"}',
+        b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "extra": {"step": 2.5}}',
+        b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "extra": {"loss": 1, "loss": 2}}',
+        b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "extra": "not an object"}',
+        b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "message": "\\ud83d\\ude00 surrogate pair"}',
+        b"not json at all",
+        b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "loss": 1.5, "trunc',
+    ])
+    lines, declined = _compare(buf)
+    assert lines == 9 and declined == 9
+
+
+def test_the_bench_generator_agrees(tmp_path):
+    """A realistic run (the bench's generator: every event type, the rare NCCL line)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    try:
+        from _data import write_rank  # type: ignore
+    finally:
+        sys.path.pop(0)
+    f = tmp_path / "rank_63.jsonl"
+    write_rank(f, 63, steps=600, ranks=64)
+    lines, declined = _compare(f.read_bytes())
+    assert declined == 0 and lines > 3000
+
+
+def _jsonl_files():
+    from pathlib import Path
+
+    from forensics.ingest.formats import sniff
+
+    root = Path(__file__).resolve().parents[1]
+    for base in (root / "sample_logs", root / "tests" / "fixtures"):
+        for f in sorted(base.rglob("*")):
+            if f.is_file() and f.stat().st_size < (8 << 20):
+                head = f.read_bytes()[:65536]
+                if sniff(head, str(f)) == "jsonl":
+                    yield f
+
+
+@pytest.mark.parametrize("path", list(_jsonl_files()), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shipped_logs_agree(path):
+    """Every JSON-lines file we ship (sample scenarios, real gloo runs): same table both ways."""
+    from forensics.ingest.sources import rank_from_path
+
+    lines, declined = _compare(path.read_bytes(), rank_from_path(str(path)), None)
+    assert lines > 0
