@@ -101,12 +101,20 @@ static inline uint32_t fnv(const char *s, size_t n) {
     return h ^ (h >> 13);
 }
 
+/* Short keys: a byte loop beats a call to memcmp. */
+static inline int key_eq(const char *a, int an, const char *b, size_t bn) {
+    if ((size_t)an != bn) return 0;
+    for (size_t i = 0; i < bn; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
 static Entry *lookup(const char *s, size_t n) {
     uint32_t h = fnv(s, n) & (HSIZE - 1);
     for (;;) {
         Entry *e = &g_tab[h];
         if (!e->name) return NULL;
-        if ((size_t)e->len == n && memcmp(e->name, s, n) == 0) return e;
+        if (key_eq(e->name, e->len, s, n)) return e;
         h = (h + 1) & (HSIZE - 1);
     }
 }
@@ -1131,11 +1139,18 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
 
     int level = 1; /* INFO */
     if (L->has_level) {
-        for (int k = 0; k < g_nlev; k++)
-            if ((size_t)g_lev[k].len == L->level.n && memcmp(g_lev[k].name, L->level.s, L->level.n) == 0) {
-                level = g_lev[k].code;
-                break;
-            }
+        /* logs repeat a handful of spellings: try the last one matched first */
+        static __thread int last = 0;
+        if (last < g_nlev && key_eq(g_lev[last].name, g_lev[last].len, L->level.s, L->level.n)) {
+            level = g_lev[last].code;
+        } else {
+            for (int k = 0; k < g_nlev; k++)
+                if (key_eq(g_lev[k].name, g_lev[k].len, L->level.s, L->level.n)) {
+                    level = g_lev[k].code;
+                    last = k;
+                    break;
+                }
+        }
     }
     o->level.p[row] = (char)level;
 
@@ -1241,6 +1256,20 @@ static PyObject *str_tuple(StrCol *c, int64_t n) {
                          (long long)c->nnull);
 }
 
+/* Lines in buf: newlines, plus one for a last line without its newline. */
+static int64_t count_lines(const char *buf, size_t len) {
+    int64_t n = 0;
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i nl = _mm_set1_epi8('\n');
+    for (; i + 16 <= len; i += 16)
+        n += __builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(buf + i)), nl)));
+#endif
+    for (; i < len; i++) n += buf[i] == '\n';
+    if (len && buf[len - 1] != '\n') n++;
+    return n;
+}
+
 /* scan(buf, first_line, rank_hint|None, host_hint|None)
  * -> (n_lines, rows, fallback_idx: bytes[int64], sorted, columns: dict) */
 static PyObject *scan(PyObject *self, PyObject *args) {
@@ -1278,12 +1307,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         L->nt = 0;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (const char *q = buf, *e = buf + len; q < e;) {
-        const char *nl = memchr(q, '\n', (size_t)(e - q));
-        nlines++;
-        if (!nl) break;
-        q = nl + 1;
-    }
+    nlines = count_lines(buf, len);
     if (!L || out_init(&o, nlines) || buf_reserve(&o.s[S_EXTRA].data, len) || buf_reserve(&o.s[S_MESSAGE].data, len / 2)) {
         rc = -1;
     } else {

@@ -29,7 +29,7 @@ class ReaderContext:
     first_line: int = 1            # number of the stream's first line in the file
     at_eof: bool = True            # the stream ends where the file ends
     gpu_map: dict[tuple[str | None, int], int] = field(default_factory=dict)  # (host, gpu) -> rank
-    block_bytes: int = 8 << 20
+    block_bytes: int = 4 << 20
 
 
 Reader = Callable[[str, BinaryIO, ReaderContext], Iterator[Block]]

@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -181,18 +182,29 @@ def iter_chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
         rest = buf[cut + 1 :]
 
 
+_LOCAL = threading.local()
+
+
+def _thread_buffers(size: int) -> list[bytearray]:
+    """This thread's two block buffers (allocated once per thread, not once per file)."""
+    bufs = getattr(_LOCAL, "bufs", None)
+    if bufs is None or len(bufs[0]) < size or len(bufs[0]) > 4 * size:
+        bufs = _LOCAL.bufs = [bytearray(size), bytearray(size)]
+    return bufs
+
+
 def iter_blocks(stream: BinaryIO, size: int) -> Iterator[memoryview]:
     """iter_chunks without the copies: blocks are views of two buffers used in turn, filled with
     readinto. A block stays valid until the next-but-one block is produced -- the JSON-lines
     reader looks one block ahead and is done with a block before it asks for the one after."""
-    bufs = [bytearray(size + (1 << 16)), bytearray(size + (1 << 16))]
+    bufs = _thread_buffers(size + (1 << 16))
     turn = 0
     rest = b""
     eof = False
     while not eof:
         buf = bufs[turn]
         need = len(rest) + size
-        if len(buf) < need:  # a line longer than a block: this buffer grows
+        if len(buf) < need:  # a line longer than a block: this buffer grows (for this file)
             buf = bufs[turn] = bytearray(need + (1 << 16))
         buf[: len(rest)] = rest
         filled = len(rest)

@@ -44,7 +44,7 @@ class Unit:
     events_part: str = ""     # absolute paths to write
     rejects_part: str = ""
     gpu_map: tuple[tuple[str | None, int, int], ...] = ()
-    block_bytes: int = 8 << 20
+    block_bytes: int = 4 << 20
 
 
 @dataclass
