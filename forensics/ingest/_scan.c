@@ -836,6 +836,15 @@ typedef struct {
 
 static inline void set_bit(Buf *b, int64_t i) { ((uint8_t *)b->p)[i >> 3] |= (uint8_t)(1u << (i & 7)); }
 
+/* Values under a null bit are never read (Arrow and Parquet skip them): no need to zero them. */
+static int alloc_raw(Buf *b, size_t n) {
+    b->p = malloc(n ? n : 1);
+    if (!b->p) return -1;
+    b->n = n;
+    b->cap = n ? n : 1;
+    return 0;
+}
+
 static int alloc_fixed(Buf *b, size_t n) {
     b->p = calloc(n ? n : 1, 1);
     if (!b->p) return -1;
@@ -845,7 +854,8 @@ static int alloc_fixed(Buf *b, size_t n) {
 }
 
 static int str_init(StrCol *c, int64_t cap) {
-    if (alloc_fixed(&c->off, (size_t)(cap + 1) * 8) || alloc_fixed(&c->valid, (size_t)(cap + 7) / 8)) return -1;
+    if (alloc_raw(&c->off, (size_t)(cap + 1) * 8) || alloc_fixed(&c->valid, (size_t)(cap + 7) / 8)) return -1;
+    ((int64_t *)c->off.p)[0] = 0;
     return 0;
 }
 
@@ -896,9 +906,9 @@ static int out_init(Out *o, int64_t cap) {
     o->last_rank = -1;
     o->last_ts = INT64_MIN;
     size_t vb = (size_t)(cap + 7) / 8;
-    if (alloc_fixed(&o->ts, (size_t)cap * 8) || alloc_fixed(&o->ts_valid, vb) || alloc_fixed(&o->rank, (size_t)cap * 4) ||
-        alloc_fixed(&o->rank_valid, vb) || alloc_fixed(&o->rank_src, (size_t)cap) || alloc_fixed(&o->level, (size_t)cap) ||
-        alloc_fixed(&o->event_src, (size_t)cap) || alloc_fixed(&o->line, (size_t)cap * 8))
+    if (alloc_raw(&o->ts, (size_t)cap * 8) || alloc_fixed(&o->ts_valid, vb) || alloc_raw(&o->rank, (size_t)cap * 4) ||
+        alloc_fixed(&o->rank_valid, vb) || alloc_raw(&o->rank_src, (size_t)cap) || alloc_raw(&o->level, (size_t)cap) ||
+        alloc_raw(&o->event_src, (size_t)cap) || alloc_raw(&o->line, (size_t)cap * 8))
         return -1;
     for (int i = 0; i < S_N; i++)
         if (str_init(&o->s[i], cap)) return -1;
@@ -906,7 +916,7 @@ static int out_init(Out *o, int64_t cap) {
         if (g_kind[i] == K_STR) {
             if (str_init(&o->txt[i], cap)) return -1;
         } else {
-            if (alloc_fixed(&o->num[i].val, (size_t)cap * (g_kind[i] == K_I32 ? 4 : 8)) || alloc_fixed(&o->num[i].valid, vb))
+            if (alloc_raw(&o->num[i].val, (size_t)cap * (g_kind[i] == K_I32 ? 4 : 8)) || alloc_fixed(&o->num[i].valid, vb))
                 return -1;
         }
     }
@@ -1250,6 +1260,8 @@ static PyObject *bytes_of(Buf *b, size_t n) {
 }
 
 static PyObject *str_tuple(StrCol *c, int64_t n) {
+    if (c->filled == 0 && n > 0) /* no value at all: Python makes a null array */
+        return Py_BuildValue("(OOOL)", Py_None, Py_None, Py_None, (long long)n);
     str_fill(c, n);
     PyObject *valid = c->nnull ? bytes_of(&c->valid, (size_t)(n + 7) / 8) : (Py_INCREF(Py_None), Py_None);
     return Py_BuildValue("(NNNL)", valid, bytes_of(&c->off, (size_t)(n + 1) * 8), bytes_of(&c->data, c->data.n),

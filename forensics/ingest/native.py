@@ -72,6 +72,8 @@ def _enum(n: int, codes, field: pa.Field, values: list[str]) -> pa.Array:
 
 def _strings(n: int, t: tuple) -> pa.Array:
     valid, offsets, data, nulls = t
+    if offsets is None:
+        return pa.nulls(n, pa.large_string())
     return pa.Array.from_buffers(pa.large_string(), n, [_buf(valid), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
