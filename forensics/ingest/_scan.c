@@ -69,6 +69,7 @@ enum { P_FIELDS = 0, P_EXTRA = 1, P_MSG = 2 };
 typedef struct {
     char *name;
     int len;
+    uint64_t w0, w1; /* the name's first 16 bytes, zero-padded (names up to 16 bytes) */
     int env;        /* E_* or -1 */
     int metric;     /* index into metrics, or -1 */
     double factor;
@@ -91,14 +92,41 @@ static Level g_lev[256];
 static int g_nlev = 0;
 static int g_minkey = 1 << 30, g_maxkey = 0;  /* message keys' length range */
 
-/* Cheap hash of a key: its length and three of its bytes (names are short and distinct enough;
- * lookups compare the whole name anyway). */
-static inline uint32_t fnv(const char *s, size_t n) {
-    if (!n) return 0;
-    uint32_t h = (uint32_t)n * 0x9E3779B1u;
-    h ^= ((uint32_t)(uint8_t)s[0] << 16) | ((uint32_t)(uint8_t)s[n - 1] << 8) | (uint8_t)s[n / 2];
-    h *= 0x85EBCA6Bu;
-    return h ^ (h >> 13);
+/* Keys up to 16 bytes are compared as two 64-bit words (zero-padded), and hashed from them. */
+static inline void key_words(const char *s, size_t n, size_t avail, uint64_t *w0, uint64_t *w1) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (avail >= 16) {
+        memcpy(w0, s, 8);
+        memcpy(w1, s + 8, 8);
+        if (n < 8) {
+            *w0 &= n ? (~0ull >> (64 - 8 * n)) : 0;
+            *w1 = 0;
+        } else if (n < 16) {
+            *w1 &= n > 8 ? (~0ull >> (64 - 8 * (n - 8))) : 0;
+        }
+        return;
+    }
+#endif
+    char tmp[16] = {0};
+    memcpy(tmp, s, n);
+    memcpy(w0, tmp, 8);
+    memcpy(w1, tmp + 8, 8);
+}
+
+static inline uint32_t mix(uint64_t h) {
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return (uint32_t)(h >> 32);
+}
+
+static inline uint32_t hash_long(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return mix(h);
+}
+
+static inline uint32_t hash_words(uint64_t w0, uint64_t w1, size_t n) {
+    return mix((w0 * 0x9E3779B97F4A7C15ull) ^ (w1 * 0xC2B2AE3D27D4EB4Full) ^ ((uint64_t)n << 56));
 }
 
 /* Short keys: a byte loop beats a call to memcmp. */
@@ -109,8 +137,20 @@ static inline int key_eq(const char *a, int an, const char *b, size_t bn) {
     return 1;
 }
 
-static Entry *lookup(const char *s, size_t n) {
-    uint32_t h = fnv(s, n) & (HSIZE - 1);
+/* The entry named s[0..n); `avail` bytes can be read from s (for the word loads). */
+static Entry *lookup(const char *s, size_t n, size_t avail) {
+    if (n <= 16) {
+        uint64_t w0, w1;
+        key_words(s, n, avail, &w0, &w1);
+        uint32_t h = hash_words(w0, w1, n) & (HSIZE - 1);
+        for (;;) {
+            Entry *e = &g_tab[h];
+            if (!e->name) return NULL;
+            if (e->w0 == w0 && e->w1 == w1 && (size_t)e->len == n) return e;
+            h = (h + 1) & (HSIZE - 1);
+        }
+    }
+    uint32_t h = hash_long(s, n) & (HSIZE - 1);
     for (;;) {
         Entry *e = &g_tab[h];
         if (!e->name) return NULL;
@@ -120,7 +160,9 @@ static Entry *lookup(const char *s, size_t n) {
 }
 
 static Entry *insert(const char *s, size_t n) {
-    uint32_t h = fnv(s, n) & (HSIZE - 1);
+    uint64_t w0 = 0, w1 = 0;
+    if (n <= 16) key_words(s, n, 0, &w0, &w1);
+    uint32_t h = (n <= 16 ? hash_words(w0, w1, n) : hash_long(s, n)) & (HSIZE - 1);
     for (int tries = 0; tries < HSIZE; tries++) {
         Entry *e = &g_tab[h];
         if (!e->name) {
@@ -129,6 +171,8 @@ static Entry *insert(const char *s, size_t n) {
             memcpy(e->name, s, n);
             e->name[n] = 0;
             e->len = (int)n;
+            e->w0 = w0;
+            e->w1 = w1;
             e->env = -1;
             e->metric = -1;
             e->factor = 1.0;
@@ -688,6 +732,20 @@ static inline void touch(Line *L, int m) {
     if (L->slot[m].prio == NO_VALUE) L->touched[L->nt++] = m;
 }
 
+/* Epoch number -> microseconds, as normalize.parse_timestamp: the magnitude says the unit
+ * (1.7e9 s, 1.7e12 ms, 1.7e15 us, 1.7e18 ns), rounded half to even; 0 when out of range. */
+static int epoch_us(double num, int64_t *out) {
+    double a = fabs(num), us;
+    if (a < 1e11) us = num * 1e6;
+    else if (a < 1e14) us = num * 1e3;
+    else if (a < 1e17) us = num;
+    else us = num / 1e3;
+    us = nearbyint(us);
+    if (!(us >= -9223372036854775808.0 && us < 9223372036854775808.0)) return 0;
+    *out = (int64_t)us;
+    return 1;
+}
+
 /* A metric value from JSON (prefix fields/extra). 0 ok (slot maybe set), -1 fallback. */
 static int put_metric(Line *L, Entry *e, int prefix, const Val *v) {
     int m = e->metric;
@@ -758,7 +816,7 @@ static int message_metrics(Line *L, const char *m, size_t n) {
             if (!opens(u[s - 1])) continue;
         }
         if (!((u[s] >= 'a' && u[s] <= 'z') || (u[s] >= 'A' && u[s] <= 'Z') || u[s] == '_')) continue;
-        Entry *e = lookup(m + s, kl);
+        Entry *e = lookup(m + s, kl, n - s);
         if (!e || !e->msg) continue;
         size_t j = i + 1;
         while (j < n && !closes(u[j]) && u[j] < 0x80) j++;
@@ -964,7 +1022,7 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
             if (c.p >= c.end || *c.p != ':') return 1;
             c.p++;
             skip_ws(&c);
-            Entry *e = lookup(ks, kn);
+            Entry *e = lookup(ks, kn, (size_t)(c.end - ks));
             if (e && e->env >= 0) {
                 if (e->env == E_ALIAS) return 1;
                 if (env_seen & (1u << e->env)) return 1;
@@ -994,7 +1052,7 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
                                 if (c.p >= c.end || *c.p != ':') return 1;
                                 c.p++;
                                 skip_ws(&c);
-                                Entry *xe = xesc ? NULL : lookup(xk, xkn);
+                                Entry *xe = xesc ? NULL : lookup(xk, xkn, (size_t)(c.end - xk));
                                 if (xesc) {
                                     /* an escaped key could spell a known name: the Python path decides */
                                     return 1;
@@ -1024,8 +1082,19 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
                     switch (e->env) {
                     case E_TS:
                         if (v.type == V_STR) {
-                            if (v.esc || parse_iso(v.s, v.n, &L->ts)) return 1;
-                            L->has_ts = 1;
+                            if (v.esc) return 1;
+                            if (parse_iso(v.s, v.n, &L->ts) == 0) {
+                                L->has_ts = 1;
+                            } else {
+                                double d;
+                                if (strict_decimal(v.s, v.n, &d)) return 1;
+                                L->has_ts = epoch_us(d, &L->ts);
+                            }
+                        } else if (v.type == V_NUM) {
+                            if (v.sig > 19 || v.n > 64) return 1;
+                            double d = to_double(v.s, v.n);
+                            if (!isfinite(d)) return 1;
+                            L->has_ts = epoch_us(d, &L->ts);
                         } else if (v.type != V_NULL) {
                             return 1;
                         }
@@ -1275,7 +1344,8 @@ static int64_t count_lines(const char *buf, size_t len) {
 #ifdef __SSE2__
     const __m128i nl = _mm_set1_epi8('\n');
     for (; i + 16 <= len; i += 16)
-        n += __builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(buf + i)), nl)));
+        for (unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(buf + i)), nl)); m; m &= m - 1)
+            n++; /* few bits set: cheaper than a popcount call where the CPU flag is not assumed */
 #endif
     for (; i < len; i++) n += buf[i] == '\n';
     if (len && buf[len - 1] != '\n') n++;
