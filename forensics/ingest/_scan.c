@@ -638,8 +638,7 @@ typedef struct {
     int64_t ts;
     int rank_state;    /* 0 absent/null, 1 value */
     int32_t rank;
-    Val host, event, message, level;
-    int has_host, has_event, has_message, has_level;
+    Val text[4];       /* host, level, event, message (index env - E_HOST); type V_NULL: absent */
     const char *extra_s;
     size_t extra_n;
     int nf;
@@ -925,24 +924,19 @@ static inline void str_fill(StrCol *c, int64_t row) {
     c->filled = row;
 }
 
-static inline int str_push(StrCol *c, int64_t row, const char *s, size_t n, int valid) {
-    if (!valid) return 0; /* a null: written by the next str_fill */
+/* Row `row` of a text column: s[0..n) as it is, or JSON-unescaped when esc. */
+static inline int str_set(StrCol *c, int64_t row, const char *s, size_t n, int esc) {
     str_fill(c, row);
-    if (buf_put(&c->data, s, n)) return -1;
+    if (esc ? unescape(&c->data, s, n) : buf_put(&c->data, s, n)) return -1;
     set_bit(&c->valid, row);
     ((int64_t *)c->off.p)[row + 1] = (int64_t)c->data.n;
     c->filled = row + 1;
     return 0;
 }
 
-static inline int str_push_unescaped(StrCol *c, int64_t row, const char *s, size_t n, int esc) {
-    if (!esc) return str_push(c, row, s, n, 1);
-    str_fill(c, row);
-    if (unescape(&c->data, s, n)) return -1;
-    set_bit(&c->valid, row);
-    ((int64_t *)c->off.p)[row + 1] = (int64_t)c->data.n;
-    c->filled = row + 1;
-    return 0;
+/* The same for text known to need no unescaping; a null (valid == 0) is written by str_fill. */
+static inline int str_push(StrCol *c, int64_t row, const char *s, size_t n, int valid) {
+    return valid ? str_set(c, row, s, n, 0) : 0;
 }
 
 static void out_free(Out *o) {
@@ -991,6 +985,58 @@ typedef struct {
     int has_host_hint;
 } Hints;
 
+/* `"key" :` and the blanks after it; the cursor ends on the value. An escaped key could spell a
+ * known name: -1, and the Python path decides. */
+static int read_key(Cur *c, const char **k, size_t *kn) {
+    int esc, ascii;
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != '"' || scan_string(c, k, kn, &esc, &ascii) || esc) return -1;
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != ':') return -1;
+    c->p++;
+    skip_ws(c);
+    return 0;
+}
+
+/* The `extra` object at c->p ('{'): its known keys typed (prefix extra), the whole kept as
+ * written. 0 ok, 1 fallback. */
+static int parse_extra(Cur *c, Line *L) {
+    const char *xs = c->p;
+    uint64_t saved[4]; /* duplicate keys are counted per object */
+    memcpy(saved, L->seen_alias, sizeof(saved));
+    memset(L->seen_alias, 0, sizeof(L->seen_alias));
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+    } else {
+        for (;;) {
+            const char *xk;
+            size_t xkn;
+            if (read_key(c, &xk, &xkn)) return 1;
+            Entry *xe = lookup(xk, xkn, (size_t)(c->end - xk));
+            if (xe && xe->metric >= 0) {
+                Val v;
+                if (scan_value(c, &v) || put_metric(L, xe, P_EXTRA, &v)) return 1;
+            } else if (skip_value(c, 1)) {
+                return 1;
+            }
+            skip_ws(c);
+            if (c->p >= c->end) return 1;
+            if (*c->p == ',') { c->p++; continue; }
+            if (*c->p == '}') { c->p++; break; }
+            return 1;
+        }
+    }
+    memcpy(L->seen_alias, saved, sizeof(saved));
+    L->extra_s = xs;
+    L->extra_n = (size_t)(c->p - xs);
+    return 0;
+}
+
+#define TEXT(env) (L->text[(env) - E_HOST])
+#define HAS(env) (TEXT(env).type == V_STR)
+
 /* Parse one line (without its newline). 0: emitted as row o->n; 1: fallback; -1: out of memory. */
 static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, const Hints *H) {
     while (n && (p[n - 1] == '\r')) n--;
@@ -1000,7 +1046,7 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
     L->nt = 0;
     L->has_ts = 0;
     L->rank_state = 0;
-    L->has_host = L->has_event = L->has_message = L->has_level = 0;
+    for (int k = 0; k < 4; k++) L->text[k].type = V_NULL;
     L->extra_s = NULL;
     L->nf = 0;
     memset(L->seen_alias, 0, sizeof(L->seen_alias));
@@ -1013,15 +1059,9 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
         c.p++;
     } else {
         for (;;) {
-            skip_ws(&c);
             const char *ks;
             size_t kn;
-            int kesc, kascii;
-            if (c.p >= c.end || *c.p != '"' || scan_string(&c, &ks, &kn, &kesc, &kascii) || kesc) return 1;
-            skip_ws(&c);
-            if (c.p >= c.end || *c.p != ':') return 1;
-            c.p++;
-            skip_ws(&c);
+            if (read_key(&c, &ks, &kn)) return 1;
             Entry *e = lookup(ks, kn, (size_t)(c.end - ks));
             if (e && e->env >= 0) {
                 if (e->env == E_ALIAS) return 1;
@@ -1032,47 +1072,7 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
                     if (*c.p == 'n') {
                         if (skip_value(&c, 0)) return 1;
                     } else if (*c.p == '{') {
-                        /* the extra object: known keys typed, the whole kept verbatim */
-                        const char *xs = c.p;
-                        c.p++;
-                        skip_ws(&c);
-                        uint64_t saved[4];
-                        memcpy(saved, L->seen_alias, sizeof(saved));
-                        memset(L->seen_alias, 0, sizeof(L->seen_alias));
-                        if (c.p < c.end && *c.p == '}') {
-                            c.p++;
-                        } else {
-                            for (;;) {
-                                skip_ws(&c);
-                                const char *xk;
-                                size_t xkn;
-                                int xesc, xascii;
-                                if (c.p >= c.end || *c.p != '"' || scan_string(&c, &xk, &xkn, &xesc, &xascii)) return 1;
-                                skip_ws(&c);
-                                if (c.p >= c.end || *c.p != ':') return 1;
-                                c.p++;
-                                skip_ws(&c);
-                                Entry *xe = xesc ? NULL : lookup(xk, xkn, (size_t)(c.end - xk));
-                                if (xesc) {
-                                    /* an escaped key could spell a known name: the Python path decides */
-                                    return 1;
-                                }
-                                if (xe && xe->metric >= 0) {
-                                    Val v;
-                                    if (scan_value(&c, &v) || put_metric(L, xe, P_EXTRA, &v)) return 1;
-                                } else if (skip_value(&c, 1)) {
-                                    return 1;
-                                }
-                                skip_ws(&c);
-                                if (c.p >= c.end) return 1;
-                                if (*c.p == ',') { c.p++; continue; }
-                                if (*c.p == '}') { c.p++; break; }
-                                return 1;
-                            }
-                        }
-                        memcpy(L->seen_alias, saved, sizeof(saved));
-                        L->extra_s = xs;
-                        L->extra_n = (size_t)(c.p - xs);
+                        if (parse_extra(&c, L)) return 1;
                     } else {
                         return 1; /* extra that is not an object: the Python path keeps it as text */
                     }
@@ -1126,21 +1126,10 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
                         }
                         break;
                     }
-                    case E_HOST:
-                        if (v.type == V_STR) { L->host = v; L->has_host = 1; }
-                        else if (v.type != V_NULL) return 1;
-                        break;
-                    case E_LEVEL:
-                        if (v.type == V_STR) { if (v.esc) return 1; L->level = v; L->has_level = 1; }
-                        else if (v.type != V_NULL) return 1;
-                        break;
-                    case E_EVENT:
-                        if (v.type == V_STR) { L->event = v; L->has_event = 1; }
-                        else if (v.type != V_NULL) return 1;
-                        break;
-                    case E_MESSAGE:
-                        if (v.type == V_STR) { L->message = v; L->has_message = 1; }
-                        else if (v.type != V_NULL) return 1;
+                    default: /* host, level, event, message: a string or null */
+                        if (v.type == V_NULL) break;
+                        if (v.type != V_STR || (e->env == E_LEVEL && v.esc)) return 1;
+                        L->text[e->env - E_HOST] = v;
                         break;
                     }
                 }
@@ -1172,14 +1161,14 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
     const char *msg = NULL;
     size_t msgn = 0;
     o->scratch.n = 0;
-    if (L->has_message) {
-        if (L->message.esc) {
-            if (unescape(&o->scratch, L->message.s, L->message.n)) return -1;
+    if (HAS(E_MESSAGE)) {
+        if (TEXT(E_MESSAGE).esc) {
+            if (unescape(&o->scratch, TEXT(E_MESSAGE).s, TEXT(E_MESSAGE).n)) return -1;
             msg = o->scratch.p;
             msgn = o->scratch.n;
         } else {
-            msg = L->message.s;
-            msgn = L->message.n;
+            msg = TEXT(E_MESSAGE).s;
+            msgn = TEXT(E_MESSAGE).n;
         }
         if (memchr(msg, '=', msgn) && message_metrics(L, msg, msgn)) return 1;
     }
@@ -1213,18 +1202,18 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
         else { o->last_rank = rk[row]; o->last_ts = L->ts; }
     }
     int rc = 0;
-    if (L->has_host) rc |= str_push_unescaped(&o->s[S_HOST], row, L->host.s, L->host.n, L->host.esc);
+    if (HAS(E_HOST)) rc |= str_set(&o->s[S_HOST], row, TEXT(E_HOST).s, TEXT(E_HOST).n, TEXT(E_HOST).esc);
     else rc |= str_push(&o->s[S_HOST], row, H->host_hint, H->host_hint_n, H->has_host_hint);
 
     int level = 1; /* INFO */
-    if (L->has_level) {
+    if (HAS(E_LEVEL)) {
         /* logs repeat a handful of spellings: try the last one matched first */
         static __thread int last = 0;
-        if (last < g_nlev && key_eq(g_lev[last].name, g_lev[last].len, L->level.s, L->level.n)) {
+        if (last < g_nlev && key_eq(g_lev[last].name, g_lev[last].len, TEXT(E_LEVEL).s, TEXT(E_LEVEL).n)) {
             level = g_lev[last].code;
         } else {
             for (int k = 0; k < g_nlev; k++)
-                if (key_eq(g_lev[k].name, g_lev[k].len, L->level.s, L->level.n)) {
+                if (key_eq(g_lev[k].name, g_lev[k].len, TEXT(E_LEVEL).s, TEXT(E_LEVEL).n)) {
                     level = g_lev[k].code;
                     last = k;
                     break;
@@ -1233,15 +1222,15 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
     }
     o->level.p[row] = (char)level;
 
-    if (L->has_event) {
-        rc |= str_push_unescaped(&o->s[S_EVENT], row, L->event.s, L->event.n, L->event.esc);
+    if (HAS(E_EVENT)) {
+        rc |= str_set(&o->s[S_EVENT], row, TEXT(E_EVENT).s, TEXT(E_EVENT).n, TEXT(E_EVENT).esc);
         o->event_src.p[row] = 0; /* record */
     } else {
         int is_step = (g_step >= 0 && L->slot[g_step].prio < NO_VALUE) || (g_loss >= 0 && L->slot[g_loss].prio < NO_VALUE);
         rc |= is_step ? str_push(&o->s[S_EVENT], row, "TRAIN_STEP", 10, 1) : str_push(&o->s[S_EVENT], row, "METRICS", 7, 1);
         o->event_src.p[row] = 1; /* inferred */
     }
-    if (L->has_message) rc |= str_push(&o->s[S_MESSAGE], row, msg, msgn, 1);
+    if (HAS(E_MESSAGE)) rc |= str_push(&o->s[S_MESSAGE], row, msg, msgn, 1);
     else rc |= str_push(&o->s[S_MESSAGE], row, NULL, 0, 0);
 
     for (int k = 0; k < L->nt; k++) {
@@ -1250,7 +1239,7 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
         if (sl->prio >= NO_VALUE) continue;
         if (g_kind[m] == K_STR) {
             if (sl->from_msg) rc |= str_push(&o->txt[m], row, msg + (size_t)sl->s, sl->n, 1);
-            else rc |= str_push_unescaped(&o->txt[m], row, sl->s, sl->n, sl->esc);
+            else rc |= str_set(&o->txt[m], row, sl->s, sl->n, sl->esc);
             continue;
         }
         if (g_kind[m] == K_F64) ((double *)o->num[m].val.p)[row] = sl->num;
