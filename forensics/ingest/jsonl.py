@@ -208,6 +208,7 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
     if raw_df is not None and raw_df.height:
         raw_df = raw_df.with_columns(pl.Series("line", fast_idx + first_line, dtype=pl.Int64))
         raw_df = _with_unknown_fields(raw_df, lines, fast_idx)
+        raw_df = _repair_nested(raw_df, lines, fast_idx)
         frames.append(raw_df)
     if objs_slow:
         idx = np.array(sorted(objs_slow), dtype=np.int64)
@@ -306,6 +307,29 @@ def _with_unknown_fields(df: pl.DataFrame, lines: pl.Series, idx: np.ndarray) ->
         except orjson.JSONDecodeError:
             pass
     return df.with_columns(pl.Series("fields", fields, dtype=pl.String))
+
+
+def _repair_nested(df: pl.DataFrame, lines: pl.Series, idx: np.ndarray) -> pl.DataFrame:
+    """Objects and arrays read as String (`extra` above all) come back from polars re-serialised
+    without escaping: a backslash, quote or control character inside a string value makes
+    broken JSON (measured: {"file": "\\\\"} -> {"file": "\\"}), and the typed metrics of that
+    object were lost. Only a line with a backslash can hold such a value: those are re-read with
+    orjson and their nested values written again."""
+    rows = np.flatnonzero(lines.gather(idx).bin.contains(b"\\").to_numpy())
+    if not len(rows):
+        return df
+    cols: dict[str, list[str | None]] = {}
+    for pos, raw in zip(rows, lines.gather(idx[rows]).to_list()):
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        for k in KNOWN_TOP:
+            v = obj.get(k) if isinstance(obj, dict) else None
+            if isinstance(v, (dict, list)):
+                col = cols.setdefault(k, df[k].to_list())
+                col[int(pos)] = _stringify(v)
+    return df.with_columns([pl.Series(k, v, dtype=pl.String) for k, v in cols.items()]) if cols else df
 
 
 def _empty_events() -> pl.DataFrame:
