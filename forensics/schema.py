@@ -179,6 +179,17 @@ def normalize_level() -> pl.Expr:
     return up.replace_strict(LEVEL_ALIASES, default="INFO", return_dtype=pl.String).cast(Level)
 
 
+_ARROW: dict[str, object] = {}
+
+
+def arrow_schema(table: str = "events"):
+    """EVENT_SCHEMA ("events") or REJECT_SCHEMA ("rejects") as the Arrow schema polars writes
+    (the store's Parquet schema; enums keep their values in the field metadata)."""
+    if table not in _ARROW:
+        _ARROW[table] = pl.DataFrame(schema=EVENT_SCHEMA if table == "events" else REJECT_SCHEMA).to_arrow().schema
+    return _ARROW[table]
+
+
 def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
 

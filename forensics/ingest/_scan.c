@@ -623,12 +623,11 @@ static int strict_decimal(const char *s, size_t n, double *out) {
 /* ------------------------------------------------------------------ per-line state */
 
 typedef struct {
-    int prio;          /* INT_MAX: null */
+    int prio;          /* NO_VALUE: null */
     double num;
-    const char *s;     /* text metrics: bytes (raw if esc, else final) */
+    const char *s;     /* text metrics: bytes in the line or the unescaped message (raw if esc) */
     size_t n;
     int esc;
-    int from_msg;      /* s points into the message scratch, at offset (size_t)s */
 } Slot;
 
 typedef struct {
@@ -757,11 +756,11 @@ static int put_metric(Line *L, Entry *e, int prefix, const Val *v) {
     if (v->type == V_NULL) return 0;
     if (g_kind[m] == K_STR) {
         if (v->type == V_STR) {
-            if (prio < sl->prio) { touch(L, m); sl->prio = prio; sl->s = v->s; sl->n = v->n; sl->esc = v->esc; sl->from_msg = 0; }
+            if (prio < sl->prio) { touch(L, m); sl->prio = prio; sl->s = v->s; sl->n = v->n; sl->esc = v->esc; }
             return 0;
         }
         if (v->type == V_NUM && v->plain_int && !(v->n == 2 && v->s[0] == '-' && v->s[1] == '0')) {
-            if (prio < sl->prio) { touch(L, m); sl->prio = prio; sl->s = v->s; sl->n = v->n; sl->esc = 0; sl->from_msg = 0; }
+            if (prio < sl->prio) { touch(L, m); sl->prio = prio; sl->s = v->s; sl->n = v->n; sl->esc = 0; }
             return 0;
         }
         return -1;
@@ -834,10 +833,9 @@ static int message_metrics(Line *L, const char *m, size_t n) {
         if (g_kind[e->metric] == K_STR) {
             touch(L, e->metric);
             sl->prio = prio;
-            sl->s = (const char *)(size_t)(v - m);
+            sl->s = v; /* the message stays where it is until the line is emitted */
             sl->n = vn;
             sl->esc = 0;
-            sl->from_msg = 1;
             continue;
         }
         double d;
@@ -1239,8 +1237,7 @@ static int do_line(Out *o, Line *L, const char *p, size_t n, int64_t line_no, co
         Slot *sl = &L->slot[m];
         if (sl->prio >= NO_VALUE) continue;
         if (g_kind[m] == K_STR) {
-            if (sl->from_msg) rc |= str_push(&o->txt[m], row, msg + (size_t)sl->s, sl->n, 1);
-            else rc |= str_set(&o->txt[m], row, sl->s, sl->n, sl->esc);
+            rc |= str_set(&o->txt[m], row, sl->s, sl->n, sl->esc);
             continue;
         }
         if (g_kind[m] == K_F64) ((double *)o->num[m].val.p)[row] = sl->num;

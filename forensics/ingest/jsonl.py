@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..schema import RAW_LIMIT, REJECT_SCHEMA, conform
+from ..schema import RAW_LIMIT, REJECT_SCHEMA, arrow_schema, conform
 from . import native
 from .normalize import KEY_COLON, KNOWN_TOP, canonical
 
@@ -36,7 +36,7 @@ class Block:
     events: pl.DataFrame | pa.Table
     rejects: pl.DataFrame      # REJECT_SCHEMA minus source_file
     lines: int                 # lines read in this block
-    in_order: bool = False     # events already ordered by (rank, timestamp)
+    in_order: bool | None = None  # events ordered by (rank, timestamp)? None: not known
 
 
 def line_offsets(buf: bytes) -> np.ndarray:
@@ -137,12 +137,12 @@ def scan_block(buf: bytes | memoryview, first_line: int, at_eof: bool, rank_hint
         both = pa.concat_tables([table, _to_table(ev)])
         table = both.take(pc.sort_indices(both["line"]))
     assert table.num_rows + rej.height == n, (table.num_rows, rej.height, n)
-    return Block(table, rej, n, False)
+    return Block(table, rej, n)
 
 
 def _to_table(ev: pl.DataFrame) -> pa.Table:
     """Canonical polars events -> the Arrow table of the whole event schema."""
-    return conform(ev).to_arrow().cast(native.arrow_schema())
+    return conform(ev).to_arrow().cast(arrow_schema())
 
 
 def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None, host_hint: str | None) -> Block:

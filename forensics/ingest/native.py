@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from ..schema import ALIASES, ENVELOPE, ENVELOPE_ALIASES, EVENT_SCHEMA, FIELDS, LEVELS, RANK_SOURCES, EVENT_SOURCES
+from ..schema import ALIASES, ENVELOPE, ENVELOPE_ALIASES, EVENT_SOURCES, FIELDS, LEVELS, RANK_SOURCES, arrow_schema
 from .normalize import _LEVELS, MESSAGE_KEYS
 
 try:  # built by `pip install` (setup.py); absent when running from a tree nobody built
@@ -48,26 +48,22 @@ def _configure() -> None:
 if _scan is not None:
     _configure()
 
-_ARROW: pa.Schema | None = None
-
-
-def arrow_schema() -> pa.Schema:
-    """The event table's Arrow schema, as polars writes it (the store's Parquet schema)."""
-    global _ARROW
-    if _ARROW is None:
-        import polars as pl
-
-        _ARROW = pl.DataFrame(schema=EVENT_SCHEMA).to_arrow().schema
-    return _ARROW
+_METRIC_POS = {name: i for i, name in enumerate(FIELDS)}  # the scanner's metric order
+_ENUMS = {"rank_source": RANK_SOURCES, "level": LEVELS, "event_source": EVENT_SOURCES}
+_DICTIONARIES: dict[str, pa.Array] = {}
 
 
 def _buf(b: bytes | None) -> pa.Buffer | None:
     return None if b is None else pa.py_buffer(b)
 
 
-def _enum(n: int, codes, field: pa.Field, values: list[str]) -> pa.Array:
+def _enum(n: int, codes, field: pa.Field) -> pa.Array:
+    """uint8 codes into the enum's values -> the dictionary column polars writes for an Enum."""
+    values = _DICTIONARIES.get(field.name)
+    if values is None:
+        values = _DICTIONARIES[field.name] = pa.array(_ENUMS[field.name], pa.large_string())
     idx = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(codes)])
-    return pa.DictionaryArray.from_arrays(idx, pa.array(values, pa.large_string())).cast(field.type)
+    return pa.DictionaryArray.from_arrays(idx, values).cast(field.type)
 
 
 def _strings(n: int, t: tuple) -> pa.Array:
@@ -85,24 +81,19 @@ def scan(buf: bytes, first_line: int, rank_hint: int | None, host_hint: str | No
     schema = arrow_schema()
     arrays: list[pa.Array] = []
     metrics = cols["metrics"]
-    metric_pos = {name: i for i, name in enumerate(FIELDS)}
     for f in schema:
         name = f.name
         if name in ("timestamp", "rank"):
             valid, values, nulls = cols[name]
             arrays.append(pa.Array.from_buffers(f.type, rows, [_buf(valid), pa.py_buffer(values)], null_count=nulls))
-        elif name == "rank_source":
-            arrays.append(_enum(rows, cols[name], f, RANK_SOURCES))
-        elif name == "level":
-            arrays.append(_enum(rows, cols[name], f, LEVELS))
-        elif name == "event_source":
-            arrays.append(_enum(rows, cols[name], f, EVENT_SOURCES))
+        elif name in _ENUMS:
+            arrays.append(_enum(rows, cols[name], f))
         elif name == "line":
             arrays.append(pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(cols["line"])]))
         elif name in ("host", "event", "message", "extra", "fields"):
             arrays.append(_strings(rows, cols[name]))
-        elif name in metric_pos:
-            t = metrics[metric_pos[name]]
+        elif name in _METRIC_POS:
+            t = metrics[_METRIC_POS[name]]
             if len(t) == 4:
                 arrays.append(_strings(rows, t))
             elif t[1] is None:

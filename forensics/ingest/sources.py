@@ -165,21 +165,10 @@ def host_from_path(path: str) -> str | None:
 
 
 def iter_chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
-    """Blocks of about `size` bytes that end on a newline (the last one may not)."""
-    rest = b""
-    while True:
-        block = stream.read(size)
-        if not block:
-            if rest:
-                yield rest
-            return
-        buf = rest + block if rest else block
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            rest = buf
-            continue
-        yield buf[: cut + 1]
-        rest = buf[cut + 1 :]
+    """Blocks of about `size` bytes that end on a newline (the last one may not), as bytes the
+    caller may keep (iter_blocks on buffers of its own, one copy per block)."""
+    for view in iter_blocks(stream, size, reuse=False):
+        yield bytes(view)
 
 
 _LOCAL = threading.local()
@@ -193,11 +182,14 @@ def _thread_buffers(size: int) -> list[bytearray]:
     return bufs
 
 
-def iter_blocks(stream: BinaryIO, size: int) -> Iterator[memoryview]:
-    """iter_chunks without the copies: blocks are views of two buffers used in turn, filled with
-    readinto. A block stays valid until the next-but-one block is produced -- the JSON-lines
-    reader looks one block ahead and is done with a block before it asks for the one after."""
-    bufs = _thread_buffers(size + (1 << 16))
+def iter_blocks(stream: BinaryIO, size: int, reuse: bool = True) -> Iterator[memoryview]:
+    """Blocks of about `size` bytes that end on a newline (the last one may not), without copies:
+    views of two buffers used in turn, filled with readinto. A block stays valid until the
+    next-but-one block is produced -- the JSON-lines reader looks one block ahead and is done
+    with a block before it asks for the one after. `reuse`: this thread's buffers (one reader at
+    a time per thread, as in run_unit), else new ones."""
+    n = size + (1 << 16)
+    bufs = _thread_buffers(n) if reuse else [bytearray(n), bytearray(n)]
     turn = 0
     rest = b""
     eof = False

@@ -16,9 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..schema import REJECT_SCHEMA, conform
+from ..schema import REJECT_SCHEMA, arrow_schema, conform
 from .formats import ReaderContext, reader_for
-from .native import arrow_schema
 from .sources import RangeReader, open_binary
 
 ROW_GROUP = 128 * 1024
@@ -72,11 +71,6 @@ class UnitResult:
         return asdict(self)
 
 
-def _arrow_schema(schema: dict[str, pl.DataType]) -> pa.Schema:
-    return pl.DataFrame(schema=schema).to_arrow().schema
-
-
-_REJECTS_ARROW = None
 _ORDER = [("rank", "ascending"), ("timestamp", "ascending"), ("line", "ascending")]
 
 
@@ -113,9 +107,6 @@ def _events_table(block_events: pl.DataFrame | pa.Table, fmt: str) -> pa.Table:
 
 def run_unit(u: Unit) -> UnitResult:
     """Read the unit's bytes with its reader, write events/rejects parts, return the counts."""
-    global _REJECTS_ARROW
-    if _REJECTS_ARROW is None:
-        _REJECTS_ARROW = _arrow_schema(REJECT_SCHEMA)
     schema = arrow_schema()
     res = UnitResult(u.path, u.start, u.end)
     reader = reader_for(u.fmt)
@@ -149,7 +140,7 @@ def run_unit(u: Unit) -> UnitResult:
                 n = ev.num_rows
                 ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), _constant(u.path, n))
                 ev = ev.set_column(schema.get_field_index("format"), schema.field("format"), _constant(u.fmt, n))
-                if not (block.in_order or _in_order(ev)):
+                if not (_in_order(ev) if block.in_order is None else block.in_order):
                     ev = ev.sort_by(_ORDER)  # nulls last (the default)
                 if ew is None:
                     ew = pq.ParquetWriter(u.events_part, schema, compression=COMPRESSION,
@@ -169,8 +160,8 @@ def run_unit(u: Unit) -> UnitResult:
             if rj.height:
                 rj = rj.with_columns(pl.lit(u.path).alias("source_file")).select(list(REJECT_SCHEMA))
                 if rw is None:
-                    rw = pq.ParquetWriter(u.rejects_part, _REJECTS_ARROW, compression=COMPRESSION)
-                rw.write_table(rj.to_arrow().cast(_REJECTS_ARROW))
+                    rw = pq.ParquetWriter(u.rejects_part, arrow_schema("rejects"), compression=COMPRESSION)
+                rw.write_table(rj.to_arrow().cast(arrow_schema("rejects")))
                 res.rejected += rj.height
                 for k, v in rj["reason"].value_counts().iter_rows():
                     res.rejected_by_reason[k] = res.rejected_by_reason.get(k, 0) + v
