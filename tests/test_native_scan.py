@@ -62,7 +62,7 @@ def _same(a: pa.Table, b: pa.Table, buf: bytes) -> None:
     assert a.schema == b.schema
     assert a.num_rows == b.num_rows, (a.num_rows, b.num_rows)
     for name in a.column_names:
-        if name == "timestamp":  # as integers: a far-future epoch is beyond Python's datetime
+        if name == "timestamp":  # as integers (exact; a far-future epoch is beyond Python's datetime)
             x, y = a[name].cast(pa.int64()).to_pylist(), b[name].cast(pa.int64()).to_pylist()
         else:
             x, y = a[name].to_pylist(), b[name].to_pylist()
@@ -70,9 +70,6 @@ def _same(a: pa.Table, b: pa.Table, buf: bytes) -> None:
             x, y = [_json_or_none(v) for v in x], [_json_or_none(v) for v in y]
         for i, (p, q) in enumerate(zip(x, y)):
             same = p == q or (isinstance(p, float) and isinstance(q, float) and math.isnan(p) and math.isnan(q))
-            # Epoch nanoseconds: polars divides by 1e3 as a multiplication by 0.001, which can land
-            # 1 us off (and differently for one line than for a block); the scanner divides.
-            same = same or (name == "timestamp" and p is not None and q is not None and abs(p - q) <= 1 and abs(p) > 10**17 / 1000)
             if not same:
                 line = a["line"][i].as_py()
                 raw = buf.split(b"\n")[line - 1]
@@ -238,8 +235,9 @@ def test_scanner_matches_python_path(recs, rank_hint, host_hint, junk):
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.tuples(clean_records(), st.integers(0, 2)), min_size=1, max_size=40), st.sampled_from([None, 7]))
 def test_scanner_matches_python_path_on_ordinary_lines(recs, rank_hint):
-    lines, declined = _compare(b"\n".join(_dump(r, s) for r, s in recs) + b"\n", rank_hint, None)
-    assert declined < lines or lines <= 2  # most ordinary lines are the scanner's
+    # (How many lines the scanner takes is held by test_seed_lines_are_taken_by_the_scanner: a
+    # random example may be all declines -- 1.5 for an integer metric, a surrogate-pair escape.)
+    _compare(b"\n".join(_dump(r, s) for r, s in recs) + b"\n", rank_hint, None)
 
 
 @needs_scanner
