@@ -292,12 +292,11 @@ static inline int utf8_len(const unsigned char *s, const unsigned char *end) {
 }
 
 /* A string token at c->p ('"'). Sets [*s, *s+*n) to the raw contents (between the quotes),
- * *esc when it holds escapes, *ascii when every byte is ASCII. 0 ok, -1 fallback. */
-static int scan_string(Cur *c, const char **s, size_t *n, int *esc, int *ascii) {
+ * *esc when it holds escapes. 0 ok, -1 fallback. */
+static int scan_string(Cur *c, const char **s, size_t *n, int *esc) {
     const unsigned char *p = (const unsigned char *)c->p + 1, *end = (const unsigned char *)c->end;
     *s = (const char *)p;
     *esc = 0;
-    *ascii = 1;
     while (p < end) {
 #ifdef __SSE2__
         /* 16 bytes at a time while none is '"', '\\', a control byte or non-ASCII */
@@ -334,7 +333,6 @@ static int scan_string(Cur *c, const char **s, size_t *n, int *esc, int *ascii) 
                     v = v * 16 + h;
                 }
                 if (v >= 0xD800 && v <= 0xDFFF) return -1; /* surrogates: leave to the Python path */
-                if (v >= 0x80) *ascii = 0;
                 p += 6;
                 continue;
             }
@@ -348,7 +346,6 @@ static int scan_string(Cur *c, const char **s, size_t *n, int *esc, int *ascii) 
         if (ch >= 0x80) {
             int k = utf8_len(p, end);
             if (!k) return -1;
-            *ascii = 0;
             p += k;
             continue;
         }
@@ -460,8 +457,8 @@ static int skip_container(Cur *c, int depth, char close) {
         if (close == '}') {
             const char *ks;
             size_t kn;
-            int esc, ascii;
-            if (c->p >= c->end || *c->p != '"' || scan_string(c, &ks, &kn, &esc, &ascii)) return -1;
+            int esc;
+            if (c->p >= c->end || *c->p != '"' || scan_string(c, &ks, &kn, &esc)) return -1;
             skip_ws(c);
             if (c->p >= c->end || *c->p != ':') return -1;
             c->p++;
@@ -488,7 +485,7 @@ static int skip_value(Cur *c, int depth) {
     size_t n;
     int a, b;
     switch (*c->p) {
-    case '"': return scan_string(c, &s, &n, &a, &b);
+    case '"': return scan_string(c, &s, &n, &a);
     case '{': return skip_container(c, depth, '}');
     case '[': return skip_container(c, depth, ']');
     case 't':
@@ -512,7 +509,7 @@ typedef struct {
     int type;
     const char *s; /* raw span: string contents, or the number's text, or the whole value */
     size_t n;
-    int esc, ascii, plain_int, sig;
+    int esc, plain_int, sig;
     const char *vs; /* the whole value's bytes, as written */
     size_t vn;
 } Val;
@@ -523,7 +520,7 @@ static int scan_value(Cur *c, Val *v) {
     char ch = *c->p;
     if (ch == '"') {
         v->type = V_STR;
-        if (scan_string(c, &v->s, &v->n, &v->esc, &v->ascii)) return -1;
+        if (scan_string(c, &v->s, &v->n, &v->esc)) return -1;
     } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
         v->type = V_NUM;
         if (scan_number(c, &v->s, &v->n, &v->plain_int, &v->sig)) return -1;
@@ -878,7 +875,6 @@ enum { S_HOST = 0, S_EVENT, S_MESSAGE, S_EXTRA, S_FIELDS, S_N };
 
 typedef struct {
     int64_t n;          /* rows emitted */
-    int64_t cap;
     Buf ts, ts_valid, rank, rank_valid, rank_src, level, event_src, line;
     int64_t ts_null, rank_null;
     StrCol s[S_N];
@@ -952,7 +948,6 @@ static void out_free(Out *o) {
 
 static int out_init(Out *o, int64_t cap) {
     memset(o, 0, sizeof(*o));
-    o->cap = cap;
     o->sorted = 1;
     o->last_rank = -1;
     o->last_ts = INT64_MIN;
@@ -987,9 +982,9 @@ typedef struct {
 /* `"key" :` and the blanks after it; the cursor ends on the value. An escaped key could spell a
  * known name: -1, and the Python path decides. */
 static int read_key(Cur *c, const char **k, size_t *kn) {
-    int esc, ascii;
+    int esc;
     skip_ws(c);
-    if (c->p >= c->end || *c->p != '"' || scan_string(c, k, kn, &esc, &ascii) || esc) return -1;
+    if (c->p >= c->end || *c->p != '"' || scan_string(c, k, kn, &esc) || esc) return -1;
     skip_ws(c);
     if (c->p >= c->end || *c->p != ':') return -1;
     c->p++;
