@@ -150,7 +150,7 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
     Line numbers are 1-based; `first_line` is the number of the block's first line.
     Accounting: lines == events.height + rejects.height."""
     if not buf:
-        return Block(_empty_events(), rejects_frame([]), 0)
+        return Block(empty_events(), rejects_frame([]), 0)
     offs = line_offsets(buf)
     n = len(offs) - 1
     lines = _lines_series(buf, offs)
@@ -221,7 +221,7 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
         raw_all = pl.concat(frames, how="diagonal_relaxed").sort("line") if len(frames) > 1 else frames[0]
         events = canonical(raw_all, rank_hint, host_hint)
     else:
-        events = _empty_events()
+        events = empty_events()
     rej = rejects_frame([(i + first_line, why, raw, ln) for i, why, raw, ln in rejects])
     assert events.height + rej.height == n, (events.height, rej.height, n)
     return Block(events, rej, n)
@@ -332,7 +332,7 @@ def _repair_nested(df: pl.DataFrame, lines: pl.Series, idx: np.ndarray) -> pl.Da
     return df.with_columns([pl.Series(k, v, dtype=pl.String) for k, v in cols.items()]) if cols else df
 
 
-def _empty_events() -> pl.DataFrame:
+def empty_events() -> pl.DataFrame:
     return canonical(pl.DataFrame({"line": []}, schema={"line": pl.Int64}), None, None)
 
 

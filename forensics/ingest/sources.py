@@ -164,11 +164,52 @@ def host_from_path(path: str) -> str | None:
     return None
 
 
-def iter_chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
+MAX_LINE_BYTES = 64 << 20   # a line longer than this is skipped as it streams by: one reject
+LONG_LINE_HEAD = 4096       # bytes of an over-long line kept (the store keeps raw[:RAW_LIMIT] too)
+
+
+def max_line_bytes() -> int:
+    """The line cap: MAX_LINE_BYTES, or FORENSICS_MAX_LINE_BYTES (tests and the reliability
+    script use small caps to run fast)."""
+    v = os.environ.get("FORENSICS_MAX_LINE_BYTES")
+    return max(1, int(v)) if v else MAX_LINE_BYTES
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """An over-long line seen by iter_blocks: its first bytes and its length. It was never held
+    in memory whole. `terminated`: it ended with a newline (else the stream ended inside it)."""
+
+    head: bytes
+    length: int
+    terminated: bool
+
+    def reason(self, cap: int) -> str:
+        return f"line longer than {_mib(cap)} (skipped)"
+
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
+
+
+def iter_chunks(stream: BinaryIO, size: int, max_line: int | None = None) -> Iterator[bytes]:
     """Blocks of about `size` bytes that end on a newline (the last one may not), as bytes the
-    caller may keep (iter_blocks on buffers of its own, one copy per block)."""
-    for view in iter_blocks(stream, size, reuse=False):
-        yield bytes(view)
+    caller may keep (iter_blocks on buffers of its own, one copy per block).
+
+    Bounded like iter_blocks: a line longer than the cap is replaced by its first LONG_LINE_HEAD
+    bytes and a newline, so the reader sees one (cut) line where there was one line -- line
+    numbers stay right -- and memory never holds more than the cap of one line."""
+    pending: list[bytes] = []
+    for item in iter_blocks(stream, size, reuse=False, max_line=max_line):
+        if isinstance(item, LongLine):
+            pending.append(item.head.replace(b"\n", b" ") + (b"\n" if item.terminated else b""))
+            continue
+        if pending:
+            yield b"".join(pending)
+            pending = []
+        yield bytes(item)
+    if pending:
+        yield b"".join(pending)
 
 
 _LOCAL = threading.local()
@@ -177,48 +218,108 @@ _LOCAL = threading.local()
 def _thread_buffers(size: int) -> list[bytearray]:
     """This thread's two block buffers (allocated once per thread, not once per file)."""
     bufs = getattr(_LOCAL, "bufs", None)
-    if bufs is None or len(bufs[0]) < size or len(bufs[0]) > 4 * size:
+    if bufs is None or len(bufs[0]) < size or len(bufs[0]) > 4 * size or len(bufs[1]) > 4 * size:
         bufs = _LOCAL.bufs = [bytearray(size), bytearray(size)]
     return bufs
 
 
-def iter_blocks(stream: BinaryIO, size: int, reuse: bool = True) -> Iterator[memoryview]:
+def _fill(stream: BinaryIO, view: memoryview, filled: int, need: int) -> tuple[int, bool]:
+    """readinto view[filled:need] until full or end of stream: (filled, eof)."""
+    while filled < need:
+        got = stream.readinto(view[filled:need])
+        if not got:
+            return filled, True
+        filled += got
+    return filled, False
+
+
+def iter_blocks(stream: BinaryIO, size: int, reuse: bool = True,
+                max_line: int | None = None) -> Iterator[memoryview | LongLine]:
     """Blocks of about `size` bytes that end on a newline (the last one may not), without copies:
     views of two buffers used in turn, filled with readinto. A block stays valid until the
     next-but-one block is produced -- the JSON-lines reader looks one block ahead and is done
     with a block before it asks for the one after. `reuse`: this thread's buffers (one reader at
-    a time per thread, as in run_unit), else new ones."""
+    a time per thread, as in run_unit), else new ones.
+
+    A line longer than `max_line` (default max_line_bytes()) is not gathered: once the cap is
+    reached without a newline, its first LONG_LINE_HEAD bytes are kept and the rest is read and
+    dropped up to its newline, and a LongLine is yielded in its place. Time is linear in the
+    input (a growing line is searched for a newline only in the bytes just read, and the buffer
+    grows by doubling) and memory is bounded by about cap + 2 * size."""
+    cap = max_line or max_line_bytes()
+    size = max(1, min(size, cap // 2))  # a line crossing from a carried rest stays <= cap
     n = size + (1 << 16)
     bufs = _thread_buffers(n) if reuse else [bytearray(n), bytearray(n)]
     turn = 0
     rest = b""
+    clean = True  # rest holds no newline (false after a skipped line: rest is what followed it)
     eof = False
     while not eof:
         buf = bufs[turn]
         need = len(rest) + size
-        if len(buf) < need:  # a line longer than a block: this buffer grows (for this file)
+        if len(buf) < need:  # a long line carried over: this buffer grows (for this file)
             buf = bufs[turn] = bytearray(need + (1 << 16))
         buf[: len(rest)] = rest
-        filled = len(rest)
+        scanned = len(rest) if clean else 0
         view = memoryview(buf)
-        while filled < need:
-            got = stream.readinto(view[filled:need])
-            if not got:
-                eof = True
-                break
-            filled += got
+        filled, eof = _fill(stream, view, len(rest), need)
+        cut = buf.rfind(b"\n", scanned, filled)
+        while cut < 0 and not eof and filled <= cap:
+            # no newline yet: double the buffer (amortised linear), search only the new bytes
+            need = min(max(2 * filled, filled + size), cap + 1)
+            if len(buf) < need:
+                nb = bytearray(need + (1 << 16))
+                nb[:filled] = view[:filled]
+                view.release()
+                buf = bufs[turn] = nb
+                view = memoryview(buf)
+            scanned = filled
+            filled, eof = _fill(stream, view, filled, need)
+            cut = buf.rfind(b"\n", scanned, filled)
         if filled == 0:
             return
-        cut = buf.rfind(b"\n", 0, filled)
+        first = buf.find(b"\n", scanned, filled) if rest else -1
+        if first > cap:  # the carried line ended here, past the cap: one over-long line
+            head = bytes(buf[: min(LONG_LINE_HEAD, first)])
+            rest = bytes(buf[first + 1 : filled])
+            view.release()
+            eof, clean = False, False  # rest is read on the next turn; the stream says eof again
+            yield LongLine(head, first + 1, True)
+            continue
+        if cut < 0 and filled > cap:
+            head = bytes(buf[: min(LONG_LINE_HEAD, filled)])
+            length = filled
+            view.release()
+            rest, eof, length, done = _skip_line(stream, buf, length, size)
+            clean = False
+            if len(bufs[turn]) > 4 * n:  # give the grown buffer back
+                bufs[turn] = bytearray(n)
+            yield LongLine(head, length, done)
+            continue
         if eof:
             yield view[:filled]
             return
-        if cut < 0:  # no newline yet: keep reading into a bigger buffer
-            rest = bytes(buf[:filled])
-            continue
         rest = bytes(buf[cut + 1 : filled])
+        clean = True
         yield view[: cut + 1]
         turn ^= 1
+
+
+def _skip_line(stream: BinaryIO, buf: bytearray, length: int, size: int) -> tuple[bytes, bool, int, bool]:
+    """Read and drop the rest of an over-long line. Returns (bytes after its newline, eof,
+    the line's full length, whether a newline ended it)."""
+    view = memoryview(buf)[:size]
+    try:
+        while True:
+            got = stream.readinto(view)
+            if not got:
+                return b"", True, length, False
+            i = buf.find(b"\n", 0, got)
+            if i >= 0:
+                return bytes(buf[i + 1 : got]), False, length + i + 1, True
+            length += got
+    finally:
+        view.release()
 
 
 class RangeReader(io.RawIOBase):
