@@ -33,7 +33,9 @@ from ..schema import Level, RankSource
 from .formats import ReaderContext
 from .jsonl import Block, rejects_frame
 
-MAX_DUMP_BYTES = 512 << 20
+MAX_DUMP_BYTES = 64 << 20     # real dumps are a few MiB (a 2,000-entry ring buffer with stacks)
+MAX_VALUES = 2_000_000        # values in the dump counted as a tree (a shared value once per use)
+MAX_DEPTH = 100               # nesting (real dumps: < 10; orjson stops at 255)
 _ALLOWED = (dict, list, tuple, str, bytes, int, float, bool, type(None))
 
 # Element sizes of the dtype names the recorder writes (c10 ScalarType names).
@@ -56,26 +58,57 @@ class SafeUnpickler(pickle.Unpickler):
 
 
 def _check_types(obj: Any) -> None:
-    """Walk the loaded value (iteratively: dumps can be deep) and refuse any other type.
+    """Walk the loaded value (iteratively: dumps can be deep) and refuse any other type, and any
+    value that is too big or too deep *as a tree*.
 
     Without find_class a pickle can still build sets, frozensets and bytearrays from opcodes;
-    none of them belongs in a dump.
+    none of them belongs in a dump. The pickle memo lets a 500-byte file share one tuple 60
+    levels deep: loaded it is small, but every later walk (repr, JSON, the event builder) sees
+    2**60 values. So each container's tree size and depth are computed once (memoised by
+    identity, post-order) and the load is refused past MAX_VALUES or MAX_DEPTH: what is
+    accepted is bounded for every walk after this one.
     """
-    stack = [obj]
-    seen: set[int] = set()
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    keep: list[Any] = []  # holds the walked containers so ids stay unique during the walk
+    stack: list[tuple[Any, bool]] = [(obj, False)]
     while stack:
-        o = stack.pop()
-        if type(o) not in _ALLOWED:
-            raise pickle.UnpicklingError(f"refused value of type {type(o).__name__}")
-        if isinstance(o, (dict, list, tuple)):
-            if id(o) in seen:
+        o, done = stack.pop()
+        t = type(o)
+        if t not in _ALLOWED:
+            raise pickle.UnpicklingError(f"refused value of type {t.__name__}")
+        if t not in (dict, list, tuple):
+            continue
+        i = id(o)
+        kids = [*o.keys(), *o.values()] if t is dict else o
+        if not done:
+            if i in size:
                 continue
-            seen.add(id(o))
-            if isinstance(o, dict):
-                stack.extend(o.keys())
-                stack.extend(o.values())
+            size[i] = -1  # in progress (a cycle through the memo is refused below)
+            keep.append(o)
+            stack.append((o, True))
+            stack.extend((k, False) for k in kids if type(k) in (dict, list, tuple) and id(k) not in size)
+            for k in kids:
+                if type(k) not in _ALLOWED:
+                    raise pickle.UnpicklingError(f"refused value of type {type(k).__name__}")
+            if len(stack) > MAX_VALUES:
+                raise pickle.UnpicklingError(f"more than {MAX_VALUES:,} values")
+            continue
+        n, d = 1, 0
+        for k in kids:
+            if type(k) in (dict, list, tuple):
+                ks = size[id(k)]
+                if ks < 0:
+                    raise pickle.UnpicklingError("a value that contains itself")
+                n += ks
+                d = max(d, depth[id(k)])
             else:
-                stack.extend(o)
+                n += 1
+        size[i], depth[i] = n, d + 1
+        if n > MAX_VALUES:
+            raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
+        if d + 1 > MAX_DEPTH:
+            raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
 
 
 def load_dump(stream: BinaryIO, where: str = "<stream>") -> dict[str, Any]:
@@ -96,8 +129,7 @@ def loads_dump(data: bytes, where: str = "<bytes>") -> dict[str, Any]:
     try:
         obj = SafeUnpickler(io.BytesIO(data)).load()
         _check_types(obj)
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            MemoryError, RecursionError, UnicodeDecodeError) as e:
+    except Exception as e:  # noqa: BLE001 - untrusted bytes: any failure of the opcodes is "not a dump"
         raise ForensicsError(
             "cannot read flight recorder dump",
             where=where,
@@ -245,7 +277,10 @@ def _events(dump: dict[str, Any], rank: int | None, rank_source: str, host: str 
         rows.append({
             "line": i,
             "event": "COLLECTIVE",
-            "level": "INFO" if state == "completed" else "WARN",
+            # scheduled/started/completed are a ring buffer's normal states: a collective still
+            # in flight when the dump was written is the evidence the stuck_collective pass
+            # weighs (with its peers), not a warning by itself
+            "level": "INFO",
             "message": f"{e.get('profiling_name')} #{seq} {state} on pg {name}",
             "seq": seq if isinstance(seq, int) else None,
             "collective": e.get("profiling_name") if isinstance(e.get("profiling_name"), str) else None,
@@ -325,13 +360,36 @@ def _jsonable(o: Any) -> Any:
 
 
 def read_flight_recorder(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Block]:
-    """One dump file -> one Block (dumps are small: the whole file is read, capped)."""
-    dump = load_dump(stream, where=path)
+    """One dump file -> one Block (dumps are small: the whole file is read, capped).
+
+    A file that is not a readable dump (refused, malformed, too large, too deep) is one reject
+    with its reason and first bytes: the rest of the ingest goes on."""
+    data = stream.read(MAX_DUMP_BYTES + 1)
+    try:
+        if len(data) > MAX_DUMP_BYTES:
+            raise ForensicsError("flight recorder dump too large",
+                                 reason=f"larger than {MAX_DUMP_BYTES >> 20} MiB (dumps are a few MiB)")
+        dump = loads_dump(data, where=path)
+    except ForensicsError as e:
+        size = len(data) + (_drain(stream) if len(data) > MAX_DUMP_BYTES else 0)
+        why = f"flight recorder dump not read: {e.reason or e.what}"
+        yield Block(pl.DataFrame({"line": []}, schema={"line": pl.Int64}), rejects_frame([(1, why, data[:4096], size)]), 1)
+        return
     rank, source = dump_rank(dump, ctx.rank_hint)
     rows, rejects = _events(dump, rank, source, ctx.host_hint)
     events = _frame(rows)
     rej = rejects_frame([(r[0], r[1], r[2], len(r[2])) for r in rejects])
     yield Block(events, rej, events.height + rej.height)
+
+
+def _drain(stream: BinaryIO) -> int:
+    """Bytes left in the stream (read in blocks, not kept): the reject's raw_len."""
+    n = 0
+    while True:
+        b = stream.read(1 << 20)
+        if not b:
+            return n
+        n += len(b)
 
 
 read = read_flight_recorder
