@@ -81,6 +81,7 @@ def ingest(
     gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", help="HOST:GPU=RANK for telemetry, repeatable, or @FILE."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every file: format recognised, lines, events, rejects."),
+    force: bool = typer.Option(False, "--force", help="With --append: add the logs even if they look like another run."),
 ) -> None:
     """Read logs into a Parquet store; every line becomes an event or a stored reject."""
     from .ingest import ingest as run_ingest
@@ -88,7 +89,7 @@ def ingest(
 
     cb, stop = _progress()
     try:
-        summary = run_ingest(paths, output, append=append, workers=workers, gpu_map=gpu_map, progress=cb)
+        summary = run_ingest(paths, output, append=append, workers=workers, gpu_map=gpu_map, progress=cb, force=force)
     finally:
         stop()
     if as_json:

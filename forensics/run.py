@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from .errors import STORE_WRITE, ForensicsError
 from .store import Run, is_store, open_store
 
 
@@ -37,8 +38,26 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
         i = file_info(f)
         h.update(f"{i.path}\0{i.size}\0{i.mtime}\0{i.fingerprint}\n".encode())
     target = cache_dir() / f"{h.hexdigest()}.forensics"
-    if not is_store(target):
-        ingest(items, target, progress=progress)
-    run = open_store(target)
+    run = None
+    if is_store(target):
+        try:
+            run = open_store(target)
+        except ForensicsError:
+            run = None  # a damaged cache entry: ingest below repairs (or rebuilds) it
+    if run is None:
+        try:
+            ingest(items, target, progress=progress)
+        except ForensicsError as e:
+            if e.code != STORE_WRITE:
+                raise
+            raise ForensicsError(
+                f"cannot write the cache {cache_dir()}",
+                where=e.where,
+                reason=e.reason,
+                help="set FORENSICS_CACHE to a writable directory, or ingest the logs into a store "
+                     "first (forensics ingest LOGS -o STORE) and pass the store",
+                code=STORE_WRITE,
+            ) from None
+        run = open_store(target)
     run.inputs = items
     return run

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 import polars as pl
 
 from . import __version__
-from .errors import NOT_A_STORE, STORE_BUSY, STORE_VERSION, ForensicsError
+from .errors import NOT_A_STORE, STORE_BUSY, STORE_DAMAGED, STORE_VERSION, ForensicsError
 from .schema import EVENT_SCHEMA, REJECT_SCHEMA, SCHEMA_VERSION
 
 MANIFEST = "manifest.json"
@@ -91,7 +91,36 @@ def recover(target: Path) -> None:
             return
 
 
-def open_store(path: str | os.PathLike[str]) -> Run:
+def damaged_parts(path: str | os.PathLike[str], manifest: dict[str, Any]) -> dict[str, str]:
+    """Parts the manifest lists that are missing or not the size they were written at
+    (`part_bytes` per source; stores written before it was recorded: existence only).
+    Returns {part (relative): what is wrong}."""
+    p = Path(path)
+    out: dict[str, str] = {}
+    for s in manifest.get("sources", []):
+        sizes = s.get("part_bytes") or {}
+        for rel in s.get("event_parts", []) + s.get("reject_parts", []):
+            try:
+                n = os.stat(p / rel).st_size
+            except OSError:
+                out[rel] = "missing"
+                continue
+            want = sizes.get(rel)
+            if want is not None and n != want:
+                out[rel] = f"{n:,} bytes, written as {want:,}"
+    return out
+
+
+def damaged_sources(path: str | os.PathLike[str], manifest: dict[str, Any]) -> set[str]:
+    """Source files (absolute paths) with at least one damaged part: re-read on re-ingest."""
+    bad = damaged_parts(path, manifest)
+    return {s["path"] for s in manifest.get("sources", [])
+            if any(rel in bad for rel in s.get("event_parts", []) + s.get("reject_parts", []))}
+
+
+def open_store(path: str | os.PathLike[str], verify: bool = True) -> Run:
+    """Open a store. `verify`: every part the manifest lists must be there at its written size,
+    else a STORE_DAMAGED error names the first bad part (re-ingest repairs the store)."""
     p = Path(path)
     recover(p)
     mf = p / MANIFEST
@@ -114,6 +143,19 @@ def open_store(path: str | os.PathLike[str]) -> Run:
             help="re-ingest the logs with this version of forensics",
             code=STORE_VERSION,
         )
+    if verify:
+        bad = damaged_parts(p, manifest)
+        if bad:
+            rel, what = next(iter(bad.items()))
+            src = next((s["path"] for s in manifest["sources"] if rel in s.get("event_parts", []) + s.get("reject_parts", [])), "?")
+            raise ForensicsError(
+                f"store {p} is damaged: {len(bad)} part(s) missing or cut short",
+                where=str(p / rel),
+                reason=f"{what} (events of {src})",
+                help=f"ingest the logs again into the same store (forensics ingest LOGS -o {p}): the files "
+                     "whose parts are damaged are read again, the rest is kept",
+                code=STORE_DAMAGED,
+            )
     return Run(path=p, manifest=manifest)
 
 
@@ -221,6 +263,9 @@ class StoreWriter:
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **manifest,
         }
+        for s in manifest.get("sources", []):  # what every part weighs: damage is found on open
+            s["part_bytes"] = {rel: os.stat(self.staging / rel).st_size
+                               for rel in s.get("event_parts", []) + s.get("reject_parts", [])}
         _failpoint("before-manifest")
         tmp = self.staging / (MANIFEST + ".tmp")
         with open(tmp, "w") as f:

@@ -16,8 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import BAD_ARGUMENT, ForensicsError
-from ..store import EVENTS_DIR, REJECTS_DIR, StoreWriter, is_store, locked, open_store, recover
+import errno
+
+from ..errors import BAD_ARGUMENT, NOT_A_STORE, OTHER_RUN, STORE_VERSION, STORE_WRITE, ForensicsError
+from ..store import (
+    EVENTS_DIR,
+    MANIFEST,
+    REJECTS_DIR,
+    StoreWriter,
+    damaged_sources,
+    is_store,
+    locked,
+    open_store,
+    recover,
+)
 from .formats import reader_for, sniff
 from .sources import (
     FileInfo,
@@ -30,6 +42,7 @@ from .sources import (
 )
 from .unit import Unit, UnitResult, run_unit
 
+OTHER_RUN_GAP_S = 24 * 3600   # --append: logs this far apart in time from the store are another run
 RANGE_BYTES = 64 << 20        # plain files above this are cut into ranges for parallel work
 INLINE_BYTES = 48 << 20       # below this much input, a process pool costs more than it saves
 
@@ -56,6 +69,10 @@ class IngestSummary:
     duplicate_files: list[dict[str, str]] = field(default_factory=list)
     formats: dict[str, int] = field(default_factory=dict)
     per_file: list[dict[str, Any]] = field(default_factory=list)
+    # files not read to their end (truncated stream, shrank, vanished): {"path", "problem"}
+    problems: list[dict[str, str]] = field(default_factory=list)
+    repaired_files: int = 0            # sources re-read because their parts were damaged
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def mb_per_s(self) -> float:
@@ -113,6 +130,16 @@ def _complete_end(path: str, size: int) -> int:
     return 0
 
 
+def _file_info_or_gone(path: Path) -> FileInfo | str:
+    """file_info, or the path when the file vanished since it was listed."""
+    try:
+        return file_info(path)
+    except ForensicsError:
+        if not path.exists():
+            return str(path.resolve())
+        raise
+
+
 def _ranges(path: str, start: int, end: int, first_line: int) -> list[tuple[int, int, int]]:
     """Cut [start, end) of a plain file into pieces of at least ~RANGE_BYTES with line bases.
 
@@ -157,6 +184,7 @@ def ingest(
     workers: int | None = None,
     gpu_map: list[str] | None = None,
     progress: Progress | None = None,
+    force: bool = False,
 ) -> IngestSummary:
     """Ingest log files into the store at `out` and return what is now in it.
 
@@ -168,32 +196,76 @@ def ingest(
     target = Path(out)
     gmap = parse_gpu_map(gpu_map)
     files = expand(inputs)
-    with locked(target):
-        recover(target)
-        previous = open_store(target) if is_store(target) else None
-        if target.exists() and previous is None and any(target.iterdir()):
-            raise ForensicsError(
-                f"{target} exists and is not a forensics store",
-                where=str(target),
-                help="choose another -o path; forensics never writes into a foreign directory",
-                code=BAD_ARGUMENT,
-            )
-        writer = StoreWriter(target, previous)
-        try:
-            summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress)
-        except BaseException:
-            writer.abort()
-            raise
+    try:
+        with locked(target):
+            recover(target)
+            previous = _previous(target)
+            if target.exists() and previous is None and any(target.iterdir()) and not _ours(target):
+                raise ForensicsError(
+                    f"{target} exists and is not a forensics store",
+                    where=str(target),
+                    help="choose another -o path; forensics never writes into a foreign directory",
+                    code=BAD_ARGUMENT,
+                )
+            writer = StoreWriter(target, previous)
+            try:
+                summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force)
+            except BaseException:
+                writer.abort()
+                raise
+    except OSError as e:
+        raise _write_error(target, e) from None
     summary.seconds = time.perf_counter() - t0
     return summary
 
 
+def _previous(target: Path):
+    """The store at target to build on: None when there is none, or when its manifest cannot be
+    read or is of another schema version (then it is rebuilt whole; its parts are ours)."""
+    if not is_store(target):
+        return None
+    try:
+        return open_store(target, verify=False)
+    except ForensicsError as e:
+        if e.code in (NOT_A_STORE, STORE_VERSION):
+            return None
+        raise
+
+
+def _ours(target: Path) -> bool:
+    """A directory this tool wrote (a manifest, damaged or not, beside events/ and rejects/)."""
+    return (target / MANIFEST).is_file() and (target / EVENTS_DIR).is_dir()
+
+
+def _write_error(target: Path, e: OSError) -> ForensicsError:
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(e)
+    return ForensicsError(
+        f"cannot write the store {target}" + (": the disk is full" if full else ""),
+        where=str(getattr(e, "filename", None) or target),
+        reason=e.strerror or str(e),
+        help=("free space on that file system or write the store elsewhere with -o; "
+              if full else "check the permissions and the file system of the -o path; ")
+             + "the previous version of the store (if any) is intact",
+        code=STORE_WRITE,
+    )
+
+
 def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: bool, workers: int | None,
-                   gmap, progress: Progress | None) -> IngestSummary:
+                   gmap, progress: Progress | None, force: bool = False) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
+    damaged = damaged_sources(previous.path, previous.manifest) if previous else set()
+    problems: list[dict[str, str]] = []
     sources: dict[str, dict[str, Any]] = {}
     if append:
         for p, s in prev_sources.items():
+            if p in damaged:  # read again below if it still exists, else dropped (and said so)
+                if os.path.isfile(p):
+                    if all(str(f.resolve()) != p for f in files):
+                        files = [*files, Path(p)]
+                else:
+                    problems.append({"path": p, "problem": "dropped from the store: its parts were damaged "
+                                                            "and the file is gone"})
+                continue
             sources[p] = s
     by_fingerprint: dict[str, str] = {s["fingerprint"]: s["path"] for s in sources.values()}
     units: list[Unit] = []
@@ -205,9 +277,18 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
 
     # Fingerprints read 1 MiB per file: on all cores (hashing and reads release the GIL).
     with ThreadPoolExecutor(max_workers=min(len(files), workers or os.cpu_count() or 1) or 1) as pool:
-        infos: list[FileInfo] = list(pool.map(file_info, files))
-    for fpath, info in zip(files, infos):
+        listed: list[FileInfo | str] = list(pool.map(_file_info_or_gone, files))
+    infos: list[FileInfo] = []
+    for fpath, info in zip(files, listed):
+        if isinstance(info, str):
+            problems.append({"path": info, "problem": "file vanished between listing and reading: not read"})
+        else:
+            infos.append(info)
+    repaired = 0
+    for info in infos:
         old = prev_sources.get(info.path)
+        if old and info.path in damaged:
+            old, repaired = None, repaired + 1  # its parts are damaged: read it again, whole
         if old and old["size"] == info.size and old["fingerprint"] == info.fingerprint:
             sources[info.path] = old
             by_fingerprint[info.fingerprint] = info.path
@@ -266,6 +347,7 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
                 path=info.path, fmt=fmt, compression=info.compression, start=a,
                 end=b if b >= 0 else -1, first_line=line, rank_hint=src["rank_hint"],
                 host_hint=src["host_hint"], events_part=str(ep), rejects_part=str(rp), gpu_map=gmap,
+                size=info.size,
             ))
             unit_source.append(info.path)
 
@@ -281,16 +363,96 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
     for u, res in zip(units, results):
         s = sources[u.path]
         _merge(s, res, writer, u)
+    warnings: list[str] = []
+    if append and previous is not None:
+        fresh = [s for p, s in sources.items() if p not in prev_sources or p in damaged]
+        kept = [s for p, s in sources.items() if p in prev_sources and p not in damaged]
+        if fresh and kept:
+            refusal, warnings = _other_run(kept, fresh, writer.staging)
+            if refusal is not None and not force:
+                raise refusal
     for s in sources.values():
         if s["format"] != "empty" and s["compression"] == "none" and s["complete_end"]:
             tail = 1 if s["rejected_by_reason"].get("truncated line (no newline at end of file)") else 0
             s["complete_lines"] = s["lines_read"] - tail
     ordered = sorted(sources.values(), key=lambda s: s["path"])
+    problems += [{"path": s["path"], "problem": p} for s in ordered for p in s.get("problems", [])
+                 if s["path"] in {u.path for u in units}]
     summary = _summarize(str(writer.target), ordered, bytes_planned, new, unchanged, appended, duplicates)
-    writer.commit({"sources": ordered, "duplicates": duplicates, "totals": {
+    summary.problems = problems
+    summary.repaired_files = repaired
+    summary.warnings = warnings
+    writer.commit({"sources": ordered, "duplicates": duplicates, "problems": problems, "totals": {
         k: summary.to_dict()[k] for k in ("files", "lines_read", "events", "rejected", "rejected_by_reason",
                                           "ranks", "hosts", "start", "end")}})
     return summary
+
+
+def _other_run(kept: list[dict[str, Any]], fresh: list[dict[str, Any]], staging: Path) -> tuple[ForensicsError | None, list[str]]:
+    """Do the files added by --append (`fresh`) belong to the run already in the store (`kept`)?
+
+    The rule (README, Ingest): they are another run when
+      1. a rank logged the same step (TRAIN_STEP named by the record) in both, at different
+         times: one attempt logs each step of a rank once; the same step at the same instant is
+         the same line in two files (a duplicate: a warning, not a refusal); or
+      2. both have times and their spans are disjoint and more than OTHER_RUN_GAP_S apart.
+    Disjoint ranks or hosts alone are not evidence (a later batch may add the other nodes'
+    logs), and the world size is not in every log, so neither is used. Returns (the refusal or
+    None, warnings)."""
+    import polars as pl
+
+    def steps(group: list[dict[str, Any]]) -> pl.DataFrame:
+        parts = [str(staging / rel) for s in group for rel in s.get("event_parts", [])]
+        if not parts:
+            return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "timestamp": pl.Datetime("us", "UTC"),
+                                        "source_file": pl.String})
+        return (pl.scan_parquet(parts)
+                .filter((pl.col("event") == "TRAIN_STEP") & (pl.col("event_source") == "record")
+                        & pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+                .select("rank", "step", "timestamp", pl.col("source_file").cast(pl.String))
+                .unique(["rank", "step", "timestamp"]).collect())
+
+    warnings: list[str] = []
+    a, b = steps(kept), steps(fresh)
+    shared = a.join(b, on=["rank", "step"], suffix="_new")
+    if shared.height:
+        same = shared.filter(pl.col("timestamp") == pl.col("timestamp_new")).select("rank", "step").unique()
+        other = shared.select("rank", "step").unique().join(same, on=["rank", "step"], how="anti")
+        if same.height:
+            warnings.append(f"{same.height:,} (rank, step) pair(s) are logged at the same time in the store and in "
+                            "the new files (the same lines in two files?): step figures may count them twice")
+        if other.height:
+            r = shared.join(other, on=["rank", "step"]).sort("rank", "step").row(0, named=True)
+            return ForensicsError(
+                "the new logs look like another run than the one in the store",
+                where=r["source_file_new"],
+                reason=(f"rank {r['rank']} logged step {r['step']} at {r['timestamp']:%Y-%m-%d %H:%M:%S.%f} in the store "
+                        f"({r['source_file']}) and at {r['timestamp_new']:%Y-%m-%d %H:%M:%S.%f} here; "
+                        f"{other.height:,} (rank, step) pair(s) differ: one run logs each step of a rank once"),
+                help="ingest each run into its own store (-o); if these logs do belong together (a restart "
+                     "that repeated steps), add --force",
+                code=OTHER_RUN,
+            ), warnings
+    spans = []
+    for group in (kept, fresh):
+        st = [s["start"] for s in group if s.get("start")]
+        en = [s["end"] for s in group if s.get("end")]
+        spans.append((min(st), max(en)) if st and en else None)
+    if spans[0] and spans[1]:
+        from datetime import datetime
+
+        (a0, a1), (b0, b1) = [(datetime.fromisoformat(x), datetime.fromisoformat(y)) for x, y in spans]  # type: ignore[misc]
+        gap = max((b0 - a1).total_seconds(), (a0 - b1).total_seconds())
+        if gap > OTHER_RUN_GAP_S:
+            return ForensicsError(
+                "the new logs look like another run than the one in the store",
+                where=next(s["path"] for s in fresh if s.get("start")),
+                reason=(f"the store spans {spans[0][0]} .. {spans[0][1]}, the new logs {spans[1][0]} .. {spans[1][1]}: "
+                        f"{gap / 3600:.0f} h apart (more than {OTHER_RUN_GAP_S // 3600} h)"),
+                help="ingest each run into its own store (-o); if these logs do belong together, add --force",
+                code=OTHER_RUN,
+            ), warnings
+    return None, warnings
 
 
 def _drop_stale_tail_rejects(writer: StoreWriter, src: dict[str, Any], keep_lines: int) -> None:
@@ -327,7 +489,7 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
 
     def report(i: int, r: UnitResult) -> None:
         nonlocal done_bytes
-        done_bytes += max(0, r.end - r.start) if units[i].compression == "none" else os.path.getsize(units[i].path)
+        done_bytes += max(0, r.end - r.start) if units[i].compression == "none" else max(0, units[i].size)
         if progress:
             progress("unit", {"path": r.path, "bytes_done": done_bytes, "lines": r.lines, "events": r.events,
                               "rejected": r.rejected})
@@ -367,6 +529,8 @@ def _merge(s: dict[str, Any], r: UnitResult, writer: StoreWriter, u: Unit) -> No
         s["event_parts"].append(os.path.relpath(u.events_part, writer.staging))
     if r.wrote_rejects:
         s["reject_parts"].append(os.path.relpath(u.rejects_part, writer.staging))
+    if r.problem:
+        s["problems"] = [*s.get("problems", []), r.problem]
 
 
 def _summarize(store: str, sources: list[dict[str, Any]], nbytes: int, new: int, unchanged: int, appended: int,

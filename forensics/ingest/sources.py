@@ -354,3 +354,111 @@ class RangeReader(io.RawIOBase):
     def close(self) -> None:
         self._f.close()
         super().close()
+
+
+class GuardedStream(io.RawIOBase):
+    """A source stream whose read errors end the stream instead of the ingest.
+
+    A truncated gzip stream (EOFError), a bad CRC, a damaged zstd frame, an I/O error: what was
+    read before stays read, the stream reports its end, and `problem` says what happened -- the
+    ingest summary and the manifest carry it for that file. `bytes` counts what was read (a
+    plain file that shrank while read is found by comparing it with the listed size)."""
+
+    def __init__(self, stream: BinaryIO, kind: str) -> None:
+        self._s = stream
+        self._kind = kind
+        self.bytes = 0
+        self.problem: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def _fail(self, e: BaseException) -> None:
+        what = {"gzip": "gzip stream", "zstd": "zstd stream"}.get(self._kind, "file")
+        if isinstance(e, EOFError):
+            self.problem = f"{what} truncated: {e}"
+        else:
+            self.problem = f"{what} damaged, read stopped: {type(e).__name__}: {e}"
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self.problem:
+            return 0
+        try:
+            n = self._s.readinto(b) or 0
+        except Exception as e:  # noqa: BLE001 - gzip/zstd/OS errors of one source file
+            self._fail(e)
+            return 0
+        self.bytes += n
+        return n
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        if self.problem:
+            return b""
+        try:
+            b = self._s.read(n) if n is not None and n >= 0 else self._s.read()
+        except Exception as e:  # noqa: BLE001
+            self._fail(e)
+            return b""
+        self.bytes += len(b)
+        return b
+
+    def close(self) -> None:
+        try:
+            self._s.close()
+        finally:
+            super().close()
+
+
+_ZSTD_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+
+
+def zstd_damage(path: str) -> str | None:
+    """Why a zstd file is not a sequence of complete frames, or None.
+
+    The zstandard stream reader ends quietly at a frame cut short (measured: half a file reads as
+    half the data, no error), so the frames are walked here by their headers and block sizes
+    (RFC 8878), without decompressing: a few reads per 128 KiB block."""
+    import struct
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        pos = 0
+        while pos < size:
+            f.seek(pos)
+            hdr = f.read(4)
+            if len(hdr) < 4:
+                return f"zstd stream truncated: {len(hdr)} stray byte(s) at offset {pos}"
+            magic = struct.unpack("<I", hdr)[0]
+            if magic in _ZSTD_SKIPPABLE:
+                n = f.read(4)
+                if len(n) < 4:
+                    return f"zstd stream truncated in a skippable frame at offset {pos}"
+                pos += 8 + struct.unpack("<I", n)[0]
+                continue
+            if hdr != ZSTD_MAGIC:
+                return f"zstd stream damaged: no frame at offset {pos}"
+            d = f.read(1)
+            if not d:
+                return f"zstd stream truncated in a frame header at offset {pos}"
+            fhd = d[0]
+            fcs_flag, single, checksum, did_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
+            fcs = (1 if single else 0) if fcs_flag == 0 else (2, 4, 8)[fcs_flag - 1]
+            p = pos + 5 + (0 if single else 1) + (0, 1, 2, 4)[did_flag] + fcs
+            while True:
+                f.seek(p)
+                bh = f.read(3)
+                if len(bh) < 3:
+                    return f"zstd stream truncated: the frame at offset {pos} ends inside a block header"
+                v = bh[0] | bh[1] << 8 | bh[2] << 16
+                last, btype, bsize = v & 1, (v >> 1) & 3, v >> 3
+                if btype == 3:
+                    return f"zstd stream damaged: reserved block type at offset {p}"
+                p += 3 + (1 if btype == 1 else bsize)
+                if p > size:
+                    return f"zstd stream truncated: the frame at offset {pos} is cut short ({size} of {p} bytes)"
+                if last:
+                    break
+            pos = p + (4 if checksum else 0)
+            if pos > size:
+                return f"zstd stream truncated: the checksum of the frame at offset {pos} is missing"
+    return None

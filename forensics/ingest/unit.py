@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
 from .formats import ReaderContext, reader_for
-from .sources import RangeReader, open_binary
+from .sources import GuardedStream, RangeReader, open_binary, zstd_damage
 
 ROW_GROUP = 128 * 1024
 COMPRESSION = "zstd"
@@ -46,6 +46,7 @@ class Unit:
     rejects_part: str = ""
     gpu_map: tuple[tuple[str | None, int, int], ...] = ()
     block_bytes: int = 4 << 20
+    size: int = -1            # the file's size when it was listed (-1: unknown): a shrink check
 
 
 @dataclass
@@ -65,7 +66,7 @@ class UnitResult:
     wrote_events: bool = False
     wrote_rejects: bool = False
     unterminated_tail: bool = False
-    error: str | None = None
+    problem: str | None = None  # the file could not be read to its end: truncated, shrank, vanished
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,11 +120,19 @@ def run_unit(u: Unit) -> UnitResult:
         gpu_map={(h, g): r for h, g, r in u.gpu_map},
         block_bytes=u.block_bytes,
     )
-    if u.compression == "none" and (u.start or u.end >= 0):
-        end = u.end if u.end >= 0 else os.path.getsize(u.path)
-        stream = RangeReader(u.path, u.start, end)
-    else:
-        stream = open_binary(u.path, u.compression)
+    try:
+        if u.compression == "none" and (u.start or u.end >= 0):
+            end = u.end if u.end >= 0 else os.path.getsize(u.path)
+            raw = RangeReader(u.path, u.start, end)
+        else:
+            raw = open_binary(u.path, u.compression)
+    except FileNotFoundError:
+        res.problem = "file vanished between listing and reading: not read"
+        return res
+    except OSError as e:
+        res.problem = f"file could not be opened: {e.strerror or e}"
+        return res
+    stream = GuardedStream(raw, u.compression)
     ew: pq.ParquetWriter | None = None
     rw: pq.ParquetWriter | None = None
     ranks: set[int] = set()
@@ -180,8 +189,14 @@ def run_unit(u: Unit) -> UnitResult:
     res.rank_sources = srcs
     res.start_ts = tmin.isoformat() if tmin is not None else None
     res.end_ts = tmax.isoformat() if tmax is not None else None
+    res.problem = stream.problem
+    if res.problem is None and u.compression == "zstd":
+        res.problem = zstd_damage(u.path)
     if u.compression == "none":
-        end = u.end if u.end >= 0 else os.path.getsize(u.path)
-        consumed = end
+        listed_end = u.end if u.end >= 0 else u.size
+        if res.problem is None and listed_end >= 0 and u.start + stream.bytes < listed_end:
+            res.problem = (f"file shrank while read: {u.start + stream.bytes:,} bytes read, "
+                           f"{listed_end:,} listed")
+        consumed = u.start + stream.bytes
     res.end = consumed
     return res

@@ -73,6 +73,12 @@ def render_summary(s: IngestSummary, console: Console, verbose: bool = False) ->
     if no_rank:
         console.print(f"note: {len(no_rank)} file(s) carry no rank in records or path, e.g. {no_rank[0]['path']}"
                       " (their events have rank = null)")
+    for pr in s.problems:
+        console.print(f"warning: {pr['path']}: {pr['problem']}")
+    if s.repaired_files:
+        console.print(f"note: {s.repaired_files} file(s) read again: their parts of the store were damaged")
+    for w in s.warnings:
+        console.print(f"warning: {w}")
     for d in s.duplicate_files[:5]:
         console.print(f"note: skipped {d['path']}: same content as {d['duplicate_of']}")
     if s.rejected:
