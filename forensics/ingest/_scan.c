@@ -43,6 +43,7 @@ static int buf_reserve(Buf *b, size_t extra) {
 }
 
 static int buf_put(Buf *b, const void *src, size_t n) {
+    if (n == 0) return 0; /* an empty string: src may be NULL and b->p still unallocated (UB in memcpy) */
     if (buf_reserve(b, n)) return -1;
     memcpy(b->p + b->n, src, n);
     b->n += n;

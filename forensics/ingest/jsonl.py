@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +102,57 @@ def _rows_from_objects(objs: list[dict]) -> pl.DataFrame:
         for k in KNOWN_TOP:
             cols[k].append(_stringify(o.get(k)))
     return pl.DataFrame(cols, schema=RAW_SCHEMA)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_SCAN = json.JSONDecoder(strict=False).scan_once  # the C scanner: parses one value at an index, returns its end
+
+
+def raw_object_text(line: str, key: str = "extra") -> str | None:
+    """The text of top-level `key`'s value as written in a JSON-object line, if it is an object
+    (the compiled scanner keeps `extra` this way; the Python path must store the same text).
+    Values are skipped by the C scanner of the json module; the last occurrence wins, as in
+    orjson. None when the line is not one JSON object or the value is not an object."""
+    try:
+        i = _WS.match(line, 0).end()
+        if line[i] != "{":
+            return None
+        i = _WS.match(line, i + 1).end()
+        found = None
+        if line[i] == "}":
+            return None
+        while True:
+            k, i = _SCAN(line, i)
+            i = _WS.match(line, i).end()
+            if line[i] != ":":
+                return None
+            i = _WS.match(line, i + 1).end()
+            _, j = _SCAN(line, i)
+            if k == key:
+                found = line[i:j] if line[i] == "{" else None
+            i = _WS.match(line, j).end()
+            if line[i] == ",":
+                i = _WS.match(line, i + 1).end()
+                continue
+            return found if line[i] == "}" else None
+    except (StopIteration, ValueError, IndexError):
+        return None
+
+
+def _extra_as_written(df: pl.DataFrame, lines: pl.Series, idx: np.ndarray) -> pl.DataFrame:
+    """Replace polars' re-serialisation of object `extra` values by their text as written."""
+    if "extra" not in df.columns:
+        return df
+    rows = np.flatnonzero(df["extra"].str.starts_with("{").fill_null(False).to_numpy())
+    if not len(rows):
+        return df
+    col = df["extra"].to_list()
+    for pos, raw in zip(rows, lines.gather(idx[rows]).to_list()):
+        text = raw.decode("utf-8", errors="replace")
+        got = raw_object_text(text)
+        if got is not None:
+            col[int(pos)] = got
+    return df.with_columns(pl.Series("extra", col, dtype=pl.String))
 
 
 def _unknown_fields(obj: dict) -> str | None:
@@ -209,6 +261,7 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
         raw_df = raw_df.with_columns(pl.Series("line", fast_idx + first_line, dtype=pl.Int64))
         raw_df = _with_unknown_fields(raw_df, lines, fast_idx)
         raw_df = _repair_nested(raw_df, lines, fast_idx)
+        raw_df = _extra_as_written(raw_df, lines, fast_idx)
         frames.append(raw_df)
     if objs_slow:
         idx = np.array(sorted(objs_slow), dtype=np.int64)
@@ -216,6 +269,10 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
             pl.Series("line", idx + first_line, dtype=pl.Int64),
             pl.Series("fields", [_unknown_fields(objs_slow[i]) for i in idx], dtype=pl.String),
         )
+        # repaired (non-UTF-8) lines: extra as written in the repaired text
+        sdf = sdf.with_columns(pl.Series("extra", [
+            raw_object_text(fixed[int(i)].decode()) if isinstance(objs_slow[int(i)].get("extra"), dict) else e
+            for i, e in zip(idx, sdf["extra"].to_list())], dtype=pl.String))
         frames.append(sdf)
     if frames:
         raw_all = pl.concat(frames, how="diagonal_relaxed").sort("line") if len(frames) > 1 else frames[0]
