@@ -18,10 +18,26 @@ import pyarrow as pa
 from ..schema import ALIASES, ENVELOPE, ENVELOPE_ALIASES, EVENT_SOURCES, FIELDS, LEVELS, RANK_SOURCES, arrow_schema
 from .normalize import _LEVELS, MESSAGE_KEYS
 
-try:  # built by `pip install` (setup.py); absent when running from a tree nobody built
-    from . import _scan
-except ImportError:  # pragma: no cover - depends on the install
-    _scan = None
+def _load_scan():
+    """The compiled scanner: the one `pip install` built (setup.py), or -- for the sanitizer run
+    (bench/sanitize.py) -- the build FORENSICS_SCAN_LIB names; None when there is none."""
+    lib = os.environ.get("FORENSICS_SCAN_LIB")
+    if lib:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(f"{__package__}._scan", lib)
+        assert spec is not None and spec.loader is not None, lib
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    try:
+        from . import _scan as mod
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+    return mod
+
+
+_scan = _load_scan()
 
 _KIND = {"Float64": 0, "Int64": 1, "Int32": 2, "String": 3}
 _E_ALIAS = 100
