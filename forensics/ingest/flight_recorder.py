@@ -71,9 +71,9 @@ def _check_types(obj: Any) -> None:
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
     keep: list[Any] = []  # holds the walked containers so ids stay unique during the walk
-    stack: list[tuple[Any, bool]] = [(obj, False)]
+    stack: list[tuple[Any, bool, int]] = [(obj, False, 1)]
     while stack:
-        o, done = stack.pop()
+        o, done, level = stack.pop()
         t = type(o)
         if t not in _ALLOWED:
             raise pickle.UnpicklingError(f"refused value of type {t.__name__}")
@@ -84,10 +84,12 @@ def _check_types(obj: Any) -> None:
         if not done:
             if i in size:
                 continue
+            if level > MAX_DEPTH:  # refused on the way down: a deep chain is not walked to its end
+                raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
             size[i] = -1  # in progress (a cycle through the memo is refused below)
             keep.append(o)
-            stack.append((o, True))
-            stack.extend((k, False) for k in kids if type(k) in (dict, list, tuple) and id(k) not in size)
+            stack.append((o, True, level))
+            stack.extend((k, False, level + 1) for k in kids if type(k) in (dict, list, tuple) and id(k) not in size)
             for k in kids:
                 if type(k) not in _ALLOWED:
                     raise pickle.UnpicklingError(f"refused value of type {type(k).__name__}")
