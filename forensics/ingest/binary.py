@@ -10,8 +10,9 @@ The rule, on a line decoded as UTF-8 with replacement: binary if it holds a NUL,
 5% of its characters are C0 control characters other than tab, carriage return and ESC (terminal
 colours and tqdm redraws are text), or if more than 30% are U+FFFD (bytes that are not UTF-8).
 A Latin-1 accent or a stray control byte in a long line stays text; random bytes hold ~11%
-controls and ~45% invalid sequences. Short lines are judged by their neighbours (`binary_runs`):
-a line of a few bytes between two binary lines is part of the same garbage.
+controls and ~45% invalid sequences; a line with both a control byte and invalid UTF-8 is binary
+from 10% on. Short lines that do not read as text are judged by their neighbours
+(`binary_runs`): a line of a few bytes between two binary lines is part of the same garbage.
 """
 from __future__ import annotations
 
@@ -35,26 +36,44 @@ def is_binary_text(s: str) -> bool:
     ctrl = len(_CONTROL.findall(s))
     if ctrl * 20 > n:
         return True
-    return s.count("\ufffd") * 10 > n * 3
+    bad = s.count("\ufffd")
+    # a control byte next to invalid UTF-8 is not a text line in some other encoding
+    return bad * 10 > n * 3 or (ctrl > 0 and bad > 0 and (ctrl + bad) * 10 > n)
 
 
-def binary_runs(lines: list[str], flags: list[bool]) -> list[bool]:
-    """`flags` with short non-binary lines that sit between binary lines (ignoring other short
-    lines) marked binary too: a 3-byte fragment of random data is not a log line."""
+def _plain(s: str) -> bool:
+    """A short line that reads as text on its own: printable ASCII, at least 4 characters."""
+    return len(s) >= 4 and s.isascii() and s.isprintable()
+
+
+def binary_runs(lines: list[str], flags: list[bool], before_binary: bool | None = None) -> list[bool]:
+    """`flags` with short lines that do not read as text on their own (`_plain`) marked binary
+    when the nearest judged lines on both sides are binary (`before_binary`: was the previous
+    block's last line binary; None at the start of the file, where the line after decides): a 3-byte fragment of random data is not
+    a log line, `}` between two log lines is."""
     out = list(flags)
     n = len(lines)
     i = 0
     while i < n:
-        if out[i] or len(lines[i]) >= SHORT or not lines[i].strip():
+        if out[i] or len(lines[i]) >= SHORT or not lines[i].strip() or _plain(lines[i]):
             i += 1
             continue
         j = i
-        while j < n and not flags[j] and len(lines[j]) < SHORT and lines[j].strip():
+        while j < n and not flags[j] and len(lines[j]) < SHORT and lines[j].strip() and not _plain(lines[j]):
             j += 1
-        before = i == 0 or flags[i - 1]
-        after = j == n or flags[j]
-        # A whole block of short lines is text; a run needs binary on at least one real side.
-        if before and after and ((i > 0 and flags[i - 1]) or (j < n and flags[j])):
+        b, a = i - 1, j
+        while b >= 0 and not lines[b].strip():     # blank lines are neither text nor garbage
+            b -= 1
+        while a < n and not lines[a].strip():
+            a += 1
+        before = flags[b] if b >= 0 else before_binary
+        after = flags[a] if a < n else None
+        # at the start of the file or the end of the block, the other side decides alone
+        if before is None:
+            before = after
+        if after is None:
+            after = before
+        if before and after:
             for k in range(i, j):
                 out[k] = True
         i = j

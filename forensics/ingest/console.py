@@ -143,7 +143,7 @@ class _Hints:
 
     __slots__ = ("trig", "err", "warn", "lvl", "ts", "year", "month", "binary")
 
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self, lines: list[str], before_binary: bool | None = None) -> None:
         line = pl.col("l")
         head = line.str.slice(0, 600)
         out = pl.DataFrame({"l": lines}, schema={"l": pl.String}).select(
@@ -165,7 +165,7 @@ class _Hints:
         self.month: list[int | None] = ts.str.slice(5, 2).cast(pl.Int32).to_list()
         # the exact rule runs only on lines holding a suspect character (few in a text log)
         flags = [bool(s) and is_binary_text(ln) for s, ln in zip(out["suspect"].to_list(), lines)]
-        self.binary: list[bool] = binary_runs(lines, flags) if any(flags) else flags
+        self.binary: list[bool] = binary_runs(lines, flags, before_binary) if any(flags) else flags
 
 
 _WORK = re.compile(
@@ -453,6 +453,7 @@ class _Parser:
         self.node_key: Any = None               # node of the line being read
         self.raw_lines: list[bytes] | None = None
         self._rest = ""
+        self.last_binary: bool | None = None    # the previous block ended in binary garbage (None: no block yet)
 
     # -- block driver ---------------------------------------------------------------------------
     def feed(self, buf: bytes, first_line: int, final: bool) -> list[_Row]:
@@ -464,7 +465,8 @@ class _Parser:
         self._unwrap_docker(lines)
         if self.srun is None:
             self._detect_srun(lines)
-        hints = _Hints(lines)
+        hints = _Hints(lines, self.last_binary)
+        self.last_binary = bool(hints.binary) and hints.binary[-1]
         self.raw_lines = buf.split(b"\n") if any(hints.binary) else None
         if self.year is None:
             # glog lines before the first full timestamp borrow the year of the block's first one
@@ -732,12 +734,14 @@ class _Parser:
             break
 
         pg_rank: int | None = None
-        if prefix_rank is None and "Rank " in rest:
+        if "Rank " in rest:
             m = _RANK_INLINE.search(rest)
             if m:
                 pg_id, guid, desc, n = m.group(1), m.group(2), m.group(3), int(m.group(4))
                 default_pg = pg_id is None or pg_id == "0" or desc == "default_pg"
-                if default_pg:
+                if prefix_rank is not None:
+                    pass                 # the line's own prefix already named the global rank
+                elif default_pg:
                     prefix_rank = n
                 else:
                     pg_rank = n
@@ -754,6 +758,11 @@ class _Parser:
                 r.x(srun_task=task)
                 if prefix_rank is None and local_from_tee is None:
                     prefix_rank = task   # srun started the ranks itself: task id = SLURM_PROCID
+        # a launcher's block ends at the first line that is not one of its fields
+        if self.launch is not None and not _LAUNCH_FIELD.match(rest):
+            self._install_launch()
+        if self.rdzv is not None and not _RDZV_FIELD.match(rest):
+            self._install_rdzv(r)
         # the node this line comes from, for the topology the launcher printed
         key = r.host or ctx.host_hint or (("task", task) if task is not None and self.srun_nodes else None)
         self.node_key = key
