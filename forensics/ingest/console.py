@@ -2,29 +2,43 @@
 
 Owns: rank attribution from console prefixes, timestamps written in the line (ISO, DeepSpeed,
 HF, glog, torch elastic, syslog), levels, and the typed events that post-mortems hinge on:
-NCCL_TIMEOUT, NCCL_WATCHDOG, NCCL_DUMP_SIGNAL, NCCL_DESYNC, COLLECTIVE_MISMATCH, NCCL_ERROR, CUDA_OOM,
-CUDA_ERROR, GPU_XID, TRACEBACK (+ TRACEBACK_CONT), CHILD_FAILED, PROCESS_KILLED,
-JOB_CANCELLED, TRAIN_STEP, EVAL, TRAIN_SUMMARY, GPU_MEMORY, STEP_TIMERS. Every other non-blank
-line is kept as event LOG. Must not write files, guess a rank, or drop a line: every physical
-line is exactly one event or one reject (only blank lines are rejected).
+NCCL_TIMEOUT, NCCL_WATCHDOG, NCCL_DUMP_SIGNAL, NCCL_DESYNC, COLLECTIVE_MISMATCH, NCCL_ERROR,
+BARRIER_TIMEOUT, CUDA_OOM, CUDA_ERROR, GPU_XID, TRACEBACK (+ TRACEBACK_CONT), CHILD_FAILED,
+PROCESS_KILLED, JOB_CANCELLED, TRAIN_STEP, EVAL, TRAIN_SUMMARY, GPU_MEMORY, STEP_TIMERS. Every
+other non-blank line is kept as event LOG. Must not write files, guess a rank, or drop a line:
+every physical line is exactly one event or one reject (blank lines and binary garbage, see
+forensics/ingest/binary.py, are rejected). The forms it reads are listed, with their upstream
+sources and samples, in forensics/ingest/templates.py.
+
+What collectors put in front of a line is consumed first: Kubernetes CRI (`<ts> stderr F`),
+Docker json-file (`{"log": ..}` per line, unwrapped in `_unwrap_docker`), syslog headers (give
+the host), and a shipper's ISO timestamp / Python logging `- LEVEL -` when a routing prefix follows.
 
 Rank attribution, first match wins (rank_source in parentheses):
-- `[rank3]:` (PyTorch >= 2.3 prefixes every line of a failing rank with its GLOBAL rank) and
-  `[3]:` (torchrun with log_line_prefix_template "[${rank}]:")               -> rank 3 (prefix)
-- `[default3]:` / `[trainer3]:` torchrun --tee: the number is the LOCAL rank. It becomes the
-  rank (prefix) unless the line also carries a host (pdsh prefix), because on a multi-node
-  console local rank 3 exists once per node; ctx.gpu_map[(host, 3)] wins when given (gpu_map).
-  local_rank is always set.
-- `host:pid:tid [3] NCCL INFO`: the number is NCCL's cudaDev, a device index, not a rank:
-  local_rank 3 and host; rank only through ctx.gpu_map.
+- `[rank3]:` (PyTorch >= 2.3 prefixes every line of a failing rank with its GLOBAL rank),
+  `[3]:` (torchrun with log_line_prefix_template "[${rank}]:") and mpirun --tag-output
+  `[1,3]<stderr>:`                                                           -> rank 3 (prefix)
 - `[Rank 3]` / `[PG ID 0 PG GUID 0(default_pg) Rank 3]` inside the text (c10d, DeepSpeed
   log_dist, Megatron memory report)                                         -> rank 3 (prefix);
   for a PG other than the default one that number is the rank inside the group: it goes to
-  extra.pg_rank, not to rank.
+  extra.pg_rank, not to rank (the PG goes to process_group and extra.pg).
+- srun --label `03: ` (only in a file where most lines carry it): the task id is the rank
+  (prefix), unless the tasks are launchers (their lines carry torchrun prefixes): then it is
+  extra.srun_task, a node.
+- `[default3]:` / `[trainer3]:` torchrun --tee: the number is the LOCAL rank (local_rank always
+  set). ctx.gpu_map[(host, 3)] wins when given (gpu_map); else the topology the log printed
+  for this node (torchrun's "Rendezvous complete" local_ranks/global_ranks, a single-node
+  launch config, DeepSpeed's global_rank_mapping) maps it (mapped); else it becomes the rank
+  (prefix) only on a console that shows no host and no second node.
+- `host:pid:tid [3] NCCL INFO`: the number is NCCL's cudaDev, a device index: local_rank 3 and
+  host; rank only through ctx.gpu_map or the printed topology.
 - `hostname: ` (pdsh, DeepSpeed multi-node) and Ray's `(RayTrainWorker pid=.., ip=..)` give host
   (and extra.pid); they never give a rank.
 - nothing: rank = ctx.rank_hint (path) for a per-rank file, else null with rank_source "none"
   (the launcher, or a worker nobody named). Never rank 0 by default.
+
+Lines that name OTHER ranks keep them in extra: missing_ranks (monitoredBarrier, desync report),
+passed_ranks, named_ranks / seq_by_rank (fingerprint mismatch), signal_from (dump signal).
 
 Multi-line Python tracebacks (per prefix stream, so interleaved ranks do not mix) are folded:
 the `Traceback (most recent call last):` line becomes one TRACEBACK event whose message is the
