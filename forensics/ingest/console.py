@@ -467,6 +467,8 @@ class _Parser:
         self.node_key: Any = None               # node of the line being read
         self.raw_lines: list[bytes] | None = None
         self._rest = ""
+        self.pid_rank: dict[tuple[Any, int], int] = {}  # (host, pid) -> global rank (NCCL init of a full-world comm)
+        self.partial_head: dict[str, tuple[Any, ...]] = {}  # stream -> identity of a line cut by the collector
         self.last_binary: bool | None = None    # the previous block ended in binary garbage (None: no block yet)
 
     # -- block driver ---------------------------------------------------------------------------
@@ -583,6 +585,8 @@ class _Parser:
                 r.ts = ts
             r.x(stream=stream if isinstance(stream, str) else None, partial=partial or None)
         body = self._prefixes(line, r)
+        if r.extra is not None and "stream" in r.extra and (self.partial_head or r.extra.get("partial")):
+            self._partial(r)
         self._topology(body, r)
         self._time_level(body, r, i)
         key = (r.rank, r.local_rank, r.host, r.extra.get("pid") if r.extra else None)
@@ -791,6 +795,10 @@ class _Parser:
                 mapped = ctx.gpu_map.get((None, r.local_rank))
             if mapped is not None:
                 r.rank, r.rank_source = mapped, "gpu_map"
+        if r.rank is None and self.pid_rank and r.extra and "pid" in r.extra:
+            g = self.pid_rank.get((r.host, r.extra["pid"]))
+            if g is not None:
+                r.rank, r.rank_source = g, "mapped"
         if r.rank is None and r.local_rank is not None:
             self._map_local(r)
         if (r.rank is None and local_from_tee is not None and r.host is None and task is None
@@ -802,6 +810,22 @@ class _Parser:
         if r.host is None:
             r.host = ctx.host_hint
         return rest
+
+    def _partial(self, r: _Row) -> None:
+        """Kubelet (`P`) and Docker (no trailing newline) cut long lines: the rest of a cut line
+        carries no prefix of its own, it belongs to the rank of the line it continues."""
+        stream = r.extra["stream"] if r.extra else None
+        head = self.partial_head.pop(stream, None)
+        if head is not None:
+            rank, source, local, host, line = head
+            if r.rank is None or r.rank_source == "path":
+                r.rank, r.rank_source = rank, source
+            if r.local_rank is None:
+                r.local_rank = local
+            r.host = r.host or host
+            r.x(continues=line)
+        if r.extra and r.extra.get("partial"):
+            self.partial_head[stream] = head if head is not None else (r.rank, r.rank_source, r.local_rank, r.host, r.line)
 
     def _lead_ts(self, rest: str, r: _Row) -> bool:
         """A collector's timestamp (and Python logging's level) in front of a routing prefix:
@@ -1264,8 +1288,16 @@ class _Parser:
             return False
         m = _NCCL_COMM.search(body) if "comm 0x" in body else None
         if m:
-            r.x(nccl_comm=m.group(1), nccl_rank=int(m.group(2)), nccl_nranks=int(m.group(3)),
+            rank, nranks = int(m.group(2)), int(m.group(3))
+            r.x(nccl_comm=m.group(1), nccl_rank=rank, nccl_nranks=nranks,
                 nccl_nnodes=_int(m.group(4)), nccl_local_ranks=_int(m.group(5)))
+            pid = r.extra.get("pid") if r.extra else None
+            if self.world is not None and nranks == self.world and pid is not None:
+                # a communicator over the whole world (the default PG's, or a group of all ranks,
+                # whose ranks c10d sorts): its NCCL rank is the global rank of this process
+                self.pid_rank[(r.host, pid)] = rank
+                if r.rank is None:
+                    r.rank, r.rank_source = rank, "mapped"
             return True
         return False
 

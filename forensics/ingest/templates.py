@@ -66,7 +66,8 @@ _TRACE_UTILS = "pytorch torch/csrc/distributed/c10d/TraceUtils.h (retrieveDesync
 TEMPLATES: list[Template] = [
     # --- prefixes that name the rank of every line ------------------------------------------
     Template(
-        "torch_rank_prefix", "pytorch >= 2.3 worker output (global rank before each line)", "[rank{rank}]:",
+        "torch_rank_prefix", "pytorch c10/util/Logging.cpp (c10::SetGlobalRank, set by distributed_c10d._update_default_pg)",
+        "[rank{rank}]:",
         ("rank",), "any",
         (Sample(("[rank5]:loss did not improve",), {"rank": 5, "rank_source": "prefix", "event": "LOG"}),),
     ),
@@ -111,9 +112,22 @@ TEMPLATES: list[Template] = [
     ),
     Template(
         "nccl_comm_init", "nvidia nccl src/init.cc (INFO NCCL_INIT)",
-        "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d", ("nccl_rank", "nranks"), "LOG",
+        "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d",
+        ("nccl_rank", "nranks", "host:pid -> rank when nRanks = world size"), "LOG",
         (Sample(("gpu-node2:4711:4790 [3] NCCL INFO comm 0x5581d0 rank 11 nRanks 16 nNodes 2 localRanks 8 localRank 3 MNNVL 0",),
-                {"x.nccl_rank": 11, "x.nccl_nranks": 16, "local_rank": 3}),),
+                {"x.nccl_rank": 11, "x.nccl_nranks": 16, "local_rank": 3, "rank": None}),
+         Sample(("[2024-11-20 14:37:16,000] [INFO] [launch.py:170:main] dist_world_size=4",
+                 "gpu-node2:4711:4790 [1] NCCL INFO comm 0x5581d0 rank 3 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0",
+                 "gpu-node2:4711:4795 [1] NCCL WARN NET/IB : Got completion with error 12, opcode 0, len 0, vendor err 129"),
+                {"rank": 3, "rank_source": "mapped", "local_rank": 1, "host": "gpu-node2"})),
+    ),
+    Template(
+        "kubernetes_cri_partial", "kubernetes kubelet CRI container log (pkg/kubelet/kuberuntime/logs)",
+        "<RFC3339Nano> <stream> P <part> / <RFC3339Nano> <stream> F <rest>", ("rank of the line it continues",), "any",
+        (Sample(("2024-11-20T14:37:16.1Z stderr P [rank6]:RuntimeError: a very long message cut here",
+                 "2024-11-20T14:37:16.1Z stderr F  and its end"),
+                {"rank": 6, "rank_source": "prefix", "x.continues": 1}),),
+        collectors=("plain",),
     ),
     Template(
         "pdsh_host_prefix", "pdsh / DeepSpeed multinode runner (host: <line>)", "%s: <line>", ("host",), "any",
@@ -389,6 +403,47 @@ TEMPLATES: list[Template] = [
         "srun_node_failure", "slurm src/srun/libsrun/launch.c (_node_fail_handler)", "Node failure on %s", ("host",),
         "JOB_CANCELLED",
         (Sample(("srun: error: Node failure on gpu-node12",), {"event": "JOB_CANCELLED", "host": "gpu-node12", "x.reason": "NODE FAILURE"}),),
+    ),
+    Template(
+        "python_traceback", "cpython Lib/traceback.py (behind a rank prefix)", "Traceback (most recent call last): ... <Exception>: <message>",
+        ("rank (prefix)", "exception"), "TRACEBACK",
+        (Sample(("[rank3]: Traceback (most recent call last):", '[rank3]:   File "/srv/train.py", line 88, in <module>',
+                 "[rank3]:     main()", "[rank3]: ValueError: batch has no tokens"),
+                {"event": "TRACEBACK", "rank": 3, "message": "ValueError: batch has no tokens", "x.exception": "ValueError"}, at=0),),
+        collectors=("plain", "iso", "pylog", "cri", "docker"),
+    ),
+    Template(
+        "cuda_error", "pytorch c10/cuda/CUDAException.h (C10_CUDA_CHECK)", "CUDA error: {}", ("kind gpu_error",), "CUDA_ERROR",
+        (Sample(("[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered",),
+                {"event": "CUDA_ERROR", "rank": 2, "x.cuda_error": "an illegal memory access was encountered"}),),
+    ),
+    Template(
+        "gpu_xid", "nvidia open-gpu-kernel-modules (NVRM: Xid)", "NVRM: Xid (PCI:%s): %d, ...", ("pci", "xid", "host (syslog)"),
+        "GPU_XID",
+        (Sample(("NVRM: Xid (PCI:0000:4e:00): 79, pid=2231, name=python3, GPU has fallen off the bus.",),
+                {"event": "GPU_XID", "x.xid": 79, "x.pci": "PCI:0000:4e:00"}),),
+        collectors=("plain", "iso", "syslog", "cri", "docker"),
+    ),
+    Template(
+        "elastic_signal", "pytorch torch/distributed/elastic/multiprocessing/api.py (_terminate_process_handler, close)",
+        "Sending process {} closing signal {} | Signal {} ({}) received by PID {}", ("pid", "signal"), "PROCESS_KILLED",
+        (Sample(("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 9911 closing signal SIGTERM",),
+                {"event": "PROCESS_KILLED", "x.pid": 9911, "x.signal": "SIGTERM", "x.by": "launcher"}),
+         Sample(("  traceback : Signal 9 (SIGKILL) received by PID 9912",),
+                {"event": "PROCESS_KILLED", "x.pid": 9912, "x.signal": "SIGKILL"})),
+    ),
+    Template(
+        "deepspeed_log_dist", "deepspeed deepspeed/utils/logging.py (log_dist: `[Rank {}] `)", "[Rank {}] {message}",
+        ("rank",), "any",
+        (Sample(("[2024-11-20 14:37:16,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=200, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]",),
+                {"event": "TRAIN_STEP", "rank": 0, "step": 200}),),
+    ),
+    Template(
+        "megatron_iteration", "megatron megatron/training/training.py (training_log)",
+        " iteration {:8d}/{:8d} | ... | lm loss: {} | ...", ("step", "loss"), "TRAIN_STEP",
+        (Sample((" [2024-11-20 14:37:16] iteration      120/   10000 | consumed samples:        15360 | elapsed time per "
+                 "iteration (ms): 850.2 | learning rate: 2.000000E-04 | lm loss: 3.412345E+00 | grad norm: 1.234 |",),
+                {"event": "TRAIN_STEP", "step": 120, "loss": 3.412345}),),
     ),
     Template(
         "megatron_memory_report", "megatron megatron/training/utils.py (report_memory)",
