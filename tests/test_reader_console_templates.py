@@ -164,3 +164,15 @@ def test_garbage_inside_a_text_log_is_rejected_and_text_around_it_kept() -> None
     rej = pl.concat([b.rejects for b in blocks])
     assert ev["message"].to_list() == ["step 1", "step 2"]
     assert rej["reason"].to_list() == [BINARY] and rej["raw"][0] == blob + b"\n"
+
+
+def test_json_lines_path_uses_the_same_binary_rule() -> None:
+    """A garbage line in a JSON-lines file that has a control byte and invalid UTF-8 but no NUL
+    (the old JSON rule counted only control bytes: 'not JSON: text line')."""
+    from forensics.ingest.jsonl import parse_block_py
+
+    garbage = b"\xe2\xa5^NPG\xc8N\xdf\xb9\x9aWUGk\xabf\xe5a\x05M#;8\xd1\x95\xfb?"
+    buf = b'{"timestamp": "2024-11-20T14:37:16Z", "rank": 0, "event": "X"}\n' + garbage + b"\n"
+    b = parse_block_py(buf, 1, True, None, None)
+    assert b.events.height == 1 and b.rejects["reason"].to_list() == [BINARY]
+    assert b.rejects["raw"][0] == garbage + b"\n"
