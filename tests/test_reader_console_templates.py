@@ -176,3 +176,23 @@ def test_json_lines_path_uses_the_same_binary_rule() -> None:
     b = parse_block_py(buf, 1, True, None, None)
     assert b.events.height == 1 and b.rejects["reason"].to_list() == [BINARY]
     assert b.rejects["raw"][0] == garbage + b"\n"
+
+
+def test_numbered_output_is_not_an_srun_label() -> None:
+    # a program numbering its own lines: labels of varying width, never repeated
+    text = "".join(f"{i}: loss {3.0 - i / 100:.2f}\n" for i in range(5, 15))
+    ev, _, _ = _read(text)
+    assert ev["rank"].to_list() == [None] * 10
+
+
+@pytest.mark.parametrize("line", [
+    "[2024-11-20 14:37:16] [rank4]: boom",
+    "2024-11-20T14:37:16.250Z [rank4]: boom",
+    "2024-11-20 14:37:16,123 - trainer - ERROR - [rank4]: boom",
+    "2024-11-20 14:37:16 | [rank4]: boom",
+    "Nov 20 14:37:16 gpu-node7 python3[311]: [rank4]: boom",
+])
+def test_collector_forms_in_front_of_a_rank_prefix(line: str) -> None:
+    ev, _, _ = _read(line + "\n")
+    row = ev.row(0, named=True)
+    assert (row["rank"], row["rank_source"], row["message"]) == (4, "prefix", "boom")

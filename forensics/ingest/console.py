@@ -531,13 +531,18 @@ class _Parser:
         sample = [ln for ln in lines[:400] if ln.strip()]
         if not sample:
             return
-        rests = []
+        rests, widths, ids = [], set(), []
         for ln in sample:
             c = _CRI.match(ln)
             m = _SRUN_LABEL.match(ln, c.end() if c else 0)
             if m:
                 rests.append(ln[m.end():])
-        self.srun = len(sample) >= 2 and len(rests) * 2 > len(sample)
+                widths.add(m.end() - m.start())
+                ids.append(int(m.group(1)))
+        # srun pads every label to one width, and each task writes many lines; a program that
+        # numbers its own lines (`9: ..`, `10: ..`) does neither
+        self.srun = (len(sample) >= 2 and len(rests) * 2 > len(sample) and len(widths) == 1
+                     and len(set(ids)) < len(ids))
         if self.srun:
             self.srun_nodes = any(_TEE_LOCAL.match(t) or "torch.distributed.elastic" in t or "torchrun" in t
                                   for t in rests)
