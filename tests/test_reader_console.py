@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from forensics import schema
 from forensics.ingest import formats
+from forensics.ingest.binary import BINARY, SHORT, is_binary_text
 from forensics.ingest.console import read_console
 from forensics.ingest.formats import ReaderContext
 
@@ -155,8 +156,13 @@ def test_property_every_line_is_an_event_or_a_reject(lines, trailing_newline, bl
     data = "\n".join(lines) + ("\n" if trailing_newline and lines else "")
     ev, rej, n = _read(data, block_bytes=block_bytes)
     assert ev.height + rej.height == n
-    # only blank lines are rejected
-    assert set(rej["reason"].to_list()) <= {"blank line"}
+    # only blank lines and binary garbage are rejected; a line is binary by the rule, or is a
+    # short fragment between binary lines
+    assert set(rej["reason"].to_list()) <= {"blank line", BINARY}
+    for reason, raw in zip(rej["reason"].to_list(), rej["raw"].to_list()):
+        if reason == BINARY:
+            text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            assert is_binary_text(text) or len(text) < SHORT, text
 
 
 def test_block_size_does_not_change_the_events():
@@ -362,9 +368,14 @@ def test_hf_printed_dict_and_deepspeed_step():
 def test_levels_blank_lines_and_garbage():
     text = b"FutureWarning: old api\nsomething Error happened\nall good\n\n   \n\x00\x01\xff\xfe garbage\n"
     ev, rej, n = _read(text)
-    assert ev["level"].to_list() == ["WARN", "ERROR", "INFO", "INFO"]
-    assert rej["reason"].to_list() == ["blank line", "blank line"] and rej["line"].to_list() == [4, 5]
-    assert ev["line"].to_list() == [1, 2, 3, 6] and "\ufffd" in ev["message"][3]
+    assert ev["level"].to_list() == ["WARN", "ERROR", "INFO"]
+    # a NUL byte makes the last line binary garbage: rejected with its bytes as written
+    assert rej["reason"].to_list() == ["blank line", "blank line", BINARY] and rej["line"].to_list() == [4, 5, 6]
+    assert rej["raw"][2] == b"\x00\x01\xff\xfe garbage\n"
+    assert ev["line"].to_list() == [1, 2, 3]
+    # a non-UTF-8 byte in a text line is not garbage: the line stays an event
+    ev, rej, _ = _read(b"loss went up \xe9t\xe9 again\n")
+    assert rej.height == 0 and "\ufffd" in ev["message"][0]
 
 
 def test_last_line_without_newline_and_crlf():

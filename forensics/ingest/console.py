@@ -2,29 +2,43 @@
 
 Owns: rank attribution from console prefixes, timestamps written in the line (ISO, DeepSpeed,
 HF, glog, torch elastic, syslog), levels, and the typed events that post-mortems hinge on:
-NCCL_TIMEOUT, NCCL_WATCHDOG, NCCL_DUMP_SIGNAL, NCCL_DESYNC, COLLECTIVE_MISMATCH, NCCL_ERROR, CUDA_OOM,
-CUDA_ERROR, GPU_XID, TRACEBACK (+ TRACEBACK_CONT), CHILD_FAILED, PROCESS_KILLED,
-JOB_CANCELLED, TRAIN_STEP, EVAL, TRAIN_SUMMARY, GPU_MEMORY, STEP_TIMERS. Every other non-blank
-line is kept as event LOG. Must not write files, guess a rank, or drop a line: every physical
-line is exactly one event or one reject (only blank lines are rejected).
+NCCL_TIMEOUT, NCCL_WATCHDOG, NCCL_DUMP_SIGNAL, NCCL_DESYNC, COLLECTIVE_MISMATCH, NCCL_ERROR,
+BARRIER_TIMEOUT, CUDA_OOM, CUDA_ERROR, GPU_XID, TRACEBACK (+ TRACEBACK_CONT), CHILD_FAILED,
+PROCESS_KILLED, JOB_CANCELLED, TRAIN_STEP, EVAL, TRAIN_SUMMARY, GPU_MEMORY, STEP_TIMERS. Every
+other non-blank line is kept as event LOG. Must not write files, guess a rank, or drop a line:
+every physical line is exactly one event or one reject (blank lines and binary garbage, see
+forensics/ingest/binary.py, are rejected). The forms it reads are listed, with their upstream
+sources and samples, in forensics/ingest/templates.py.
+
+What collectors put in front of a line is consumed first: Kubernetes CRI (`<ts> stderr F`),
+Docker json-file (`{"log": ..}` per line, unwrapped in `_unwrap_docker`), syslog headers (give
+the host), and a shipper's ISO timestamp / Python logging `- LEVEL -` when a routing prefix follows.
 
 Rank attribution, first match wins (rank_source in parentheses):
-- `[rank3]:` (PyTorch >= 2.3 prefixes every line of a failing rank with its GLOBAL rank) and
-  `[3]:` (torchrun with log_line_prefix_template "[${rank}]:")               -> rank 3 (prefix)
-- `[default3]:` / `[trainer3]:` torchrun --tee: the number is the LOCAL rank. It becomes the
-  rank (prefix) unless the line also carries a host (pdsh prefix), because on a multi-node
-  console local rank 3 exists once per node; ctx.gpu_map[(host, 3)] wins when given (gpu_map).
-  local_rank is always set.
-- `host:pid:tid [3] NCCL INFO`: the number is NCCL's cudaDev, a device index, not a rank:
-  local_rank 3 and host; rank only through ctx.gpu_map.
+- `[rank3]:` (PyTorch >= 2.3 prefixes every line of a failing rank with its GLOBAL rank),
+  `[3]:` (torchrun with log_line_prefix_template "[${rank}]:") and mpirun --tag-output
+  `[1,3]<stderr>:`                                                           -> rank 3 (prefix)
 - `[Rank 3]` / `[PG ID 0 PG GUID 0(default_pg) Rank 3]` inside the text (c10d, DeepSpeed
   log_dist, Megatron memory report)                                         -> rank 3 (prefix);
   for a PG other than the default one that number is the rank inside the group: it goes to
-  extra.pg_rank, not to rank.
+  extra.pg_rank, not to rank (the PG goes to process_group and extra.pg).
+- srun --label `03: ` (only in a file where most lines carry it): the task id is the rank
+  (prefix), unless the tasks are launchers (their lines carry torchrun prefixes): then it is
+  extra.srun_task, a node.
+- `[default3]:` / `[trainer3]:` torchrun --tee: the number is the LOCAL rank (local_rank always
+  set). ctx.gpu_map[(host, 3)] wins when given (gpu_map); else the topology the log printed
+  for this node (torchrun's "Rendezvous complete" local_ranks/global_ranks, a single-node
+  launch config, DeepSpeed's global_rank_mapping) maps it (mapped); else it becomes the rank
+  (prefix) only on a console that shows no host and no second node.
+- `host:pid:tid [3] NCCL INFO`: the number is NCCL's cudaDev, a device index: local_rank 3 and
+  host; rank only through ctx.gpu_map or the printed topology.
 - `hostname: ` (pdsh, DeepSpeed multi-node) and Ray's `(RayTrainWorker pid=.., ip=..)` give host
   (and extra.pid); they never give a rank.
 - nothing: rank = ctx.rank_hint (path) for a per-rank file, else null with rank_source "none"
   (the launcher, or a worker nobody named). Never rank 0 by default.
+
+Lines that name OTHER ranks keep them in extra: missing_ranks (monitoredBarrier, desync report),
+passed_ranks, named_ranks / seq_by_rank (fingerprint mismatch), signal_from (dump signal).
 
 Multi-line Python tracebacks (per prefix stream, so interleaved ranks do not mix) are folded:
 the `Traceback (most recent call last):` line becomes one TRACEBACK event whose message is the
@@ -49,6 +63,7 @@ import orjson
 import polars as pl
 
 from ..schema import Level, RankSource
+from .binary import BINARY, SUSPECT, binary_runs, is_binary_text
 from .formats import ReaderContext
 from .jsonl import Block, rejects_frame
 from .normalize import parse_timestamp
@@ -72,6 +87,31 @@ _GLOG = re.compile(
 _RANK_INLINE = re.compile(
     r"\[(?:PG (?:ID )?(\S+?)(?: PG GUID (\S+?))?(?:\s*\(([^)]*)\))? )?Rank (\d+)\]"
 )
+# What collectors and launchers put in front of a line (see forensics/ingest/templates.py).
+# Kubernetes CRI (kubelet's container log files): `<RFC3339Nano> <stream> <F|P> <line>`.
+_CRI = re.compile(r"((?:19|20)\d\d-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) (stdout|stderr) ([FP]) ?")
+# A collector's timestamp (ISO, bracketed or not), optionally Python logging's ` - LEVEL - `:
+# consumed only when a routing prefix follows it, so plain timestamped lines keep their text.
+_LEAD_TS = re.compile(
+    r"\[?((?:19|20)\d\d-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\]?"
+    r"(?:\s+-\s+(?:[\w.\-]+\s+-\s+)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+"
+    r"|\s+\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?:?\s+|\s*[|:]\s*|\s+)"
+)
+_ROUTING = re.compile(
+    r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{4} \d\d:|[\w.\-]+:\d+:\d+ \[\d+\] "
+    r"|\(\w+ pid=\d+"
+)
+# Syslog / journald short format: `Mon DD HH:MM:SS host tag[pid]: ` (the host is the machine's).
+_SYSLOG_HDR = re.compile(
+    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d+)? "
+    r"([A-Za-z0-9][\w.\-]*) ([\w.\-/@]+)(?:\[(\d+)\])?: "
+)
+# srun --label: `%0*d: ` (task id, zero-padded to the width of the largest); recognised only in a
+# file where most lines carry it (a numbered list in a program's output is not a label).
+_SRUN_LABEL = re.compile(r" *(\d{1,6}): ")
+# mpirun --tag-output (Open MPI / PRRTE): `[jobid,rank]<stdout>:`.
+_MPI_TAG = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
+_TEE_LOCAL = re.compile(r"\[(?!rank\d)[A-Za-z_][A-Za-z_\-]*\d+\]:")
 _NOT_HOSTS = frozenset({"python", "python3", "localhost6"})
 _HOST_SUFFIX_WORDS = ("Error", "Exception", "Warning", "error", "warning")
 
@@ -96,6 +136,8 @@ _GLOG_LEVEL = {"I": "INFO", "W": "WARN", "E": "ERROR", "F": "ERROR"}
 # The same gate and the per-line searches, run once per block in polars (Rust regex and
 # Aho-Corasick) instead of once per line in Python: they are most of the cost of a console log.
 _TRIGGER_WORDS = [
+    "monitoredBarrier", "store based barrier", "processed ranks", "joined but didn't finish", "didn't join", "Timeout at collective",
+    "flight recorder", "flight-recorder", "oom_kill", "oom-kill", "Out Of Memory", "Node failure", "mismatch between",
     "WorkNCCL", "watchdog", "Watchdog", "lagging", "desync", "dump signal", "CollectiveFingerPrint", "NCCL", "nccl",
     "out of memory", "OutOfMemory", "CUDA error", "Xid", "exitcode", "exit code", "return code", "SIG",
     "Signal ", "Killed", "Killing", "killed", "CANCELLED", "iteration", "(MB)", "time (ms)", "step=", "{'",
@@ -113,9 +155,9 @@ _ISO_VEC = (
 class _Hints:
     """Per-line results of the block-wide scan, as Python lists indexed like the lines."""
 
-    __slots__ = ("trig", "err", "warn", "lvl", "ts", "year", "month")
+    __slots__ = ("trig", "err", "warn", "lvl", "ts", "year", "month", "binary")
 
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self, lines: list[str], before_binary: bool | None = None) -> None:
         line = pl.col("l")
         head = line.str.slice(0, 600)
         out = pl.DataFrame({"l": lines}, schema={"l": pl.String}).select(
@@ -125,6 +167,7 @@ class _Hints:
             line.str.slice(0, 200).str.extract(_LEVEL_VEC, 1).alias("lvl"),
             head.str.extract(_ISO_VEC, 1).str.replace(r"^(.{10})[ _]", "${1}T")
             .str.replace(",", ".", literal=True).alias("ts"),
+            line.str.contains(SUSPECT).alias("suspect"),
         )
         ts = out["ts"]
         self.trig: list[bool] = out["trig"].to_list()
@@ -134,6 +177,9 @@ class _Hints:
         self.ts: list[str | None] = ts.to_list()
         self.year: list[int | None] = ts.str.slice(0, 4).cast(pl.Int32).to_list()
         self.month: list[int | None] = ts.str.slice(5, 2).cast(pl.Int32).to_list()
+        # the exact rule runs only on lines holding a suspect character (few in a text log)
+        flags = [bool(s) and is_binary_text(ln) for s, ln in zip(out["suspect"].to_list(), lines)]
+        self.binary: list[bool] = binary_runs(lines, flags, before_binary) if any(flags) else flags
 
 
 _WORK = re.compile(
@@ -159,7 +205,37 @@ _DESYNC = re.compile(
     r"ranks \[([\d,\s]+)\] are the lagging ranks"
     r"|lagging/dead/mismatched ranks[^\[]*\[([\d,\s]+)\]"
     r"|^\s*-\s*\[([\d,\s]+)\] (?:joined but didn't finish|finished collective|didn't join)"
+    r"|^\s*\[([\d,\s]+)\] finished collective #\d+, but didn't join"
 )
+_DESYNC_SEQ = re.compile(r"collective #(\d+)")
+# TORCH_NCCL_DESYNC_DEBUG report, the reporting rank's own line: `- [3] Timeout at collective: ALLREDUCE, #41`
+_DESYNC_TIMEOUT_AT = re.compile(r"-\s*\[(\d+)\] Timeout at collective: ([^,]+), #(\d+)")
+# ProcessGroupNCCL watchdog (torch >= 2.3 / >= 2.6 wordings)
+_WATCHDOG_AT = re.compile(
+    r"(Exception \(either an error or timeout\)|NCCL error is|Work timeout is) detected by watchdog at work: (\d+)"
+    r"(?:, last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+))?"
+)
+_WORK_STATUS = re.compile(r"Work update periodically: last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+)")
+_ASYNC_EXC = re.compile(r"raised the following async exception: (.*)")
+_WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
+_FR_DUMP = re.compile(r"(?:dumping nccl trace to|Finished writing NCCLPG debug info to) (\S+)")
+_NCCL_COMM = re.compile(
+    r"comm (0x[0-9a-fA-F]+) rank (\d+) nr?[Rr]anks (\d+)(?: nNodes (\d+) localRanks (\d+) localRank (\d+))?"
+)
+# monitoredBarrier (ProcessGroupGloo / ProcessGroupWrapper), store-based barrier (distributed_c10d)
+_MB_FAILED = re.compile(r"Ranks? (\d+(?:, \d+)*) failed to pass monitoredBarrier in (\d+) ms")
+_MB_TIMED_OUT = re.compile(
+    r"Rank (\d+) timed out in monitoredBarrier after (\d+) ms\.?(?:\s*Successfully processed ranks: ([\d,\s]+))?"
+)
+_MB_PROCESSED = re.compile(r"^\s*(?:Successfully processed ranks: ([\d,\s]+)|No ranks successfully processed in monitoredBarrier)")
+_MB_REACHED = re.compile(r"Rank (\d+) successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank (\d+)")
+_STORE_BARRIER = re.compile(
+    r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: (\S+) "
+    r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([\d:.]+)\)"
+)
+_MISMATCH_PAIR = re.compile(r"Rank (\d+) is running collective: (.*?), but Rank (\d+) is running collective: (.*)")
+_FP_SEQ = re.compile(r"SequenceNumber=(\d+)")
+_FP_OP = re.compile(r"OpType=(\w+)")
 _FINGERPRINT_PAIR = re.compile(
     r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),\s*OpType=(\w+)"
     r".*?but Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),\s*OpType=(\w+)"
@@ -209,13 +285,25 @@ _KILLING = re.compile(r"Killing subprocess (\d+)")
 _KERNEL_OOM = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (\d+) \(([^)]*)\)|oom-kill:|oom_reaper")
 _BASH_KILLED = re.compile(r"\b(\d+) Killed\b")
 _RECEIVED_SIG = re.compile(r"received (SIG[A-Z]+)")
-_SRUN = re.compile(r"srun: error: ([\w.\-]+): tasks? ([\d\-,]+): (Killed|Terminated|Exited with exit code (\d+))")
+_SRUN = re.compile(r"srun: error: ([\w.\-]+): tasks? ([\d\-,]+): (Killed|Terminated|Out Of Memory|Exited with exit code (\d+))")
+_SLURM_OOM = re.compile(r"Detected (\d+) oom[-_]kill events?(?:\(s\))?(?: in (?:StepId=)?(\S+?))?[.\s]")
+_SLURM_NODE_FAIL = re.compile(r"srun: error: Node failure on (\S+)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d+)")
 _LOCAL_RANK_ARG = re.compile(r"--local[_-]rank[= ]'?(\d+)")
 _ELASTIC_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
-_CANCELLED = re.compile(r"\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(?: DUE TO ([^*]+?))? \*\*\*")
+_CANCELLED = re.compile(r"\*\*\* (JOB|STEP) (\S+) (?:ON (\S+) )?CANCELLED AT (\S+)(?: DUE TO ([^*]+?))? \*\*\*")
 _SIGKILL = re.compile(r"SIGKILL|Signal 9\b|signal 9\b")
 _CLOSING = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
+
+# Topology printed by launchers
+_RDZV_FIELD = re.compile(
+    r"^\s+(restart_count|master_addr|master_port|group_rank|group_world_size|local_ranks|role_ranks|global_ranks"
+    r"|role_world_sizes|global_world_sizes)=(.*?)\s*$"
+)
+_LAUNCH_FIELD = re.compile(r"^\s+(\w+)\s*:\s*(.*?)\s*$")
+_DS_MAPPING = re.compile(r"'([^']+)': \[([\d,\s]*)\]")
+_DS_NODES = re.compile(r"nnodes=(\d+), num_local_procs=(\d+), node_rank=(\d+)")
+_DS_WORLD = re.compile(r"dist_world_size=(\d+)")
 
 # torch elastic ChildFailedError table
 _CF_SECTION = re.compile(r"^\s*(Failures:|Root Cause \(first observed failure\):)\s*$")
@@ -323,6 +411,16 @@ def _ranks(s: str) -> list[int]:
     return [int(t) for t in re.findall(r"\d+", s)]
 
 
+def _task_list(s: str) -> list[int]:
+    """Slurm task ranges `0-2,5` -> [0, 1, 2, 5]."""
+    out: list[int] = []
+    for part in s.split(","):
+        a, _, b = part.partition("-")
+        if a.isdigit() and (not b or b.isdigit()):
+            out.extend(range(int(a), int(b or a) + 1))
+    return out[:100_000]
+
+
 def _signal_name(n: int) -> str | None:
     try:
         return _signal.Signals(n).name
@@ -352,6 +450,26 @@ class _Parser:
         self.cf_section: str | None = None      # inside a ChildFailedError table
         self.cf: dict[str, Any] = {}
         self.hints: _Hints | None = None
+        self.docker: bool | None = None         # Docker json-file log: one {"log": ...} per line
+        self.meta: dict[int, tuple[Any, Any, bool, str]] = {}  # block index -> docker time, stream, partial, raw
+        self.srun: bool | None = None           # lines carry srun --label task ids
+        self.srun_nodes = False                 # ... and each task is a launcher (torchrun) of a node
+        # Topology the log printed: node key (host, srun task, or None) -> {local rank: global rank}
+        self.topo: dict[Any, dict[int, int]] = {}
+        self.topo_restart: dict[Any, int] = {}
+        self.multi_node = False                 # a launcher said there is more than one node
+        self.world: int | None = None
+        self.nodes_seen: set[Any] = set()
+        self.rdzv: dict[str, Any] | None = None  # torchrun "Rendezvous complete" block being read
+        self.launch: dict[str, Any] | None = None  # torchrun "launch configs" block being read
+        self.ds_node_rank: int | None = None
+        self.last_barrier: dict[Any, _Row] = {}
+        self.node_key: Any = None               # node of the line being read
+        self.raw_lines: list[bytes] | None = None
+        self._rest = ""
+        self.pid_rank: dict[tuple[Any, int], int] = {}  # (host, pid) -> global rank (NCCL init of a full-world comm)
+        self.partial_head: dict[str, tuple[Any, ...]] = {}  # stream -> identity of a line cut by the collector
+        self.last_binary: bool | None = None    # the previous block ended in binary garbage (None: no block yet)
 
     # -- block driver ---------------------------------------------------------------------------
     def feed(self, buf: bytes, first_line: int, final: bool) -> list[_Row]:
@@ -360,7 +478,12 @@ class _Parser:
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        hints = _Hints(lines)
+        self._unwrap_docker(lines)
+        if self.srun is None:
+            self._detect_srun(lines)
+        hints = _Hints(lines, self.last_binary)
+        self.last_binary = bool(hints.binary) and hints.binary[-1]
+        self.raw_lines = buf.split(b"\n") if any(hints.binary) else None
         if self.year is None:
             # glog lines before the first full timestamp borrow the year of the block's first one
             first = next((i for i, y in enumerate(hints.year) if y is not None), None)
@@ -380,6 +503,49 @@ class _Parser:
             if gc_was_enabled:
                 gc.enable()
         return self._ready(final)
+
+    def _unwrap_docker(self, lines: list[str]) -> None:
+        """Docker's json-file driver writes `{"log": "<line>\\n", "stream": .., "time": ..}` per
+        line: the log text is read as console text, its time and stream kept."""
+        self.meta = {}
+        if self.docker is None:
+            self.docker = bool(lines) and lines[0].startswith('{"log":')
+        if not self.docker:
+            return
+        for i, ln in enumerate(lines):
+            if not ln.startswith('{"log":'):
+                continue
+            try:
+                o = orjson.loads(ln)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(o, dict) and isinstance(o.get("log"), str):
+                log = o["log"]
+                self.meta[i] = (o.get("time"), o.get("stream"), not log.endswith("\n"), ln)
+                lines[i] = log[:-1] if log.endswith("\n") else log
+
+    def _detect_srun(self, lines: list[str]) -> None:
+        """srun --label prefixes every line; a file where most of the first lines start with
+        `N: ` is such a file. If those lines carry torchrun's per-worker prefixes, each srun task
+        is a launcher (one per node), not a rank."""
+        sample = [ln for ln in lines[:400] if ln.strip()]
+        if not sample:
+            return
+        rests, widths, ids = [], set(), []
+        for ln in sample:
+            c = _CRI.match(ln)
+            m = _SRUN_LABEL.match(ln, c.end() if c else 0)
+            if m:
+                rests.append(ln[m.end():])
+                widths.add(m.end() - m.start())
+                ids.append(int(m.group(1)))
+        # srun pads every label to one width, and each task writes many lines; a program that
+        # numbers its own lines (`9: ..`, `10: ..`) does neither
+        self.srun = (len(sample) >= 2 and len(rests) * 2 > len(sample) and len(widths) == 1
+                     and len(set(ids)) < len(ids))
+        if self.srun:
+            self.srun_nodes = any(_TEE_LOCAL.match(t) or "torch.distributed.elastic" in t or "torchrun" in t
+                                  for t in rests)
 
     def _ready(self, final: bool) -> list[_Row]:
         if final or not self.open_tb:
@@ -405,15 +571,28 @@ class _Parser:
     # -- one line -------------------------------------------------------------------------------
     def _line(self, raw: str, no: int, i: int) -> None:
         line = raw[:-1] if raw.endswith("\r") else raw
-        if not line.strip():
+        meta = self.meta.get(i) if self.meta else None
+        binary = self.hints.binary[i]
+        if binary or not line.strip():
             r = _Row(no)
-            r.reason = "blank line"
-            r.raw = (raw + "\n").encode("utf-8", errors="replace")
+            r.reason = BINARY if binary else "blank line"
+            if binary and self.raw_lines is not None and i < len(self.raw_lines):
+                r.raw = self.raw_lines[i] + b"\n"   # the bytes as written, not their decoding
+            else:
+                r.raw = (meta[3] if meta else raw + "\n").encode("utf-8", errors="replace")
             self.pending.append(r)
             return
         r = _Row(no)
         self.pending.append(r)
+        if meta is not None:
+            ts, stream, partial, _ = meta
+            if isinstance(ts, str):
+                r.ts = ts
+            r.x(stream=stream if isinstance(stream, str) else None, partial=partial or None)
         body = self._prefixes(line, r)
+        if r.extra is not None and "stream" in r.extra and (self.partial_head or r.extra.get("partial")):
+            self._partial(r)
+        self._topology(body, r)
         self._time_level(body, r, i)
         key = (r.rank, r.local_rank, r.host, r.extra.get("pid") if r.extra else None)
 
@@ -483,12 +662,14 @@ class _Parser:
 
     # -- prefixes -------------------------------------------------------------------------------
     def _prefixes(self, line: str, r: _Row) -> str:
-        """Consume routing prefixes (host, Ray, torchrun, NCCL, glog); fill r; return the rest."""
+        """Consume routing prefixes (collector, srun/mpirun labels, host, Ray, torchrun, NCCL,
+        glog); fill r; return the rest."""
         rest = line
         ctx = self.ctx
         prefix_rank: int | None = None
         local_from_tee: int | None = None
-        for _ in range(6):
+        task: int | None = None
+        for k in range(10):
             c = rest[:1]
             if c == "[":
                 m = _TORCHRUN.match(rest)
@@ -503,10 +684,19 @@ class _Parser:
                     if role == "rank" and rest.startswith(" "):
                         rest = rest[1:]
                     continue
+                m = _MPI_TAG.match(rest)
+                if m:
+                    prefix_rank = int(m.group(2))
+                    r.x(stream=m.group(3))
+                    rest = rest[m.end():]
+                    continue
                 m = _GLOG.match(rest)
                 if m:
                     self._glog(m, r)
                     rest = rest[m.end():]
+                    continue
+                if rest[1:3] in ("19", "20") and self._lead_ts(rest, r):
+                    rest = self._rest
                     continue
                 break
             if c == "(":
@@ -518,6 +708,32 @@ class _Parser:
                     rest = rest[m.end():]
                     continue
                 break
+            if c.isdigit():
+                m = _CRI.match(rest)
+                if m:
+                    r.ts = m.group(1)
+                    r.x(stream=m.group(2), partial=True if m.group(3) == "P" else None)
+                    rest = rest[m.end():]
+                    continue
+                if rest[:2] in ("19", "20") and self._lead_ts(rest, r):
+                    rest = self._rest
+                    continue
+            if self.srun and task is None and prefix_rank is None and (c.isdigit() or c == " "):
+                m = _SRUN_LABEL.match(rest)
+                if m:
+                    task = int(m.group(1))
+                    rest = rest[m.end():]
+                    continue
+            if c in "JFMASOND" and k == 0 or (c in "JFMASOND" and r.host is None and task is not None):
+                m = _SYSLOG_HDR.match(rest)
+                if m:
+                    if self.year is not None:
+                        r.ts = (f"{self.year:04d}-{_MONTHS[m.group(1)]:02d}-{int(m.group(2)):02d}"
+                                f"T{m.group(3)}:{m.group(4)}:{m.group(5)}")
+                    r.host = m.group(6)
+                    r.x(program=m.group(7), pid=_int(m.group(8)))
+                    rest = rest[m.end():]
+                    continue
             if c in "IWEF":
                 m = _GLOG.match(rest)
                 if m and m.group(2):
@@ -541,19 +757,40 @@ class _Parser:
             break
 
         pg_rank: int | None = None
-        if prefix_rank is None and "Rank " in rest:
+        if "Rank " in rest:
             m = _RANK_INLINE.search(rest)
             if m:
                 pg_id, guid, desc, n = m.group(1), m.group(2), m.group(3), int(m.group(4))
                 default_pg = pg_id is None or pg_id == "0" or desc == "default_pg"
-                if default_pg:
+                if prefix_rank is not None:
+                    pass                 # the line's own prefix already named the global rank
+                elif default_pg:
                     prefix_rank = n
                 else:
                     pg_rank = n
                 if pg_id is not None:
                     r.put(process_group=desc or guid or pg_id)
+                    r.x(pg=desc or guid or pg_id, pg_id=pg_id)
         if pg_rank is not None:
             r.x(pg_rank=pg_rank)
+
+        if task is not None:
+            if self.srun_nodes:
+                r.x(srun_task=task)      # a launcher per node: the task is the node, not a rank
+            else:
+                r.x(srun_task=task)
+                if prefix_rank is None and local_from_tee is None:
+                    prefix_rank = task   # srun started the ranks itself: task id = SLURM_PROCID
+        # a launcher's block ends at the first line that is not one of its fields
+        if self.launch is not None and not _LAUNCH_FIELD.match(rest):
+            self._install_launch()
+        if self.rdzv is not None and not _RDZV_FIELD.match(rest):
+            self._install_rdzv(r)
+        # the node this line comes from, for the topology the launcher printed
+        key = r.host or ctx.host_hint or (("task", task) if task is not None and self.srun_nodes else None)
+        self.node_key = key
+        if key is not None:
+            self.nodes_seen.add(key)
 
         if prefix_rank is not None:
             r.rank, r.rank_source = prefix_rank, "prefix"
@@ -563,13 +800,61 @@ class _Parser:
                 mapped = ctx.gpu_map.get((None, r.local_rank))
             if mapped is not None:
                 r.rank, r.rank_source = mapped, "gpu_map"
-        if r.rank is None and local_from_tee is not None and r.host is None:
+        if r.rank is None and self.pid_rank and r.extra and "pid" in r.extra:
+            g = self.pid_rank.get((r.host, r.extra["pid"]))
+            if g is not None:
+                r.rank, r.rank_source = g, "mapped"
+        if r.rank is None and r.local_rank is not None:
+            self._map_local(r)
+        if (r.rank is None and local_from_tee is not None and r.host is None and task is None
+                and not self.multi_node):
+            # torchrun --tee on a console that shows no second node: local rank = global rank
             r.rank, r.rank_source = local_from_tee, "prefix"
         if r.rank is None and ctx.rank_hint is not None:
             r.rank, r.rank_source = ctx.rank_hint, "path"
         if r.host is None:
             r.host = ctx.host_hint
         return rest
+
+    def _partial(self, r: _Row) -> None:
+        """Kubelet (`P`) and Docker (no trailing newline) cut long lines: the rest of a cut line
+        carries no prefix of its own, it belongs to the rank of the line it continues."""
+        stream = r.extra["stream"] if r.extra else None
+        head = self.partial_head.pop(stream, None)
+        if head is not None:
+            rank, source, local, host, line = head
+            if r.rank is None or r.rank_source == "path":
+                r.rank, r.rank_source = rank, source
+            if r.local_rank is None:
+                r.local_rank = local
+            r.host = r.host or host
+            r.x(continues=line)
+        if r.extra and r.extra.get("partial"):
+            self.partial_head[stream] = head if head is not None else (r.rank, r.rank_source, r.local_rank, r.host, r.line)
+
+    def _lead_ts(self, rest: str, r: _Row) -> bool:
+        """A collector's timestamp (and Python logging's level) in front of a routing prefix:
+        consume it (sets self._rest). Without a routing prefix behind it the line is left whole."""
+        m = _LEAD_TS.match(rest)
+        if not m or not _ROUTING.match(rest, m.end()):
+            return False
+        r.ts = m.group(1).replace(",", ".")
+        word = m.group(2) or m.group(3)
+        if word:
+            r.level = _LEVEL_MAP[word]
+            r.x(collector_level=word)
+        self._rest = rest[m.end():]
+        return True
+
+    def _map_local(self, r: _Row) -> None:
+        """Local rank -> global rank through the topology the launcher printed for this node.
+        A mapping learned without a node name serves lines of other names only while the file
+        shows a single node."""
+        m = self.topo.get(self.node_key)
+        if m is None and self.node_key is not None and len(self.nodes_seen) <= 1:
+            m = self.topo.get(None)
+        if m and r.local_rank in m:
+            r.rank, r.rank_source = m[r.local_rank], "mapped"
 
     def _glog(self, m: re.Match[str], r: _Row) -> None:
         r.level = _GLOG_LEVEL[m.group(1)]
@@ -611,6 +896,89 @@ class _Parser:
                 r.level = "ERROR"
             elif h.warn[i]:
                 r.level = "WARN"
+
+    # -- topology the launchers print -----------------------------------------------------------
+    def _topology(self, body: str, r: _Row) -> None:
+        """torchrun's rendezvous result and launch configs, DeepSpeed's rank mapping: what turns
+        a local rank into a global one (see _map_local). State survives block boundaries."""
+        if self.rdzv is not None:
+            m = _RDZV_FIELD.match(body)
+            if m:
+                self.rdzv[m.group(1)] = m.group(2)
+                if m.group(1) == "global_world_sizes":
+                    self._install_rdzv(r)
+                return
+            self._install_rdzv(r)
+        if self.launch is not None:
+            m = _LAUNCH_FIELD.match(body)
+            if m:
+                self.launch[m.group(1)] = m.group(2)
+                return
+            self._install_launch()
+        if "Rendezvous complete for workers" in body:
+            self.rdzv = {"key": self.node_key}
+        elif "launch configs:" in body and "elastic_operator" in body:
+            self.launch = {"key": self.node_key}
+        elif "global_rank_mapping=" in body:
+            hosts = {h: [int(t) for t in re.findall(r"\d+", ranks)] for h, ranks in _DS_MAPPING.findall(body)}
+            if not hosts:
+                return
+            for h, ranks in hosts.items():
+                self.topo[h] = dict(enumerate(ranks))
+            names = list(hosts)
+            if len(names) == 1:
+                self.topo[None] = self.topo[names[0]]          # one node: local = its ranks
+            elif self.ds_node_rank is not None and self.ds_node_rank < len(names):
+                self.topo.setdefault(self.node_key, self.topo[names[self.ds_node_rank]])
+            self.multi_node = self.multi_node or len(names) > 1
+            self.world = sum(len(v) for v in hosts.values())
+            r.x(global_rank_mapping=hosts)
+        elif "num_local_procs=" in body:
+            m = _DS_NODES.search(body)
+            if m:
+                self.ds_node_rank = int(m.group(3))
+                self.multi_node = self.multi_node or int(m.group(1)) > 1
+        elif "dist_world_size=" in body:
+            m = _DS_WORLD.search(body)
+            if m:
+                self.world = int(m.group(1))
+
+    def _install_rdzv(self, r: _Row) -> None:
+        d, self.rdzv = self.rdzv, None
+        assert d is not None
+        local = [int(t) for t in re.findall(r"-?\d+", d.get("local_ranks", ""))]
+        glob = [int(t) for t in re.findall(r"-?\d+", d.get("global_ranks", ""))]
+        gws = _int(d.get("group_world_size"))
+        sizes = [int(t) for t in re.findall(r"\d+", d.get("global_world_sizes", ""))]
+        if sizes:
+            self.world = sizes[0]
+        if gws is not None and gws > 1:
+            self.multi_node = True
+        if not local or len(local) != len(glob):
+            return
+        key, restart = d["key"], _int(d.get("restart_count")) or 0
+        new = dict(zip(local, glob))
+        old = self.topo.get(key)
+        if old is not None and old != new and restart <= self.topo_restart.get(key, -1):
+            # two agents' results under one name (consoles of several nodes merged without host
+            # prefixes): neither can be told from the other, so neither maps
+            self.topo[key] = {}
+        else:
+            self.topo[key] = new
+            self.topo_restart[key] = restart
+        r.x(topology={"group_rank": _int(d.get("group_rank")), "group_world_size": gws,
+                      "local_ranks": local, "global_ranks": glob})
+
+    def _install_launch(self) -> None:
+        d, self.launch = self.launch, None
+        assert d is not None
+        nmax, nproc = _int(d.get("max_nodes")), _int(d.get("nproc_per_node"))
+        if nmax is not None and nmax > 1:
+            self.multi_node = True
+        elif nmax == 1 and nproc is not None:
+            # a single-node launch: local rank = global rank for its workers
+            self.topo.setdefault(d["key"], {i: i for i in range(nproc)})
+            self.world = self.world or nproc
 
     # -- torch elastic ChildFailedError table ---------------------------------------------------
     def _child_failed(self, body: str, r: _Row) -> bool:
@@ -679,6 +1047,8 @@ class _Parser:
 
     # -- typed events ---------------------------------------------------------------------------
     def _typed(self, body: str, r: _Row) -> None:
+        if ("monitoredBarrier" in body or "store based barrier" in body or "processed ranks" in body) and self._barrier(body, r):
+            return
         # NCCL / c10d
         m = _WORK.search(body) if "WorkNCCL" in body else None
         if m and ("timeout" in body or "timing out" in body or "timed out" in body):
@@ -689,6 +1059,20 @@ class _Parser:
                   timeout_s=timeout_ms / 1000 if timeout_ms is not None else None,
                   duration_s=ran_ms / 1000 if ran_ms is not None else None)
             r.x(numel_in=_int(m.group(3)), numel_out=_int(m.group(4)), ran_for_ms=ran_ms)
+            return
+        a = _ASYNC_EXC.search(body) if m and "async exception" in body else None
+        if m and a:
+            r.event, r.level = "NCCL_ERROR", "ERROR"
+            r.put(seq=int(m.group(1)), collective=m.group(2))
+            r.x(nccl_error=a.group(1).strip()[:500], numel_in=_int(m.group(3)))
+            return
+        m = _WATCHDOG_AT.search(body) if "detected by watchdog at work" in body else None
+        if m:
+            error = m.group(1).startswith("NCCL error")
+            r.event, r.level = ("NCCL_ERROR" if error else "NCCL_WATCHDOG"), "ERROR"
+            r.put(seq=int(m.group(2)))
+            r.x(last_enqueued=_int(m.group(3)), last_completed=_int(m.group(4)),
+                cause="error" if error else ("timeout" if m.group(1).startswith("Work timeout") else None))
             return
         m = (_WATCHDOG_FAIL.search(body) if "work sequence id" in body else None) or (_TIMEOUT_AT.search(body) if "Timeout at NCCL work" in body else None)
         if m:
@@ -707,18 +1091,32 @@ class _Parser:
         if m:
             culprits = _ranks(next(g for g in m.groups() if g))
             r.event, r.level = "NCCL_DESYNC", "ERROR"
-            r.x(culprit_ranks=culprits)
+            sm = _DESYNC_SEQ.search(body)
+            r.put(seq=int(sm.group(1)) if sm else None)
+            # TraceUtils' report names these as the lagging / dead / mismatched ranks
+            r.x(culprit_ranks=culprits, missing_ranks=culprits)
             if len(culprits) == 1:
                 r.put(peer_rank=culprits[0])
             return
-        if "CollectiveFingerPrint" in body:
-            m = _FINGERPRINT_PAIR.search(body)
+        m = _DESYNC_TIMEOUT_AT.search(body) if "Timeout at collective" in body else None
+        if m:
+            r.event, r.level = "NCCL_DESYNC", "ERROR"
+            r.put(seq=int(m.group(3)), collective=m.group(2).strip())
+            r.x(report="timeout_at", reporting_rank=int(m.group(1)))
+            return
+        if "CollectiveFingerPrint" in body or "mismatch between collectives" in body:
+            m = _MISMATCH_PAIR.search(body)
             r.event, r.level = "COLLECTIVE_MISMATCH", "ERROR"
             if m:
+                own, peer = int(m.group(1)), int(m.group(3))
                 if r.rank is None or r.rank_source == "path":
-                    r.rank, r.rank_source = int(m.group(1)), "record"
-                r.put(seq=int(m.group(2)), collective=m.group(3), peer_rank=int(m.group(4)))
-                r.x(peer_seq=int(m.group(5)), peer_collective=m.group(6))
+                    r.rank, r.rank_source = own, "record"
+                s1, s2 = _FP_SEQ.search(m.group(2)), _FP_SEQ.search(m.group(4))
+                o1, o2 = _FP_OP.search(m.group(2)), _FP_OP.search(m.group(4))
+                r.put(seq=int(s1.group(1)) if s1 else None, collective=o1.group(1) if o1 else None, peer_rank=peer)
+                seqs = {str(own): int(s1.group(1)) if s1 else None, str(peer): int(s2.group(1)) if s2 else None}
+                r.x(peer_seq=int(s2.group(1)) if s2 else None, peer_collective=o2.group(1) if o2 else None,
+                    named_ranks=[own, peer], seq_by_rank={k: v for k, v in seqs.items() if v is not None} or None)
             else:
                 fm = _FINGERPRINT.search(body)
                 if fm:
@@ -742,6 +1140,8 @@ class _Parser:
         if m:
             r.event, r.level = "GPU_XID", "ERROR"
             r.x(pci=m.group(1), xid=int(m.group(2)), detail=m.group(3))
+            return
+        if self._nccl_notice(body, r):
             return
         if "NCCL" in body or "nccl" in body:
             m = _NCCL_ERROR_IN.search(body) if "NCCL error in" in body else None
@@ -825,11 +1225,92 @@ class _Parser:
             _hf_dict(m.group(1), r)
             return
 
+    def _barrier(self, body: str, r: _Row) -> bool:
+        """monitoredBarrier and store-based barrier timeouts: BARRIER_TIMEOUT, naming the ranks
+        that did not arrive when the text names them (extra.missing_ranks)."""
+        m = _MB_FAILED.search(body)
+        if m:
+            r.event, r.level = "BARRIER_TIMEOUT", "ERROR"
+            r.put(timeout_s=int(m.group(2)) / 1000)
+            r.x(barrier="monitored_barrier", missing_ranks=_ranks(m.group(1)))
+            return True
+        m = _MB_TIMED_OUT.search(body)
+        if m:
+            # rank 0 ran out of time before it reached the next rank: the ranks after the
+            # processed ones were never checked, so none of them is named
+            r.event, r.level = "BARRIER_TIMEOUT", "ERROR"
+            r.put(timeout_s=int(m.group(2)) / 1000)
+            r.x(barrier="monitored_barrier", passed_ranks=_ranks(m.group(3)) if m.group(3) else None)
+            self.last_barrier[self.node_key] = r
+            return True
+        m = _MB_PROCESSED.search(body)
+        if m:
+            head = self.last_barrier.pop(self.node_key, None)
+            if head is not None and head in self.pending[-3:]:
+                head.x(passed_ranks=_ranks(m.group(1)) if m.group(1) else [])
+                r.x(head=head.line)
+            return False
+        m = _MB_REACHED.search(body)
+        if m:
+            r.event, r.level = "BARRIER_TIMEOUT", "ERROR"
+            if r.rank is None or r.rank_source == "path":
+                r.rank, r.rank_source = int(m.group(1)), "record"
+            r.put(peer_rank=int(m.group(2)))
+            r.x(barrier="monitored_barrier", reached=True)
+            return True
+        m = _STORE_BARRIER.search(body)
+        if m:
+            r.event, r.level = "BARRIER_TIMEOUT", "ERROR"
+            if r.rank is None or r.rank_source == "path":
+                r.rank, r.rank_source = int(m.group(1)), "record"
+            h, _, rest = m.group(5).partition(":")
+            mi, _, sec = rest.partition(":")
+            try:
+                r.put(timeout_s=int(h) * 3600 + int(mi) * 60 + float(sec))
+            except ValueError:
+                pass
+            r.x(barrier="store_based_barrier", key=m.group(2), world_size=int(m.group(3)), arrived=int(m.group(4)))
+            return True
+        return False
+
+    def _nccl_notice(self, body: str, r: _Row) -> bool:
+        """Informational ProcessGroupNCCL / NCCL lines whose numbers matter later: the periodic
+        work status, Flight Recorder dump notices, a stuck watchdog, NCCL's communicator init."""
+        m = _WORK_STATUS.search(body) if "Work update periodically" in body else None
+        if m:
+            r.x(last_enqueued=int(m.group(1)), last_completed=int(m.group(2)))
+            return True
+        m = _FR_DUMP.search(body) if "NCCL" in body else None
+        if m:
+            r.x(fr_dump=m.group(1).rstrip("."))
+            return True
+        if "flight recorder dump signal" in body or "flight-recorder dump signal" in body:
+            r.x(fr_signal="broadcast" if "Broadcasting" in body else "observed")
+            return True
+        m = _WATCHDOG_STUCK.search(body) if "got stuck" in body else None
+        if m:
+            r.x(watchdog_stuck_s=int(m.group(1)))
+            return False
+        m = _NCCL_COMM.search(body) if "comm 0x" in body else None
+        if m:
+            rank, nranks = int(m.group(2)), int(m.group(3))
+            r.x(nccl_comm=m.group(1), nccl_rank=rank, nccl_nranks=nranks,
+                nccl_nnodes=_int(m.group(4)), nccl_local_ranks=_int(m.group(5)))
+            pid = r.extra.get("pid") if r.extra else None
+            if self.world is not None and nranks == self.world and pid is not None:
+                # a communicator over the whole world (the default PG's, or a group of all ranks,
+                # whose ranks c10d sorts): its NCCL rank is the global rank of this process
+                self.pid_rank[(r.host, pid)] = rank
+                if r.rank is None:
+                    r.rank, r.rank_source = rank, "mapped"
+            return True
+        return False
+
     def _killed(self, body: str, r: _Row) -> bool:
         m = _CANCELLED.search(body) if "CANCELLED" in body else None
         if m:
             r.event, r.level = "JOB_CANCELLED", "ERROR"
-            r.host = m.group(3)
+            r.host = m.group(3) or r.host
             ts = _ISO.search(m.group(4))
             if ts:
                 r.ts = f"{ts.group(1)}-{ts.group(2)}-{ts.group(3)}T{ts.group(4)}:{ts.group(5)}:{ts.group(6)}"
@@ -842,16 +1323,35 @@ class _Parser:
             if m.group(4) is not None:
                 r.event, r.level = "CHILD_FAILED", "ERROR"
                 r.put(exit_code=int(m.group(4)))
+                r.x(by="slurm")
+            elif m.group(3) == "Out Of Memory":
+                # slurmstepd saw the cgroup's OOM killer end these tasks: host memory
+                r.event, r.level = "PROCESS_KILLED", "ERROR"
+                r.x(signal="SIGKILL", by="oom_killer", reported_by="slurm")
             else:
                 r.event, r.level = "PROCESS_KILLED", "ERROR"
-                r.x(signal="SIGKILL" if m.group(3) == "Killed" else "SIGTERM")
-            r.x(tasks=tasks, by="slurm")
+                r.x(signal="SIGKILL" if m.group(3) == "Killed" else "SIGTERM", by="slurm")
+            r.x(tasks=tasks, task_list=_task_list(tasks))
+            return True
+        m = _SLURM_OOM.search(body) if "oom" in body else None
+        if m:
+            r.event, r.level = "PROCESS_KILLED", "ERROR"
+            r.x(signal="SIGKILL", by="oom_killer", reported_by="slurm", oom_kill_events=int(m.group(1)),
+                slurm_step=m.group(2))
+            return True
+        m = _SLURM_NODE_FAIL.search(body) if "Node failure" in body else None
+        if m:
+            r.event, r.level = "JOB_CANCELLED", "ERROR"
+            r.host = m.group(1)
+            r.x(kind="step", reason="NODE FAILURE", by="slurm")
             return True
         m = _ELASTIC_FAILED.search(body) if "exitcode" in body else None
         if m:
             code = int(m.group(1))
             r.event, r.level = "CHILD_FAILED", "ERROR"
             r.local_rank = int(m.group(2))
+            if r.rank is None:
+                self._map_local(r)     # the agent names a local rank; its rendezvous said whose
             r.put(exit_code=code)
             r.x(pid=int(m.group(3)), signal=_signal_name(-code) if code < 0 else None)
             return True

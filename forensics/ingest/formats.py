@@ -51,6 +51,8 @@ def sniff(head: bytes, path: str) -> str:
         return "jsonl"  # a JSONL file whose first line is crash debris
     if s.startswith(b"{"):
         first = s.split(b"\n", 1)[0].strip()
+        if first.startswith(b'{"log":') and b'"stream":' in first:
+            return "console"  # Docker json-file: console text in a JSON envelope (console.py unwraps it)
         if b'"traceEvents"' in head[:65536] or b'"schemaVersion"' in first:
             return "kineto"
         if b'"log_history"' in head or (first == b"{" and b'"global_step"' in head):

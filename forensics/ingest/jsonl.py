@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from ..schema import RAW_LIMIT, REJECT_SCHEMA, arrow_schema, conform
 from . import native
+from .binary import BINARY, is_binary_text
 from .normalize import KEY_COLON, KNOWN_TOP, canonical
 
 RAW_SCHEMA = {k: pl.String for k in KNOWN_TOP}
@@ -69,6 +70,8 @@ def _reason(raw: bytes, is_last_unterminated: bool) -> str | None:
         return None
     if s.startswith(b"{"):
         return "truncated line (no newline at end of file)" if is_last_unterminated else "truncated JSON object"
+    if is_binary_text(s.decode("utf-8", errors="replace")):
+        return BINARY  # the rule every line reader shares (forensics/ingest/binary.py)
     if s.startswith(b"[") or s.startswith(b'"'):
         return "JSON value is not an object"
     if b"\x00" in s or sum(c < 9 or 13 < c < 32 for c in s[:256]) > 2:
