@@ -125,8 +125,18 @@ def test_megatron_logs_are_healthy(name: str, progress: str, event: str, stores)
     expected = len(re.findall(progress, log.read_text(errors="replace")))
     got = run.events().filter(pl.col("event") == event).select(pl.len()).collect().item()
     assert got == expected > 0
-    assert report.root_cause is None and not report.run.crashed
+    assert not report.run.crashed
     assert [f.title for f in report.findings if f.severity == "ERROR"] == []
+    # no training fault; a log that ends with Slurm's "*** JOB n ON host CANCELLED AT t ***" says
+    # why it stopped (issue 10: a cancelled job is never "healthy"), and nothing else is blamed
+    text = log.read_text(errors="replace")
+    cancelled = re.search(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT", text)
+    if cancelled:
+        rc = report.root_cause
+        assert rc is not None and (rc.kind, rc.layer, rc.ranks) == ("job_cancelled", "resource", [])
+        assert report.findings[0].evidence["job"] == cancelled.group(1)
+    else:
+        assert report.root_cause is None
 
 
 # --- nvidia-smi telemetry of 8 GPUs on one node ---------------------------------------------------------
