@@ -550,12 +550,12 @@ MODE_BASIS = {
     "report": "named_by_peers", "missing": "named_by_peers", "fingerprint": "named_by_peers", "peer": "named_by_peers",
     "odd": "own_error", "lag_timeout": "own_error",
     "lag_enqueued": "never_joined", "never_joined": "never_joined", "least_completed": "never_joined",
-    "silent": "last_to_log",
+    "silent": "last_to_log", "local": "own_error",
 }
 # Ranks that issued a DIFFERENT collective than their peers (not ranks that never arrived).
 MISMATCH_MODES = {"fingerprint", "odd", "lag_timeout"}
 # A silent rank is named by when it last logged; within this margin of the next rank's last line
-# (or 5% of the wait until the timeout) the order is thin evidence.
+# (or half a step: ranks log a step's end at slightly different times) the order is thin evidence.
 SILENT_MARGIN_S = 1.0
 
 
@@ -767,6 +767,11 @@ def find(ctx: Context) -> list[Finding]:
         missing, missing_by = _missing_ranks(rows)
         odd, odd_how, odd_weak = _odd_collective(tos, fail_seq)
         peers = Counter(p for r in first_to.values() if (p := _peer_of(r)) is not None and p != r["rank"])
+        # the same, known only by host and local rank: the cause, though no global rank can be named
+        local_deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()
+                        if isinstance(k, tuple) and k[0] == "local" and _key(r) <= _key(to_sorted[0])]
+        local_deaths += [(d["rows"][0], ("local", d["host"], d["local_rank"]), "killed") for d in killed
+                         if d["rank"] is None and d["local_rank"] is not None and _key(d["rows"][0]) <= _key(to_sorted[0])]
         if deaths:
             r, first, mode = min(deaths, key=lambda d: _key(d[0]))
             culprits = [first]
@@ -783,35 +788,42 @@ def find(ctx: Context) -> list[Finding]:
         elif odd:
             culprits, how, mode, weak = odd, odd_how, "odd", odd_weak
             detail["mismatch_seq"] = fail_seq
-        if not culprits:
+        if not culprits and local_deaths:
+            # stronger than any inference from silence or lag: the process died of its own error
+            r, who_key, what = min(local_deaths, key=lambda d: _key(d[0]))
+            mode = "local"
+            how = {"oom": "CUDA OOM", "crash": "crash", "gpu": "GPU error", "killed": "SIGKILL"}[what]
+            detail["local"] = {"host": who_key[1], "local_rank": who_key[2], "what": how, "row": r}
+        if not culprits and not mode:
             lag, lag_how, own_seq = _laggards(statuses, first_to)
             if lag:
                 culprits, how = lag, lag_how
                 # a rank that timed out in ANOTHER collective issued a different one (a desync);
                 # one that never enqueued the collective simply never arrived (a hang)
                 mode = "lag_timeout" if set(lag) <= own_seq else "lag_enqueued"
-        if not culprits and peers and peers.most_common(1)[0][1] * 2 >= len(first_to):
+        if not culprits and not mode and peers and peers.most_common(1)[0][1] * 2 >= len(first_to):
             (top, n), = peers.most_common(1)
             culprits, how, mode, weak = [top], "named as the peer the others wait on", "peer", n <= 1
-        if not culprits and fail_seq is not None:
+        if not culprits and not mode and fail_seq is not None:
             never = [r for r, p in progress.items() if r not in first_to and p["max_seq"] is not None
                      and p["max_seq"] < fail_seq]
             if never:
                 culprits, how, mode = sorted(never), f"never joined collective #{fail_seq}", "never_joined"
-        if not culprits:
+        if not culprits and not mode:
             low_ranks, low, margin = _least_completed(statuses)
             if low_ranks:
                 culprits, how, mode, weak = low_ranks, f"last completed work {low} is the smallest", "least_completed", margin <= 1
-        if not culprits:
+        if not culprits and not mode:
             silent = [r for r in progress if r not in failed_ranks]
             if silent and to_sorted:
                 t_min = min(progress[r]["last_ts"] for r in silent)
                 culprits = sorted(r for r in silent if progress[r]["last_ts"] == t_min)
                 how, mode = "went silent first, without an error of its own", "silent"
-                rest = [progress[r]["last_ts"] for r in silent if progress[r]["last_ts"] != t_min]
+                # the margin: how much longer the next rank went on logging
+                rest = [p["last_ts"] for r, p in progress.items() if p["last_ts"] is not None and p["last_ts"] != t_min]
                 gap = (min(rest) - t_min).total_seconds() if rest else None
-                wait = (t_first_to - t_min).total_seconds() if t_first_to is not None else 0.0
-                weak = gap is not None and gap < max(SILENT_MARGIN_S, 0.05 * wait)
+                step_ms = ctx.median_step_ms
+                weak = gap is None or gap < max(SILENT_MARGIN_S, (step_ms or 0.0) / 2000)
                 detail["silent_margin_s"] = round(gap, 3) if gap is not None else None
     waiting = {int(r["rank"]) for r in statuses if r["rank"] is not None and r["enqueued"] is not None
                and fail_seq is not None and r["enqueued"] >= fail_seq}
@@ -863,7 +875,9 @@ def find(ctx: Context) -> list[Finding]:
 
     # -- processes killed from outside Python ----------------------------------------------------
     for d in killed:
-        is_culprit = mode == "killed" and d["rank"] in culprits
+        is_culprit = (mode == "killed" and d["rank"] in culprits) or (
+            mode == "local" and detail["local"]["what"] == "SIGKILL" and d["rank"] is None
+            and (d["host"], d["local_rank"]) == (detail["local"]["host"], detail["local"]["local_rank"]))
         out.append(_host_oom_finding(d, t_first_to if is_culprit else None, victims if is_culprit else []))
 
     # -- the scheduler ended the job -------------------------------------------------------------
@@ -939,7 +953,7 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     first_rank = to_sorted[0]["rank"]
     first_note = (f"; rank {first_rank} timed out first, a victim like the others"
                   if first_rank is not None and first_rank not in culprits and culprits and len(first_to) > 1 else "")
-    basis = MODE_BASIS.get(mode) if culprits else None
+    basis = MODE_BASIS.get(mode) if culprits or mode == "local" else None
     mismatch = [r for r in tos if r["rank"] in culprits and (
         (detail.get("mismatch_seq") is not None and _seq_of(r) == detail["mismatch_seq"]) or mode == "lag_timeout")]
 
@@ -996,6 +1010,12 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
         title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
                  + (f" #{seq}" if seq is not None else "")
                  + (f" {dt_s:.1f} s after rank {c}'s {what}" if dt_s is not None else f" after rank {c}'s {what}"))
+    elif mode == "local":
+        loc = detail["local"]
+        who = local_ranks_phrase([{"host": loc["host"], "local_rank": loc["local_rank"]}])
+        title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
+                 + (f" #{seq}" if seq is not None else "") + f" after {who} died ({loc['what']}); which global rank "
+                 "it was, the logs do not say")
     elif mode == "killed":
         title = (f"{ranks_phrase(lost)}: lost {ranks_phrase(culprits)} in their collective"
                  + (f" #{seq}" if seq is not None else "") + " after it was killed (SIGKILL)")
@@ -1008,6 +1028,8 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     out.append(Finding(
         rule=pass_id("failures"), kind="nccl_timeout", layer="communication", severity="ERROR",
         ranks=culprits, victims=victims, title=title, basis=basis, basis_weak=weak and bool(culprits),
+        local_ranks=([{"host": detail["local"]["host"], "local_rank": detail["local"]["local_rank"]}]
+                     if mode == "local" else []),
         evidence={"how": how or None, "failing_seq": seq, "timeouts": len(tos), "victims": victims,
                   "first_timeout_rank": first_rank, "message": shorten(coll, 300)},
         lines=cite([_ev_row(r) for r in mismatch[:1]] + [_ev_row(r) for r in to_sorted[:3]] + [_ev_row(r) for r in desync[:1]],

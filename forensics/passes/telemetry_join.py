@@ -56,7 +56,9 @@ def find(ctx: Context) -> list[Finding]:
     hosts = sorted({h for h, _ in gpus if h})
     where = (f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
              + (f" on {', '.join(hosts)}" if hosts else " (the file names no host)"))
-    one_node = not hosts or len(hosts) == 1
+    # rank i on GPU i can only hold on a one-node job: offered only when the whole run names at most one host
+    all_hosts = ctx.events.select(pl.col("host").drop_nulls().unique()).collect().to_series().to_list()
+    one_node = len(set(all_hosts) | set(hosts)) <= 1
     identity = ""
     if one_node:
         # only true when the launcher put rank i on GPU i of a single node: offered, never assumed
