@@ -14,7 +14,7 @@ import pytest
 
 from forensics.passes import diagnose_context, failures
 from forensics.report import render
-from forensics.report.model import BASES, KINDS
+from forensics.report import model
 from pass_helpers import Rows
 
 LOST = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:44631"
@@ -327,7 +327,7 @@ def test_passes_that_do_not_say_get_their_kinds_basis_and_json_carries_it() -> N
     assert rep.root_cause.kind == "straggler" and rep.root_cause.basis == "timing_within_group"
     d = json.loads(render(rep, "json"))
     assert d["root_cause"]["basis"] == "timing_within_group" and d["root_cause"]["basis_weak"] is False
-    assert all(set(BASES) >= {f["basis"]} for f in d["findings"] if f["basis"])
+    assert all(set(model.BASES) >= {f["basis"]} for f in d["findings"] if f["basis"])
     assert "timing within its group" in render(rep, "text", width=120)
     assert "timing within its group" in render(rep, "md")
     assert "timing within its group" in render(rep, "html")
@@ -337,10 +337,19 @@ def test_new_kinds_are_in_the_vocabulary_and_the_readme() -> None:
     from pathlib import Path
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     for k in ("crash", "host_oom", "collective_mismatch", "job_cancelled", "gpu_error"):
-        assert k in KINDS and f"`{k}`" in readme
-    assert list(BASES) == ["own_error", "named_by_peers", "never_joined", "last_to_log", "timing_within_group", "telemetry"]
+        assert k in model.KINDS and f"`{k}`" in readme
+    assert list(model.BASES) == ["own_error", "named_by_peers", "never_joined", "last_to_log", "timing_within_group", "telemetry"]
 
 
 def test_diagnose_context_runs_on_the_new_kinds_without_a_root_from_hygiene() -> None:
     rep = diagnose_context(crash_run().ctx())
     assert rep.run.crashed and rep.root_cause.kind == "crash"
+
+
+def test_a_finding_about_every_rank_singles_nobody_out() -> None:
+    from pathlib import Path
+
+    from forensics.passes import diagnose
+    rep = diagnose([str(Path(__file__).resolve().parents[1] / "sample_logs" / "comm_bound")])
+    assert rep.root_cause.kind == "comm_bound" and rep.root_cause.ranks == list(range(8))
+    assert rep.root_cause.basis is None and "Why this rank" not in render(rep, "text")

@@ -71,6 +71,7 @@ def test_flight_recorder_root_cause_is_the_reference_missing_ranks(case: str, st
     rc = report.root_cause
     assert rc is not None and rc.kind == "hang" and rc.layer == "communication"
     assert rc.ranks == ref["missing"]                      # gpu_error_1st: [12]; lock_gil_1st: [9, 14]
+    assert rc.basis == "never_joined"                      # the dumps show they never joined (issue 10)
     injected = {int(r) for r in re.findall(r"Rank (\d+),", (d / "fault_injection.log").read_text())}
     assert set(rc.ranks) <= injected
     root = report.findings[0]

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from forensics.cli import app
-from forensics.passes import diagnose, telemetry_join
+from forensics.passes import diagnose
 from forensics.report import render
 from pass_helpers import Rows
 
@@ -60,6 +60,8 @@ def test_rows_with_a_rank_or_without_gpu_metrics_are_not_counted() -> None:
     rows.add(0.0, 0, "GPU_STATS", temp_c=50.0)                     # joined
     r = rows.add(0.0, None, "LOG", message="NCCL INFO Channel 00")   # a local rank but no GPU sample
     r["local_rank"] = 3
+    from forensics.passes import telemetry_join
+
     assert telemetry_join.find(rows.ctx()) == []
 
 

@@ -219,8 +219,10 @@ def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[Roo
     fill every finding's `explains` with indexes into that order. `ranks`: all ranks of the run."""
     everyone = frozenset(ranks or [])
     for f in findings:
-        if f.basis is None and (f.ranks or f.local_ranks):
-            # passes that do not say how they named a rank get their kind's (model.DEFAULT_BASIS)
+        job_wide = len(everyone) > 1 and set(f.ranks) >= everyone
+        if f.basis is None and (f.ranks or f.local_ranks) and not job_wide:
+            # passes that do not say how they named a rank get their kind's (model.DEFAULT_BASIS);
+            # a finding about every rank singles nobody out: no basis
             f.basis = DEFAULT_BASIS.get(f.kind)
     root_i, explained = select(findings, everyone)
     if root_i is None:
