@@ -353,3 +353,20 @@ def test_a_finding_about_every_rank_singles_nobody_out() -> None:
     rep = diagnose([str(Path(__file__).resolve().parents[1] / "sample_logs" / "comm_bound")])
     assert rep.root_cause.kind == "comm_bound" and rep.root_cause.ranks == list(range(8))
     assert rep.root_cause.basis is None and "Why this rank" not in render(rep, "text")
+
+
+def test_a_traceback_that_is_the_last_line_of_a_single_process_run_is_a_crash() -> None:
+    rows = Rows()
+    progress(rows, [0], 10)
+    rows.add(9.5, 0, "TRACEBACK", level="ERROR", message="KeyError: 'input_ids'")
+    rep = rows.report()
+    assert (rep.root_cause.kind, rep.root_cause.ranks) == ("crash", [0]) and rep.run.crashed
+
+
+def test_a_traceback_followed_by_more_output_and_no_failure_is_not_a_crash() -> None:
+    # e.g. an optional import that failed at the end of training, logged, and the program went on
+    rows = Rows()
+    progress(rows, [0, 1], 10)
+    rows.add(9.5, 0, "TRACEBACK", level="ERROR", message="ModuleNotFoundError: No module named 'wandb'")
+    rows.add(9.6, 0, "LOG", message="saving checkpoint to /ckpt/final")
+    assert "crash" not in kinds(failures.find(rows.ctx()))

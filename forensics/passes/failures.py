@@ -559,30 +559,55 @@ MISMATCH_MODES = {"fingerprint", "odd", "lag_timeout"}
 SILENT_MARGIN_S = 1.0
 
 
-def _fatal(r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bool:
-    """A traceback killed its rank unless the rank went on training after it (a caught and
-    logged exception, a retried data sample)."""
+def _trained_after(r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bool:
+    """The rank went on training after this line (a caught and logged exception, a retried sample)."""
     if r["rank"] is None or int(r["rank"]) not in progress or r["timestamp"] is None:
-        return True
+        return False
     last = progress[int(r["rank"])]["last_ts"]
-    return last is None or last <= r["timestamp"]
+    return last is not None and last > r["timestamp"]
 
 
-def _crashes(rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],
+def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    """(file, line) of the tracebacks that are the last thing their process wrote in that file
+    (nothing but the traceback's own continuation lines after it). Only their files are read."""
+    files = sorted({r["source_file"] for r in tbs if r["source_file"] is not None})
+    if not files:
+        return set()
+    last = (
+        ctx.events.select("rank", "host", "local_rank", "event", "source_file", "line")
+        .filter(pl.col("source_file").is_in(files) & (pl.col("event") != "TRACEBACK_CONT"))
+        .group_by("source_file", "rank", "host", "local_rank")
+        .agg(pl.col("line").max())
+        .collect()
+    )
+    ends = {(f, rk, h, lr): ln for f, rk, h, lr, ln in last.iter_rows()}
+    return {(r["source_file"], r["line"]) for r in tbs
+            if ends.get((r["source_file"], r["rank"], r["host"], r["local_rank"])) == r["line"]}
+
+
+def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],
              first_oom: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     """First fatal plain Python exception per process (rank, or host + local rank): a traceback
     that is not an OOM, a GPU error, a lost peer / timeout (classified before) nor a teardown
-    signal, from a rank with no OOM of its own before it."""
+    signal, from a rank with no OOM of its own before it.
+
+    Fatal: the rank did not train after it, and something shows the process ended — a process
+    exit or kill after it, its peers' failed collectives after it, or it is the last thing the
+    process wrote. (Programs print tracebacks of exceptions they survive: at start-up, a skipped
+    sample; those are not crashes.)"""
+    tbs = [r for r in rows if r["kind"] == "traceback" and not re.search(TEARDOWN_RE, r["message"] or "")
+           and _owner(r) is not None and not _trained_after(r, progress)]
+    if not tbs:
+        return {}
+    ends = [r for r in rows if r["kind"] in ("exit", "kill", "timeout")]
+    last = _last_lines(ctx, tbs)
     out: dict[Any, dict[str, Any]] = {}
-    for r in rows:
-        if r["kind"] != "traceback" or re.search(TEARDOWN_RE, r["message"] or ""):
-            continue
+    for r in tbs:
         who = _owner(r)
-        if who is None or who in out or not _fatal(r, progress):
+        if who in out or (who in first_oom and _key(first_oom[who]) <= _key(r)):
             continue
-        if who in first_oom and _key(first_oom[who]) <= _key(r):
-            continue
-        out[who] = r
+        if (r["source_file"], r["line"]) in last or any(_key(e) > _key(r) for e in ends):
+            out[who] = r
     return out
 
 
@@ -741,7 +766,7 @@ def find(ctx: Context) -> list[Finding]:
             by_rank[int(r["rank"])].append(r)
     first_to = {k: _first(v) for k, v in by_rank.items()}
     killed = _killed_without_traceback(rows)
-    crashes = _crashes(rows, progress, first_oom)
+    crashes = _crashes(ctx, rows, progress, first_oom)
     gpus = _gpu_errors(rows)
     cancels = [r for r in rows if r["kind"] == "cancel"]
 
