@@ -156,7 +156,7 @@ def crash_run(exc: str = "ValueError: shape mismatch in collate_fn", keep_traini
 def test_python_exception_that_kills_a_rank_is_a_crash_on_that_rank() -> None:
     rep = crash_run().report()
     rc = rep.root_cause
-    assert (rc.kind, rc.ranks, rc.basis) == ("crash", [2], "own_error")
+    assert (rc.kind, rc.layer, rc.ranks, rc.basis) == ("crash", "resource", [2], "own_error")
     f = rep.findings[0]
     assert f.victims == [0, 1, 3] and "ValueError" in f.title and "data.py:41" in f.title
     assert kinds(rep.findings)["nccl_timeout"].ranks == [2]

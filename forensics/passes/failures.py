@@ -495,7 +495,8 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
 def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: list[int]) -> Finding:
     who = (f"rank {d['rank']}" if d["rank"] is not None
            else local_ranks_phrase(_local(d)) if d["local_rank"] is not None else "a worker process")
-    pid = f" (pid {d['pid']}" + (f" on {d['host']})" if d["host"] else ")") if d["pid"] is not None else ""
+    on_host = f" on {d['host']}" if d["host"] and not (d["rank"] is None and d["local_rank"] is not None) else ""
+    pid = f" (pid {d['pid']}{on_host})" if d["pid"] is not None else ""
     code = f"exit code {d['exit_code']}" if d["exit_code"] is not None else "SIGKILL"
     if d["confirmed"]:
         title = f"{who}{pid} was killed by the kernel's out-of-memory killer (host RAM, not GPU memory)"
@@ -662,7 +663,9 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
     who = _who(rank, r)
     if kind == "crash":
         title = f"{who} crashed with a Python exception: {shorten(r['message'], 160)}{where}"
-        layer = "training"
+        # the rank's own process failed (its code, its data loader): below the communication its
+        # peers then lose, so the chain reads bottom-up from it, like an OOM
+        layer = "resource"
     else:
         host = f" on host {r['host']}" if r.get("host") and rank is None and not _local(r) else ""
         subject = who if rank is not None or _local(r) else f"a GPU{host}"
