@@ -137,6 +137,7 @@ def diagnose(
     width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords found in log text."),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help="Also mask matches of this regex (repeatable)."),
+    gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", help="HOST:GPU=RANK for telemetry and local-rank lines, repeatable, or @FILE (as ingest)."),
 ) -> None:
     """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
     from pathlib import Path
@@ -151,7 +152,7 @@ def diagnose(
     add_patterns(redact_pattern)
     cb, stop = _progress()
     try:
-        run = open_run(paths, progress=cb)
+        run = open_run(paths, progress=cb, gpu_map=gpu_map)
     finally:
         stop()
     report = run_diagnose(run, rule_dirs=[builtin_rules_dir(), *map(Path, rules)] if rules else None)

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from .errors import STORE_WRITE, ForensicsError
+from .errors import BAD_ARGUMENT, STORE_WRITE, ForensicsError
 from .store import Run, is_store, open_store
 
 
@@ -21,12 +21,24 @@ def cache_dir() -> Path:
     return Path(base)
 
 
-def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | None = None) -> Run:
-    """A store path opens directly; anything else is ingested (once) into the cache."""
+def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | None = None,
+             gpu_map: list[str] | None = None) -> Run:
+    """A store path opens directly; anything else is ingested (once) into the cache.
+
+    `gpu_map`: `HOST:GPU=RANK` items or @FILE, as `forensics ingest --gpu-map` (it joins
+    telemetry and local-rank console lines to ranks at ingest, so it is part of the cache key)."""
     items = [str(p) for p in paths] if isinstance(paths, list) else [str(paths)]
+    from .ingest import ingest, parse_gpu_map
+
+    gmap = parse_gpu_map(gpu_map)
     if len(items) == 1 and is_store(items[0]):
+        if gmap:
+            raise ForensicsError(
+                f"--gpu-map cannot change the store {items[0]}", where=items[0],
+                reason="a store was already ingested; the map is applied when raw logs are read",
+                help="ingest the logs again with `forensics ingest --gpu-map …`, or pass the log files instead of the store",
+                code=BAD_ARGUMENT)
         return open_store(items[0])
-    from .ingest import ingest
     from .ingest.sources import expand, file_info
 
     files = expand(items)
@@ -34,6 +46,9 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
 
     h = hashlib.blake2b(digest_size=12)
     h.update(f"schema {SCHEMA_VERSION}\n".encode())  # a newer schema never reads an older cache
+    if gmap:
+        # the same logs read with another map are another run (ranks differ): another cache entry
+        h.update(("gpu_map " + ";".join(f"{hst or ''}:{g}={r}" for hst, g, r in sorted(gmap, key=str)) + "\n").encode())
     for f in sorted(files, key=str):
         i = file_info(f)
         h.update(f"{i.path}\0{i.size}\0{i.mtime}\0{i.fingerprint}\n".encode())
@@ -46,7 +61,8 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
             run = None  # a damaged cache entry: ingest below repairs (or rebuilds) it
     if run is None:
         try:
-            ingest(items, target, progress=progress)
+            ingest(items, target, progress=progress,
+                   gpu_map=[f"{hst + ':' if hst else ''}{g}={r}" for hst, g, r in gmap] or None)
         except ForensicsError as e:
             if e.code != STORE_WRITE:
                 raise

@@ -119,7 +119,10 @@ def test_size_mismatch_at_the_same_seqnum_is_the_culprit_not_the_first_to_time_o
         lines.append(FAILURE.format(r=r, t=t, seq=41, enq=41, done=40))
     report = diagnosed(tmp_path, lines)
     rc = report.root_cause
-    assert (rc.kind, rc.ranks) == ("nccl_timeout", [2])
+    # rank 2 issued another collective (a desync), it did not fail to arrive: collective_mismatch,
+    # established by its own timeout message; the others' timeouts are attributed to it
+    assert (rc.kind, rc.ranks, rc.basis) == ("collective_mismatch", [2], "own_error")
+    assert finding(report, "nccl_timeout").ranks == [2]
     f = report.findings[0]
     assert f.victims == [0, 1, 3] and f.evidence["first_timeout_rank"] == 0
     assert "NumelIn=524288" in f.evidence["how"] and "rank 0 timed out first" in f.title
@@ -132,7 +135,7 @@ def test_another_optype_at_the_same_seqnum_is_the_culprit(tmp_path: Path) -> Non
                      (1, "20:27:21.502640031", "ALLREDUCE"), (2, "20:27:22.110054271", "ALLREDUCE")):
         lines.append(WATCHDOG.format(r=r, t=t, seq=7, op=op, n=4096, ran=600000))
     rc = diagnosed(tmp_path, lines).root_cause
-    assert (rc.kind, rc.ranks) == ("nccl_timeout", [3])
+    assert (rc.kind, rc.ranks) == ("collective_mismatch", [3])
 
 
 def test_two_ranks_with_different_sizes_name_nobody_as_the_odd_one(tmp_path: Path) -> None:
@@ -278,7 +281,8 @@ def sigkilled_rank_1(table: bool = True) -> list[str]:
 def test_sigkill_without_traceback_is_the_host_oom_killer(tmp_path: Path) -> None:
     report = diagnosed(tmp_path, sigkilled_rank_1())
     rc = report.root_cause
-    assert (rc.kind, rc.layer, rc.ranks) == ("oom", "resource", [1])
+    # host RAM, not GPU memory: its own kind (issue 10), named by its own exit record
+    assert (rc.kind, rc.layer, rc.ranks, rc.basis) == ("host_oom", "resource", [1], "own_error")
     f = report.findings[0]
     assert f.evidence["host_oom_killer"] is True and f.evidence["confirmed"] is False
     assert f.evidence["pid"] == 5102 and f.evidence["exit_code"] == -9 and f.victims == [0, 2, 3]
@@ -292,6 +296,7 @@ def test_sigkill_rank_is_named_only_when_the_launcher_names_it(tmp_path: Path) -
     report = diagnosed(tmp_path, sigkilled_rank_1(table=False))
     f = next(f for f in report.findings if f.evidence.get("host_oom_killer"))
     assert f.ranks == [] and f.evidence["local_rank"] == 1 and "local rank 1" in f.title
+    assert f.kind == "host_oom" and f.local_ranks == [{"host": None, "local_rank": 1}]
 
 
 def test_kernel_oom_killer_line_confirms_it(tmp_path: Path) -> None:
@@ -328,3 +333,7 @@ def test_a_traceback_before_the_kill_means_it_died_of_its_error(tmp_path: Path) 
     ] + elastic_table([], {"time": "2024-12-18_20:17:30", "rank": 1, "code": -9, "pid": 5102})
     report = diagnosed(tmp_path, lines)
     assert not any(f.evidence.get("host_oom_killer") for f in report.findings)
+    # the exception that killed it is the fault: a crash of rank 1, by its own traceback
+    rc = report.root_cause
+    assert (rc.kind, rc.ranks, rc.basis) == ("crash", [1], "own_error")
+    assert "FileNotFoundError" in report.findings[0].title

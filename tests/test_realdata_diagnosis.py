@@ -71,6 +71,7 @@ def test_flight_recorder_root_cause_is_the_reference_missing_ranks(case: str, st
     rc = report.root_cause
     assert rc is not None and rc.kind == "hang" and rc.layer == "communication"
     assert rc.ranks == ref["missing"]                      # gpu_error_1st: [12]; lock_gil_1st: [9, 14]
+    assert rc.basis == "never_joined"                      # the dumps show they never joined (issue 10)
     injected = {int(r) for r in re.findall(r"Rank (\d+),", (d / "fault_injection.log").read_text())}
     assert set(rc.ranks) <= injected
     root = report.findings[0]
@@ -125,8 +126,18 @@ def test_megatron_logs_are_healthy(name: str, progress: str, event: str, stores)
     expected = len(re.findall(progress, log.read_text(errors="replace")))
     got = run.events().filter(pl.col("event") == event).select(pl.len()).collect().item()
     assert got == expected > 0
-    assert report.root_cause is None and not report.run.crashed
+    assert not report.run.crashed
     assert [f.title for f in report.findings if f.severity == "ERROR"] == []
+    # no training fault; a log that ends with Slurm's "*** JOB n ON host CANCELLED AT t ***" says
+    # why it stopped (issue 10: a cancelled job is never "healthy"), and nothing else is blamed
+    text = log.read_text(errors="replace")
+    cancelled = re.search(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT", text)
+    if cancelled:
+        rc = report.root_cause
+        assert rc is not None and (rc.kind, rc.layer, rc.ranks) == ("job_cancelled", "resource", [])
+        assert report.findings[0].evidence["job"] == cancelled.group(1)
+    else:
+        assert report.root_cause is None
 
 
 # --- nvidia-smi telemetry of 8 GPUs on one node ---------------------------------------------------------

@@ -31,6 +31,7 @@ from . import (
     rootcause,
     straggler,
     stuck_collective,
+    telemetry_join,
     thermal,
     throughput,
     utilization,
@@ -61,6 +62,7 @@ PASSES: list[Pass] = [
     grad_norm.find,          # training: spikes, vanishing adapter gradients
     throughput.find,         # training: throughput drop while loss falls
     hygiene.find,            # the logs themselves
+    telemetry_join.find,     # the logs: GPU telemetry no rank can be joined to (needs --gpu-map)
     clock_skew.find,         # the logs' clocks (times above are compared on the common clock)
 ]
 
@@ -145,15 +147,15 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
 
 
 def diagnose(run: Run | str | os.PathLike[str] | Sequence[str],
-             rule_dirs: Sequence[str | os.PathLike[str]] | None = None) -> Report:
+             rule_dirs: Sequence[str | os.PathLike[str]] | None = None, gpu_map: list[str] | None = None) -> Report:
     """Diagnose a run: a `Run` (opened store), a store path, or raw log paths (ingested once into
-    the cache, see forensics.run.open_run)."""
+    the cache, see forensics.run.open_run; `gpu_map` as `ingest --gpu-map`)."""
     from ..store import Run
 
     if not isinstance(run, Run):
         from ..run import open_run
 
-        run = open_run([str(p) for p in run] if isinstance(run, (list, tuple)) else str(Path(run)))
+        run = open_run([str(p) for p in run] if isinstance(run, (list, tuple)) else str(Path(run)), gpu_map=gpu_map)
     return diagnose_context(Context.from_run(run), rule_dirs)
 
 

@@ -56,24 +56,34 @@ from typing import Any
 import orjson
 import polars as pl
 
-from ..report.model import Finding
+from ..report.model import Finding, local_ranks_phrase
 from .context import Context
 from .evidence import cite, iso, pass_id, rank_ranges, ranks_phrase, shorten
 
 OOM_RE = r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|\bCUDA_OOM\b"
 TIMEOUT_RE = (r"(?i)watchdog caught collective operation timeout|collective operation timeout|timed out|"
               r"Timeout\(ms\)|waiting on rank|connection (?:reset|closed) by (?:remote )?peer|communicator was aborted|"
-              r"DistBackendError|NCCL error|remote process exited|socket timeout|NCCL_TIMEOUT")
+              r"DistBackendError|NCCL error|remote process exited|socket timeout|NCCL_TIMEOUT|"
+              # a peer's death seen from this side of the socket (gloo / c10d store): a victim's error
+              r"Broken pipe|Connection refused|DistNetworkError|DistStoreError")
+# The device failed (CUDA's sticky errors, the driver's Xid, ECC): the rank whose error says so.
+# A device-side assert is the program's own check failing (an index out of range): a crash.
+GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable ECC|ECC error|NVRM: Xid|\bXid\b|"
+          r"fallen off the bus|misaligned address|illegal instruction|hardware stack error|launch timed out")
+# Exceptions raised by a teardown, not by the program: not a crash of their own.
+TEARDOWN_RE = r"SignalException|KeyboardInterrupt|SystemExit|got signal|ChildFailedError"
 DESYNC_RE = (r"(?i)lagging/dead/mismatched|joined but didn't finish collective|but didn't join collective|have not joined|"
              r"Detected mismatch between collectives")
 COMPLETED_RE = r"(?i)last completed (?:\w+ )?work:\s*(-?\d+)"
 ENQUEUED_RE = r"(?i)last enqueued (?:\w+ )?work:\s*(-?\d+)"
 MISMATCH_RE = r"(?i)Detected mismatch between collectives"
 # Events whose name says they may be a failure (besides every WARN/ERROR line).
-NAMED_RE = r"(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC|DUMP_SIGNAL|CHILD_FAILED|KILLED|CANCELLED"
-# Typed events whose `extra` the pass reads (only these rows' extra is kept).
+NAMED_RE = r"(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC|DUMP_SIGNAL|CHILD_FAILED|KILLED|CANCELLED|MISMATCH|XID|CUDA_ERROR"
+# Typed events whose `extra` the pass reads (only these rows' extra is kept, and any row whose
+# extra names the ranks an error says did not arrive: `missing_ranks`).
 TYPED = ["NCCL_TIMEOUT", "NCCL_WATCHDOG", "NCCL_DUMP_SIGNAL", "CUDA_OOM", "CHILD_FAILED", "PROCESS_KILLED",
-         "JOB_CANCELLED"]
+         "JOB_CANCELLED", "HOST_OOM_KILL", "BARRIER_TIMEOUT", "NCCL_DESYNC", "COLLECTIVE_MISMATCH", "TRACEBACK",
+         "GPU_XID", "CUDA_ERROR"]
 LAUNCHERS = ("launcher", "deepspeed launcher")
 # Collectives where every rank sends a tensor of the same size (all-to-all and uneven
 # all-gather legitimately differ per rank).
@@ -104,49 +114,59 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
         ctx.events.select("rank", "host", "local_rank", "timestamp", "level", "event", "message", "seq", "peer_rank",
                           "step", "collective", "process_group", "exit_code", "extra", "source_file", "line")
         .filter(pl.col("level").is_in(["WARN", "ERROR"]) | ev.is_in(named))
-        .with_columns(pl.when(ev.is_in(TYPED)).then(pl.col("extra")).alias("extra"))
+        .with_columns(pl.when(ev.is_in(TYPED) | pl.col("extra").str.contains("missing_ranks", literal=True))
+                      .then(pl.col("extra")).alias("extra"))
     )
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
-    """kind per candidate row: oom / timeout / status / exit / kill / cancel / traceback / info,
-    with the watchdog numbers (`completed`, `enqueued`) and the fields of typed events."""
+    """kind per candidate row: oom / gpu / timeout / status / exit / kill / cancel / traceback /
+    info, with the watchdog numbers (`completed`, `enqueued`) and the fields of typed events."""
     msg = pl.col("message").fill_null("")
     ev = pl.col("event").fill_null("")
     err = pl.col("level") == "ERROR"
     j = pl.col("extra").str.json_path_match
     is_exit = ev == "CHILD_FAILED"
-    is_kill = ev == "PROCESS_KILLED"
+    is_kill = ev.is_in(["PROCESS_KILLED", "HOST_OOM_KILL"])
     is_cancel = ev == "JOB_CANCELLED"
     is_status = ev == "NCCL_DUMP_SIGNAL"
     process = is_exit | is_kill | is_cancel
     is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE))
     is_desync = msg.str.contains(DESYNC_RE)
+    # the device's own failure: typed by the reader, or the text of an error line / a traceback
+    is_gpu = ~process & ~is_oom & ((ev == "GPU_XID") | ((ev == "CUDA_ERROR") & ~msg.str.contains("(?i)device-side assert"))
+                                   | (err & msg.str.contains(GPU_RE)))
     # a collective that fails (timeout, lost peer, or a mismatch caught by DETAIL debug checks)
-    is_timeout = ~is_oom & ~process & ~is_status & (
-        ev.str.contains("(?i)TIMEOUT|WATCHDOG") | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
-    is_tb = (ev == "TRACEBACK") & pl.col("rank").is_not_null()
+    is_timeout = ~is_oom & ~is_gpu & ~process & ~is_status & (
+        ev.str.contains("(?i)TIMEOUT|WATCHDOG|MISMATCH") | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
+    is_tb = (ev == "TRACEBACK") & (pl.col("rank").is_not_null() | pl.col("local_rank").is_not_null())
     completed = pl.coalesce(j("$.last_completed").cast(pl.Int64, strict=False),
                             msg.str.extract(COMPLETED_RE, 1).cast(pl.Int64, strict=False))
     enqueued = pl.coalesce(j("$.last_enqueued").cast(pl.Int64, strict=False),
                            msg.str.extract(ENQUEUED_RE, 1).cast(pl.Int64, strict=False))
     return (
         df.with_columns(completed.alias("completed"), enqueued.alias("enqueued"))
-        .filter(is_oom | is_desync | is_timeout | is_status | process | is_tb | pl.col("completed").is_not_null())
+        .filter(is_oom | is_gpu | is_desync | is_timeout | is_status | process | is_tb | pl.col("completed").is_not_null()
+                | pl.col("extra").str.contains("missing_ranks", literal=True).fill_null(False))
         .with_columns(
-            pl.when(is_oom).then(pl.lit("oom")).when(is_timeout).then(pl.lit("timeout"))
+            pl.when(is_oom).then(pl.lit("oom")).when(is_gpu).then(pl.lit("gpu")).when(is_timeout).then(pl.lit("timeout"))
             .when(is_status).then(pl.lit("status")).when(is_exit).then(pl.lit("exit"))
             .when(is_kill).then(pl.lit("kill")).when(is_cancel).then(pl.lit("cancel"))
             .when(is_tb).then(pl.lit("traceback")).when(is_desync).then(pl.lit("desync"))
             .otherwise(pl.lit("info")).alias("kind"),
             is_desync.alias("desync"),
-            pl.coalesce(pl.col("seq"), msg.str.extract(r"SeqNum=(\d+)", 1).cast(pl.Int64, strict=False)).alias("seq"),
+            pl.coalesce(pl.col("seq"), j("$.seq").cast(pl.Int64, strict=False),
+                        msg.str.extract(r"SeqNum=(\d+)", 1).cast(pl.Int64, strict=False)).alias("seq"),
+            pl.coalesce(pl.col("process_group"), j("$.pg")).alias("process_group"),
+            pl.coalesce(pl.col("exit_code"), j("$.exitcode").cast(pl.Int64, strict=False)).alias("exit_code"),
             pl.coalesce(pl.col("collective"), msg.str.extract(_OP.pattern, 1)).alias("collective"),
             pl.coalesce(j("$.numel_in").cast(pl.Int64, strict=False),
                         msg.str.extract(_NUMEL.pattern, 1).cast(pl.Int64, strict=False)).alias("numel_in"),
-            j("$.signal").alias("signal"), j("$.by").alias("by"),
+            j("$.signal").alias("signal"),
+            pl.when(ev == "HOST_OOM_KILL").then(pl.lit("oom_killer")).otherwise(j("$.by")).alias("by"),
             j("$.pid").cast(pl.Int64, strict=False).alias("pid"),
             (j("$.first_observed") == "true").fill_null(False).alias("first_observed"),
+            j("$.missing_ranks").alias("missing_ranks"),
         )
     )
 
@@ -228,12 +248,15 @@ def _peer_of(row: dict[str, Any]) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _desync_ranks(rows: list[dict[str, Any]]) -> list[int]:
-    """Ranks a desync report names; or, from CollectiveFingerPrint mismatch errors ("Rank 1 is
-    running collective: …, but Rank 3 is running collective: …"), the rank in every pair: each
-    rank compares itself with the others, so the odd one out is named by all of them."""
+def _desync_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], str, set[int]]:
+    """Ranks a desync report names ("report"); or, from CollectiveFingerPrint mismatch errors
+    ("Rank 1 is running collective: …, but Rank 3 is running collective: …"), the rank in every
+    pair ("fingerprint"): each rank compares itself with the others, so the odd one out is named
+    by all of them. `reporters`: the ranks whose lines named them (one reporter is a weak basis)."""
     out: set[int] = set()
+    reporters: set[int] = set()
     pairs: Counter[int] = Counter()
+    pair_reporters: set[int] = set()
     n_pairs = 0
     for r in rows:
         text = r.get("message") or ""
@@ -241,22 +264,53 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> list[int]:
         scope = m.group(1) if m else text
         for lst in _DESYNC_LIST.findall(scope):
             out.update(int(x) for x in lst.split(","))
+            if r.get("rank") is not None:
+                reporters.add(int(r["rank"]))
         for a, b in _MISMATCH.findall(text):
             pairs.update({int(a), int(b)})
             n_pairs += 1
-    if not out and n_pairs:
+            if r.get("rank") is not None:
+                pair_reporters.add(int(r["rank"]))
+    if out:
+        return sorted(out), "report", reporters
+    if n_pairs:
         top = max(pairs.values())
         if top == n_pairs and (n_pairs > 1 or len(pairs) == 1):
-            out = {k for k, c in pairs.items() if c == top}
-    return sorted(out)
+            odd = {k for k, c in pairs.items() if c == top}
+            return sorted(odd), "fingerprint", (pair_reporters - odd) or pair_reporters
+    return [], "", set()
 
 
-def _odd_collective(tos: list[dict[str, Any]], fail_seq: int | None) -> tuple[list[int], str]:
+def _missing_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], set[int]]:
+    """Ranks an error names as not arriving (a barrier's or collective's timeout, a desync report,
+    read by the console reader into extra.missing_ranks), and the ranks whose errors name them.
+    A rank that names itself is not counted."""
+    out: set[int] = set()
+    reporters: set[int] = set()
+    for r in rows:
+        raw = r.get("missing_ranks")
+        if not raw:
+            continue
+        try:
+            vals = orjson.loads(raw) if isinstance(raw, str) else raw
+        except orjson.JSONDecodeError:
+            continue
+        named = {int(v) for v in (vals if isinstance(vals, list) else [vals]) if isinstance(v, (int, str)) and str(v).lstrip("-").isdigit()}
+        named.discard(r["rank"] if r.get("rank") is not None else -1)
+        if named:
+            out |= named
+            if r.get("rank") is not None:
+                reporters.add(int(r["rank"]))
+    return sorted(out), reporters
+
+
+def _odd_collective(tos: list[dict[str, Any]], fail_seq: int | None) -> tuple[list[int], str, bool]:
     """Ranks whose timed-out collective at the failing SeqNum differs from the majority's
     (another OpType, or another NumelIn where sizes must agree). Needs >= 3 ranks to have a
-    majority; returns ([], "") when all agree."""
+    majority; returns ([], "", False) when all agree. The flag says the majority is only two
+    ranks (a weak basis)."""
     if fail_seq is None:
-        return [], ""
+        return [], "", False
     sig: dict[int, tuple[str | None, int | None]] = {}
     for r in tos:
         if r["rank"] is None or _seq_of(r) != fail_seq or r.get("collective") is None:
@@ -265,17 +319,17 @@ def _odd_collective(tos: list[dict[str, Any]], fail_seq: int | None) -> tuple[li
         size = r.get("numel_in") if SAME_SIZE_RE.search(op) else None
         sig.setdefault(int(r["rank"]), (op, size))
     if len(sig) < 3:
-        return [], ""
+        return [], "", False
     (top, n), = Counter(sig.values()).most_common(1)
     if n * 2 <= len(sig) or n == len(sig):
-        return [], ""
+        return [], "", False
     odd = sorted(k for k, s in sig.items() if s != top)
     theirs = sorted({s for k, s in sig.items() if s != top}, key=str)
 
     def fmt(s: tuple[str | None, int | None]) -> str:
         return f"{s[0]}" + (f" NumelIn={s[1]}" if s[1] is not None else "")
 
-    return odd, (f"runs {', '.join(fmt(s) for s in theirs)} at SeqNum {fail_seq} while the others run {fmt(top)}")
+    return odd, (f"runs {', '.join(fmt(s) for s in theirs)} at SeqNum {fail_seq} while the others run {fmt(top)}"), n < 3
 
 
 def _pg_scoped(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
@@ -303,9 +357,20 @@ def _gib(mb: float) -> str:
     return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
 
 
-def _shared_gpu(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The allocator names other processes on the GPU ("Process 1605762 has 19.88 GiB memory in
-    use"): memory the job never had. The most any one OOM of the rank saw them hold."""
+def _shared_gpu(rows: list[dict[str, Any]], own_pids: set[int]) -> dict[str, Any] | None:
+    """Who else holds memory on the GPU of an OOM, from the allocator's message.
+
+    Fact (c10/cuda/CUDACachingAllocator.cpp, reportProcessMemoryInfo): the message lists every
+    process NVML sees on the device, the failing one included; it is written "Including non-PyTorch
+    memory, this process has X memory in use" only when NVML's pid equals the process's getpid(),
+    else "Process N has X memory in use". In a container (its own pid namespace) the two differ,
+    so the failing process itself appears as "Process N". Hence: "Process N" lines are OTHER
+    processes only when the message also has the "this process" line, or when the failing
+    process's pid is known from the logs (`own_pids`: the launcher's record of that rank) and
+    excluded. Otherwise sharing is unknown and not claimed.
+
+    Returns, for the OOM that saw the most memory held by others (or the first one), the listed
+    processes, the failing pid if known, and `shared_gpu`: True / False / None (unknown)."""
     best: dict[str, Any] | None = None
     for r in rows:
         if not r.get("extra"):
@@ -314,14 +379,45 @@ def _shared_gpu(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             x = orjson.loads(r["extra"])
         except orjson.JSONDecodeError:
             continue
-        others = [o for o in x.get("other_processes") or [] if isinstance(o, dict) and o.get("mb")]
-        if not others:
+        listed = [o for o in x.get("other_processes") or [] if isinstance(o, dict) and o.get("mb") is not None]
+        this_mb = x.get("process_mb")
+        if not listed and this_mb is None:
             continue
+        mine = [o for o in listed if o.get("pid") in own_pids]
+        known = this_mb is not None or bool(mine)
+        others = [o for o in listed if o not in mine] if known else []
         held = float(sum(o["mb"] for o in others))
-        if best is None or held > best["other_processes_mb"]:
-            best = {"other_processes_mb": round(held, 1), "other_processes": len(others),
-                    "gpu_total_mb": x.get("total_mb"), "device": x.get("device"), "process_mb": x.get("process_mb")}
+        d = {"shared_gpu": bool(others) if known else None,
+             "other_processes": len(others) if known else None,
+             "other_processes_mb": round(held, 1) if known else None,
+             "listed_processes": [{"pid": o.get("pid"), "mb": o["mb"]} for o in listed],
+             "failing_pid": mine[0].get("pid") if mine else None,
+             "failing_process_identified": known,
+             "gpu_total_mb": x.get("total_mb"), "device": x.get("device"),
+             "process_mb": this_mb if this_mb is not None else (mine[0]["mb"] if mine else None)}
+        if best is None or (known and (best["other_processes_mb"] or 0) < held):
+            best = d
     return best
+
+
+def _shared_phrase(shared: dict[str, Any] | None) -> str:
+    if not shared:
+        return ""
+    gpu = f"GPU {shared['device']}" if shared["device"] is not None else "its GPU"
+    listed = shared["listed_processes"]
+    if shared["shared_gpu"]:
+        n = shared["other_processes"]
+        total = f" of {_gib(shared['gpu_total_mb'])}" if shared["gpu_total_mb"] else ""
+        return (f"; {gpu} is shared: {n} other process{'es' if n != 1 else ''} "
+                f"hold{'s' if n == 1 else ''} {_gib(shared['other_processes_mb'])}{total}")
+    if shared["shared_gpu"] is None and listed:
+        pids = ", ".join(f"pid {o['pid']} {_gib(o['mb'])}" for o in listed[:4])
+        if len(listed) == 1:
+            return (f"; the allocator lists one process on {gpu} ({pids}): most likely the failing process "
+                    f"itself (its own pid is not in the log), not another job")
+        return (f"; the allocator lists {len(listed)} processes on {gpu} ({pids}); the failing process's own pid "
+                f"is not in the log, so whether another job shared the GPU is not known")
+    return ""
 
 
 def _ev_row(r: dict[str, Any], text: str | None = None) -> dict[str, Any]:
@@ -384,7 +480,7 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
                 continue            # the launcher's own teardown
             if any(_key(c) <= _key(first) for c in cancels):
                 continue            # the scheduler cancelled the job
-            if rank is not None and any(r["rank"] == rank and r["kind"] in ("oom", "traceback", "timeout")
+            if rank is not None and any(r["rank"] == rank and r["kind"] in ("oom", "gpu", "traceback", "timeout")
                                         and _key(r) <= _key(first) for r in rows):
                 continue            # it died of its own error (or was torn down after it)
         local = next((r["local_rank"] for r in grp if r["local_rank"] is not None), None)
@@ -398,8 +494,9 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
 
 def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: list[int]) -> Finding:
     who = (f"rank {d['rank']}" if d["rank"] is not None
-           else f"local rank {d['local_rank']}" if d["local_rank"] is not None else "a worker process")
-    pid = f" (pid {d['pid']}" + (f" on {d['host']})" if d["host"] else ")") if d["pid"] is not None else ""
+           else local_ranks_phrase(_local(d)) if d["local_rank"] is not None else "a worker process")
+    on_host = f" on {d['host']}" if d["host"] and not (d["rank"] is None and d["local_rank"] is not None) else ""
+    pid = f" (pid {d['pid']}{on_host})" if d["pid"] is not None else ""
     code = f"exit code {d['exit_code']}" if d["exit_code"] is not None else "SIGKILL"
     if d["confirmed"]:
         title = f"{who}{pid} was killed by the kernel's out-of-memory killer (host RAM, not GPU memory)"
@@ -413,13 +510,235 @@ def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: l
     if t_first is not None and (t is None or t_first < t):
         t = t_first     # it died before the others noticed; the launcher reports it later
     return Finding(
-        rule=pass_id("failures"), kind="oom", layer="resource", severity="ERROR",
+        rule=pass_id("failures"), kind="host_oom", layer="resource", severity="ERROR",
         ranks=[] if d["rank"] is None else [d["rank"]], victims=victims, title=title,
+        basis="own_error" if d["rank"] is not None or d["local_rank"] is not None else None,
+        local_ranks=_local(d) if d["rank"] is None else [],
         evidence={"host_oom_killer": True, "confirmed": d["confirmed"], "signal": "SIGKILL", "exit_code": d["exit_code"],
                   "pid": d["pid"], "local_rank": d["local_rank"], "host": d["host"], "python_traceback": False,
                   "victims": victims},
         lines=cite([_ev_row(r) for r in d["rows"]], text="text"),
         first_seen=iso(t), last_seen=iso(d["timestamp"]),
+    )
+
+
+def _local(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """[{"host", "local_rank"}] for a row known only by its local rank (spec/report.md)."""
+    if r.get("rank") is None and r.get("local_rank") is not None:
+        return [{"host": r.get("host"), "local_rank": int(r["local_rank"])}]
+    return []
+
+
+def _who(rank: int | None, row: dict[str, Any]) -> str:
+    if rank is not None:
+        return f"rank {rank}"
+    loc = _local(row)
+    return local_ranks_phrase(loc) if loc else "a rank the log does not name"
+
+
+def _owner(r: dict[str, Any]) -> Any:
+    """One process's identity for grouping its errors: the rank, else (host, local rank)."""
+    if r["rank"] is not None:
+        return int(r["rank"])
+    if r.get("local_rank") is not None:
+        return ("local", r.get("host"), int(r["local_rank"]))
+    return None
+
+
+# How the culprit of the timeouts was found -> the basis a finding states (spec/report.md).
+MODE_BASIS = {
+    "oom": "own_error", "crash": "own_error", "gpu": "own_error", "killed": "own_error",
+    "report": "named_by_peers", "missing": "named_by_peers", "fingerprint": "named_by_peers", "peer": "named_by_peers",
+    "odd": "own_error", "lag_timeout": "own_error",
+    "lag_enqueued": "never_joined", "never_joined": "never_joined", "least_completed": "never_joined",
+    "silent": "last_to_log", "local": "own_error",
+}
+# Ranks that issued a DIFFERENT collective than their peers (not ranks that never arrived).
+MISMATCH_MODES = {"fingerprint", "odd", "lag_timeout"}
+# A silent rank is named by when it last logged; within this margin of the next rank's last line
+# (or half a step: ranks log a step's end at slightly different times) the order is thin evidence.
+SILENT_MARGIN_S = 1.0
+
+
+def _trained_after(r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bool:
+    """The rank went on training after this line (a caught and logged exception, a retried sample)."""
+    if r["rank"] is None or int(r["rank"]) not in progress or r["timestamp"] is None:
+        return False
+    last = progress[int(r["rank"])]["last_ts"]
+    return last is not None and last > r["timestamp"]
+
+
+def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    """(file, line) of the tracebacks that are the last thing their process wrote in that file
+    (nothing but the traceback's own continuation lines after it). Only their files are read."""
+    files = sorted({r["source_file"] for r in tbs if r["source_file"] is not None})
+    if not files:
+        return set()
+    last = (
+        ctx.events.select("rank", "host", "local_rank", "event", "source_file", "line")
+        .filter(pl.col("source_file").is_in(files) & (pl.col("event") != "TRACEBACK_CONT"))
+        .group_by("source_file", "rank", "host", "local_rank")
+        .agg(pl.col("line").max())
+        .collect()
+    )
+    ends = {(f, rk, h, lr): ln for f, rk, h, lr, ln in last.iter_rows()}
+    return {(r["source_file"], r["line"]) for r in tbs
+            if ends.get((r["source_file"], r["rank"], r["host"], r["local_rank"])) == r["line"]}
+
+
+def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],
+             first_oom: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """First fatal plain Python exception per process (rank, or host + local rank): a traceback
+    that is not an OOM, a GPU error, a lost peer / timeout (classified before) nor a teardown
+    signal, from a rank with no OOM of its own before it.
+
+    Fatal: the rank did not train after it, and something shows the process ended — a process
+    exit or kill after it, its peers' failed collectives after it, or it is the last thing the
+    process wrote. (Programs print tracebacks of exceptions they survive: at start-up, a skipped
+    sample; those are not crashes.)"""
+    tbs = [r for r in rows if r["kind"] == "traceback" and not re.search(TEARDOWN_RE, r["message"] or "")
+           and _owner(r) is not None and not _trained_after(r, progress)]
+    if not tbs:
+        return {}
+    ends = [r for r in rows if r["kind"] in ("exit", "kill", "timeout")]
+    last = _last_lines(ctx, tbs)
+    out: dict[Any, dict[str, Any]] = {}
+    for r in tbs:
+        who = _owner(r)
+        if who in out or (who in first_oom and _key(first_oom[who]) <= _key(r)):
+            continue
+        if (r["source_file"], r["line"]) in last or any(_key(e) > _key(r) for e in ends):
+            out[who] = r
+    return out
+
+
+def _gpu_errors(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """First device error per process; a kernel Xid line (no rank) per host and PCI address."""
+    out: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        if r["kind"] != "gpu":
+            continue
+        who = _owner(r)
+        if who is None:
+            who = ("device", r.get("host"), r["message"][:40] if r["event"] == "GPU_XID" and r["message"] else r["line"])
+        out.setdefault(who, r)
+    return out
+
+
+def _cascade_tail(cascade: list[dict[str, Any]], after: dict[str, Any], by: str = "the launcher") -> tuple[str, list, list]:
+    """"; the launcher then stopped the workers (3 kills, 1 failed exit): its cascade" for the
+    kills and exits after a failure."""
+    mine = [c for c in cascade if _key(c) >= _key(after)]
+    kills = _processes([c for c in mine if c["kind"] == "kill"])
+    ex = _processes([c for c in mine if c["kind"] == "exit"])
+    if not kills and not ex:
+        return "", kills, ex
+    parts = [p for p in (f"{len(kills)} kill{'s' if len(kills) != 1 else ''}" if kills else "",
+                         f"{len(ex)} failed exit{'s' if len(ex) != 1 else ''}" if ex else "") if p]
+    return f"; {by} then stopped the workers ({', '.join(parts)}): its cascade, not another fault", kills, ex
+
+
+def _later_phrase(r: dict[str, Any], first_to: dict[int, dict[str, Any]], rank: Any) -> tuple[list[int], str]:
+    """The ranks whose collectives failed after this failure, and "; ranks … failed … 0.4 s later"."""
+    later = sorted(k for k, t in first_to.items() if k != rank and _key(t) >= _key(r))
+    if not later:
+        return later, ""
+    # a delay only between times the lines carried (placed times are bounds)
+    exact = [first_to[k]["timestamp"] for k in later if first_to[k]["exact"]]
+    return later, f"; {ranks_phrase(later)} failed in their collectives" + (
+        f" {(min(exact) - r['timestamp']).total_seconds():.1f} s later" if exact and r["exact"] else " after it")
+
+
+def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[int, dict[str, Any]],
+                   cascade: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> Finding:
+    """A rank killed by its own Python exception (`crash`) or by its device (`gpu_error`)."""
+    rank = who_key if isinstance(who_key, int) else None
+    later, delay = _later_phrase(r, first_to, rank)
+    tail, kills, ex = _cascade_tail(cascade, r)
+    x = _extra(r)
+    where = ""
+    frames = x.get("frames") or []
+    if frames:
+        where = f" (at {frames[-1]})"
+    who = _who(rank, r)
+    if kind == "crash":
+        title = f"{who} crashed with a Python exception: {shorten(r['message'], 160)}{where}"
+        # the rank's own process failed (its code, its data loader): below the communication its
+        # peers then lose, so the chain reads bottom-up from it, like an OOM
+        layer = "resource"
+    else:
+        host = f" on host {r['host']}" if r.get("host") and rank is None and not _local(r) else ""
+        subject = who if rank is not None or _local(r) else f"a GPU{host}"
+        title = f"{subject}: the GPU failed ({shorten(r['message'], 160)})"
+        layer = "physical"
+    mine = [q for q in all_rows if q["kind"] == r["kind"] and _owner(q) == who_key]
+    return Finding(
+        rule=pass_id("failures"), kind=kind, layer=layer, severity="ERROR",
+        ranks=[] if rank is None else [rank], victims=later, title=title + delay + tail,
+        basis="own_error" if rank is not None or _local(r) else None, local_ranks=_local(r),
+        evidence={"message": shorten(r["message"], 300), "exception": x.get("exception"), "frames": frames[-3:] or None,
+                  "event": r["event"], "victims": later, "host": r.get("host"),
+                  "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None},
+        lines=cite([_ev_row(r)] + [_ev_row(first_to[k]) for k in later[:2]] + [_ev_row(c) for c in (kills[:1] + ex[:1])],
+                   text="text"),
+        first_seen=iso(r["t_show"]), last_seen=iso(mine[-1]["t_show"] if mine else r["t_show"]),
+    )
+
+
+def _extra(r: dict[str, Any]) -> dict[str, Any]:
+    if not r.get("extra"):
+        return {}
+    try:
+        x = orjson.loads(r["extra"])
+    except orjson.JSONDecodeError:
+        return {}
+    return x if isinstance(x, dict) else {}
+
+
+def _tasks(spec: str | None) -> set[int]:
+    """Slurm task list "0-3,7" -> {0, 1, 2, 3, 7}."""
+    out: set[int] = set()
+    for part in (spec or "").split(","):
+        a, _, b = part.partition("-")
+        if a.strip().isdigit():
+            out.update(range(int(a), int(b) + 1) if b.strip().isdigit() else [int(a)])
+    return out
+
+
+CANCEL_REASONS = {"TIME LIMIT": "its time limit", "NODE FAILURE": "a node failure", "PREEMPTION": "preemption"}
+# A node failure is a fault; a cancellation, a time limit, a preemption end a run that may have
+# been fine (WARN: the run did not finish, a person decides whether that is a problem).
+CANCEL_ERRORS = {"NODE FAILURE"}
+
+
+def _cancel_finding(cancels: list[dict[str, Any]], rows: list[dict[str, Any]]) -> Finding:
+    """The scheduler ended the job (scancel, time limit, node failure, preemption). Every worker
+    it killed afterwards (srun "Killed"/"Terminated", the launcher's exits) is its cascade."""
+    first = cancels[0]
+    xs = [_extra(c) for c in cancels]
+    # Slurm prints the step's line ("STEP 12.0") and the job's ("JOB 12"); the job id is before the dot
+    job = next((x.get("job") for x in xs if x.get("kind") == "job"), None) or (str(xs[0].get("job") or "").split(".")[0] or None)
+    reason = next(((x.get("reason") or "").strip() for x in xs if (x.get("reason") or "").strip()), None)
+    why = CANCEL_REASONS.get((reason or "").upper(), reason.lower() if reason else "a cancellation (scancel)")
+    after = [r for r in rows if r["kind"] in ("kill", "exit") and _key(r) >= _key(first)]
+    tasks: set[int] = set()
+    for r in after:
+        if r["by"] == "slurm":
+            tasks |= _tasks(_extra(r).get("tasks"))
+    others = _processes([r for r in after if r["by"] != "slurm"])
+    n = len(tasks) + len(others)
+    host = f" on {first['host']}" if first.get("host") else ""
+    title = (f"the scheduler ended job {job or '?'}{host} by {why}"
+             + (f"; the {n} worker process{'es' if n != 1 else ''} killed after it are its cascade, not faults of their own"
+                if n else ""))
+    return Finding(
+        rule=pass_id("failures"), kind="job_cancelled", layer="resource",
+        severity="ERROR" if (reason or "").upper() in CANCEL_ERRORS else "WARN", ranks=[], title=title,
+        evidence={"job": job, "reason": reason, "host": first.get("host"), "cancellations": len(cancels),
+                  "cascade": {"killed_processes": n, "slurm_tasks": len(tasks)} if n else None},
+        lines=cite([_ev_row(first)] + [_ev_row(r) for r in after[:2]], text="text"),
+        first_seen=iso(first["t_show"]), last_seen=iso(max((r["t_show"] for r in [*cancels, *after] if r["t_show"]),
+                                                           default=first["t_show"])),
     )
 
 
@@ -437,116 +756,137 @@ def find(ctx: Context) -> list[Finding]:
     desync = [r for r in rows if r["desync"]]      # a timeout's message may carry the desync report
     progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
 
-    # First OOM per rank; an OOM line without a rank only counts when no ranked one exists.
-    all_oom: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
+    # First OOM per process; an OOM line without a rank only counts when no ranked one exists.
+    all_oom: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in ooms:
-        all_oom[None if r["rank"] is None else int(r["rank"])].append(r)
+        all_oom[_owner(r)].append(r)
     first_oom = {k: _first(v) for k, v in all_oom.items()}
-    if any(k is not None for k in first_oom):
-        first_oom.pop(None, None)
+    if any(isinstance(k, int) for k in first_oom):
+        first_oom = {k: v for k, v in first_oom.items() if isinstance(k, int)}
     by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in tos:
         if r["rank"] is not None:
             by_rank[int(r["rank"])].append(r)
     first_to = {k: _first(v) for k, v in by_rank.items()}
     killed = _killed_without_traceback(rows)
+    crashes = _crashes(ctx, rows, progress, first_oom)
+    gpus = _gpu_errors(rows)
+    cancels = [r for r in rows if r["kind"] == "cancel"]
 
     out: list[Finding] = []
     to_sorted = sorted(first_to.values(), key=_key)
     t_first_to = to_sorted[0]["t_show"] if to_sorted else None
-    failed_ranks = set(first_to) | {k for k in first_oom if k is not None}
+    failed_ranks = set(first_to) | {k for k in [*first_oom, *crashes, *gpus] if isinstance(k, int)}
     seqs = Counter(s for r in first_to.values() if (s := _seq_of(r)) is not None)
     fail_seq = seqs.most_common(1)[0][0] if seqs else None
 
     # -- culprit of the timeouts -------------------------------------------------------------
     culprits: list[int] = []
     how = ""
+    mode = ""
+    weak = False
     detail: dict[str, Any] = {}
     if first_to:
-        early_oom = [k for k, r in first_oom.items() if k is not None and _key(r) <= _key(to_sorted[0])]
+        # a rank that died of its own error before the first timeout: OOM, exception, device
+        deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()
+                  if isinstance(k, int) and _key(r) <= _key(to_sorted[0])]
         dead = [d for d in killed if d["rank"] is not None and d["rank"] not in failed_ranks]
-        named = _desync_ranks(desync)
-        odd, odd_how = _odd_collective(tos, fail_seq)
+        named, named_src, reporters = _desync_ranks(desync)
+        missing, missing_by = _missing_ranks(rows)
+        odd, odd_how, odd_weak = _odd_collective(tos, fail_seq)
         peers = Counter(p for r in first_to.values() if (p := _peer_of(r)) is not None and p != r["rank"])
-        if early_oom:
-            first = min(early_oom, key=lambda k: _key(first_oom[k]))
-            culprits, how = [first], "oom"
+        # the same, known only by host and local rank: the cause, though no global rank can be named
+        local_deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()
+                        if isinstance(k, tuple) and k[0] == "local" and _key(r) <= _key(to_sorted[0])]
+        local_deaths += [(d["rows"][0], ("local", d["host"], d["local_rank"]), "killed") for d in killed
+                         if d["rank"] is None and d["local_rank"] is not None and _key(d["rows"][0]) <= _key(to_sorted[0])]
+        if deaths:
+            r, first, mode = min(deaths, key=lambda d: _key(d[0]))
+            culprits = [first]
+            how = {"oom": "oom", "crash": "crashed with a Python exception", "gpu": "GPU error"}[mode]
         elif dead:
-            culprits, how = sorted({d["rank"] for d in dead}), "killed by SIGKILL (host OOM killer suspected)"
+            culprits, how, mode = sorted({d["rank"] for d in dead}), "killed by SIGKILL (host OOM killer suspected)", "killed"
         elif named:
-            culprits, how = named, "desync report"
+            culprits, mode = named, named_src
+            how = "desync report" if named_src == "report" else "collective fingerprints differ"
+            weak = len(reporters) <= 1
+        elif missing:
+            culprits, how, mode = missing, "named as missing by the others' errors", "missing"
+            weak = len(missing_by) <= 1
         elif odd:
-            culprits, how = odd, odd_how
+            culprits, how, mode, weak = odd, odd_how, "odd", odd_weak
             detail["mismatch_seq"] = fail_seq
-        if not culprits:
-            lag, lag_how = _laggards(statuses, first_to)
+        if not culprits and local_deaths:
+            # stronger than any inference from silence or lag: the process died of its own error
+            r, who_key, what = min(local_deaths, key=lambda d: _key(d[0]))
+            mode = "local"
+            how = {"oom": "CUDA OOM", "crash": "crash", "gpu": "GPU error", "killed": "SIGKILL"}[what]
+            detail["local"] = {"host": who_key[1], "local_rank": who_key[2], "what": how, "row": r}
+        if not culprits and not mode:
+            lag, lag_how, own_seq = _laggards(statuses, first_to)
             if lag:
                 culprits, how = lag, lag_how
-        if not culprits and peers and peers.most_common(1)[0][1] * 2 >= len(first_to):
-            culprits, how = [peers.most_common(1)[0][0]], "named as the peer the others wait on"
-        if not culprits and fail_seq is not None:
+                # a rank that timed out in ANOTHER collective issued a different one (a desync);
+                # one that never enqueued the collective simply never arrived (a hang)
+                mode = "lag_timeout" if set(lag) <= own_seq else "lag_enqueued"
+        if not culprits and not mode and peers and peers.most_common(1)[0][1] * 2 >= len(first_to):
+            (top, n), = peers.most_common(1)
+            culprits, how, mode, weak = [top], "named as the peer the others wait on", "peer", n <= 1
+        if not culprits and not mode and fail_seq is not None:
             never = [r for r, p in progress.items() if r not in first_to and p["max_seq"] is not None
                      and p["max_seq"] < fail_seq]
             if never:
-                culprits, how = sorted(never), f"never joined collective #{fail_seq}"
-        if not culprits:
-            low_ranks, low = _least_completed(statuses)
+                culprits, how, mode = sorted(never), f"never joined collective #{fail_seq}", "never_joined"
+        if not culprits and not mode:
+            low_ranks, low, margin = _least_completed(statuses)
             if low_ranks:
-                culprits, how = low_ranks, f"last completed work {low} is the smallest"
-        if not culprits:
+                culprits, how, mode, weak = low_ranks, f"last completed work {low} is the smallest", "least_completed", margin <= 1
+        if not culprits and not mode:
             silent = [r for r in progress if r not in failed_ranks]
             if silent and to_sorted:
                 t_min = min(progress[r]["last_ts"] for r in silent)
                 culprits = sorted(r for r in silent if progress[r]["last_ts"] == t_min)
-                how = "went silent first, without an error of its own"
+                how, mode = "went silent first, without an error of its own", "silent"
+                # the margin: how much longer the next rank went on logging
+                rest = [p["last_ts"] for r, p in progress.items() if p["last_ts"] is not None and p["last_ts"] != t_min]
+                gap = (min(rest) - t_min).total_seconds() if rest else None
+                step_ms = ctx.median_step_ms
+                weak = gap is None or gap < max(SILENT_MARGIN_S, (step_ms or 0.0) / 2000)
+                detail["silent_margin_s"] = round(gap, 3) if gap is not None else None
     waiting = {int(r["rank"]) for r in statuses if r["rank"] is not None and r["enqueued"] is not None
                and fail_seq is not None and r["enqueued"] >= fail_seq}
     victims = sorted((set(first_to) | waiting) - set(culprits))
 
     # -- the launcher's cascade: kills and exits after the first failure ---------------------------
     # (a process's exit shows several times: the agent's line, the table record, its signal)
-    first_fail = min([*(first_oom.values()), *to_sorted, *(d["rows"][0] for d in killed)], key=_key, default=None)
+    first_fail = min([*(first_oom.values()), *crashes.values(), *gpus.values(), *to_sorted, *(d["rows"][0] for d in killed)],
+                     key=_key, default=None)
     killed_rows = {id(r) for d in killed for r in d["rows"]}
     cascade = [r for r in rows if id(r) not in killed_rows and first_fail is not None and _key(r) >= _key(first_fail)
                and (r["kind"] == "exit" or r["kind"] == "kill" and r["by"] in LAUNCHERS)]
 
     # -- OOM findings ---------------------------------------------------------------------------
-    for rank, r in sorted(first_oom.items(), key=lambda kv: _key(kv[1])):
-        later = sorted(k for k, t in first_to.items() if k != rank and _key(t) >= _key(r))
-        delay = ""
-        if later:
-            # a delay only between times the lines carried (placed times are bounds)
-            exact = [first_to[k]["timestamp"] for k in later if first_to[k]["exact"]]
-            delay = f"; {ranks_phrase(later)} failed in their collectives" + (
-                f" {(min(exact) - r['timestamp']).total_seconds():.1f} s later" if exact and r["exact"] else " after it")
-        where = f"rank {rank}" if rank is not None else "a rank the log does not name"
+    for who_key, r in sorted(first_oom.items(), key=lambda kv: _key(kv[1])):
+        rank = who_key if isinstance(who_key, int) else None
+        later, delay = _later_phrase(r, first_to, rank)
+        where = _who(rank, r)
         step = f" at step {r['step']}" if r["step"] is not None else ""
-        mine = all_oom.get(rank, [])
+        mine = all_oom.get(who_key, [])
         # one OOM is often reported by several sources (the JSONL event, the console traceback):
         # the occurrences are those of the file that reports the most of them
         per_file = Counter(x["source_file"] for x in mine if x["event"] == "CUDA_OOM") or Counter(x["source_file"] for x in mine)
         n = max(per_file.values(), default=1)
-        shared = _shared_gpu(mine)
-        share = ""
-        if shared:
-            gpu = f"GPU {shared['device']}" if shared["device"] is not None else "its GPU"
-            total = f" of {_gib(shared['gpu_total_mb'])}" if shared["gpu_total_mb"] else ""
-            share = (f"; {gpu} is shared: {shared['other_processes']} other process"
-                     f"{'es' if shared['other_processes'] != 1 else ''} hold {_gib(shared['other_processes_mb'])}{total}")
-        mine_cascade = [c for c in cascade if _key(c) >= _key(r)]
-        kills = _processes([c for c in mine_cascade if c["kind"] == "kill"])
-        ex = _processes([c for c in mine_cascade if c["kind"] == "exit"])
-        tail = ""
-        if kills or ex:
-            tail = ("; the launcher then stopped the workers ("
-                    + ", ".join(p for p in (f"{len(kills)} kill{'s' if len(kills) != 1 else ''}" if kills else "",
-                                            f"{len(ex)} failed exit{'s' if len(ex) != 1 else ''}" if ex else "") if p)
-                    + "): its cascade, not another fault")
+        # the failing process's pid, where the launcher's records of this rank give it
+        own_pids = {int(q["pid"]) for q in rows if q["pid"] is not None and q["kind"] in ("oom", "exit", "kill")
+                    and _owner(q) == who_key and who_key is not None}
+        shared = _shared_gpu(mine, own_pids)
+        tail, kills, ex = _cascade_tail(cascade, r)
         title = (f"{where} ran out of GPU memory (CUDA OOM){step}{_oom_detail(r['message'])}"
-                 + (f", {n} times" if n > 1 else "") + share + delay + tail)
+                 + (f", {n} times" if n > 1 else "") + _shared_phrase(shared) + delay + tail)
         out.append(Finding(
             rule=pass_id("failures"), kind="oom", layer="resource", severity="ERROR",
             ranks=[] if rank is None else [rank], victims=later, title=title,
+            basis="own_error" if who_key is not None else None, local_ranks=_local(r),
             evidence={"step": r["step"], "message": shorten(r["message"], 300), "victims": later, "occurrences": n,
                       **(shared or {}),
                       "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None},
@@ -555,21 +895,34 @@ def find(ctx: Context) -> list[Finding]:
             first_seen=iso(r["t_show"]), last_seen=iso(mine[-1]["t_show"] if mine else r["t_show"]),
         ))
 
+    # -- a rank killed by its own Python exception, or by its GPU -------------------------------
+    for who_key, r in sorted(gpus.items(), key=lambda kv: _key(kv[1])):
+        out.append(_death_finding("gpu_error", who_key, r, first_to, cascade, rows))
+    for who_key, r in sorted(crashes.items(), key=lambda kv: _key(kv[1])):
+        out.append(_death_finding("crash", who_key, r, first_to, cascade, rows))
+
     # -- processes killed from outside Python ----------------------------------------------------
     for d in killed:
-        is_culprit = how.startswith("killed") and d["rank"] in culprits
+        is_culprit = (mode == "killed" and d["rank"] in culprits) or (
+            mode == "local" and detail["local"]["what"] == "SIGKILL" and d["rank"] is None
+            and (d["host"], d["local_rank"]) == (detail["local"]["host"], detail["local"]["local_rank"]))
         out.append(_host_oom_finding(d, t_first_to if is_culprit else None, victims if is_culprit else []))
 
+    # -- the scheduler ended the job -------------------------------------------------------------
+    if cancels:
+        out.append(_cancel_finding(cancels, rows))
+
     if first_to:
-        out.extend(_timeout_findings(first_to, to_sorted, culprits, how, victims, failed_ranks, progress, desync,
-                                     tos, fail_seq, first_oom, detail))
+        out.extend(_timeout_findings(first_to, to_sorted, culprits, how, mode, weak, victims, failed_ranks, progress,
+                                     desync, tos, fail_seq, {**first_oom, **crashes, **gpus}, detail))
     _launcher_first_observed(out, rows)
     return out
 
 
-def _laggards(statuses: list[dict[str, Any]], first_to: dict[int, dict[str, Any]]) -> tuple[list[int], str]:
+def _laggards(statuses: list[dict[str, Any]], first_to: dict[int, dict[str, Any]]) -> tuple[list[int], str, set[int]]:
     """Ranks whose sequence number lags within a process group: their own timeout is at a lower
-    SeqNum than the group's, or their last enqueued work is below it."""
+    SeqNum than the group's, or their last enqueued work is below it. The set: ranks whose
+    position came from their own timeout (they wait in another collective)."""
     for pg, grp in _pg_scoped([*statuses, *first_to.values()]).items():
         tos = [r for r in grp if r["kind"] == "timeout" and r["rank"] is not None]
         seqs = Counter(s for r in tos if (s := _seq_of(r)) is not None)
@@ -577,23 +930,29 @@ def _laggards(statuses: list[dict[str, Any]], first_to: dict[int, dict[str, Any]
             continue
         fail_seq = seqs.most_common(1)[0][0]
         pos: dict[int, int] = {}
+        own: dict[int, int] = {}
         for r in grp:
             if r["rank"] is None:
                 continue
             s = _seq_of(r) if r["kind"] == "timeout" else None
+            if s is not None:
+                own[int(r["rank"])] = max(own.get(int(r["rank"]), s), s)
             for v in (s, r["enqueued"]):
                 if v is not None:
                     pos[int(r["rank"])] = max(pos.get(int(r["rank"]), v), v)
         lag = sorted(k for k, p in pos.items() if p < fail_seq)
         if lag and len(lag) < len(pos):
             behind = ", ".join(f"#{pos[k]}" + (f" on rank {k}" if len(lag) > 1 else "") for k in lag)
-            return lag, f"never issued collective #{fail_seq}: last enqueued work {behind}" + (f" in pg {pg}" if pg else "")
-    return [], ""
+            in_own = {k for k in lag if own.get(k) == pos[k]}
+            what = (f"timed out in collective {behind} while the others wait in #{fail_seq}" if set(lag) <= in_own
+                    else f"never issued collective #{fail_seq}: last enqueued work {behind}")
+            return lag, what + (f" in pg {pg}" if pg else ""), in_own
+    return [], "", set()
 
 
-def _least_completed(statuses: list[dict[str, Any]]) -> tuple[list[int], int | None]:
+def _least_completed(statuses: list[dict[str, Any]]) -> tuple[list[int], int | None, int]:
     """The rank(s) whose "last completed work" is smallest within a process group (the laggard),
-    when the ranks disagree."""
+    when the ranks disagree, and by how many works the next rank is ahead of them."""
     for _pg, grp in _pg_scoped(statuses).items():
         done: dict[int, int] = {}
         for r in grp:
@@ -601,29 +960,34 @@ def _least_completed(statuses: list[dict[str, Any]]) -> tuple[list[int], int | N
                 done[int(r["rank"])] = int(r["completed"])     # the latest report of each rank
         if len(set(done.values())) > 1:
             low = min(done.values())
-            return sorted(k for k, c in done.items() if c == low), low
-    return [], None
+            nxt = min(v for v in done.values() if v != low)
+            return sorted(k for k, c in done.items() if c == low), low, nxt - low
+    return [], None, 0
 
 
 def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[str, Any]], culprits: list[int],
-                      how: str, victims: list[int], failed_ranks: set[int], progress: dict[int, dict[str, Any]],
-                      desync: list[dict[str, Any]], tos: list[dict[str, Any]], fail_seq: int | None,
-                      first_oom: dict[int | None, dict[str, Any]], detail: dict[str, Any]) -> list[Finding]:
+                      how: str, mode: str, weak: bool, victims: list[int], failed_ranks: set[int],
+                      progress: dict[int, dict[str, Any]], desync: list[dict[str, Any]], tos: list[dict[str, Any]],
+                      fail_seq: int | None, deaths: dict[Any, dict[str, Any]], detail: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     t_first_to = to_sorted[0]["t_show"]
-    if how == "oom" and culprits and first_oom[culprits[0]]["t_show"] is not None and t_first_to is not None:
-        # the victims' errors follow the OOM that caused them (placed times are only bounds)
-        t_first_to = max(t_first_to, first_oom[culprits[0]]["t_show"])
+    died = mode in ("oom", "crash", "gpu") and culprits
+    if died and deaths[culprits[0]]["t_show"] is not None and t_first_to is not None:
+        # the victims' errors follow the death that caused them (placed times are only bounds)
+        t_first_to = max(t_first_to, deaths[culprits[0]]["t_show"])
     seq = fail_seq if fail_seq is not None else next((s for r in to_sorted if (s := _seq_of(r)) is not None), None)
     coll = next((r["message"] for r in to_sorted if r["message"]), None)
     t_last_to = max((r["t_show"] for r in first_to.values() if r["t_show"] is not None), default=None)
     first_rank = to_sorted[0]["rank"]
     first_note = (f"; rank {first_rank} timed out first, a victim like the others"
                   if first_rank is not None and first_rank not in culprits and culprits and len(first_to) > 1 else "")
+    basis = MODE_BASIS.get(mode) if culprits or mode == "local" else None
+    mismatch = [r for r in tos if r["rank"] in culprits and (
+        (detail.get("mismatch_seq") is not None and _seq_of(r) == detail["mismatch_seq"]) or mode == "lag_timeout")]
 
     # -- hang: a culprit that stopped without an error of its own --------------------------------
     silent_culprits = [c for c in culprits if c not in failed_ranks]
-    if how != "oom" and not how.startswith("killed") and silent_culprits:
+    if not died and mode != "killed" and mode not in MISMATCH_MODES and silent_culprits:
         lines = [_ev_row({**progress[c], "timestamp": progress[c]["last_ts"], "source_file": progress[c]["file"]},
                          f"last line of rank {c} (step {progress[c]['last_step']})")
                  for c in silent_culprits if c in progress]
@@ -641,25 +1005,46 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
                     + (f"collective #{seq}" if seq is not None else "the collective") + f" ({how})")
         out.append(Finding(
             rule=pass_id("failures"), kind="hang", layer="communication", severity="ERROR",
-            ranks=silent_culprits, victims=victims,
+            ranks=silent_culprits, victims=victims, basis=basis, basis_weak=weak,
             title=head + f"; {ranks_phrase(victims)} timed out waiting{gap}{first_note}",
             evidence={"how": how, "failing_seq": seq, "victims": victims, "first_timeout_rank": first_rank,
-                      "last_step": {str(c): progress[c]["last_step"] for c in silent_culprits if c in progress}},
+                      "last_step": {str(c): progress[c]["last_step"] for c in silent_culprits if c in progress},
+                      **({"silent_margin_s": detail["silent_margin_s"]} if "silent_margin_s" in detail else {})},
             lines=cite(lines + [_ev_row(r) for r in to_sorted[:2]] + [_ev_row(r) for r in desync[:1]], text="text"),
             first_seen=iso(t_silent or t_first_to), last_seen=iso(t_last_to),
         ))
 
+    # -- a desync: the odd rank(s) issued a different collective -----------------------------------
+    if mode in MISMATCH_MODES and culprits:
+        out.append(Finding(
+            rule=pass_id("failures"), kind="collective_mismatch", layer="communication", severity="ERROR",
+            ranks=culprits, victims=victims, basis=basis, basis_weak=weak,
+            title=(f"{ranks_phrase(culprits)} issued a different collective than the others ({how})"
+                   + (f"; {ranks_phrase(victims)} waited for it until the watchdog fired" if victims else "") + first_note),
+            evidence={"how": how, "failing_seq": seq, "victims": victims, "first_timeout_rank": first_rank},
+            lines=cite([_ev_row(r) for r in mismatch[:2]] + [_ev_row(r) for r in desync[:1]] + [_ev_row(r) for r in to_sorted[:2]],
+                       text="text"),
+            first_seen=iso(t_first_to), last_seen=iso(t_last_to),
+        ))
+
     # -- the timeouts themselves (attributed to the culprit, never to the ranks that time out) ---
     lost = victims
-    if how == "oom":
+    if died:
         c = culprits[0]
-        t_oom = first_oom[c]["timestamp"]
-        dt_s = ((to_sorted[0]["timestamp"] - t_oom).total_seconds()
-                if to_sorted[0]["exact"] and first_oom[c]["exact"] else None)
+        what = {"oom": "CUDA OOM", "crash": "crash", "gpu": "GPU error"}[mode]
+        t_death = deaths[c]["timestamp"]
+        dt_s = ((to_sorted[0]["timestamp"] - t_death).total_seconds()
+                if to_sorted[0]["exact"] and deaths[c]["exact"] else None)
         title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
                  + (f" #{seq}" if seq is not None else "")
-                 + (f" {dt_s:.1f} s after rank {c}'s CUDA OOM" if dt_s is not None else f" after rank {c}'s CUDA OOM"))
-    elif how.startswith("killed"):
+                 + (f" {dt_s:.1f} s after rank {c}'s {what}" if dt_s is not None else f" after rank {c}'s {what}"))
+    elif mode == "local":
+        loc = detail["local"]
+        who = local_ranks_phrase([{"host": loc["host"], "local_rank": loc["local_rank"]}])
+        title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
+                 + (f" #{seq}" if seq is not None else "") + f" after {who} died ({loc['what']}); which global rank "
+                 "it was, the logs do not say")
+    elif mode == "killed":
         title = (f"{ranks_phrase(lost)}: lost {ranks_phrase(culprits)} in their collective"
                  + (f" #{seq}" if seq is not None else "") + " after it was killed (SIGKILL)")
     elif culprits:
@@ -668,11 +1053,11 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     else:
         title = (f"{ranks_phrase(lost)}: NCCL timeout in collective" + (f" #{seq}" if seq is not None else "")
                  + " — the logs do not show which rank they waited for")
-    mismatch = [r for r in tos if r["rank"] in culprits and detail.get("mismatch_seq") is not None
-                and _seq_of(r) == detail["mismatch_seq"]]
     out.append(Finding(
         rule=pass_id("failures"), kind="nccl_timeout", layer="communication", severity="ERROR",
-        ranks=culprits, victims=victims, title=title,
+        ranks=culprits, victims=victims, title=title, basis=basis, basis_weak=weak and bool(culprits),
+        local_ranks=([{"host": detail["local"]["host"], "local_rank": detail["local"]["local_rank"]}]
+                     if mode == "local" else []),
         evidence={"how": how or None, "failing_seq": seq, "timeouts": len(tos), "victims": victims,
                   "first_timeout_rank": first_rank, "message": shorten(coll, 300)},
         lines=cite([_ev_row(r) for r in mismatch[:1]] + [_ev_row(r) for r in to_sorted[:3]] + [_ev_row(r) for r in desync[:1]],
@@ -682,14 +1067,17 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     return out
 
 
+ROOT_KINDS = {"oom": 0, "gpu_error": 0, "crash": 0, "host_oom": 0, "collective_mismatch": 1, "hang": 1}
+
+
 def _launcher_first_observed(out: list[Finding], rows: list[dict[str, Any]]) -> None:
     """Say where torch elastic's "Root Cause (first observed failure)" disagrees with the first
     real failure: it is the first exit the agent saw. Annotates the earliest failure finding."""
     reported = [r for r in rows if r["kind"] == "exit" and r["first_observed"] and r["rank"] is not None]
-    failures = [f for f in out if f.kind in ("oom", "hang", "nccl_timeout") and f.ranks]
+    failures = [f for f in out if f.kind in (*ROOT_KINDS, "nccl_timeout") and f.ranks]
     if not reported or not failures:
         return
-    root = min(failures, key=lambda f: (f.first_seen is None, f.first_seen or "", {"oom": 0, "hang": 1}.get(f.kind, 2)))
+    root = min(failures, key=lambda f: (f.first_seen is None, f.first_seen or "", ROOT_KINDS.get(f.kind, 2)))
     fo = reported[0]
     rank = int(fo["rank"])
     agrees = rank in root.ranks
@@ -699,7 +1087,8 @@ def _launcher_first_observed(out: list[Finding], rows: list[dict[str, Any]]) -> 
     }
     if not agrees:
         code = f" (exit code {fo['exit_code']})" if fo["exit_code"] is not None else ""
+        what = {"oom": "CUDA OOM", "crash": "crash", "gpu_error": "GPU error", "host_oom": "kill"}.get(root.kind, "failure")
         root.title += (f"; torchrun's ChildFailedError names rank {rank}{code} as the \"first observed failure\": "
                        f"only the first exit the launcher saw, after rank "
-                       f"{rank_ranges(root.ranks)}'s {('CUDA OOM' if root.kind == 'oom' else 'failure')}")
+                       f"{rank_ranges(root.ranks)}'s {what}")
         root.lines = root.lines + cite([_ev_row(fo, "ChildFailedError: first observed failure")], text="text")

@@ -27,7 +27,7 @@ import dataclasses
 import datetime as dt
 from typing import Iterable
 
-from ..report.model import ChainLink, Finding, RootCause
+from ..report.model import DEFAULT_BASIS, ChainLink, Finding, RootCause, local_ranks_phrase
 from .evidence import parse_iso, ranks_phrase
 
 LAYER_ORDER = {"physical": 0, "resource": 1, "communication": 2, "training": 3}
@@ -35,11 +35,16 @@ SEVERITY_ORDER = {"ERROR": 0, "WARN": 1, "INFO": 2}
 
 # Within a layer (and across, as a last tie-break): causes before symptoms.
 KIND_PRIORITY = [
-    "thermal_throttling", "low_bandwidth", "oom", "data_load_skew", "straggler", "gpu_underutilized",
+    "gpu_error", "thermal_throttling", "low_bandwidth", "job_cancelled", "oom", "host_oom", "crash",
+    "data_load_skew", "straggler", "gpu_underutilized", "collective_mismatch",
     "hang", "nccl_timeout", "gradient_skew", "comm_bound", "vanishing_grad", "grad_norm_spike",
     "loss_divergence", "loss_plateau", "rank_lag", "throughput_drop", "clock_skew", "log_hygiene",
 ]
-FAILURES = {"oom", "nccl_timeout", "hang"}
+# Failures stop the run; they cascade in time (the first explains the later ones).
+FAILURES = {"oom", "nccl_timeout", "hang", "crash", "host_oom", "collective_mismatch", "gpu_error"}
+# A scheduler's cancellation ends the run but is not a crash of it (a time limit, a user's
+# scancel): a failure before it is why someone cancelled (CAUSES below); alone, it is the verdict.
+_ENDS = {"job_cancelled"}
 NON_CAUSAL = {"log_hygiene", "clock_skew"}
 # The training-layer face of a fault lower down: it explains nothing, so it is never the verdict
 # by itself — reported, and attached to the root that explains it, but an unexplained throughput
@@ -52,13 +57,21 @@ CAUSES: dict[str, set[str]] = {
     "low_bandwidth": _SLOW | {"nccl_timeout"},
     # a slow input pipeline makes a rank late, not slow to compute: never a straggler's reason
     "data_load_skew": _SLOW - {"straggler"},
-    "oom": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"},
+    "oom": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"} | _ENDS,
+    # a rank that dies (its own exception, the host OOM killer, its GPU) leaves its peers waiting
+    "crash": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"} | _ENDS,
+    "host_oom": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"} | _ENDS,
+    "gpu_error": {"nccl_timeout", "hang", "rank_lag", "throughput_drop", "crash"} | _ENDS,
+    # ranks that issued different collectives wait for each other until the watchdog fires
+    "collective_mismatch": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"} | _ENDS,
+    # the scheduler's kill stops every rank: their exits, timeouts and missing progress follow
+    "job_cancelled": {"nccl_timeout", "rank_lag", "throughput_drop"},
     "straggler": (_SLOW - {"straggler"}) | {"nccl_timeout"},
     "gpu_underutilized": {"throughput_drop"},
     "gradient_skew": {"comm_bound", "throughput_drop"},
     "comm_bound": {"gpu_underutilized", "throughput_drop", "nccl_timeout"},
-    "hang": {"nccl_timeout", "rank_lag", "throughput_drop"},
-    "nccl_timeout": {"rank_lag"},
+    "hang": {"nccl_timeout", "rank_lag", "throughput_drop"} | _ENDS,
+    "nccl_timeout": {"rank_lag"} | _ENDS,
     "rank_lag": set(),
     "grad_norm_spike": {"loss_divergence"},
     "loss_divergence": {"grad_norm_spike", "loss_plateau"},
@@ -74,7 +87,9 @@ LABELS = {
     "comm_bound": "communication-bound steps", "vanishing_grad": "vanishing gradients",
     "grad_norm_spike": "gradient-norm spike", "loss_divergence": "loss divergence", "loss_plateau": "loss plateau",
     "rank_lag": "rank lag", "throughput_drop": "throughput drop", "clock_skew": "clock skew",
-    "log_hygiene": "log hygiene",
+    "log_hygiene": "log hygiene", "crash": "crash (Python exception)", "host_oom": "host out of memory",
+    "collective_mismatch": "collective mismatch", "job_cancelled": "job cancelled by the scheduler",
+    "gpu_error": "GPU error",
 }
 
 
@@ -203,6 +218,12 @@ def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[Roo
     """Pick the root cause, order the findings (root, its chain, what it explains, the rest) and
     fill every finding's `explains` with indexes into that order. `ranks`: all ranks of the run."""
     everyone = frozenset(ranks or [])
+    for f in findings:
+        job_wide = len(everyone) > 1 and set(f.ranks) >= everyone
+        if f.basis is None and (f.ranks or f.local_ranks) and not job_wide:
+            # passes that do not say how they named a rank get their kind's (model.DEFAULT_BASIS);
+            # a finding about every rank singles nobody out: no basis
+            f.basis = DEFAULT_BASIS.get(f.kind)
     root_i, explained = select(findings, everyone)
     if root_i is None:
         order = sorted(range(len(findings)), key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9),
@@ -233,9 +254,11 @@ def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[Roo
                                 if j != old and explains(dated[old], dated[j], everyone)
                                 and not explains(dated[j], dated[old], everyone))
     where = ("every rank" if everyone and set(root.ranks) >= everyone and len(everyone) > 1
-             else ranks_phrase(root.ranks) if root.ranks else "the whole job")
+             else ranks_phrase(root.ranks) if root.ranks
+             else local_ranks_phrase(root.local_ranks) if root.local_ranks else "the whole job")
     n_ex = len(explained)
     summary = (f"{LABELS.get(root.kind, root.kind)} on {where} ({root.layer} layer): {root.title}"
                + (f" — explains {n_ex} other finding{'s' if n_ex != 1 else ''}" if n_ex else ""))
-    rc = RootCause(kind=root.kind, layer=root.layer, ranks=list(root.ranks), summary=summary, chain=chain, finding=0)
+    rc = RootCause(kind=root.kind, layer=root.layer, ranks=list(root.ranks), summary=summary, chain=chain, finding=0,
+                   basis=root.basis, basis_weak=root.basis_weak, local_ranks=[dict(x) for x in root.local_ranks])
     return rc, out

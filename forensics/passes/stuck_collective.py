@@ -140,7 +140,7 @@ def find(ctx: Context) -> list[Finding]:
     t0 = stuck.get_column("timestamp").drop_nulls()
     return [Finding(
         rule=pass_id("stuck_collective"), kind="hang", layer="communication", severity="ERROR",
-        ranks=culprits, victims=victims,
+        ranks=culprits, victims=victims, basis="never_joined",
         title=f"{ranks_phrase(culprits)} never joined the collective the others are stuck in: {desc}",
         evidence={"groups": {g["process_group"]: {"missing": [int(x) for x in g["rank"]], "seq": int(g["top"])}
                              for g in groups.iter_rows(named=True)},

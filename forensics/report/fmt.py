@@ -115,6 +115,8 @@ KIND_LABELS = {
     "nccl_timeout": "NCCL timeout", "hang": "hang", "rank_lag": "rank lag", "loss_divergence": "loss divergence",
     "loss_plateau": "loss plateau", "grad_norm_spike": "grad-norm spike", "vanishing_grad": "vanishing gradients",
     "clock_skew": "clock skew", "log_hygiene": "log hygiene",
+    "crash": "crash", "host_oom": "host out of memory", "collective_mismatch": "collective mismatch",
+    "job_cancelled": "job cancelled", "gpu_error": "GPU error",
 }
 
 

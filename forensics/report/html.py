@@ -52,7 +52,7 @@ from .charts import (
     line_chart,
 )
 from .fmt import clock, kind_label, rank_phrase
-from .model import Evidence, Finding, Report
+from .model import Evidence, Finding, Report, basis_phrase, local_ranks_phrase
 from .outline import outline
 
 if TYPE_CHECKING:
@@ -203,7 +203,9 @@ def render_html(report: Report, run: "Run | None" = None, *, redact: bool = True
         f'<div class="meta">forensics diagnosis · {esc(o.header)}'
         + (f' · store <span class="cite">{esc(report.run.store)}</span>' if report.run.store else "") + "</div>",
         f'<section class="verdict {cls}" id="verdict"><h1>{esc(o.verdict)}</h1>'
-        + (f'<p class="summary">{esc(o.summary)}</p>' if o.summary else "") + "</section>",
+        + (f'<p class="summary">{esc(o.summary)}</p>' if o.summary else "")
+        + (f'<p class="note">Why this rank: {esc(basis_phrase(report.root_cause.basis, report.root_cause.basis_weak))}.</p>'
+           if report.root_cause is not None and report.root_cause.basis else "") + "</section>",
     ]
     parts.append(_chain(report, o, paths))
     parts.append(_findings(report, o, paths))
@@ -282,7 +284,10 @@ def _chain(report: Report, o: Any, paths: _PathNames) -> str:
 
 def _finding_card(report: Report, f: Finding, paths: _PathNames, note: str = "") -> str:
     i = _index(report, f)
-    ranks = rank_phrase(f.ranks) if f.ranks else (f"victims {rank_phrase(f.victims)}" if f.victims else "all ranks")
+    ranks = rank_phrase(f.ranks) if f.ranks else (local_ranks_phrase(f.local_ranks) if f.local_ranks else
+                                                   f"victims {rank_phrase(f.victims)}" if f.victims else "all ranks")
+    if phrase := basis_phrase(f.basis, f.basis_weak):
+        ranks += f" · {phrase}"
     when = f" · {esc(clock(f.first_seen))}" if f.first_seen else ""
     ev = (f'<a href="#ev{i}">{len(f.lines)} evidence line{"s" if len(f.lines) != 1 else ""} ↓</a>'
           if f.lines else '<span class="note">no log line cited</span>')

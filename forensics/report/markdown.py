@@ -6,7 +6,7 @@ it lays out `outline()`.
 from __future__ import annotations
 
 from .fmt import clock
-from .model import Evidence, Finding, Report
+from .model import Evidence, Finding, Report, basis_phrase
 from .outline import outline
 
 EVIDENCE_PER_CLAIM = 3
@@ -32,7 +32,9 @@ def _evidence(e: Evidence) -> str:
 
 
 def _finding(f: Finding) -> list[str]:
-    out = [f"- **{f.severity}** · {f.layer} · `{f.kind}` · rule `{f.rule}` — {f.title}"]
+    phrase = basis_phrase(f.basis, f.basis_weak)
+    out = [f"- **{f.severity}** · {f.layer} · `{f.kind}` · rule `{f.rule}`" + (f" · {phrase}" if phrase else "")
+           + f" — {f.title}"]
     out += [f"  - {_evidence(e)}" for e in f.lines[:EVIDENCE_PER_CLAIM]]
     return out
 
@@ -44,6 +46,9 @@ def render_markdown(report: Report) -> str:
     md += [f"**{o.verdict}**", ""]
     if o.summary:
         md += [o.summary, ""]
+    rc = report.root_cause
+    if rc is not None and (phrase := basis_phrase(rc.basis, rc.basis_weak)):
+        md += [f"_Why this rank: {phrase}._", ""]
     if o.chain:
         md += ["## Chain, bottom-up", ""]
         for i, c in enumerate(o.chain, 1):

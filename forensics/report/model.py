@@ -18,7 +18,51 @@ KINDS = [
     "grad_norm_spike", "vanishing_grad", "clock_skew", "log_hygiene",
     "data_load_error",   # added here: a DATA_LOAD_ERROR event (seed 000 4.1: ERROR, needs a person)
     "throughput_drop",   # added here: the training-layer symptom of the chain (seed 000 4.3)
+    # issue 10 (spec/report.md): failures read as what they are
+    "crash",                 # a plain Python exception killed a rank
+    "host_oom",              # host RAM: the kernel's OOM killer, SIGKILL / exit -9 without a CUDA error
+    "collective_mismatch",   # ranks issued different collectives (sequence number, op, size, dtype)
+    "job_cancelled",         # the scheduler ended the job: cancel, time limit, node failure
+    "gpu_error",             # the device failed: ECC, Xid, illegal memory access, launch failure
 ]
+
+# How a finding's rank(s) were established (spec/report.md `basis`); the phrase the text reports
+# print. Stable identifiers: add, never rename.
+BASES = {
+    "own_error": "named by its own error",
+    "named_by_peers": "named by its peers' errors",
+    "never_joined": "never joined",
+    "last_to_log": "last to log",
+    "timing_within_group": "timing within its group",
+    "telemetry": "telemetry",
+}
+# The basis of a kind whose pass does not say: how that kind's rank is found by construction
+# (a straggler is a timing comparison among peers, a hot GPU a telemetry reading, an OOM the
+# rank's own error). Kinds about the whole job (loss, clock skew) have none.
+DEFAULT_BASIS = {
+    "thermal_throttling": "telemetry", "low_bandwidth": "telemetry", "gpu_underutilized": "telemetry",
+    "data_load_skew": "timing_within_group", "straggler": "timing_within_group",
+    "gradient_skew": "timing_within_group", "comm_bound": "timing_within_group", "rank_lag": "timing_within_group",
+    "throughput_drop": "timing_within_group",
+    "oom": "own_error", "host_oom": "own_error", "crash": "own_error", "gpu_error": "own_error",
+    "data_load_error": "own_error",
+}
+
+
+def basis_phrase(basis: str | None, weak: bool = False) -> str | None:
+    """The short phrase a text report prints for a basis ("named by its peers' errors (weak)")."""
+    if not basis:
+        return None
+    return BASES.get(basis, basis) + (" (weak)" if weak else "")
+
+
+def local_ranks_phrase(local_ranks: list[dict[str, Any]]) -> str:
+    """"local rank 3 on host node7" for ranks the log gives only by local rank."""
+    out = []
+    for x in local_ranks:
+        host = x.get("host")
+        out.append(f"local rank {x.get('local_rank')}" + (f" on host {host}" if host else " (host unknown)"))
+    return ", ".join(out)
 
 
 @dataclass
@@ -50,6 +94,9 @@ class Finding:
     last_seen: str | None = None
     victims: list[int] = field(default_factory=list)         # ranks that suffered from it
     explains: list[int] = field(default_factory=list)        # indexes of findings this one explains
+    basis: str | None = None           # one of BASES: how `ranks` was established (None: no rank named)
+    basis_weak: bool = False           # the basis is thin (one peer names it, a small margin)
+    local_ranks: list[dict[str, Any]] = field(default_factory=list)  # [{"host", "local_rank"}] when no global rank is known
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,6 +121,9 @@ class RootCause:
     summary: str
     chain: list[ChainLink] = field(default_factory=list)
     finding: int | None = None         # index into Report.findings
+    basis: str | None = None           # the root finding's basis (see Finding.basis)
+    basis_weak: bool = False
+    local_ranks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

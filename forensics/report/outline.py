@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .fmt import clock, duration, is_iso, kind_label, num, rank_phrase, seconds_between
-from .model import LAYERS, SEVERITIES, ChainLink, Finding, Report
+from .model import LAYERS, SEVERITIES, ChainLink, Finding, Report, local_ranks_phrase
 
 
 FELT_BY_OTHERS = {"nccl_timeout", "comm_bound"}
@@ -155,7 +155,9 @@ def outline(report: Report) -> Outline:
     others = sorted((f for i, f in enumerate(report.findings) if i not in cover), key=_severity_key)
     summary: str | None = None
     if rc is not None:
-        verdict = f"Root cause: {kind_label(rc.kind)} on {rank_phrase(rc.ranks) if rc.ranks else 'no single rank'} ({rc.layer} layer)."
+        who = (rank_phrase(rc.ranks) if rc.ranks else local_ranks_phrase(rc.local_ranks) if rc.local_ranks
+               else "no single rank")
+        verdict = f"Root cause: {kind_label(rc.kind)} on {who} ({rc.layer} layer)."
         # the JSON summary is self-contained ("X on rank N (layer): ..."); the verdict line above
         # already says the first half, so the text shows only what follows it
         summary = rc.summary.split(f"({rc.layer} layer): ", 1)[-1]

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .fmt import clock
-from .model import Evidence, Finding, Report
+from .model import Evidence, Finding, Report, basis_phrase
 from .outline import outline
 
 EVIDENCE_PER_CLAIM = 3
@@ -56,6 +56,8 @@ def _grid(first_width: int) -> Table:
 def _add_finding(t: Table, f: Finding) -> None:
     head = Text()
     head.append(f"{f.layer} · {f.kind} · ", style="dim")
+    if phrase := basis_phrase(f.basis, f.basis_weak):
+        head.append(f"{phrase} · ", style="dim")
     head.append(f.title)
     t.add_row(Text(f.severity, style={"ERROR": "bold red", "WARN": "yellow"}.get(f.severity, "")), head)
     for e in f.lines[:EVIDENCE_PER_CLAIM]:
@@ -119,6 +121,9 @@ def render_text(report: Report, *, width: int = 100, color: bool = False) -> str
     con.print(Text(o.verdict, style="bold green" if o.healthy else "bold"))
     if o.summary:
         con.print(Text(o.summary))
+    rc = report.root_cause
+    if rc is not None and (phrase := basis_phrase(rc.basis, rc.basis_weak)):
+        con.print(Text(f"Why this rank: {phrase}.", style="dim"))
     if o.chain:
         con.print()
         con.print(Text("Chain, bottom-up", style="bold"))
