@@ -25,10 +25,13 @@ from pass_helpers import Rows
 
 def pipeline_rows(pp: int, dp: int, steps: int = 40, micro: int = 4, base_ms: float = 300.0,
                   last_extra: float = 0.5, factor: Callable[[int, int, int], float] = lambda s, d, step: 1.0,
-                  layout: str = "events", jitter: float = 0.02, seed: int = 0) -> Rows:
+                  layout: str = "events", jitter: float = 0.02, seed: int = 0,
+                  data: Callable[[int, int, int], float | None] = lambda s, d, step: 20.0 if s == 0 else None) -> Rows:
     """`factor(stage, dp_rank, step)` multiplies a rank's compute. `layout`: "events" (stage and
     dp_rank in every per-op event's extra), "megatron" (rank 0 prints Megatron's sizes line),
-    "deepspeed" (rank 0 prints DeepSpeed's topology map) or "none" (the logs do not say)."""
+    "deepspeed" (rank 0 prints DeepSpeed's topology map) or "none" (the logs do not say).
+    `data(stage, dp_rank, step)`: a rank's batch loading time (None: it logs none; by default only
+    the first stage loads batches); a slow loader delays its whole pipeline."""
     rng = random.Random(seed)
     rows = Rows()
     world = pp * dp
@@ -47,25 +50,28 @@ def pipeline_rows(pp: int, dp: int, steps: int = 40, micro: int = 4, base_ms: fl
     for step in range(steps):
         c = {(s, d): base_ms * (1 + (last_extra if s == pp - 1 else 0.0)) * factor(s, d, step)
              * (1 + rng.uniform(-jitter, jitter)) for s in range(pp) for d in range(dp)}
-        T = {d: sum(c[s, d] for s in range(pp)) / micro + (micro - 1) / micro * max(c[s, d] for s in range(pp))
+        load = {(s, d): data(s, d, step) for s in range(pp) for d in range(dp)}
+        late = {d: max((load[s, d] or 0.0) for s in range(pp)) for d in range(dp)}
+        T = {d: late[d] + sum(c[s, d] for s in range(pp)) / micro + (micro - 1) / micro * max(c[s, d] for s in range(pp))
              for d in range(dp)}
         tmax = max(T.values())
-        data, xfer, opt = 20.0, 5.0, 10.0
+        xfer, opt = 5.0, 10.0
         for s in range(pp):
             for d in range(dp):
                 r = rank(s, d)
                 ex = {"stage": s, "dp_rank": d} if layout == "events" else {}
                 x = json.dumps(ex) if ex else None
                 t0 = t
-                if s == 0:
-                    rows.add(t0, r, "DATA_LOAD_TIME", step=step, data_load_ms=data, extra=json.dumps({"step": step, **ex}))
-                tt = t0 + data / 1000
+                dl = load[s, d]
+                if dl is not None:
+                    rows.add(t0, r, "DATA_LOAD_TIME", step=step, data_load_ms=dl, extra=json.dumps({"step": step, **ex}))
+                tt = t0 + late[d] / 1000
                 for m in range(micro):
                     for op, share in (("FORWARD", 1 / 3), ("BACKWARD", 2 / 3)):
                         dur = c[s, d] * share / micro
                         tt += dur / 1000
                         rows.add(tt, r, op, step=step, duration_s=dur / 1000, extra=x)
-                bubble = T[d] - c[s, d]
+                bubble = T[d] - late[d] - c[s, d]
                 tt += bubble / 1000
                 rows.add(tt, r, "RECV", step=step, comm_ms=bubble + 0.5, wait_ms=bubble, extra=x)
                 wait = tmax - T[d]
@@ -73,8 +79,8 @@ def pipeline_rows(pp: int, dp: int, steps: int = 40, micro: int = 4, base_ms: fl
                 rows.add(tt, r, "ALLREDUCE", step=step, comm_ms=wait + xfer, wait_ms=wait, extra=x)
                 tt += opt / 1000
                 rows.add(tt, r, "OPTIMIZER", step=step, duration_s=opt / 1000, extra=x)
-                rows.add(tt, r, "TRAIN_STEP", step=step, step_time_ms=data + tmax + xfer + opt, loss=2.0 - step * 0.01)
-        t += (data + tmax + xfer + opt) / 1000
+                rows.add(tt, r, "TRAIN_STEP", step=step, step_time_ms=tmax + xfer + opt, loss=2.0 - step * 0.01)
+        t += (tmax + xfer + opt) / 1000
     return rows
 
 

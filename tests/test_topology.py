@@ -11,7 +11,7 @@ import pytest
 from forensics import timeline
 from forensics import topology as T
 from forensics.ingest import ingest
-from forensics.passes import diagnose, straggler
+from forensics.passes import data_load_skew, diagnose, straggler
 from forensics.passes.context import Context
 from forensics.schema import conform
 from forensics.store import open_store
@@ -162,3 +162,17 @@ def test_pipeline_run_through_ingest_and_diagnose(tmp_path: Path) -> None:
     ingest([str(tmp_path / "logs")], tmp_path / "s.forensics")
     rep = diagnose(open_store(tmp_path / "s.forensics"))
     assert rep.root_cause is not None and rep.root_cause.kind == "straggler" and rep.root_cause.ranks == [3]
+
+
+def _loads(slow: tuple[int, int] | None):
+    # the first stage loads batches (60 ms); the other stages only log a 0.5 ms label fetch
+    return lambda s, d, step: (400.0 if (s, d) == slow else 60.0) if s == 0 else 0.5
+
+
+def test_data_loading_is_compared_within_the_data_parallel_group() -> None:
+    # without the layout, every first-stage rank looks 120x slower than the median rank
+    assert [f.ranks for f in data_load_skew.find(_ctx(pipeline_rows(pp=4, dp=2, layout="none", data=_loads(None))))] == [[0], [1]]
+    assert data_load_skew.find(_ctx(pipeline_rows(pp=4, dp=2, data=_loads(None)))) == []
+    [f] = data_load_skew.find(_ctx(pipeline_rows(pp=2, dp=4, data=_loads((0, 2)))))
+    assert f.ranks == [2] and f.evidence["group_ranks"] == [0, 1, 2, 3]
+    assert f.evidence["peer_data_load_ms"] == pytest.approx(60.0)

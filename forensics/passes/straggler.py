@@ -14,7 +14,7 @@ Domain facts relied on:
   compute by >= 20% (and >= 5 ms), r waits less than half the step's median wait, and the other
   ranks wait on average at least half of r's excess. A rank is a straggler when that holds in
   an episode (>= 75% of a window of steps, see context.sustained: scheduler noise makes random
-  ranks slow in scattered steps) covering >= 3 steps and >= 10% of its steps.
+  ranks slow in scattered steps) covering >= 3 steps, >= one window and >= 10% of its steps.
 
 - With a parallel topology (Context.topology) a rank is compared only with the ranks that do
   the same work: its pipeline stage (`topology.with_groups`: peer). Stages run different layers
@@ -99,7 +99,10 @@ def find(ctx: Context) -> list[Finding]:
             pl.len().alias("n_steps"),
             pl.col("episode").sum().alias("n_slow"),
         )
-        .filter((pl.col("n_slow") >= MIN_STEPS) & (pl.col("n_slow") >= MIN_SHARE * pl.col("n_steps")))
+        # at least one whole window of steps: a shorter run of slow steps is a fragment of an
+        # episode (a real 5-rank run on 2 cores had a healthy rank slow for 4 steps of 40)
+        .filter((pl.col("n_slow") >= max(MIN_STEPS, window_for(df.get_column("step").n_unique())))
+                & (pl.col("n_slow") >= MIN_SHARE * pl.col("n_steps")))
         .sort("rank")
     )
     for row in per_rank.iter_rows(named=True):
