@@ -94,7 +94,7 @@ def write_expected(d: Path, cfg: dict, run: dict, torch_version: str) -> None:
              f"injected = {toml(injected)}",
              f"generator = {toml(gen)}",
              "purpose = \"varied real run: the verdict is the injected fault and rank, by construction\"",
-             *(f"{k} = {toml(v)}" for k, v in cfg.items()),
+             *(f"{k} = {toml(v)}" for k, v in cfg.items() if v is not None),
              f"torch = {toml(torch_version)}", f"wall_s = {run['wall_s']}", f"exit_codes = {toml(run['exit_codes'])}",
              "backend = \"gloo (CPU) on a 2-core machine shared with other work\"", ""]
     (d / "expected.toml").write_text("\n".join(lines), encoding="utf-8")
