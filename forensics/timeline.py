@@ -268,6 +268,20 @@ OP_EVENTS = ("FORWARD", "BACKWARD", "OPTIMIZER", "OPTIMIZER_STEP", "FWD", "BWD",
              "FORWARD_BACKWARD", "FWD_BWD", "OPTIM", "OPTIM_STEP", "OPT_STEP")
 
 
+# Per-op communication events (p2p of a pipeline, collectives): when one logs only its duration
+# (duration_ms / elapsed_ms, no comm_ms), that duration is its communication time.
+COMM_OP_EVENTS = ("SEND", "RECV", "ISEND", "IRECV", "SEND_FORWARD", "RECV_FORWARD", "SEND_BACKWARD", "RECV_BACKWARD",
+                  "SEND_RECV", "P2P", "ALLREDUCE", "ALL_REDUCE", "REDUCE_SCATTER", "ALL_GATHER", "ALLGATHER",
+                  "BROADCAST", "ALL_TO_ALL", "ALLTOALL")
+
+
+def _comm_of_ops() -> pl.Expr:
+    """comm_ms, or for a per-op communication event without one its duration."""
+    is_comm = pl.col("event").fill_null("").str.to_uppercase().is_in(list(COMM_OP_EVENTS))
+    return pl.coalesce(pl.col("comm_ms"), pl.when(is_comm).then(
+        pl.coalesce(pl.col("step_time_ms"), pl.col("duration_s") * 1000.0))).alias("comm_ms")
+
+
 def _op_compute_inputs() -> tuple[list[pl.Expr], list[pl.Expr]]:
     """Masked columns and aggregations of `_step_groups` for `op_compute_ms`: the compute time
     the logs state. Per (rank, step): the sum of the durations of its per-op compute events
@@ -279,8 +293,10 @@ def _op_compute_inputs() -> tuple[list[pl.Expr], list[pl.Expr]]:
         pl.sum_horizontal("fwd_ms", "bwd_ms"))
     explicit = pl.coalesce(pl.col("compute_ms"), parts)
     op_dur = pl.coalesce(explicit, pl.col("step_time_ms"), pl.col("duration_s") * 1000.0)
+    is_any_op = pl.col("event").fill_null("").str.to_uppercase().is_in([*OP_EVENTS, *COMM_OP_EVENTS])
     masked = [pl.when(is_op).then(op_dur).alias("op_ms"), pl.when(~is_op).then(explicit).alias("ex_ms"),
-              pl.when(~is_op).then(pl.col("step_time_ms")).alias("nonop_step_time_ms")]
+              pl.when(~is_any_op | pl.col("event").fill_null("").eq(SUMMARY_EVENT))
+              .then(pl.col("step_time_ms")).alias("nonop_step_time_ms")]
     aggs = [pl.col("op_ms").sum().alias("op_sum"), pl.col("op_ms").count().alias("n_op"),
             pl.col("ex_ms").max().alias("ex_max")]
     return masked, aggs
@@ -328,6 +344,7 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
     With `per_rank`, every event is kept (a null rank or step is a group too) and the groups also
     carry what `rank_summary` adds up per rank (temp_max, warn, error): one scan serves both."""
     names = lf.collect_schema().names()
+    lf = lf.with_columns(_comm_of_ops())
     t = pl.col(time_col)
     # grad_ready_ts is logged by the host clock: shift it like the timestamp when aligning
     ready = pl.col("grad_ready_ts")

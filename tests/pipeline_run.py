@@ -26,12 +26,14 @@ from pass_helpers import Rows
 def pipeline_rows(pp: int, dp: int, steps: int = 40, micro: int = 4, base_ms: float = 300.0,
                   last_extra: float = 0.5, factor: Callable[[int, int, int], float] = lambda s, d, step: 1.0,
                   layout: str = "events", jitter: float = 0.02, seed: int = 0,
-                  data: Callable[[int, int, int], float | None] = lambda s, d, step: 20.0 if s == 0 else None) -> Rows:
+                  data: Callable[[int, int, int], float | None] = lambda s, d, step: 20.0 if s == 0 else None,
+                  comm_fields: bool = True) -> Rows:
     """`factor(stage, dp_rank, step)` multiplies a rank's compute. `layout`: "events" (stage and
     dp_rank in every per-op event's extra), "megatron" (rank 0 prints Megatron's sizes line),
     "deepspeed" (rank 0 prints DeepSpeed's topology map) or "none" (the logs do not say).
     `data(stage, dp_rank, step)`: a rank's batch loading time (None: it logs none; by default only
-    the first stage loads batches); a slow loader delays its whole pipeline."""
+    the first stage loads batches); a slow loader delays its whole pipeline. Without
+    `comm_fields`, RECV / ALLREDUCE events log only their duration (no comm_ms / wait_ms)."""
     rng = random.Random(seed)
     rows = Rows()
     world = pp * dp
@@ -73,10 +75,15 @@ def pipeline_rows(pp: int, dp: int, steps: int = 40, micro: int = 4, base_ms: fl
                         rows.add(tt, r, op, step=step, duration_s=dur / 1000, extra=x)
                 bubble = T[d] - late[d] - c[s, d]
                 tt += bubble / 1000
-                rows.add(tt, r, "RECV", step=step, comm_ms=bubble + 0.5, wait_ms=bubble, extra=x)
                 wait = tmax - T[d]
-                tt += (wait + xfer) / 1000
-                rows.add(tt, r, "ALLREDUCE", step=step, comm_ms=wait + xfer, wait_ms=wait, extra=x)
+                if comm_fields:
+                    rows.add(tt, r, "RECV", step=step, comm_ms=bubble + 0.5, wait_ms=bubble, extra=x)
+                    tt += (wait + xfer) / 1000
+                    rows.add(tt, r, "ALLREDUCE", step=step, comm_ms=wait + xfer, wait_ms=wait, extra=x)
+                else:
+                    rows.add(tt, r, "RECV", step=step, duration_s=(bubble + 0.5) / 1000, extra=x)
+                    tt += (wait + xfer) / 1000
+                    rows.add(tt, r, "ALLREDUCE", step=step, duration_s=(wait + xfer) / 1000, extra=x)
                 tt += opt / 1000
                 rows.add(tt, r, "OPTIMIZER", step=step, duration_s=opt / 1000, extra=x)
                 rows.add(tt, r, "TRAIN_STEP", step=step, step_time_ms=tmax + xfer + opt, loss=2.0 - step * 0.01)

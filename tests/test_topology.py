@@ -120,6 +120,15 @@ def test_one_slow_worker_of_stage_0_is_named_alone(pp: int, dp: int) -> None:
     assert f.evidence["group_median_compute_ms"] == pytest.approx(310.0, rel=0.05)
 
 
+def test_p2p_and_collective_ops_with_only_a_duration_are_communication() -> None:
+    # RECV / ALLREDUCE events that log duration_ms and nothing else: their time is comm time,
+    # and the waits are estimated from it (the last rank to arrive spends least)
+    rows = pipeline_rows(pp=2, dp=4, comm_fields=False, factor=lambda s, d, step: 1.6 if (s, d) == (0, 1) else 1.0)
+    st = _ctx(rows).steps
+    assert st["comm_ms"].null_count() == 0
+    assert [f.ranks for f in straggler.find(_ctx(rows))] == [[1]]
+
+
 @pytest.mark.parametrize("layout", ["megatron", "deepspeed"])
 def test_layout_from_printed_text_gives_the_same_verdict(layout: str) -> None:
     rows = pipeline_rows(pp=2, dp=4, layout=layout, factor=lambda s, d, step: 1.6 if (s, d) == (0, 2) else 1.0)
