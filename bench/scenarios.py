@@ -1,6 +1,6 @@
 """Precision and recall of the diagnosis over every scenario with a known truth.
 
-    python bench/scenarios.py                       # sample_logs/*/ and tests/fixtures/realrun/*/
+    python bench/scenarios.py                       # sample_logs/*/, tests/fixtures/realrun*/*/
     python bench/scenarios.py DIR [DIR ...]         # other scenario folders (each with expected.toml)
 
 Prints (never asserts; tests/test_scenarios.py asserts) one line per scenario — expected and
@@ -40,7 +40,8 @@ def scenarios(bases: list[Path]) -> list[Path]:
 
 def main(argv: list[str]) -> None:
     bases = [Path(a) for a in argv] or [REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun",
-                                         REPO / "tests" / "fixtures" / "realrun_moved"]
+                                         REPO / "tests" / "fixtures" / "realrun_moved",
+                                         REPO / "tests" / "fixtures" / "realrun_varied"]
     tp: Counter[str] = Counter()
     fp: Counter[str] = Counter()
     fn: Counter[str] = Counter()

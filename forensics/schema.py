@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-SCHEMA_VERSION = 2  # 2: event_source column
+SCHEMA_VERSION = 3  # 2: event_source column; 3: compute_ms, fwd_ms, bwd_ms columns
 
 LEVELS = ["DEBUG", "INFO", "WARN", "ERROR"]
 Level = pl.Enum(LEVELS)
@@ -78,6 +78,10 @@ METRICS: list[Metric] = [
     Metric("seq", pl.Int64(), ("seq_num", "seqnum", "collective_seq_id"), "", "collective sequence number"),
     Metric("peer_rank", pl.Int32(), ("waiting_on",), "", "rank this one waits on"),
     Metric("exit_code", pl.Int64(), ("exitcode",), "", "process exit code"),
+    # explicit compute time (timeline.op_compute): beats step - data - comm where logged
+    Metric("compute_ms", pl.Float64(), ("compute_time_ms", "fwd_bwd_ms"), "ms", "forward+backward(+optimizer) time of the step, or of one per-op event"),
+    Metric("fwd_ms", pl.Float64(), ("forward_ms", "forward_time_ms"), "ms", "forward time"),
+    Metric("bwd_ms", pl.Float64(), ("backward_ms", "backward_time_ms"), "ms", "backward time"),
 ]
 
 # Known string fields (categorical in practice).
@@ -103,6 +107,8 @@ ALIAS_SCALE: dict[str, tuple[str, float]] = {
     "tensor_size_bytes": ("tensor_size_mb", 1.0 / (1024 * 1024)),
     "sm_clock_ghz": ("sm_clock_mhz", 1000.0),
     "timeout_ms": ("timeout_s", 1.0 / 1000.0),
+    "duration_ms": ("duration_s", 1.0 / 1000.0),
+    "dur_ms": ("duration_s", 1.0 / 1000.0),
 }
 
 FIELDS: dict[str, Metric] = {m.name: m for m in [*METRICS, *TEXT_FIELDS]}

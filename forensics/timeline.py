@@ -262,6 +262,46 @@ def step_rows(events: Events, time_col: str = TS, evidence: bool = False,
                          evidence)
 
 
+# Per-op compute events: a rank's forward / backward / optimizer work of a step, each with its
+# duration (pipeline-parallel traces log one per micro-batch). Names are compared upper-cased.
+OP_EVENTS = ("FORWARD", "BACKWARD", "OPTIMIZER", "OPTIMIZER_STEP", "FWD", "BWD", "FORWARD_STEP", "BACKWARD_STEP",
+             "FORWARD_BACKWARD", "FWD_BWD", "OPTIM", "OPTIM_STEP", "OPT_STEP")
+
+
+# Per-op communication events (p2p of a pipeline, collectives): when one logs only its duration
+# (duration_ms / elapsed_ms, no comm_ms), that duration is its communication time.
+COMM_OP_EVENTS = ("SEND", "RECV", "ISEND", "IRECV", "SEND_FORWARD", "RECV_FORWARD", "SEND_BACKWARD", "RECV_BACKWARD",
+                  "SEND_RECV", "P2P", "ALLREDUCE", "ALL_REDUCE", "REDUCE_SCATTER", "ALL_GATHER", "ALLGATHER",
+                  "BROADCAST", "ALL_TO_ALL", "ALLTOALL")
+
+
+def _comm_of_ops() -> pl.Expr:
+    """comm_ms, or for a per-op communication event without one its duration."""
+    is_comm = pl.col("event").fill_null("").str.to_uppercase().is_in(list(COMM_OP_EVENTS))
+    return pl.coalesce(pl.col("comm_ms"), pl.when(is_comm).then(
+        pl.coalesce(pl.col("step_time_ms"), pl.col("duration_s") * 1000.0))).alias("comm_ms")
+
+
+def _op_compute_inputs() -> tuple[list[pl.Expr], list[pl.Expr]]:
+    """Masked columns and aggregations of `_step_groups` for `op_compute_ms`: the compute time
+    the logs state. Per (rank, step): the sum of the durations of its per-op compute events
+    (OP_EVENTS; an op's duration is its compute_ms, fwd_ms + bwd_ms, elapsed_ms (typed as
+    step_time_ms) or duration_s/_ms), else the largest explicit compute_ms (or fwd_ms + bwd_ms)
+    on its other events, else null (then compute is step - data - comm)."""
+    is_op = pl.col("event").fill_null("").str.to_uppercase().is_in(list(OP_EVENTS))
+    parts = pl.when(pl.col("fwd_ms").is_not_null() | pl.col("bwd_ms").is_not_null()).then(
+        pl.sum_horizontal("fwd_ms", "bwd_ms"))
+    explicit = pl.coalesce(pl.col("compute_ms"), parts)
+    op_dur = pl.coalesce(explicit, pl.col("step_time_ms"), pl.col("duration_s") * 1000.0)
+    is_any_op = pl.col("event").fill_null("").str.to_uppercase().is_in([*OP_EVENTS, *COMM_OP_EVENTS])
+    masked = [pl.when(is_op).then(op_dur).alias("op_ms"), pl.when(~is_op).then(explicit).alias("ex_ms"),
+              pl.when(~is_any_op | pl.col("event").fill_null("").eq(SUMMARY_EVENT))
+              .then(pl.col("step_time_ms")).alias("nonop_step_time_ms")]
+    aggs = [pl.col("op_ms").sum().alias("op_sum"), pl.col("op_ms").count().alias("n_op"),
+            pl.col("ex_ms").max().alias("ex_max")]
+    return masked, aggs
+
+
 def _with_gaps(groups: pl.LazyFrame) -> pl.LazyFrame:
     """`gap_ms`: the time since the rank's previous step ended, when that step is the one before
     (what a step took when it logged no time). Per rank: computed inside each slice."""
@@ -288,8 +328,11 @@ def _finish_steps(groups: pl.LazyFrame, evidence: bool) -> pl.LazyFrame:
             .when(derived.is_not_null()).then(pl.lit("derived")).alias("step_time_source"),
         )
         .with_columns(
-            (pl.col("step_time_ms") - pl.col("data_load_ms").fill_null(0.0) - pl.col("comm_ms").fill_null(0.0))
-            .clip(lower_bound=0.0).alias("compute_ms"),
+            # the compute the logs state (per-op events, compute_ms) beats the remainder of the step
+            pl.coalesce(
+                *(["op_compute_ms"] if "op_compute_ms" in have else []),
+                (pl.col("step_time_ms") - pl.col("data_load_ms").fill_null(0.0) - pl.col("comm_ms").fill_null(0.0))
+                .clip(lower_bound=0.0)).alias("compute_ms"),
         )
         .select([c for c in (*STEP_COLUMNS, *(EVIDENCE_COLUMNS if evidence else ())) if c in have])
     )
@@ -301,6 +344,7 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
     With `per_rank`, every event is kept (a null rank or step is a group too) and the groups also
     carry what `rank_summary` adds up per rank (temp_max, warn, error): one scan serves both."""
     names = lf.collect_schema().names()
+    lf = lf.with_columns(_comm_of_ops())
     t = pl.col(time_col)
     # grad_ready_ts is logged by the host clock: shift it like the timestamp when aligning
     ready = pl.col("grad_ready_ts")
@@ -308,7 +352,10 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
         ready = ready - pl.col("clock_offset_ms").fill_null(0.0) / 1000.0
     is_sum = pl.col("event").fill_null("") == SUMMARY_EVENT
     is_coll = pl.col("comm_ms").is_not_null() & ~is_sum
+    # a per-op event's elapsed_ms (typed as step_time_ms) is the op's time, not the step's
+    op_masked, op_aggs = _op_compute_inputs()
     masked = [
+        *op_masked,
         *(pl.when(~is_sum).then(pl.col(c)).alias(f"own_{c}") for c in PHASES),
         *(pl.when(is_sum).then(pl.col(c)).alias(f"sum_{c}") for c in (*PHASES, "step_time_ms", *STEP_VALUES)),
         pl.when(is_coll).then(t).alias("coll_t"),
@@ -339,7 +386,7 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
     else:
         lf = lf.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
     return (
-        lf.select("rank", "step", "host", t.alias("t"), "step_time_ms", *PHASES, *STEP_VALUES, *masked, *cited, *counted)
+        lf.select("rank", "step", "host", t.alias("t"), *PHASES, *STEP_VALUES, *masked, *cited, *counted)
         .group_by("rank", "step")
         # only plain aggregations here (when/coalesce inside agg() takes polars' slow path)
         .agg(
@@ -347,7 +394,8 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
             pl.col("t").min().alias("t_start"),
             pl.col("t").max().alias("t_end"),
             pl.col("sum_step_time_ms").max(),
-            pl.col("step_time_ms").max().alias("any_step_time_ms"),
+            pl.col("nonop_step_time_ms").max().alias("any_step_time_ms"),
+            *op_aggs,
             *(pl.col(f"own_{c}").sum() for c in PHASES),
             *(pl.col(f"own_{c}").count().alias(f"n_{c}") for c in PHASES),
             *(pl.col(f"sum_{c}").max() for c in PHASES),
@@ -362,6 +410,7 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
         )
         .with_columns(
             pl.coalesce("sum_step_time_ms", "any_step_time_ms").alias("step_time_logged"),
+            pl.when(pl.col("n_op") > 0).then(pl.col("op_sum")).otherwise(pl.col("ex_max")).alias("op_compute_ms"),
             *(pl.when(pl.col(f"n_{c}") > 0).then(pl.col(f"own_{c}")).otherwise(pl.col(f"sum_{c}")).alias(c)
               for c in PHASES),
             *(pl.coalesce(f"sum_{c}", f"any_{c}").alias(c) for c in STEP_VALUES),
@@ -370,7 +419,7 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
             *([pl.col("file").cast(pl.Categorical)] if evidence else []),
         )
         .drop(*(f"{p}_{c}" for p in ("own", "n", "sum") for c in PHASES), *(f"{p}_{c}" for p in ("sum", "any")
-              for c in STEP_VALUES), "sum_step_time_ms", "any_step_time_ms")
+              for c in STEP_VALUES), "sum_step_time_ms", "any_step_time_ms", "op_sum", "n_op", "ex_max")
     )
 
 

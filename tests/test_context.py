@@ -50,7 +50,9 @@ def test_the_step_query_reads_only_the_columns_it_needs(tmp_path: Path) -> None:
     (the widest columns) or any metric it does not aggregate."""
     run = _store(tmp_path, "thermal_throttling")
     needed = {"rank", "step", "host", "timestamp", "event", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms",
-              "loss", "samples_per_s", "grad_ready_ts", "source_file", "line", "disk_read_mbps"}
+              "loss", "samples_per_s", "grad_ready_ts", "source_file", "line", "disk_read_mbps",
+              # explicit compute (timeline.op_compute): typed columns, never extra
+              "compute_ms", "fwd_ms", "bwd_ms", "duration_s"}
     q = tl.step_rows(run.events(), evidence=True).select(C.STEP_COLUMNS).with_columns(C._wait_estimate())
     projected = [int(n) for n in re.findall(r"PROJECT (\d+)/\d+ COLUMNS", q.explain())]
     assert projected == [len(needed)]

@@ -34,3 +34,12 @@ def test_waiting_for_random_ranks_is_noise_not_a_fault() -> None:
     ctx = sync_run(steps=40, compute=lambda r, s: 2000.0 if r == s % 4 else 800.0).ctx()
     [f] = comm_bound.find(ctx)
     assert f.severity == "INFO" and f.ranks == [] and f.evidence["mode"] == "waiting"
+
+
+def test_a_few_waiting_steps_shorter_than_a_window_are_not_comm_bound() -> None:
+    from forensics.passes import comm_bound
+    from pass_helpers import sync_run
+
+    # one rank held up for a burst of 5 steps of 40 (window 5: 4 of them inside an episode)
+    slow = lambda r, s: 2400.0 if (r == 1 and 10 <= s < 15) else 300.0  # noqa: E731
+    assert [f for f in comm_bound.find(sync_run(steps=40, compute=slow).ctx()) if f.ranks] == []

@@ -42,3 +42,13 @@ def test_wait_estimated_from_comm_when_wait_is_not_logged() -> None:
 
 def test_healthy_run_has_no_straggler() -> None:
     assert straggler.find(sync_run().ctx()) == []
+
+
+def test_a_few_slow_steps_shorter_than_a_window_are_not_a_straggler() -> None:
+    # a real healthy 5-rank run on 2 shared cores had one rank slow for a burst of steps: a burst
+    # of 5 of 40 (window 5) leaves only 4 steps inside an episode (>= 75% of a window)
+    slow = lambda r, s: 1400.0 if (r == 1 and 10 <= s < 15) else 800.0  # noqa: E731
+    assert straggler.find(sync_run(steps=40, compute=slow).ctx()) == []
+    # a rank slow long enough for an episode of a whole window is a straggler
+    slow = lambda r, s: 1400.0 if (r == 1 and 10 <= s < 16) else 800.0  # noqa: E731
+    assert [f.ranks for f in straggler.find(sync_run(steps=40, compute=slow).ctx())] == [[1]]

@@ -1,4 +1,4 @@
-"""Every scenario with an expected.toml — sample_logs/*/, tests/fixtures/realrun/*/ and realrun_moved/*/ — diagnosed.
+"""Every scenario with an expected.toml — sample_logs/*/, tests/fixtures/realrun/*/, realrun_moved/*/ and realrun_varied/*/ — diagnosed.
 
 What a scenario's `[expect]` means:
 - `root_cause`: the kind of the root cause ("none": root_cause must be null); `alternatives`:
@@ -21,7 +21,8 @@ from forensics.store import open_store
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(
-    p.parent for base in (REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun", REPO / "tests" / "fixtures" / "realrun_moved")
+    p.parent for base in (REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun", REPO / "tests" / "fixtures" / "realrun_moved",
+                          REPO / "tests" / "fixtures" / "realrun_varied")
     for p in base.glob("*/expected.toml")
 )
 

@@ -15,7 +15,7 @@ Domain facts relied on:
   no such rank the waiting is jitter (a loaded host delays random ranks): INFO, no rank named.
 - A step is communication-bound when the median share across ranks is > 40%; the finding needs
   an episode of such steps (context.sustained: one rank's checkpoint or a preempted process makes
-  single steps communication-heavy) covering >= 3 steps and >= 10% of the steps.
+  single steps communication-heavy) covering >= 3 steps, >= one window and >= 10% of the steps.
 
 Must not: decide the root cause; read events (it works on the cached step table only).
 """
@@ -62,7 +62,8 @@ def find(ctx: Context) -> list[Finding]:
     per_step = per_step.with_columns(sustained("hot1", window_for(per_step.height), by=None).alias("hot"))
     hot = per_step.filter(pl.col("hot"))
     n, k = per_step.height, hot.height
-    if k < MIN_STEPS or k < MIN_SHARE * n:
+    # at least one whole window of steps, as for a straggler: shorter is a fragment of an episode
+    if k < max(MIN_STEPS, window_for(n)) or k < MIN_SHARE * n:
         return []
     share = float(hot.get_column("share").median())
     wshare = float(hot.get_column("wshare").median())

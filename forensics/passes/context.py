@@ -12,8 +12,14 @@ wait_est (wait_ms, or estimated from comm_ms where it is not logged: see `_wait_
 Passes select the columns they use before they filter or sort it: on the bench store the table
 has 2 M rows, and each copy of a column is 16 MB.
 
-`compute_ms` = step_time - data_load - comm: in synchronous data parallelism that is the
-forward/backward/optimizer time of the rank, the quantity a straggler has too much of.
+`compute_ms` is the rank's forward/backward/optimizer time, the quantity a straggler has too
+much of: the logged per-op durations when the logs carry them (FORWARD / BACKWARD / OPTIMIZER
+events, or compute_ms / fwd_ms + bwd_ms fields: see timeline.op_compute), else step_time -
+data_load - comm, which in synchronous data parallelism is the same thing.
+
+`topology` is the run's parallel layout (forensics.topology: pipeline stage and data-parallel
+group per rank), None for plain data parallelism; passes compare a rank only with the peers
+that do the same work (`topology.with_groups`).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .. import timeline
+from .. import topology as topo_mod
 from ..schema import conform
 
 if TYPE_CHECKING:
@@ -148,6 +155,12 @@ class Context:
             return sorted(int(r) for r in self.run.totals["ranks"])
         s = self._events.select(pl.col("rank").drop_nulls().unique()).collect().to_series()
         return sorted(int(r) for r in s)
+
+    @cached_property
+    def topology(self) -> topo_mod.Topology | None:
+        """The parallel layout the logs state (pipeline stages, data-parallel groups), None for
+        plain data parallelism or when the logs say nothing about it."""
+        return topo_mod.read(self._events, self.ranks)
 
     @cached_property
     def median_step_ms(self) -> float | None:

@@ -15,6 +15,11 @@ Domain facts relied on:
 - The disk read rate (disk_read_mbps) of the same rank, when logged, is the physical evidence
   (HDD vs NVMe in the seed case).
 
+- With a parallel topology a rank's loading is compared only inside its data-parallel group
+  (same pipeline stage and tensor-parallel rank: `topology.with_groups`, dgroup): in a pipeline
+  only the first stage (and the last, for labels) loads batches, so the other stages' near-zero
+  loading times are no baseline.
+
 Must not: decide the root cause; read events (it works on the cached step table only).
 """
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
+from ..topology import with_groups
 from .context import Context, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
@@ -38,11 +44,13 @@ def find(ctx: Context) -> list[Finding]:
     ).filter(pl.col("rank").is_not_null() & pl.col("data_load_ms").is_not_null())
     if st.is_empty():
         return []
+    topo = ctx.topology
+    st = with_groups(st, topo)
     floor = max(ABS_EXCESS_MS, STEP_SHARE * (ctx.median_step_ms or 0.0))
     df = (
         st.with_columns(
-            pl.len().over("step").alias("n"),
-            pl.col("data_load_ms").median().over("step").alias("peer_dl"),
+            pl.len().over("step", "dgroup").alias("n"),
+            pl.col("data_load_ms").median().over("step", "dgroup").alias("peer_dl"),
             wait_expr().alias("wait"),
         )
         .filter(pl.col("n") >= 2)
@@ -66,16 +74,24 @@ def find(ctx: Context) -> list[Finding]:
         mine = df.filter((pl.col("rank") == r) & pl.col("slow"))
         slow_steps = mine.get_column("step")
         at = df.filter(pl.col("step").is_in(slow_steps.implode()) & ~pl.col("rank").is_in(skewed))
+        group = at.filter(pl.col("dgroup") == mine.get_column("dgroup")[0])
         my_dl = float(mine.get_column("data_load_ms").median())
-        peer_dl = at.get_column("data_load_ms").median()
+        peer_dl = group.get_column("data_load_ms").median()
         excess = my_dl - (peer_dl or 0.0)
         my_disk = mine.get_column("disk_read_mbps").drop_nulls().median()
-        peer_disk = at.get_column("disk_read_mbps").drop_nulls().median()
+        peer_disk = group.get_column("disk_read_mbps").drop_nulls().median()
         waits = at.group_by("rank").agg(pl.col("wait").median()).filter(pl.col("wait") >= 0.5 * excess).sort("rank")
         v_ranks = [int(x) for x in waits.get_column("rank")]
         v_wait = waits.get_column("wait").median() if v_ranks else None
         worst = mine.sort("data_load_ms", descending=True).row(0, named=True)
-        title = f"rank {r} loads each batch in {ms(my_dl)} vs {ms(peer_dl)} on peers"
+        grouping: dict = {}
+        where = "peers"
+        if topo is not None:
+            g_ranks = sorted({r, *(int(x) for x in group.get_column("rank").unique())})
+            where = f"its data-parallel group ({rank_ranges(g_ranks)})"
+            grouping = {"peer_group": f"data-parallel group {mine.get_column('dgroup')[0]} (pp/tp/cp)",
+                        "group_ranks": g_ranks, "group_median_data_load_ms": num(peer_dl)}
+        title = f"rank {r} loads each batch in {ms(my_dl)} vs {ms(peer_dl)} on {where}"
         if my_disk is not None and peer_disk is not None:
             title += f" (disk read {my_disk:.0f} MB/s vs {peer_disk:.0f} MB/s)"
         if v_ranks:
@@ -92,7 +108,8 @@ def find(ctx: Context) -> list[Finding]:
             ranks=[r], victims=v_ranks, title=title,
             evidence={"data_load_ms": num(my_dl), "peer_data_load_ms": num(peer_dl), "excess_ms": num(excess),
                       "disk_read_mbps": num(my_disk), "peer_disk_read_mbps": num(peer_disk),
-                      "victim_wait_ms": num(v_wait), "skewed_steps": len(slow_steps), "steps": int(row["n_steps"])},
+                      "victim_wait_ms": num(v_wait), "skewed_steps": len(slow_steps), "steps": int(row["n_steps"]),
+                      **grouping},
             lines=lines,
             first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
         ))

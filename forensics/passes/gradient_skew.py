@@ -19,6 +19,10 @@ Domain facts relied on:
   (Context.steps is aligned with the hosts' clock offsets), or a host whose clock runs 250 ms
   ahead would make its ranks look late in every step.
 
+- With a parallel topology gradient-ready times are compared inside each data-parallel group
+  (`topology.with_groups`, dgroup): those ranks meet in one gradient all-reduce; ranks of other
+  pipeline stages reduce other gradients in other groups, at other times by design.
+
 Must not: decide the root cause; read events (it works on the cached step table only).
 """
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
+from ..topology import with_groups
 from .context import Context, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id
 
@@ -42,14 +47,15 @@ def find(ctx: Context) -> list[Finding]:
     if st.is_empty():
         return []
     thr = STEP_SHARE * ctx.median_step_ms if ctx.median_step_ms else DEFAULT_MS
+    by = ["step", "dgroup"]
     df = (
-        st.with_columns(wait_expr().alias("wait"))
+        with_groups(st, ctx.topology).with_columns(wait_expr().alias("wait"))
         .with_columns(
-            pl.len().over("step").alias("n"),
-            ((pl.col("grad_ready_ts").max() - pl.col("grad_ready_ts").min()) * 1000.0).over("step").alias("spread_ms"),
-            ((pl.col("grad_ready_ts") - pl.col("grad_ready_ts").median()) * 1000.0).over("step").alias("late_ms"),
-            (pl.col("grad_ready_ts") == pl.col("grad_ready_ts").max().over("step")).alias("is_last"),
-            pl.col("wait").median().over("step").alias("med_wait"),
+            pl.len().over(by).alias("n"),
+            ((pl.col("grad_ready_ts").max() - pl.col("grad_ready_ts").min()) * 1000.0).over(by).alias("spread_ms"),
+            ((pl.col("grad_ready_ts") - pl.col("grad_ready_ts").median()) * 1000.0).over(by).alias("late_ms"),
+            (pl.col("grad_ready_ts") == pl.col("grad_ready_ts").max().over(by)).alias("is_last"),
+            pl.col("wait").median().over(by).alias("med_wait"),
         )
         .filter(pl.col("n") >= 2)
         .with_columns((pl.col("spread_ms") >= thr).alias("skewed"))
@@ -80,7 +86,7 @@ def find(ctx: Context) -> list[Finding]:
     else:
         ep = sk.filter(pl.col("is_last"))
         scope = sk
-    spread = scope.group_by("step").agg(pl.col("spread_ms").first(), pl.col("med_wait").first())
+    spread = scope.group_by("step", "dgroup").agg(pl.col("spread_ms").first(), pl.col("med_wait").first())
     med_spread = float(spread.get_column("spread_ms").median())
     max_spread = float(spread.get_column("spread_ms").max())
     med_wait = spread.get_column("med_wait").drop_nulls().median()

@@ -14,7 +14,20 @@ Domain facts relied on:
   compute by >= 20% (and >= 5 ms), r waits less than half the step's median wait, and the other
   ranks wait on average at least half of r's excess. A rank is a straggler when that holds in
   an episode (>= 75% of a window of steps, see context.sustained: scheduler noise makes random
-  ranks slow in scattered steps) covering >= 3 steps and >= 10% of its steps.
+  ranks slow in scattered steps) covering >= 3 steps, >= one window and >= 10% of its steps.
+
+- With a parallel topology (Context.topology) a rank is compared only with the ranks that do
+  the same work: its pipeline stage (`topology.with_groups`: peer). Stages run different layers
+  — the last one also computes the loss head — so a last-stage rank computing more than a
+  first-stage one is the design, not a straggler. The evidence names the group and its median.
+- A slow pipeline stage: when every rank of a stage (>= 75% of them) computes >= 20% (and
+  >= 5 ms) more than the stage's own baseline — its median over the first window of steps —
+  in an episode, while the other stages stay below half that rise, the stage is slow (a host
+  or a partition that got slower), and the finding names all its ranks. A stage that is slower
+  from the first step on cannot be told from a stage that computes more by design (the logs
+  state no expected per-stage time): it is not reported.
+- Compute is the logged per-op compute (FORWARD/BACKWARD/OPTIMIZER events, compute_ms) when
+  the logs carry it (timeline.op_compute), else step - data - comm.
 
 Must not: decide the root cause; read events (it works on the cached step table only).
 """
@@ -23,8 +36,11 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
+from ..topology import Topology, with_groups
 from .context import Context, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+
+STAGE_SHARE = 0.75
 
 REL_EXCESS = 0.20
 ABS_EXCESS_MS = 5.0
@@ -33,16 +49,20 @@ MIN_SHARE = 0.10
 
 
 def straggling_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, step): compute, wait, the step's peer compute and whether the rank straggled."""
+    """Per (rank, step): compute, wait, the step's peer compute and whether the rank straggled.
+    Peers are the ranks of the same `peer` group (the pipeline stage; all ranks without one)."""
+    if "peer" not in steps.columns:
+        steps = with_groups(steps, None)
+    by = ["step", "peer"]
     df = (
         steps.filter(pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null())
         .with_columns(wait_expr().alias("wait"))
         .filter(pl.col("wait").is_not_null())
         .with_columns(
-            pl.len().over("step").alias("n"),
-            pl.col("compute_ms").median().over("step").alias("peer_compute"),
-            pl.col("wait").median().over("step").alias("med_wait"),
-            pl.col("wait").sum().over("step").alias("sum_wait"),
+            pl.len().over(by).alias("n"),
+            pl.col("compute_ms").median().over(by).alias("peer_compute"),
+            pl.col("wait").median().over(by).alias("med_wait"),
+            pl.col("wait").sum().over(by).alias("sum_wait"),
         )
         .filter(pl.col("n") >= 2)
         .with_columns(
@@ -50,9 +70,14 @@ def straggling_steps(steps: pl.DataFrame) -> pl.DataFrame:
             ((pl.col("sum_wait") - pl.col("wait")) / (pl.col("n") - 1)).alias("others_wait"),
         )
     )
+    # waits least: under half the median wait, or (a group of two or three, where the median is
+    # the others' too) the least of its group while the others wait half its excess longer
+    least = (pl.col("wait") <= 0.5 * pl.col("med_wait")) | (
+        (pl.col("wait") <= pl.col("wait").min().over(by)) & (pl.col("n") <= 3)
+        & (pl.col("others_wait") - pl.col("wait") >= 0.5 * pl.col("excess")))
     slow = (
         (pl.col("excess") >= pl.max_horizontal(REL_EXCESS * pl.col("peer_compute"), pl.lit(ABS_EXCESS_MS)))
-        & (pl.col("wait") <= 0.5 * pl.col("med_wait"))
+        & least
         & (pl.col("others_wait") >= 0.5 * pl.col("excess"))
     )
     w = window_for(df.get_column("step").n_unique()) if not df.is_empty() else 5
@@ -60,37 +85,47 @@ def straggling_steps(steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def find(ctx: Context) -> list[Finding]:
-    df = straggling_steps(ctx.steps.select(
-        "rank", "step", "compute_ms", "wait_est", "t_start", "t_end", "file", "train_line", "ready_line", "comm_line"))
+    topo = ctx.topology
+    steps = with_groups(ctx.steps.select(
+        "rank", "step", "compute_ms", "wait_est", "t_start", "t_end", "file", "train_line", "ready_line", "comm_line"),
+        topo)
+    out = slow_stages(steps, topo) if topo is not None else []
+    df = straggling_steps(steps)
     if df.is_empty():
-        return []
+        return out
     per_rank = (
         df.group_by("rank")
         .agg(
             pl.len().alias("n_steps"),
             pl.col("episode").sum().alias("n_slow"),
         )
-        .filter((pl.col("n_slow") >= MIN_STEPS) & (pl.col("n_slow") >= MIN_SHARE * pl.col("n_steps")))
+        # at least one whole window of steps: a shorter run of slow steps is a fragment of an
+        # episode (a real 5-rank run on 2 cores had a healthy rank slow for 4 steps of 40)
+        .filter((pl.col("n_slow") >= max(MIN_STEPS, window_for(df.get_column("step").n_unique())))
+                & (pl.col("n_slow") >= MIN_SHARE * pl.col("n_steps")))
         .sort("rank")
     )
-    out: list[Finding] = []
     for row in per_rank.iter_rows(named=True):
         r = int(row["rank"])
         mine = df.filter((pl.col("rank") == r) & pl.col("episode"))
         slow_steps = mine.get_column("step")
+        peer = int(mine.get_column("peer")[0])
         at = df.filter(pl.col("step").is_in(slow_steps.implode()))
         excess = float(mine.get_column("excess").median())
         others = (
             at.filter(pl.col("rank") != r)
-            .group_by("rank").agg(pl.col("wait").median().alias("wait"), pl.col("compute_ms").median().alias("compute"))
+            .group_by("rank").agg(pl.col("wait").median().alias("wait"), pl.col("compute_ms").median().alias("compute"),
+                                  pl.col("peer").first())
             .sort("rank")
         )
+        # everyone who waits for it: its stage's peers in their all-reduce, its pipeline in p2p
         victims = others.filter(pl.col("wait") >= 0.5 * excess)
         if victims.is_empty():
             continue
         v_ranks = [int(x) for x in victims.get_column("rank")]
         my_compute = float(mine.get_column("compute_ms").median())
-        peer_compute = float(others.get_column("compute").median())
+        group = others.filter(pl.col("peer") == peer)
+        peer_compute = float(group.get_column("compute").median())
         my_wait = float(mine.get_column("wait").median())
         v_wait = float(victims.get_column("wait").median())
         worst = mine.sort("excess", descending=True).row(0, named=True)
@@ -102,7 +137,14 @@ def find(ctx: Context) -> list[Finding]:
                         "text": f"step {v['step']}: waits {ms(v['wait'])}"} for v in vict_rows.iter_rows(named=True)],
                       text="text")
         s0, s1 = int(slow_steps.min()), int(slow_steps.max())
-        title = (f"rank {r} is a straggler: computes {ms(my_compute)} per step vs {ms(peer_compute)} on peers and "
+        where = "peers"
+        grouping: dict = {}
+        if topo is not None:
+            g_ranks = sorted([r, *(int(x) for x in group.get_column("rank"))])
+            where = f"the other ranks of {topo.describe_group(peer)} ({rank_ranges(g_ranks)})"
+            grouping = {"peer_group": topo.describe_group(peer), "group_ranks": g_ranks,
+                        "group_median_compute_ms": num(peer_compute), "topology": topo.to_dict()}
+        title = (f"rank {r} is a straggler: computes {ms(my_compute)} per step vs {ms(peer_compute)} on {where} and "
                  f"waits least ({ms(my_wait)}); ranks {rank_ranges(v_ranks)} wait {ms(v_wait)} per step for it "
                  f"({len(slow_steps)} steps, {s0}–{s1})")
         out.append(Finding(
@@ -111,8 +153,81 @@ def find(ctx: Context) -> list[Finding]:
             evidence={"compute_ms": num(my_compute), "peer_compute_ms": num(peer_compute),
                       "excess_ms": num(excess), "wait_ms": num(my_wait), "victim_wait_ms": num(v_wait),
                       "straggling_steps": len(slow_steps), "steps": int(row["n_steps"]),
-                      "first_step": s0, "last_step": s1},
+                      "first_step": s0, "last_step": s1, **grouping},
             lines=lines,
             first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
+        ))
+    return out
+
+
+def slow_stages(steps: pl.DataFrame, topo: Topology) -> list[Finding]:
+    """Pipeline stages whose ranks all got slower than the stage's own baseline (see the module
+    docstring), each a finding naming all the stage's ranks. `steps` has `peer` (the stage)."""
+    df = steps.filter(pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null() & (pl.col("peer") >= 0))
+    if df.is_empty() or df.get_column("peer").n_unique() < 2:
+        return []
+    n_steps = df.get_column("step").n_unique()
+    w = window_for(n_steps)
+    first = df.get_column("step").unique().sort().head(w)
+    base = (df.filter(pl.col("step").is_in(first.implode()))
+            .group_by("rank").agg(pl.col("compute_ms").median().alias("base")))
+    per = (
+        df.join(base, on="rank").with_columns(wait_expr().alias("wait"))
+        .with_columns((pl.col("compute_ms") - pl.col("base")).alias("rise"))
+        .with_columns(((pl.col("rise") >= pl.max_horizontal(REL_EXCESS * pl.col("base"), pl.lit(ABS_EXCESS_MS)))
+                       ).alias("up"))
+        .group_by("peer", "step")
+        .agg(pl.col("up").mean().alias("share"), (pl.col("rise") / pl.col("base")).median().alias("rel"),
+             pl.col("compute_ms").median().alias("compute"), pl.col("base").median().alias("base"),
+             pl.col("t_start").min(), pl.col("t_end").max(), pl.len().alias("n"))
+    )
+    # the other stages at the same step: how much they rose (a job-wide slowdown lifts them all)
+    per = per.with_columns(
+        ((pl.col("rel").sum().over("step") - pl.col("rel")) / (pl.len().over("step") - 1)).alias("others_rel"))
+    per = per.with_columns(
+        ((pl.col("share") >= STAGE_SHARE) & (pl.col("n") >= 1) & (pl.col("others_rel") < 0.5 * pl.col("rel")))
+        .alias("slow")).sort("peer", "step")
+    per = per.with_columns(sustained("slow", w, by="peer").alias("episode"))
+    stages = topo.stages()
+    everyone = sorted(int(x) for x in df.get_column("rank").unique())
+    out: list[Finding] = []
+    for peer in sorted(int(x) for x in per.get_column("peer").unique()):
+        ep = per.filter((pl.col("peer") == peer) & pl.col("episode"))
+        total = per.filter(pl.col("peer") == peer).height
+        if ep.height < MIN_STEPS or ep.height < MIN_SHARE * total:
+            continue
+        ranks = stages.get(peer, [])
+        slow_steps = ep.get_column("step")
+        at = df.filter(pl.col("step").is_in(slow_steps.implode()))
+        waits = (at.filter(pl.col("peer") != peer).with_columns(wait_expr().alias("wait"))
+                 .group_by("rank").agg(pl.col("wait").median()).sort("rank"))
+        before = (df.filter(~pl.col("step").is_in(slow_steps.implode()) & (pl.col("peer") != peer))
+                  .with_columns(wait_expr().alias("wait")).group_by("rank").agg(pl.col("wait").median().alias("w0")))
+        waits = waits.join(before, on="rank", how="left")
+        rise = float(ep.get_column("compute").median() - ep.get_column("base").median())
+        victims = [int(x) for x in waits.filter(pl.col("wait") - pl.col("w0").fill_null(0.0) >= 0.5 * rise)
+                   .get_column("rank")]
+        compute, base_ms = float(ep.get_column("compute").median()), float(ep.get_column("base").median())
+        s0, s1 = int(slow_steps.min()), int(slow_steps.max())
+        worst = (at.filter(pl.col("peer") == peer).sort("compute_ms", descending=True).head(len(ranks) or 1))
+        lines = cite([{"source_file": x["file"], "line": x["train_line"] or x["ready_line"], "rank": x["rank"],
+                       "timestamp": x["t_end"], "text": f"step {x['step']}: compute {ms(x['compute_ms'])}"}
+                      for x in worst.head(3).iter_rows(named=True)], text="text")
+        others = [x for x in everyone if x not in ranks]
+        title = (f"pipeline stage {peer} (ranks {rank_ranges(ranks)}) is slow: its ranks compute {ms(compute)} per "
+                 f"step vs {ms(base_ms)} before (+{100 * rise / base_ms:.0f}%), while the other stages "
+                 f"({rank_ranges(others)}) compute as before ({len(slow_steps)} steps, {s0}–{s1})")
+        if victims:
+            title += f"; ranks {rank_ranges(victims)} wait for it"
+        out.append(Finding(
+            rule=pass_id("straggler"), kind="straggler", layer="resource", severity="WARN",
+            ranks=ranks, victims=victims, title=title,
+            evidence={"scope": "pipeline_stage", "stage": peer, "stage_ranks": ranks, "compute_ms": num(compute),
+                      "baseline_compute_ms": num(base_ms), "excess_ms": num(rise),
+                      "other_stages_rise": num(float(ep.get_column("others_rel").median())),
+                      "straggling_steps": len(slow_steps), "steps": total, "first_step": s0, "last_step": s1,
+                      "topology": topo.to_dict()},
+            lines=lines,
+            first_seen=iso(ep.get_column("t_start").min()), last_seen=iso(ep.get_column("t_end").max()),
         ))
     return out

@@ -81,16 +81,46 @@ def iso(ts: float) -> str:
     return d.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
 
 
-class JsonlLog:
-    """One JSON object per line; line-buffered so a crash (os._exit) loses nothing written."""
+# --schema: how the records are written (the same measurements, other names and layouts)
+#   seed   the seed schema: {"timestamp","rank","level","event","message","extra":{...}}
+#   lower  lower-case event names, the summary event is "iteration" and the step key "iteration"
+#   flat   metrics at the top level of the record instead of inside "extra"
+SCHEMAS = ("seed", "lower", "flat")
+_LOWER_EVENTS = {"TRAIN_STEP": "iteration", "DATA_LOAD_TIME": "data_load", "GRAD_READY": "grad_ready",
+                 "ALLREDUCE": "allreduce"}
 
-    def __init__(self, path: Path, rank: int):
-        self.rank = rank
+
+class JsonlLog:
+    """One JSON object per line; line-buffered so a crash (os._exit) loses nothing written.
+
+    `clock_offset_s` is added to every wall-clock reading this rank writes (the timestamp and
+    grad_ready_ts): a simulated host whose clock is off by that much. `host` is written on
+    every record when given."""
+
+    def __init__(self, path: Path, rank: int, schema: str = "seed", host: str | None = None,
+                 clock_offset_s: float = 0.0):
+        self.rank, self.schema, self.host, self.off = rank, schema, host, clock_offset_s
         self.f = open(path, "a", buffering=1, encoding="utf-8")
 
+    def now(self) -> float:
+        """This host's wall clock."""
+        return time.time() + self.off
+
     def emit(self, level: str, event: str, message: str, extra: dict) -> None:
-        rec = {"timestamp": iso(time.time()), "rank": self.rank, "level": level, "event": event,
-               "message": message, "extra": extra}
+        rec = {"timestamp": iso(self.now()), "rank": self.rank}
+        if self.host:
+            rec["host"] = self.host
+        rec.update({"level": level, "event": event, "message": message})
+        extra = dict(extra)
+        if self.schema == "lower":
+            rec["event"] = _LOWER_EVENTS.get(event, event.lower())
+            if "step" in extra:
+                extra["iteration"] = extra.pop("step")
+            rec["message"] = message.replace("step=", "iteration=")
+        if self.schema == "flat":
+            rec.update(extra)
+        else:
+            rec["extra"] = extra
         # json.dumps writes NaN/Infinity for non-finite floats, exactly like a real Python logger
         self.f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
@@ -136,6 +166,10 @@ def worker(args: argparse.Namespace) -> None:
     scen = SCENARIOS[args.scenario]
     if args.fault_rank is not None:  # move the fault to another rank (blind re-checks of the passes)
         scen = {k: (args.fault_rank if k.endswith("_rank") else v) for k, v in scen.items()}
+    if args.fault_step is not None:  # move the fault in time (shorter runs)
+        fs = args.fault_step
+        scen = {k: (max(0, fs - 10) if k == "heat_from" else fs if k.endswith(("_step", "_from")) else v)
+                for k, v in scen.items()}
     out = Path(args.out)
     work = Path(args.workdir) if args.workdir else out / "_work"
     (work / "data").mkdir(parents=True, exist_ok=True)
@@ -151,8 +185,13 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_interop_threads(1)
     torch.manual_seed(0)  # same init on every rank, as DDP would broadcast
     rng = random.Random(7 + rank)  # only for the injected (synthetic) readings
+    # --noise jitter: healthy ranks block now and then (scheduler, GC, a noisy neighbour)
+    jitter = random.Random(args.seed * 1000 + rank)
+    fault_ranks = {v for k, v in scen.items() if k.endswith("_rank")}
 
-    log = JsonlLog(out / f"rank_{rank}.jsonl", rank)
+    host = os.environ.get("REALRUN_HOST") or None
+    log = JsonlLog(out / f"rank_{rank}.jsonl", rank, schema=args.schema, host=host,
+                   clock_offset_s=float(os.environ.get("REALRUN_CLOCK_OFFSET_MS", "0")) / 1000.0)
 
     # ---- data: one shard file per rank, read with pread() per sample -------------------------
     shard = work / "data" / f"shard_{rank:02d}.bin"
@@ -267,7 +306,7 @@ def worker(args: argparse.Namespace) -> None:
              {"world_size": world, "backend": "gloo", "params": n_params,
               "trainable_params": n_train, "batch_size": args.batch, "steps": args.steps,
               "timeout_s": args.timeout, "init_ms": r3(init_ms), "torch": torch.__version__,
-              "host": socket.gethostname(), "pid": os.getpid()})
+              "host": host or socket.gethostname(), "pid": os.getpid()})
 
     seq = 0
 
@@ -327,8 +366,10 @@ def worker(args: argparse.Namespace) -> None:
                 time.sleep(scen["slow_ms"] / 1000)        # a slower device: host blocks longer
             if scen.get("hot_rank") == rank and step >= scen["hot_from"]:
                 time.sleep(scen["hot_ms"] * rng.uniform(0.9, 1.1) / 1000)  # throttled clocks
+            if args.noise == "jitter" and rank not in fault_ranks and jitter.random() < 0.15:
+                time.sleep(jitter.uniform(5, 40) / 1000)  # a healthy rank held up once in a while
             t2 = time.perf_counter()
-            ready_ts = time.time()
+            ready_ts = log.now()
             compute_s = t2 - t1
             log.emit("INFO", "GRAD_READY", f"step={step} grads ready",
                      {"step": step, "grad_ready_ts": round(ready_ts, 6)})
@@ -351,7 +392,7 @@ def worker(args: argparse.Namespace) -> None:
                      {"step": step, "collective": "allreduce", "seq": seq,
                       "comm_ms": r3(comm_s * 1000), "wait_ms": r3(wait_s * 1000),
                       "xfer_ms": r3(xfer_s * 1000),
-                      "peer_lag_ms": r3((arrive.item() - ready_ts) * 1000),
+                      "peer_lag_ms": r3((arrive.item() - ready_ts) * 1000),  # across hosts: includes clock offsets
                       "tensor_size_mb": round(grad_mb, 3)})
 
             grad_norm = float(flat.norm())
@@ -474,6 +515,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def host_layout(world: int, hosts: int) -> list[str]:
+    """Rank -> simulated host name: consecutive ranks share a host, as torchrun numbers them
+    (node n holds ranks n*per_node ...), the last host may hold fewer."""
+    hosts = max(1, min(hosts, world))
+    per = -(-world // hosts)
+    return [f"node{r // per}" for r in range(world)]
+
+
 def launch(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -494,16 +543,32 @@ def launch(args: argparse.Namespace) -> int:
     procs: list[subprocess.Popen] = []
     pumps = []
     t_start = time.time()
+    hosts = host_layout(args.world, args.hosts)
+    offsets = [float(x) for x in args.clock_offsets_ms.split(",")] if args.clock_offsets_ms else []
+    hog = None
+    if args.noise == "hog":  # a background process that burns one core for the whole run
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        say(f"noise: CPU hog pid={hog.pid}")
     for r in range(args.world):
+        h = hosts[r]
+        per_node = hosts.count(h)
+        local = hosts[:r].count(h)
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
-                   LOCAL_RANK=str(r), WORLD_SIZE=str(args.world), LOCAL_WORLD_SIZE=str(args.world),
+                   LOCAL_RANK=str(local), WORLD_SIZE=str(args.world), LOCAL_WORLD_SIZE=str(per_node),
                    GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        if args.hosts > 1:
+            hi = int(h[4:])
+            env["REALRUN_HOST"] = h
+            env["REALRUN_CLOCK_OFFSET_MS"] = str(offsets[hi] if hi < len(offsets) else 0.0)
         cmd = [sys.executable, "-u", os.path.abspath(__file__), "--worker",
                "--scenario", args.scenario, "--out", str(out), "--workdir", str(work),
                "--steps", str(args.steps), "--batch", str(args.batch),
-               "--timeout", str(args.timeout)]
+               "--timeout", str(args.timeout), "--schema", args.schema, "--noise", args.noise,
+               "--seed", str(args.seed)]
         if args.fault_rank is not None:
             cmd += ["--fault-rank", str(args.fault_rank)]
+        if args.fault_step is not None:
+            cmd += ["--fault-step", str(args.fault_step)]
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         procs.append(p)
         say(f"rank {r} started pid={p.pid}")
@@ -550,6 +615,9 @@ def launch(args: argparse.Namespace) -> int:
         time.sleep(0.05)
     for th in pumps:
         th.join(timeout=5)
+    if hog is not None:
+        hog.kill()
+        hog.wait()
     wall = time.time() - t_start
     say(f"done in {wall:.2f}s exit codes {[codes[r] for r in range(len(procs))]}")
     console.close()
@@ -580,6 +648,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline", type=float, default=90.0, help="launcher: hard wall limit (s)")
     ap.add_argument("--worker", action="store_true", help="run one rank (env from torchrun/launcher)")
     ap.add_argument("--fault-rank", type=int, default=None, help="inject the scenario's fault on this rank instead")
+    ap.add_argument("--fault-step", type=int, default=None,
+                    help="move the fault's step (hang/oom step, straggler/thermal start; heat starts 10 earlier)")
+    ap.add_argument("--hosts", type=int, default=1,
+                    help="simulated hosts: consecutive ranks grouped onto node0..nodeN-1, host written on every record")
+    ap.add_argument("--clock-offsets-ms", default="",
+                    help="per simulated host, ms added to its logged wall-clock readings, e.g. 0,350,-1200")
+    ap.add_argument("--noise", choices=("none", "jitter", "hog"), default="none",
+                    help="jitter: healthy ranks sleep 5-40 ms in 15%% of steps; hog: a CPU-burning process runs alongside")
+    ap.add_argument("--schema", choices=SCHEMAS, default="seed", help="how records are written (see SCHEMAS)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the jitter noise")
     ap.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
