@@ -244,7 +244,7 @@ def _table_console() -> Console:
 @app.command()
 def events(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Only this rank; repeatable."),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Only this rank; repeatable."),
     event: Optional[list[str]] = typer.Option(None, "--event", "-e", help="Only these event ids (comma-separated or repeated; NCCL_* wildcards)."),
     level: Optional[str] = typer.Option(None, "--level", "-l", help="Only this level or above: DEBUG < INFO < WARN < ERROR."),
     since: Optional[str] = typer.Option(None, "--since", help="From this time: ISO, -30s (before the end), step:1500."),
@@ -281,16 +281,17 @@ def ranks(
 @app.command()
 def timeline(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Show only this rank; repeatable (arrival order is still among all)."),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Show only this rank; repeatable (arrival order is still among all)."),
     steps: Optional[str] = typer.Option(None, "--steps", help="A:B inclusive, A: or :B open, : all (default: the last 20 steps)."),
     per_rank: Optional[bool] = typer.Option(None, "--per-rank/--per-step", help="One row per (step, rank), or per step (default: per rank up to 8 ranks)."),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
 ) -> None:
     """Per-step phases per rank, aligned by step number; who arrives last at each collective."""
     from .render.timeline import render_timeline
-    from .timeline import build_timeline, parse_step_range
+    from .timeline import build_timeline, check_ranks, parse_step_range
 
     run = _open_run(paths)
+    rank = check_ranks(run, rank)
     tl = build_timeline(run, parse_step_range(steps) if steps else None)
     render_timeline(tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank)
 
@@ -298,7 +299,7 @@ def timeline(
 @app.command("last-10s")
 def last_10s(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Only this rank; repeatable."),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Only this rank; repeatable."),
     window: str = typer.Option("10s", "--window", "-w", help="How far back from the stop: 10s, 500ms, 2m."),
     at: Optional[str] = typer.Option(None, "--at", help="The stop, instead of the first fatal ERROR or the last event: ISO, -30s, step:1500."),
     per_rank: int = typer.Option(10, "--per-rank", "-n", min=0, help="Newest events shown per rank in the window (0 = none)."),

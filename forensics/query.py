@@ -17,7 +17,7 @@ import polars as pl
 from .errors import BAD_ARGUMENT, BAD_QUERY, ForensicsError
 from .schema import LEVELS
 from .store import Run
-from .timeline import TS, Events, lazy, parse_time_spec, rank_summary
+from .timeline import TS, Events, check_ranks, lazy, parse_time_spec, rank_summary
 
 TimeSpec = dt.datetime | str | None
 
@@ -69,14 +69,14 @@ def filter_events(
 ) -> pl.LazyFrame:
     """The events that match every given condition, in time order (then rank, line).
 
-    ranks: any of these ranks; event: ids, comma-separated or a list, `*` wildcards;
+    ranks: any of these ranks (a rank the run does not have is a ForensicsError); event: ids, comma-separated or a list, `*` wildcards;
     level: this level or above; since/until: inclusive bounds (datetime, or a spec for
     `parse_time_spec`: ISO, -30s, step:1500); grep: case-insensitive text in message or extra;
     limit: the first N after sorting (None or 0 = all).
     """
     lf = lazy(events)
     conds: list[pl.Expr] = []
-    rank_list = sorted(set(ranks)) if ranks is not None else []
+    rank_list = check_ranks(events, ranks) or []
     if rank_list:
         conds.append(pl.col("rank").is_in(rank_list))
     names = _names(event)
