@@ -28,6 +28,17 @@ app = typer.Typer(
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
+_NO_REDACT = "Show log text as logged: do not mask API keys, tokens, passwords and private keys."
+_REDACT_PATTERN = "Also mask matches of this regex (repeatable)."
+
+
+def _redacting(no_redact: bool, patterns: list[str] | None) -> bool:
+    """Whether to mask secrets in what a command prints (report/redact.py is the one policy)."""
+    from .report.redact import add_patterns
+
+    add_patterns(patterns)
+    return not no_redact
+
 
 def _version(value: bool) -> None:
     if value:
@@ -104,13 +115,16 @@ def rejects(
     file: Optional[str] = typer.Option(None, "--file", help="Only rejects from files whose path contains this text."),
     limit: int = typer.Option(50, "--limit", "-n", help="Rows to show (0 = all)."),
     fmt: str = typer.Option("table", "--format", help="table | jsonl | csv"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """List the lines ingest could not turn into events: file, line, reason and the raw bytes."""
     from .render.ingest import render_rejects
     from .store import open_store
 
+    redact = _redacting(no_redact, redact_pattern)
     run = open_store(store)
-    render_rejects(run, reason=reason, file=file, limit=limit, fmt=fmt, console=out)
+    render_rejects(run, reason=reason, file=file, limit=limit, fmt=fmt, console=out, redact=redact)
 
 
 class ReportFormat(str, Enum):
@@ -252,16 +266,20 @@ def events(
     grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only events whose message or extra contains this text (any case)."),
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, help="At most N events (0 = all; table default 100, pipes all)."),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """One rank's or one event type's events in time order ("filter all events of one card")."""
     from .query import filter_events
     from .render.events import render_events
+    from .report.redact import redact_frame
 
+    redact = _redacting(no_redact, redact_pattern)
     run = _open_run(paths)
     n = limit if limit is not None else (100 if fmt is RowFormat.table else 0)
     df = filter_events(run, ranks=rank, event=event, level=level, since=since, until=until, grep=grep,
                        limit=n + 1 if n else None).collect()
-    render_events(df, fmt.value, _table_console(), limit=n)
+    render_events(redact_frame(df) if redact else df, fmt.value, _table_console(), limit=n)
 
 
 @app.command()
@@ -285,15 +303,19 @@ def timeline(
     steps: Optional[str] = typer.Option(None, "--steps", help="A:B inclusive, A: or :B open, : all (default: the last 20 steps)."),
     per_rank: Optional[bool] = typer.Option(None, "--per-rank/--per-step", help="One row per (step, rank), or per step (default: per rank up to 8 ranks)."),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """Per-step phases per rank, aligned by step number; who arrives last at each collective."""
     from .render.timeline import render_timeline
+    from .report.redact import redact_frame
     from .timeline import build_timeline, check_ranks, parse_step_range
 
+    redact = _redacting(no_redact, redact_pattern)
     run = _open_run(paths)
     rank = check_ranks(run, rank)
     tl = build_timeline(run, parse_step_range(steps) if steps else None)
-    render_timeline(tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank)
+    render_timeline(redact_frame(tl.rows) if redact else tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank)
 
 
 @app.command("last-10s")
@@ -304,14 +326,17 @@ def last_10s(
     at: Optional[str] = typer.Option(None, "--at", help="The stop, instead of the first fatal ERROR or the last event: ISO, -30s, step:1500."),
     per_rank: int = typer.Option(10, "--per-rank", "-n", min=0, help="Newest events shown per rank in the window (0 = none)."),
     fmt: SnapshotFormat = typer.Option(SnapshotFormat.table, "--format", "-f", case_sensitive=False, help="table | json"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """What every rank was doing in the last seconds before the run stopped."""
     from .render.timeline import render_snapshot
     from .timeline import last_window, parse_duration, parse_time_spec
 
+    redact = _redacting(no_redact, redact_pattern)
     run = _open_run(paths)
     snap = last_window(run, parse_duration(window), at=parse_time_spec(at, run) if at else None, ranks=rank, limit=per_rank)
-    render_snapshot(snap, fmt.value, _table_console())
+    render_snapshot(snap.redacted() if redact else snap, fmt.value, _table_console())
 
 
 @app.command()
@@ -319,12 +344,17 @@ def sql(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
     query: str = typer.Argument(..., help='SQL over the tables events, rejects, ranks: "SELECT rank, count(*) FROM events GROUP BY rank".'),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
-    """SQL over the store: tables events, rejects and ranks."""
+    """SQL over the store: tables events, rejects and ranks (DuckDB; no other file is reachable)."""
     from .query import sql as run_sql
     from .render.events import render_frame
+    from .report.redact import redact_frame
 
-    render_frame(run_sql(_open_run(paths), query), fmt.value, _table_console())
+    redact = _redacting(no_redact, redact_pattern)
+    df = run_sql(_open_run(paths), query)
+    render_frame(redact_frame(df) if redact else df, fmt.value, _table_console())
 
 
 # --- log hygiene and exports (forensics.lint, forensics.export) ---
@@ -344,12 +374,18 @@ def lint(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
     fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, help="text | json"),
     fail_on: Optional[LintFail] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a check is at least WARN or FAIL (CI)."),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """The log-review checklist (seed 000 §4.5): rank and event on every line, comm/step ratio, ERROR floods, sampling, ..."""
     from .lint import lint as run_lint
     from .render.lint import render_lint, render_lint_json
 
+    from .report.redact import redact_obj
+
+    redact = _redacting(no_redact, redact_pattern)
     result = run_lint(_open_run(paths))
+    result = redact_obj(result) if redact else result
     if fmt is LintFormat.json:
         sys.stdout.write(render_lint_json(result))
     else:

@@ -921,6 +921,14 @@ class Snapshot:
     limit: int = 20
     untimed: list[int] = field(default_factory=list)
 
+    def redacted(self) -> "Snapshot":
+        """A copy with secrets in its log text masked (report/redact.py: the one policy)."""
+        from dataclasses import replace
+
+        from .report.redact import redact_frame
+
+        return replace(self, ranks=redact_frame(self.ranks), events=redact_frame(self.events))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "stop": iso(self.stop), "how": self.how, "window_s": self.window_s, "start": iso(self.start),

@@ -297,10 +297,11 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
         out.append(r)
 
     if redact:
-        from ..report.redact import redact_text
+        from ..report.redact import redact_frame
+
+        inst = redact_frame(inst)
     for r in inst.sort("ts").iter_rows(named=True):
         msg = r["message"] or ""
-        msg = redact_text(msg) if redact else msg
         args = {"level": str(r["level"]), "message": msg[:MESSAGE_CHARS], "where": f"{r['source_file']}:{r['line']}"}
         if r["step"] is not None:
             args["step"] = r["step"]
