@@ -578,3 +578,17 @@ def test_ranks_the_run_does_not_have_are_named(tmp_path: Path) -> None:
     with pytest.raises(ForensicsError) as e:
         tl.check_ranks(run, [-1])
     assert "cannot exist" in e.value.what
+
+
+def test_first_silent_names_the_rank_that_stopped_well_before_the_others(tmp_path: Path) -> None:
+    err = {"t": 60.0, "level": "ERROR", "event": "NCCL_TIMEOUT", "message": "rank=1 waiting on rank=3", "extra": {}}
+    run, truth = ingest(tmp_path, ranks=4, steps=10, last_step={3: 5}, extra={1: [err]})
+    s = tl.first_silent(run)
+    assert s is not None and s["rank"] == 3 and s["step"] == 5
+    assert s["source_file"].endswith("rank_3.jsonl") and s["line"] == truth.last_line[3]
+    assert s["silent_s"] > 50 and s["errors_after"] == 1 and s["lag_steps"] == 1
+    healthy, _ = ingest(tmp_path, name="ok", ranks=4, steps=10)
+    assert tl.first_silent(healthy) is None       # ranks that end together: nobody went silent
+    save = {"t": 60.0, "level": "INFO", "event": "CHECKPOINT", "message": "saved", "extra": {}}
+    slow_save, _ = ingest(tmp_path, name="save", ranks=4, steps=10, extra={0: [save]})
+    assert tl.first_silent(slow_save) is None     # rank 0 saving long after: no ERROR, nobody behind
