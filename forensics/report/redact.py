@@ -29,33 +29,41 @@ from .model import Report
 
 MASK = "***"
 
-# Secret-ish key names: WANDB_API_KEY, aws_secret_access_key, hf_token, db.password, credentials.
-_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|access[_-]?key|secret|password|passwd|token|credentials?)"
+# Secret-ish key names (WANDB_API_KEY, aws_secret_access_key, hf_token, db.password): the match
+# starts at the key word, so the name before it is kept as logged.
+_KEY = r"api[_-]?key|access[_-]?key|secret|password|passwd|token|credentials?"
 # A value that looks generated (has a digit, / or +), not a word: "HF_TOKEN not set" stays.
 _B64 = r"[A-Za-z0-9/+=_.-]"
 
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+# (guard, pattern, replacement): a pattern runs only on text that holds one of its guard's
+# literals (lower-cased) or matches its guard regex; most log lines hold none of them.
+_PATTERNS: list[tuple[tuple[str, ...] | re.Pattern[str], re.Pattern[str], str]] = [
     # PEM private keys, the whole block (several lines in one message); an unterminated block is
     # masked to the end of the text (a line cut at 4 KiB keeps its head only)
-    (re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),
+    (("private key",),
+     re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),
      rf"-----BEGIN \1PRIVATE KEY-----{MASK}\2"),
     # user:password@ in URLs: empty user (redis://:pw@h), '@' inside the password (u:p@ss@h)
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@\"'<>]*:[^/\s\"'<>]*@"), rf"\1{MASK}:{MASK}@"),
+    (("://",), re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@\"'<>]*:[^/\s\"'<>]*@"), rf"\1{MASK}:{MASK}@"),
     # NAME=value / NAME: value / "NAME": "value" (also JSON escaped inside a string), any length
-    (re.compile(rf"(?i)(?<![A-Za-z0-9])({_NAME})(\\?\"?\s*[:=]\s*\\?\"?)([^\s\"',;\\]+)"), rf"\1\2{MASK}"),
+    (("key", "secret", "passw", "token", "credential"),
+     re.compile(rf"(?i)({_KEY})(\\?\"?\s*[:=]\s*\\?\"?)([^\s\"',;\\]+)"), rf"\1\2{MASK}"),
     # AWS_SECRET_ACCESS_KEY value (an environment dump, a shell trace): upper-case name, blank
-    (re.compile(rf"(?<![A-Za-z0-9])([A-Z0-9_]*(?:API_KEY|ACCESS_KEY|SECRET|PASSWORD|PASSWD|TOKEN))(\s+)"
-                rf"(?={_B64}*[0-9/+]){_B64}{{8,}}"), rf"\1\2{MASK}"),
-    (re.compile(r"(?i)\b(bearer|basic)\s+(?=[A-Za-z0-9._~+/=-]*[0-9=+/])[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {MASK}"),
-    (re.compile(r"\bhf_(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{6,}\b"), f"hf_{MASK}"),     # Hugging Face
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), f"sk-{MASK}"),                          # OpenAI-style
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), f"AKIA{MASK}"),                     # AWS access key id
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"), f"gh_{MASK}"),                     # GitHub
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), f"github_pat_{MASK}"),
-    (re.compile(r"\b(xox[abprs])-[A-Za-z0-9-]{10,}"), rf"\1-{MASK}"),                  # Slack
+    (("key", "secret", "passw", "token"),
+     re.compile(rf"(API_KEY|ACCESS_KEY|SECRET|PASSWORD|PASSWD|TOKEN)(\s+)(?={_B64}*[0-9/+]){_B64}{{8,}}"),
+     rf"\1\2{MASK}"),
+    (("bearer", "basic"), re.compile(r"(?i)\b(bearer|basic)\s+(?=[A-Za-z0-9._~+/=-]*[0-9=+/])[A-Za-z0-9._~+/=-]{8,}"),
+     rf"\1 {MASK}"),
+    (("hf_",), re.compile(r"\bhf_(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{6,}\b"), f"hf_{MASK}"),       # Hugging Face
+    (("sk-",), re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), f"sk-{MASK}"),                            # OpenAI-style
+    (("akia", "asia"), re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), f"AKIA{MASK}"),               # AWS key id
+    (("gh",), re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"), f"gh_{MASK}"),                        # GitHub
+    (("github_pat_",), re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), f"github_pat_{MASK}"),
+    (("xox",), re.compile(r"\b(xox[abprs])-[A-Za-z0-9-]{10,}"), rf"\1-{MASK}"),                   # Slack
     # a bare AWS secret access key: 40 of [A-Za-z0-9/+] with upper, lower and a digit (a git hash
     # is lower-case hex, a path starts with '/')
-    (re.compile(r"(?<![A-Za-z0-9/+=])(?!/)(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])"
+    (re.compile(r"[A-Za-z0-9/+]{40}"),
+     re.compile(r"(?<![A-Za-z0-9/+=])(?!/)(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])"
                 r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), MASK),
 ]
 
@@ -89,8 +97,10 @@ def add_patterns(patterns: list[str] | None) -> None:
 
 def redact_text(s: str) -> str:
     """`s` with every secret of the policy (and every --redact-pattern match) replaced by ***."""
-    for pat, rep in _PATTERNS:
-        s = pat.sub(rep, s)
+    low = s.lower()
+    for guard, pat, rep in _PATTERNS:
+        if guard.search(s) if isinstance(guard, re.Pattern) else any(g in low for g in guard):
+            s = pat.sub(rep, s)
     for pat in _EXTRA:
         s = pat.sub(MASK, s)
     return s
