@@ -158,10 +158,9 @@ def diagnose(
     from .report import render
     from .report.model import SEVERITIES
     from .rules import builtin_rules_dir
-    from .report.redact import add_patterns
     from .run import open_run
 
-    add_patterns(redact_pattern)
+    redact = _redacting(no_redact, redact_pattern)
     cb, stop = _progress()
     try:
         run = open_run(paths, progress=cb)
@@ -169,7 +168,7 @@ def diagnose(
         stop()
     report = run_diagnose(run, rule_dirs=[builtin_rules_dir(), *map(Path, rules)] if rules else None)
     tty = output is None and sys.stdout.isatty()
-    text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=not no_redact,
+    text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=redact,
                   color=tty and fmt is ReportFormat.text, run=run)
     if output:
         try:
@@ -410,11 +409,10 @@ def export_perfetto(
 ) -> None:
     """A timeline for ui.perfetto.dev / chrome://tracing: a track per rank grouped by host, step phases, WARN/ERROR, GPU counters."""
     from .export import export_perfetto as run_export, parse_ranks, parse_steps
-    from .report.redact import add_patterns
 
-    add_patterns(redact_pattern)
+    redact = _redacting(no_redact, redact_pattern)
     summary = run_export(_open_run(paths), output, steps=parse_steps(steps), ranks=parse_ranks(ranks),
-                         max_events=max_events, redact=not no_redact)
+                         max_events=max_events, redact=redact)
     if summary.message:
         err.print(f"note: {summary.message}", markup=False, highlight=False)
     span = f"steps {summary.steps[0]}–{summary.steps[1]}" if summary.steps else "no steps"
