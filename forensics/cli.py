@@ -28,6 +28,17 @@ app = typer.Typer(
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
+_NO_REDACT = "Show log text as logged: do not mask API keys, tokens, passwords and private keys."
+_REDACT_PATTERN = "Also mask matches of this regex (repeatable)."
+
+
+def _redacting(no_redact: bool, patterns: list[str] | None) -> bool:
+    """Whether to mask secrets in what a command prints (report/redact.py is the one policy)."""
+    from .report.redact import add_patterns
+
+    add_patterns(patterns)
+    return not no_redact
+
 
 def _version(value: bool) -> None:
     if value:
@@ -105,13 +116,16 @@ def rejects(
     file: Optional[str] = typer.Option(None, "--file", help="Only rejects from files whose path contains this text."),
     limit: int = typer.Option(50, "--limit", "-n", help="Rows to show (0 = all)."),
     fmt: str = typer.Option("table", "--format", help="table | jsonl | csv"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """List the lines ingest could not turn into events: file, line, reason and the raw bytes."""
     from .render.ingest import render_rejects
     from .store import open_store
 
+    redact = _redacting(no_redact, redact_pattern)
     run = open_store(store)
-    render_rejects(run, reason=reason, file=file, limit=limit, fmt=fmt, console=out)
+    render_rejects(run, reason=reason, file=file, limit=limit, fmt=fmt, console=out, redact=redact)
 
 
 class ReportFormat(str, Enum):
@@ -146,10 +160,9 @@ def diagnose(
     from .report import render
     from .report.model import SEVERITIES
     from .rules import builtin_rules_dir
-    from .report.redact import add_patterns
     from .run import open_run
 
-    add_patterns(redact_pattern)
+    redact = _redacting(no_redact, redact_pattern)
     cb, stop = _progress()
     try:
         run = open_run(paths, progress=cb, gpu_map=gpu_map)
@@ -157,7 +170,7 @@ def diagnose(
         stop()
     report = run_diagnose(run, rule_dirs=[builtin_rules_dir(), *map(Path, rules)] if rules else None)
     tty = output is None and sys.stdout.isatty()
-    text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=not no_redact,
+    text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=redact,
                   color=tty and fmt is ReportFormat.text, run=run)
     if output:
         try:
@@ -246,7 +259,7 @@ def _table_console() -> Console:
 @app.command()
 def events(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Only this rank; repeatable."),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Only this rank; repeatable."),
     event: Optional[list[str]] = typer.Option(None, "--event", "-e", help="Only these event ids (comma-separated or repeated; NCCL_* wildcards)."),
     level: Optional[str] = typer.Option(None, "--level", "-l", help="Only this level or above: DEBUG < INFO < WARN < ERROR."),
     since: Optional[str] = typer.Option(None, "--since", help="From this time: ISO, -30s (before the end), step:1500."),
@@ -254,16 +267,20 @@ def events(
     grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only events whose message or extra contains this text (any case)."),
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, help="At most N events (0 = all; table default 100, pipes all)."),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """One rank's or one event type's events in time order ("filter all events of one card")."""
     from .query import filter_events
     from .render.events import render_events
+    from .report.redact import redact_frame
 
+    redact = _redacting(no_redact, redact_pattern)
     run = _open_run(paths)
     n = limit if limit is not None else (100 if fmt is RowFormat.table else 0)
     df = filter_events(run, ranks=rank, event=event, level=level, since=since, until=until, grep=grep,
                        limit=n + 1 if n else None).collect()
-    render_events(df, fmt.value, _table_console(), limit=n)
+    render_events(redact_frame(df) if redact else df, fmt.value, _table_console(), limit=n)
 
 
 @app.command()
@@ -283,36 +300,44 @@ def ranks(
 @app.command()
 def timeline(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Show only this rank; repeatable (arrival order is still among all)."),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Show only this rank; repeatable (arrival order is still among all)."),
     steps: Optional[str] = typer.Option(None, "--steps", help="A:B inclusive, A: or :B open, : all (default: the last 20 steps)."),
     per_rank: Optional[bool] = typer.Option(None, "--per-rank/--per-step", help="One row per (step, rank), or per step (default: per rank up to 8 ranks)."),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """Per-step phases per rank, aligned by step number; who arrives last at each collective."""
     from .render.timeline import render_timeline
-    from .timeline import build_timeline, parse_step_range
+    from .report.redact import redact_frame
+    from .timeline import build_timeline, check_ranks, parse_step_range
 
+    redact = _redacting(no_redact, redact_pattern)
     run = _open_run(paths)
+    rank = check_ranks(run, rank)
     tl = build_timeline(run, parse_step_range(steps) if steps else None)
-    render_timeline(tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank)
+    render_timeline(redact_frame(tl.rows) if redact else tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank)
 
 
 @app.command("last-10s")
 def last_10s(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", help="Only this rank; repeatable."),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Only this rank; repeatable."),
     window: str = typer.Option("10s", "--window", "-w", help="How far back from the stop: 10s, 500ms, 2m."),
     at: Optional[str] = typer.Option(None, "--at", help="The stop, instead of the first fatal ERROR or the last event: ISO, -30s, step:1500."),
     per_rank: int = typer.Option(10, "--per-rank", "-n", min=0, help="Newest events shown per rank in the window (0 = none)."),
     fmt: SnapshotFormat = typer.Option(SnapshotFormat.table, "--format", "-f", case_sensitive=False, help="table | json"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """What every rank was doing in the last seconds before the run stopped."""
     from .render.timeline import render_snapshot
     from .timeline import last_window, parse_duration, parse_time_spec
 
+    redact = _redacting(no_redact, redact_pattern)
     run = _open_run(paths)
     snap = last_window(run, parse_duration(window), at=parse_time_spec(at, run) if at else None, ranks=rank, limit=per_rank)
-    render_snapshot(snap, fmt.value, _table_console())
+    render_snapshot(snap.redacted() if redact else snap, fmt.value, _table_console())
 
 
 @app.command()
@@ -320,12 +345,17 @@ def sql(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
     query: str = typer.Argument(..., help='SQL over the tables events, rejects, ranks: "SELECT rank, count(*) FROM events GROUP BY rank".'),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
-    """SQL over the store: tables events, rejects and ranks."""
+    """SQL over the store: tables events, rejects and ranks (DuckDB; no other file is reachable)."""
     from .query import sql as run_sql
     from .render.events import render_frame
+    from .report.redact import redact_frame
 
-    render_frame(run_sql(_open_run(paths), query), fmt.value, _table_console())
+    redact = _redacting(no_redact, redact_pattern)
+    df = run_sql(_open_run(paths), query)
+    render_frame(redact_frame(df) if redact else df, fmt.value, _table_console())
 
 
 # --- log hygiene and exports (forensics.lint, forensics.export) ---
@@ -345,12 +375,18 @@ def lint(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
     fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, help="text | json"),
     fail_on: Optional[LintFail] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a check is at least WARN or FAIL (CI)."),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
 ) -> None:
     """The log-review checklist (seed 000 §4.5): rank and event on every line, comm/step ratio, ERROR floods, sampling, ..."""
     from .lint import lint as run_lint
     from .render.lint import render_lint, render_lint_json
 
+    from .report.redact import redact_obj
+
+    redact = _redacting(no_redact, redact_pattern)
     result = run_lint(_open_run(paths))
+    result = redact_obj(result) if redact else result
     if fmt is LintFormat.json:
         sys.stdout.write(render_lint_json(result))
     else:
@@ -375,11 +411,10 @@ def export_perfetto(
 ) -> None:
     """A timeline for ui.perfetto.dev / chrome://tracing: a track per rank grouped by host, step phases, WARN/ERROR, GPU counters."""
     from .export import export_perfetto as run_export, parse_ranks, parse_steps
-    from .report.redact import add_patterns
 
-    add_patterns(redact_pattern)
+    redact = _redacting(no_redact, redact_pattern)
     summary = run_export(_open_run(paths), output, steps=parse_steps(steps), ranks=parse_ranks(ranks),
-                         max_events=max_events, redact=not no_redact)
+                         max_events=max_events, redact=redact)
     if summary.message:
         err.print(f"note: {summary.message}", markup=False, highlight=False)
     span = f"steps {summary.steps[0]}–{summary.steps[1]}" if summary.steps else "no steps"

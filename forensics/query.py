@@ -1,7 +1,8 @@
 """Ad-hoc questions to the store: the `events` filter and SQL.
 
 Owns the one filter behind `forensics events` ("filter all events of one card", seed 000 §4.5)
-and the SQL entry point over the tables `events`, `rejects` and `ranks`. Filters are pushed into
+and the SQL entry point over the tables `events`, `rejects` and `ranks` (DuckDB with file access
+off: a query sees those three tables and nothing else on the machine). Filters are pushed into
 the Parquet scan (rank and timestamp have statistics in every part, so one rank's events read
 only that rank's parts). Must not print (render/events.py does) nor judge what is wrong.
 """
@@ -16,7 +17,7 @@ import polars as pl
 from .errors import BAD_ARGUMENT, BAD_QUERY, ForensicsError
 from .schema import LEVELS
 from .store import Run
-from .timeline import TS, Events, lazy, parse_time_spec, rank_summary
+from .timeline import TS, Events, check_ranks, lazy, parse_time_spec, rank_summary
 
 TimeSpec = dt.datetime | str | None
 
@@ -68,14 +69,14 @@ def filter_events(
 ) -> pl.LazyFrame:
     """The events that match every given condition, in time order (then rank, line).
 
-    ranks: any of these ranks; event: ids, comma-separated or a list, `*` wildcards;
+    ranks: any of these ranks (a rank the run does not have is a ForensicsError); event: ids, comma-separated or a list, `*` wildcards;
     level: this level or above; since/until: inclusive bounds (datetime, or a spec for
     `parse_time_spec`: ISO, -30s, step:1500); grep: case-insensitive text in message or extra;
     limit: the first N after sorting (None or 0 = all).
     """
     lf = lazy(events)
     conds: list[pl.Expr] = []
-    rank_list = sorted(set(ranks)) if ranks is not None else []
+    rank_list = check_ranks(events, ranks) or []
     if rank_list:
         conds.append(pl.col("rank").is_in(rank_list))
     names = _names(event)
@@ -100,20 +101,71 @@ def filter_events(
     return lf
 
 
+# The tables `sql` offers; nothing else is reachable from a query (see `sql`).
+SQL_TABLES = ("events", "rejects", "ranks")
+
+
+def _quote(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
+
+
+def _connect(run: Run, with_ranks: bool) -> "duckdb.DuckDBPyConnection":  # noqa: F821
+    """An in-memory DuckDB that sees the tables `events`, `rejects` (views over the store's
+    Parquet parts) and, when asked, `ranks`, and no file: external access is switched off after
+    the views are defined (only the store's own parts stay readable, through `allowed_paths`) and
+    the configuration is locked, so read_csv/read_parquet/COPY/ATTACH/INSTALL/LOAD are refused."""
+    import duckdb
+
+    from .schema import EVENT_SCHEMA, REJECT_SCHEMA
+
+    # extensions would be fetched or loaded from disk: the ones built into the wheel (json,
+    # parquet, icu) are all a query needs
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
+    allowed: list[str] = []
+    for name, key, schema in (("events", "event_parts", EVENT_SCHEMA), ("rejects", "reject_parts", REJECT_SCHEMA)):
+        parts = sorted(str(run.path / p) for s in run.sources for p in s.get(key, []))
+        if parts:
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{', '.join(map(_quote, parts))}])")
+            allowed += parts
+        else:
+            con.register(f"_{name}_empty", pl.DataFrame(schema=schema).to_arrow())
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_empty")
+    if with_ranks:
+        con.register("ranks", rank_summary(run).to_arrow())
+    if allowed:
+        con.execute(f"SET allowed_paths = [{', '.join(map(_quote, allowed))}]")
+    con.execute("SET TimeZone = 'UTC'")   # timestamps come back in UTC, as stored
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
 def sql(run: Run, query: str) -> pl.DataFrame:
-    """Run SQL over `events` (the store's events), `rejects` (lines ingest could not read) and
-    `ranks` (the `forensics ranks` table, computed only when the query names it)."""
-    ctx = pl.SQLContext(events=run.events(), rejects=run.rejects(), eager=False)
-    if re.search(r"\branks\b", query, re.IGNORECASE):
-        ctx.register("ranks", rank_summary(run).lazy())
+    """Run SQL (DuckDB's dialect, with its JSON functions for `extra`/`fields`) over `events`
+    (the store's events), `rejects` (lines ingest could not read) and `ranks` (the `forensics
+    ranks` table, computed only when the query names it). Columns are named as DuckDB names them
+    (`count_star()`, or the alias). No file outside the store can be read or written."""
+    import duckdb
+
+    con = _connect(run, with_ranks=re.search(r"\branks\b", query, re.IGNORECASE) is not None)
     try:
-        return ctx.execute(query).collect()
-    except pl.exceptions.PolarsError as e:
+        rel = con.sql(query)
+        if rel is None:   # a statement without a result (CREATE, SET ...)
+            return pl.DataFrame()
+        return rel.pl()
+    except duckdb.Error as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        denied = isinstance(e, duckdb.PermissionException) or "disabled by configuration" in first \
+            or "configuration has been locked" in first
         raise ForensicsError(
-            "the SQL query failed",
+            "the SQL query failed" if not denied else "the SQL query tried to reach outside the store",
             where=query if len(query) <= 200 else query[:200] + " ...",
             reason=first,
-            help="tables: events, rejects, ranks; see the columns with: forensics sql STORE \"SELECT * FROM events LIMIT 1\"",
+            help=("sql reads only the tables events, rejects and ranks (no files, no extensions, no settings); "
+                  if denied else "tables: events, rejects, ranks; ")
+            + "see the columns with: forensics sql STORE \"SELECT * FROM events LIMIT 1\"",
             code=BAD_QUERY,
         ) from None
+    finally:
+        con.close()

@@ -91,6 +91,33 @@ def known_ranks(events: Events, present: Iterable[int] | None = None) -> list[in
 GAP_FILL_MAX = 4
 
 
+def check_ranks(events: Events, asked: Iterable[int] | None) -> list[int] | None:
+    """The ranks asked for (`--rank`), sorted, when the run has every one of them; None when
+    none were asked. A negative rank, or one the run does not have (`known_ranks`: a rank that
+    never logged but lies within 0..world_size-1 is still the run's), is a ForensicsError that
+    names the ranks the run has: an empty answer would read as "that rank was quiet"."""
+    if asked is None:
+        return None
+    want = sorted({int(r) for r in asked})
+    if not want:
+        return None
+    from .report.fmt import rank_phrase, ranks_text
+
+    neg = [r for r in want if r < 0]
+    if neg:
+        raise ForensicsError(f"{rank_phrase(neg)} cannot exist", reason="ranks are numbered from 0",
+                             help="e.g. --rank 0", code=BAD_ARGUMENT)
+    have = known_ranks(events)
+    unknown = [r for r in want if r not in set(have)]
+    if unknown:
+        raise ForensicsError(
+            f"{rank_phrase(unknown)} {'is' if len(unknown) == 1 else 'are'} not in this run",
+            reason=f"the run has ranks {ranks_text(have, dash='-')}" if have else "no event of the run names a rank",
+            help=f"e.g. --rank {have[0]}; every rank with: forensics ranks STORE" if have else
+            "see where ranks come from with: forensics ingest --verbose", code=BAD_ARGUMENT)
+    return want
+
+
 # --- time specs --------------------------------------------------------------------------------
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|sec|m|min|h)?\s*$")
@@ -585,6 +612,48 @@ def rank_progress(events: Events, stop: dt.datetime | None = None, time_col: str
     return _progress(df, stop)
 
 
+# A rank silent for this many median step times before the run's last event stopped while the
+# others went on (a healthy run's ranks end within about a step of each other); without step
+# times, SILENT_MIN_S.
+SILENT_STEPS = 3.0
+SILENT_MIN_S = 10.0
+
+
+def first_silent(events: Events, time_col: str = TS) -> dict[str, Any] | None:
+    """The rank that went silent first, when it stopped while the run went on: the hung or dead
+    rank of a hang, whose peers block in the collective it never joins until their watchdog
+    fires. None when the ranks stopped together.
+
+    "Went on": the run logged for more than SILENT_STEPS median step times (SILENT_MIN_S without
+    step times) after the rank's last event, and either another rank logged an ERROR after it or
+    the rank is behind the most advanced rank's step. (A rank that finishes a long checkpoint
+    save after the others is not a hang: no ERROR, no lag.) Times are `time_col`: pass
+    `with_aligned_time(...)` and "ts_aligned" to compare hosts on a common clock.
+    Keys: rank, last_ts, step (its last), lag_steps, source_file, line (its last event), silent_s
+    (before the run's last event), errors_after (ERROR lines of other ranks after it).
+    """
+    lf = lazy(events)
+    prog = rank_progress(lf, time_col=time_col).filter(pl.col("rank").is_not_null() & pl.col("last_ts").is_not_null())
+    if prog.height < 2:
+        return None
+    first = prog.sort("last_ts", "rank").row(0, named=True)
+    t = pl.col(time_col)
+    step_ms, errors_after = pl.collect_all([
+        lf.select(pl.col("step_time_ms").median()),
+        lf.filter((pl.col("level") == "ERROR") & (pl.col("rank") != first["rank"]) & (t > pl.lit(first["last_ts"])))
+        .select(pl.len()),
+    ])
+    step_ms, errors_after = step_ms.item(), errors_after.item()
+    need = SILENT_STEPS * step_ms / 1000.0 if step_ms else SILENT_MIN_S
+    if not first["silent_s"] or first["silent_s"] <= need or not (errors_after or first["lag_steps"]):
+        return None
+    row = (lf.filter((pl.col("rank") == first["rank"]) & (t == pl.lit(first["last_ts"])))
+           .select("source_file", "line").sort("line").tail(1).collect())
+    where = row.row(0, named=True) if row.height else {"source_file": None, "line": None}
+    return {"rank": first["rank"], "last_ts": first["last_ts"], "step": first["last_step"],
+            "lag_steps": first["lag_steps"], **where, "silent_s": first["silent_s"], "errors_after": errors_after}
+
+
 def stop_time(events: Events, at: dt.datetime | None = None) -> tuple[dt.datetime, str]:
     """When the run stopped, and how that was decided.
 
@@ -602,6 +671,25 @@ def stop_time(events: Events, at: dt.datetime | None = None) -> tuple[dt.datetim
         .sort(TS, "rank", nulls_last=True)
         .collect()
     )
+    # An ERROR without a time (a console line, a note beside the dumps) cannot be placed in time:
+    # it is named, never taken for the stop.
+    untimed = errors.filter(pl.col(TS).is_null())
+    errors = errors.filter(pl.col(TS).is_not_null())
+    if untimed.height:
+        where = untimed.row(0, named=True)
+        untimed_note = (f"; {untimed.height} ERROR(s) without a time not placed, first "
+                        f"{where['event']} at {where['source_file']}:{where['line']}")
+    else:
+        untimed_note = ""
+    stop, how = _first_fatal(lf, events, errors)
+    if untimed_note:
+        how = how.replace("(no ERROR logged)", "(no ERROR with a time logged)")
+    return stop, how + untimed_note
+
+
+def _first_fatal(lf: pl.LazyFrame, events: Events, errors: pl.DataFrame) -> tuple[dt.datetime, str]:
+    """`stop_time` without `at`: the first fatal ERROR among `errors` (all with a time), else
+    the last event."""
     if errors.height:
         # Survived = the erroring rank logged at least two different steps after the error (it
         # crossed a step boundary). Only events after the first ERROR are read.
@@ -652,7 +740,8 @@ def stop_time(events: Events, at: dt.datetime | None = None) -> tuple[dt.datetim
         return end, f"last event of the run (all {errors.height} ERROR(s) were followed by progress)"
     _, end = bounds(events)
     if end is None:
-        raise ForensicsError("the run has no events", help="check the store with: forensics ingest --json", code=NO_INPUT)
+        raise ForensicsError("no event of the run carries a time", reason="the stop and a window before it need times",
+                             help="list the events in file order with: forensics events STORE", code=NO_INPUT)
     return end, "last event of the run (no ERROR logged)"
 
 
@@ -908,7 +997,8 @@ class Snapshot:
     last_where (file:line) of its last event at or before the stop, silent_s (stop - last_ts),
     step (the last step it logged by the stop), after_stop (events it logged after the stop).
     `events`: the window's events, the latest `limit` per rank, in time order.
-    `quiet`: ranks with no events in the window; `missing`: ranks with no events at all.
+    `quiet`: ranks with no events in the window; `missing`: ranks with no events at all;
+    `untimed`: ranks none of whose events carry a time (their last event is their last line).
     """
 
     stop: dt.datetime
@@ -920,12 +1010,21 @@ class Snapshot:
     quiet: list[int] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
     limit: int = 20
+    untimed: list[int] = field(default_factory=list)
+
+    def redacted(self) -> "Snapshot":
+        """A copy with secrets in its log text masked (report/redact.py: the one policy)."""
+        from dataclasses import replace
+
+        from .report.redact import redact_frame
+
+        return replace(self, ranks=redact_frame(self.ranks), events=redact_frame(self.events))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "stop": iso(self.stop), "how": self.how, "window_s": self.window_s, "start": iso(self.start),
             "events_per_rank_limit": self.limit,
-            "quiet_ranks": self.quiet, "missing_ranks": self.missing,
+            "quiet_ranks": self.quiet, "missing_ranks": self.missing, "untimed_ranks": self.untimed,
             "ranks": records(self.ranks), "events": records(self.events, drop_null_columns=True),
         }
 
@@ -957,29 +1056,61 @@ def records(df: pl.DataFrame, drop_null_columns: bool = False) -> list[dict[str,
     return plain(df, drop_null_columns).to_dicts()
 
 
+ORDER = "t_order"
+
+
+def untimed_files(events: Events) -> list[str]:
+    """The files that hold events without a time (a Flight Recorder dump's pg_status records,
+    console lines without a time stamp)."""
+    return (lazy(events).filter(pl.col(TS).is_null()).select(pl.col("source_file").unique())
+            .collect().to_series().drop_nulls().sort().to_list())
+
+
+def with_order_time(events: Events, files: list[str] | None = None) -> pl.LazyFrame:
+    """The events with `t_order`, the time that places them: their timestamp, or for an event
+    without one the time of the last line before it in its file that has one (a dump's
+    pg_status records come after its entries, a traceback after the line that logged the error);
+    null when no earlier line of the file has a time. Only `files` (default `untimed_files`) are
+    filled; `timestamp` itself is never changed."""
+    lf = lazy(events)
+    files = untimed_files(events) if files is None else files
+    if not files:
+        return lf.with_columns(pl.col(TS).alias(ORDER))
+    in_files = pl.col("source_file").is_in(files)
+    return pl.concat([
+        lf.filter(~in_files).with_columns(pl.col(TS).alias(ORDER)),
+        lf.filter(in_files).with_columns(pl.col(TS).forward_fill().over("source_file", order_by="line").alias(ORDER)),
+    ])
+
+
 def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None = None,
                 ranks: Iterable[int] | None = None, limit: int = 20) -> Snapshot:
     """The snapshot of the seed's question: what was every rank doing in the last `window_s`
     seconds before the stop (`stop_time`)?
 
+    Events without a time are placed by their file's order (`with_order_time`); a rank whose
+    events all lack a time gets its last line as its last event (silent_s unknown).
+
     Reads only what it needs: the window (pushdown on timestamp), and for ranks silent in the
     window their own last event and step (pushdown on rank).
     """
-    lf = lazy(events)
+    asked = check_ranks(events, ranks)
     stop, how = stop_time(events, at)
     start = stop - dt.timedelta(seconds=window_s)
-    asked = sorted(set(ranks)) if ranks is not None else None
+    lf = with_order_time(events)
+    T = pl.col(ORDER)
     scope = lf if asked is None else lf.filter(pl.col("rank").is_in(asked))
-    window = scope.filter(pl.col(TS).is_between(pl.lit(start), pl.lit(stop))).select(SNAPSHOT_COLUMNS)
-    newest = pl.int_range(pl.len()).over("rank", order_by=[TS, "line"], descending=True)
-    shown_q = window.filter(newest < max(limit, 1)).sort(TS, "rank", "line", nulls_last=True)
+    window = scope.filter(T.is_between(pl.lit(start), pl.lit(stop))).select(*SNAPSHOT_COLUMNS, ORDER)
+    newest = pl.int_range(pl.len()).over("rank", order_by=[ORDER, "line"], descending=True)
+    shown_q = window.filter(newest < max(limit, 1)).sort(ORDER, "rank", "line", nulls_last=True)
     counts_q = window.group_by("rank").agg(
         pl.len().cast(pl.Int64).alias("in_window"),
         pl.col("step").max().alias("w_step"),
     )
-    after_q = scope.filter(pl.col(TS) > pl.lit(stop)).group_by("rank").agg(pl.len().cast(pl.Int64).alias("after_stop"))
+    after_q = scope.filter(T > pl.lit(stop)).group_by("rank").agg(pl.len().cast(pl.Int64).alias("after_stop"))
     shown, counts, after = pl.collect_all([shown_q, counts_q, after_q])
-    last = shown.sort(TS, "line").group_by("rank", maintain_order=True).last().select("rank", *LAST_COLUMNS)
+    last = shown.sort(ORDER, "line").group_by("rank", maintain_order=True).last().select("rank", *LAST_COLUMNS, ORDER)
+    shown = shown.drop(ORDER)
     if limit < 1:
         shown = shown.clear()
 
@@ -990,26 +1121,40 @@ def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None =
     # in two cheap steps (its last time and step from three columns, then that one row).
     step_of = {r: s for r, s in zip(counts["rank"].to_list(), counts["w_step"].to_list()) if r is not None and s is not None}
     need_step = [r for r, s in zip(counts["rank"].to_list(), counts["w_step"].to_list()) if r is not None and s is None]
+    untimed: list[int] = []
     if quiet or need_step:
         # quiet ranks logged nothing in [start, stop], so "before start" is "by the stop" for them
         back = (
-            lf.filter(pl.col("rank").is_in([*quiet, *need_step]) & (pl.col(TS) <= pl.lit(stop)))
-            .filter(pl.col("rank").is_in(need_step) | (pl.col(TS) < pl.lit(start)))
-            .group_by("rank").agg(pl.col(TS).max(), pl.col("step").max())
+            lf.filter(pl.col("rank").is_in([*quiet, *need_step]) & (T <= pl.lit(stop)))
+            .filter(pl.col("rank").is_in(need_step) | (T < pl.lit(start)))
+            .group_by("rank").agg(T.max(), pl.col("step").max())
             .collect()
         )
         step_of.update((r, s) for r, s in zip(back["rank"].to_list(), back["step"].to_list()) if s is not None)
-        last_t = back.filter(pl.col("rank").is_in(quiet)).select("rank", TS)
+        last_t = back.filter(pl.col("rank").is_in(quiet)).select("rank", ORDER)
         if last_t.height:
             found = (
-                lf.filter(pl.col(TS).is_between(pl.lit(last_t[TS].min()), pl.lit(last_t[TS].max())))
+                lf.filter(T.is_between(pl.lit(last_t[ORDER].min()), pl.lit(last_t[ORDER].max())))
                 .filter(pl.col("rank").is_in(quiet))
-                .select("rank", *LAST_COLUMNS)
-                .join(last_t.lazy(), on=["rank", TS], how="semi")
-                .sort(TS, "line").group_by("rank", maintain_order=True).last()
+                .select("rank", *LAST_COLUMNS, ORDER)
+                .join(last_t.lazy(), on=["rank", ORDER], how="semi")
+                .sort(ORDER, "line").group_by("rank", maintain_order=True).last()
                 .collect()
             )
             last = pl.concat([last, found.select(last.columns)], how="vertical_relaxed")
+        # a quiet rank none of whose events can be placed in time: its last line is its last event
+        lost = [r for r in quiet if r not in set(last_t["rank"].to_list())]
+        if lost:
+            tail = (
+                lf.filter(pl.col("rank").is_in(lost) & T.is_null())
+                .select("rank", *LAST_COLUMNS, ORDER, "step")
+                .sort("source_file", "line").group_by("rank", maintain_order=True)
+                .agg(pl.all().last(), pl.col("step").max().alias("max_step"))
+                .collect()
+            )
+            step_of.update((r, s) for r, s in zip(tail["rank"].to_list(), tail["max_step"].to_list()) if s is not None)
+            untimed = sorted(tail["rank"].to_list())
+            last = pl.concat([last, tail.select(last.columns)], how="vertical_relaxed")
 
     rows = _missing_rows(last.rename({c: f"last_{c}" for c in LAST_COLUMNS}), universe)
     table = (
@@ -1019,7 +1164,8 @@ def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None =
         .with_columns(
             pl.col("in_window", "after_stop", "shown").fill_null(0),
             pl.col("rank").replace_strict(step_of, default=None, return_dtype=pl.Int64).alias("step"),
-            (_ms(pl.lit(stop, dtype=pl.Datetime("us", "UTC")) - pl.col("last_timestamp")) / 1000.0).alias("silent_s"),
+            # from the time that places the last event (its own, else its file's last before it)
+            (_ms(pl.lit(stop, dtype=pl.Datetime("us", "UTC")) - pl.col(ORDER)) / 1000.0).alias("silent_s"),
             pl.concat_str(pl.col("last_source_file"), pl.lit(":"), pl.col("last_line").cast(pl.String)).alias("last_where"),
         )
         .rename({"last_timestamp": "last_ts", "last_host": "host"})
@@ -1027,6 +1173,6 @@ def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None =
                 "last_where", "silent_s", "step", "after_stop")
         .sort("rank", nulls_last=True)
     )
-    missing = table.filter(pl.col("last_ts").is_null() & (pl.col("after_stop") == 0))["rank"].drop_nulls().to_list()
+    missing = table.filter(pl.col("last_where").is_null() & (pl.col("after_stop") == 0))["rank"].drop_nulls().to_list()
     return Snapshot(stop=stop, how=how, window_s=window_s, start=start, ranks=table, events=shown,
-                    quiet=quiet, missing=missing, limit=limit)
+                    quiet=quiet, missing=missing, limit=limit, untimed=untimed)

@@ -164,3 +164,21 @@ def test_readme_postmortem_output_is_real(monkeypatch: pytest.MonkeyPatch) -> No
         assert r.exit_code == 0, (cmd, r.output)
         got = [x.rstrip() for x in r.stdout.replace(str(REPO) + "/", "/work/main/").splitlines()]
         assert got == shown, cmd
+
+
+@pytest.mark.parametrize("args", [
+    ("timeline", "--rank", "99"),
+    ("events", "--rank", "12"),
+    ("last-10s", "--rank", "6"),
+])
+def test_a_rank_the_run_does_not_have_is_an_error_naming_the_ranks(store: tuple[Path, Path], args: tuple[str, ...]) -> None:
+    st, _ = store
+    r = cli(args[0], str(st), *args[1:])
+    assert r.returncode == 1 and "error[F300]" in r.stderr and "the run has ranks 0-5" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("cmd", ["timeline", "events", "last-10s"])
+def test_a_negative_rank_is_a_usage_error(store: tuple[Path, Path], cmd: str) -> None:
+    st, _ = store
+    assert cli(cmd, str(st), "--rank", "-1").returncode == 2

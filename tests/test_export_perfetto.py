@@ -181,3 +181,40 @@ def test_every_sample_scenario_exports_a_valid_trace(scenario: Path, tmp_path: P
     trace, _ = trace_events(open_store(ingest_scenario(scenario, tmp_path / "s.forensics")))
     evs = validate(trace)
     assert any(e["ph"] in ("X", "C") for e in evs)
+
+
+@pytest.mark.parametrize("scenario", sample_scenarios(), ids=lambda p: p.name)
+def test_the_rank_that_went_silent_first_gets_a_marker_at_its_last_event(scenario: Path, tmp_path: Path) -> None:
+    """A hang's silent rank (expected.toml: root cause `hang`, its ranks) is marked on its own
+    track at its last logged line; runs whose ranks stopped together get no marker."""
+    import tomllib
+
+    import polars as pl
+
+    expect = tomllib.loads((scenario / "expected.toml").read_text())["expect"]
+    run = open_store(ingest_scenario(scenario, tmp_path / "st"))
+    trace, _ = trace_events(run)
+    evs = validate(trace)
+    marks = [e for e in evs if e.get("name") == "went silent here"]
+    if expect.get("root_cause") != "hang":
+        assert marks == []
+        return
+    assert len(marks) == 1 and marks[0]["tid"] in expect["ranks"]
+    m = marks[0]
+    r = m["tid"]
+    last_line = run.events().filter(pl.col("rank") == r).select(pl.col("line").max()).collect().item()
+    assert m["args"]["where"].endswith(f"rank_{r}.jsonl:{last_line}") and m["args"]["rank"] == r
+    assert m["args"]["silent before the run's last event (s)"] > 60     # the watchdog fired long after
+    assert m["args"]["ERRORs of other ranks after it"] >= 1
+    # on its own track, after its last step began
+    steps = [e for e in evs if e["ph"] == "X" and e["tid"] == r and e["cat"] == "step"]
+    assert steps and m["ts"] >= max(e["ts"] for e in steps)
+
+
+def test_ranks_without_a_host_are_named_for_what_they_are(tmp_path: Path) -> None:
+    scenario = next((p for p in sample_scenarios() if p.name == "hang"), None)
+    if scenario is None:
+        pytest.skip("needs sample_logs")
+    trace, _ = trace_events(open_store(ingest_scenario(scenario, tmp_path / "st")))
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert "host not logged" in names and not any("?" in n for n in names)

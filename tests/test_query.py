@@ -80,3 +80,55 @@ def test_sql_over_events_rejects_and_ranks(tmp_path: Path) -> None:
         with pytest.raises(ForensicsError) as e:
             sql(run, bad)
         assert e.value.code == BAD_QUERY and e.value.reason
+
+
+@pytest.fixture
+def small_store(tmp_path: Path):
+    d = tmp_path / "raw"
+    d.mkdir()
+    rows = [{"timestamp": f"2025-06-12T14:00:0{s}Z", "rank": r, "level": "INFO", "event": "TRAIN_STEP",
+             "message": f"step={s}", "extra": {"step_time_ms": 1000.0 + r, "node": {"gpu": f"g{r}"}}}
+            for r in range(2) for s in range(3)]
+    (d / "rank_0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    forensics.ingest([str(d)], tmp_path / "st")
+    return open_store(tmp_path / "st"), tmp_path
+
+
+def test_sql_names_columns_as_duckdb_and_reads_json_in_extra(small_store) -> None:
+    run, _ = small_store
+    df = sql(run, "SELECT rank, count(*) FROM events GROUP BY rank ORDER BY rank")
+    assert df.columns == ["rank", "count_star()"]          # polars SQL called it `len`
+    gpus = sql(run, "SELECT DISTINCT extra->>'$.node.gpu' AS gpu FROM events ORDER BY gpu")
+    assert gpus["gpu"].to_list() == ["g0", "g1"]
+    assert sql(run, "SELECT json_extract(extra, '$.step_time_ms')::DOUBLE AS t FROM events WHERE rank = 1 LIMIT 1")["t"].item() == 1001.0
+    ts = sql(run, "SELECT max(timestamp) AS t FROM events")["t"]
+    assert ts.dtype == pl.Datetime("us", "UTC") and ts.item() == dt.datetime(2025, 6, 12, 14, 0, 2, tzinfo=dt.timezone.utc)
+    assert sql(run, "SELECT count(*) AS n FROM rejects")["n"].item() == 0   # an empty table is still a table
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT * FROM read_csv('{secret}')",
+    "SELECT * FROM read_text('{secret}')",
+    "SELECT * FROM sniff_csv('{secret}')",
+    "SELECT * FROM glob('{dir}/*')",
+    "SELECT * FROM read_parquet('{other}')",
+    "SELECT * FROM '{other}'",
+    "COPY (SELECT * FROM events) TO '{dir}/leak.csv'",
+    "ATTACH '{dir}/x.duckdb' AS x",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "SET allowed_paths = ['{secret}']",
+])
+def test_sql_sees_only_the_store(small_store, query: str) -> None:
+    """A query reads the tables events, rejects, ranks and nothing else on the machine."""
+    run, tmp = small_store
+    secret = tmp / "secret.csv"
+    secret.write_text("user,password\nroot,hunter2\n")
+    other = next((run.path / "events").glob("*.parquet"))
+    copy = tmp / "other.parquet"
+    copy.write_bytes(other.read_bytes())
+    with pytest.raises(ForensicsError) as e:
+        sql(run, query.format(secret=secret, dir=tmp, other=copy))
+    assert e.value.code == BAD_QUERY and "hunter2" not in str(e.value)
+    assert not (tmp / "leak.csv").exists() and not (tmp / "x.duckdb").exists()

@@ -508,3 +508,87 @@ def test_sample_oom_cascade(tmp_path: Path, error_check: None) -> None:
     snap = tl.last_window(run)
     assert snap.ranks.filter(pl.col("rank") == 3)["last_event"].item() == "CUDA_OOM"
     assert (snap.ranks.filter(pl.col("rank") != 3)["after_stop"] > 0).all()
+
+
+# --- events without a time, and ranks the run does not have ---------------------------------------
+
+from conftest import SHARED  # noqa: E402
+
+FR = SHARED / "realdata" / "flight_recorder"
+
+
+@pytest.mark.skipif(not FR.is_dir(), reason="needs ../shared/realdata")
+def test_last_window_on_flight_recorder_dumps_places_records_without_a_time(tmp_path: Path) -> None:
+    """A dump's pg_status records carry no time; the notes beside the dumps have ERROR lines
+    without a time. Neither may break the snapshot (it raised TypeError) or become the stop."""
+    forensics.ingest([str(FR / "gpu_error_1st")], tmp_path / "g")
+    run = open_store(tmp_path / "g")
+    snap = tl.last_window(run, limit=3)
+    assert snap.stop == run.events().select(pl.col("timestamp").max()).collect().item()
+    assert "2 ERROR(s) without a time not placed" in snap.how and "fault_injection.log:3" in snap.how
+    rows = {r["rank"]: r for r in snap.ranks.iter_rows(named=True)}
+    assert sorted(rows) == list(range(16)) and not snap.missing
+    # each dump's last record (a pg_status, placed after the entries it follows) is its rank's last event
+    n_events = dict(run.events().group_by("rank").len().collect().iter_rows())
+    assert rows[12]["last_where"].endswith(f"_dump_12:{n_events[12]}") and rows[12]["last_event"] == "PG_STATUS"
+    assert rows[12]["silent_s"] is not None
+
+
+@pytest.mark.skipif(not FR.is_dir(), reason="needs ../shared/realdata")
+def test_a_rank_whose_events_all_lack_a_time_still_logged(tmp_path: Path) -> None:
+    """lock_gil_1st: rank 9's dump holds 13 pg_status records and no entry; it said "never logged"."""
+    forensics.ingest([str(FR / "lock_gil_1st")], tmp_path / "l")
+    run = open_store(tmp_path / "l")
+    snap = tl.last_window(run, ranks=[9])
+    row = snap.ranks.row(0, named=True)
+    assert row["rank"] == 9 and row["last_where"].endswith("_dump_9:13") and row["last_event"] == "PG_STATUS"
+    assert snap.missing == [] and snap.untimed == [9] and row["silent_s"] is None
+    assert tl.last_window(run).untimed == [9, 14]
+
+
+def test_untimed_lines_follow_the_timed_line_before_them(tmp_path: Path) -> None:
+    t = lambda s: iso(T0 + dt.timedelta(seconds=s))  # noqa: E731
+    run = store_of(tmp_path, {
+        "rank_0.jsonl": [{"timestamp": t(s), "rank": 0, "level": "INFO", "event": "TRAIN_STEP", "message": f"step={s}",
+                          "extra": {"step": s}} for s in range(5)],
+        "rank_1.jsonl": [{"timestamp": t(0), "rank": 1, "level": "INFO", "event": "TRAIN_STEP", "message": "step=0",
+                          "extra": {"step": 0}},
+                         {"rank": 1, "level": "ERROR", "event": "CUDA_ERROR", "message": "no time on this line", "extra": {}}],
+        "rank_2.jsonl": [{"rank": 2, "level": "INFO", "event": "HELLO", "message": f"line {i}", "extra": {}} for i in range(3)],
+    })
+    snap = tl.last_window(run, window_s=2.0)
+    rows = {r["rank"]: r for r in snap.ranks.iter_rows(named=True)}
+    assert snap.stop == T0 + dt.timedelta(seconds=4) and "without a time not placed" in snap.how
+    assert rows[1]["last_event"] == "CUDA_ERROR" and rows[1]["silent_s"] == pytest.approx(4.0)   # placed at step 0
+    assert rows[2]["last_where"].endswith("rank_2.jsonl:3") and rows[2]["silent_s"] is None
+    assert snap.quiet == [1, 2] and snap.untimed == [2] and snap.missing == []
+
+
+def test_ranks_the_run_does_not_have_are_named(tmp_path: Path) -> None:
+    from forensics.query import filter_events
+
+    run, _ = ingest(tmp_path, ranks=8, steps=2, skip_ranks=(5,))
+    assert tl.check_ranks(run, None) is None and tl.check_ranks(run, [3, 1, 3]) == [1, 3]
+    assert tl.check_ranks(run, [5]) == [5]          # within 0..world_size-1: a rank that never logged
+    for call in (lambda: tl.check_ranks(run, [12]), lambda: filter_events(run, ranks=[12]),
+                 lambda: tl.last_window(run, ranks=[2, 99])):
+        with pytest.raises(ForensicsError) as e:
+            call()
+        assert e.value.code == "F300" and "the run has ranks 0-7" in e.value.reason
+    with pytest.raises(ForensicsError) as e:
+        tl.check_ranks(run, [-1])
+    assert "cannot exist" in e.value.what
+
+
+def test_first_silent_names_the_rank_that_stopped_well_before_the_others(tmp_path: Path) -> None:
+    err = {"t": 60.0, "level": "ERROR", "event": "NCCL_TIMEOUT", "message": "rank=1 waiting on rank=3", "extra": {}}
+    run, truth = ingest(tmp_path, ranks=4, steps=10, last_step={3: 5}, extra={1: [err]})
+    s = tl.first_silent(run)
+    assert s is not None and s["rank"] == 3 and s["step"] == 5
+    assert s["source_file"].endswith("rank_3.jsonl") and s["line"] == truth.last_line[3]
+    assert s["silent_s"] > 50 and s["errors_after"] == 1 and s["lag_steps"] == 1
+    healthy, _ = ingest(tmp_path, name="ok", ranks=4, steps=10)
+    assert tl.first_silent(healthy) is None       # ranks that end together: nobody went silent
+    save = {"t": 60.0, "level": "INFO", "event": "CHECKPOINT", "message": "saved", "extra": {}}
+    slow_save, _ = ingest(tmp_path, name="save", ranks=4, steps=10, extra={0: [save]})
+    assert tl.first_silent(slow_save) is None     # rank 0 saving long after: no ERROR, nobody behind

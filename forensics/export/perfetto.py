@@ -8,7 +8,9 @@ gzip-compressed when the name ends in .gz). Layout: one process per host, one th
   synchronous data-parallel step runs them: data load, compute, communication (of which the
   first `wait_ms` is waiting for the slowest peer: a blocking collective waits for the last
   arrival before it transfers), then what follows the collective (optimizer, logging);
-- instant events ("ph": "i") for every WARN/ERROR line, with file:line in args;
+- instant events ("ph": "i") for every WARN/ERROR line, with file:line in args, and a "went
+  silent here" marker at the last event of the rank that went silent first, when it stopped well
+  before the others (`timeline.first_silent`: the hung rank of a hang);
 - counter events ("ph": "C") for GPU temperature, utilisation, SM clock and the loss.
 
 Phases are placed backwards from the step's end (the TRAIN_STEP line is logged when the step is
@@ -49,6 +51,9 @@ INSTANT_SHARE = 0.1
 COUNTERS = ("temp_c", "gpu_util", "sm_clock_mhz", "loss")
 MESSAGE_CHARS = 500
 NO_RANK = "no rank"
+# The process of ranks whose lines name no host (and whose file path does not either).
+NO_HOST = "host not logged"
+SILENT = "went silent here"
 
 
 @dataclass
@@ -200,14 +205,21 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
     cnt_q = (aligned.filter(pl.any_horizontal([pl.col(c).is_not_null() for c in COUNTERS]))
              .select("rank", "ts_aligned", *COUNTERS))
     st, hosts, inst, cnt = pl.collect_all([st_q, host_q, inst_q, cnt_q])
+    # the hung rank: silence is judged among all ranks, on the common clock
+    silent = timeline.first_silent(timeline.with_aligned_time(ev, offsets), "ts_aligned")
+    if silent is not None and ranks is not None and silent["rank"] not in ranks:
+        silent = None
 
     if steps is not None and st.height:
         # counters and instants: the time the selected steps span
         a, b = st["t_start"].min(), st["t_end"].max()
         inst = inst.filter(pl.col("ts_aligned").is_between(a, b))
         cnt = cnt.filter(pl.col("ts_aligned").is_between(a, b))
+        if silent is not None and not (a <= silent["last_ts"] <= b):
+            silent = None
     elif steps is not None:
         inst, cnt = inst.head(0), cnt.head(0)
+        silent = None
 
     # processes (hosts) and threads (ranks)
     host_of = {int(r): h for r, h in hosts.iter_rows() if r is not None}
@@ -278,7 +290,7 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
     out: list[dict[str, Any]] = []
     # metadata: names and order of the tracks
     for h, pid in sorted(pid_of_host.items(), key=lambda kv: kv[1]):
-        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": h or "host ?"}})
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": h or NO_HOST}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": pid}})
     for r in rank_set:
         out.append({"ph": "M", "name": "thread_name", "pid": pid_map[r], "tid": r, "ts": 0, "args": {"name": f"rank {r}"}})
@@ -297,15 +309,25 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
         out.append(r)
 
     if redact:
-        from ..report.redact import redact_text
+        from ..report.redact import redact_frame
+
+        inst = redact_frame(inst)
     for r in inst.sort("ts").iter_rows(named=True):
         msg = r["message"] or ""
-        msg = redact_text(msg) if redact else msg
         args = {"level": str(r["level"]), "message": msg[:MESSAGE_CHARS], "where": f"{r['source_file']}:{r['line']}"}
         if r["step"] is not None:
             args["step"] = r["step"]
         out.append({"ph": "i", "s": "t", "name": f"{r['level']} {r['event'] or ''}".strip(), "cat": str(r["level"]).lower(),
                     "ts": r["ts"], "pid": r["pid"], "tid": r["tid"], "args": args})
+
+    if silent is not None and silent["rank"] in pid_map:
+        # a thread-scoped marker on the rank's own track, at its last event
+        r = silent["rank"]
+        ts = int(round((silent["last_ts"] - t0).total_seconds() * 1e6))
+        out.append({"ph": "i", "s": "t", "name": SILENT, "cat": "silence", "ts": ts, "pid": pid_map[r], "tid": r,
+                    "args": {"rank": r, "step": silent["step"], "where": f"{silent['source_file']}:{silent['line']}",
+                             "silent before the run's last event (s)": silent["silent_s"],
+                             "steps behind": silent["lag_steps"], "ERRORs of other ranks after it": silent["errors_after"]}})
 
     for c in COUNTERS:
         sub = cnt.filter(pl.col(c).is_not_null()).select("rank", "ts", "pid", "tid", c).sort("rank", "ts")

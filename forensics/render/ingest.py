@@ -85,7 +85,8 @@ def render_summary(s: IngestSummary, console: Console, verbose: bool = False) ->
         console.print(f"see the rejected lines with: forensics rejects {s.store}")
 
 
-def render_rejects(run: Run, *, reason: str | None, file: str | None, limit: int, fmt: str, console: Console) -> None:
+def render_rejects(run: Run, *, reason: str | None, file: str | None, limit: int, fmt: str, console: Console,
+                   redact: bool = True) -> None:
     q = run.rejects()
     if reason:
         q = q.filter(pl.col("reason").str.contains(reason, literal=True))
@@ -97,6 +98,10 @@ def render_rejects(run: Run, *, reason: str | None, file: str | None, limit: int
     df = q.collect().with_columns(
         pl.col("raw").map_elements(lambda b: b.decode("utf-8", "backslashreplace"), return_dtype=pl.String).alias("text")
     ).drop("raw")
+    if redact:   # the raw bytes are log text: the one policy of report/redact.py
+        from ..report.redact import redact_frame
+
+        df = redact_frame(df)
     if fmt == "jsonl":
         for row in df.iter_rows(named=True):
             sys.stdout.write(json.dumps(row) + "\n")

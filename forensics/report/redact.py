@@ -1,34 +1,81 @@
-"""Masking secrets that log lines carry into a report (API keys, tokens, passwords, URL credentials).
+"""Masking secrets that log lines carry into any output (API keys, tokens, passwords, URL
+credentials, private keys): the one redaction policy of every command.
 
-Owns the patterns and `redact_report`, which returns a redacted deep copy. Seed 003 asks that API
-keys and internal credentials stay out of logs; when they did not, a report pasted into a ticket
-must not spread them further. Must not change numbers, ranks, file names or line numbers: a
-redacted report still cites the same evidence.
+Owns the patterns and the functions that apply them: `redact_text` (one string), `redact_frame`
+(every text column of a frame a command prints or writes: events, last-10s, timeline, sql,
+rejects), `redact_obj` (the strings of a result object, e.g. lint's) and `redact_report` (a
+report). Seed 003 asks that API keys and internal credentials stay out of logs; when they did
+not, an output pasted into a ticket must not spread them further.
+
+What is a secret here: credentials (values of *_API_KEY / *SECRET* / *PASSWORD* / *TOKEN* keys,
+bearer/basic auth values, user:password in URLs, provider tokens with a known shape, PEM private
+keys, bare 40-character AWS secret keys). What is not: file paths, host names and IP addresses
+(private ones included): they are how a reader finds the node and the line, and an NCCL error
+naming the peer's address is evidence; a site that must hide them adds `--redact-pattern`.
+
+Must not change numbers, ranks, file names or line numbers: a redacted output still cites the
+same evidence (citation columns/keys are never touched).
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from typing import Any
+
+import polars as pl
 
 from .model import Report
 
 MASK = "***"
 
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # NAME=value / NAME: value where NAME ends in a secret-ish word (WANDB_API_KEY, hf_token, password)
-    (re.compile(r"(?i)(?<![A-Za-z0-9])([A-Za-z0-9_.-]*(?:api[_-]?key|secret|password|passwd|access[_-]?key|token))"
-                r"(\"?\s*[:=]\s*\"?)([^\s\"',;]{8,})"), rf"\1\2{MASK}"),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {MASK}"),
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), f"hf_{MASK}"),                  # Hugging Face
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), f"sk-{MASK}"),                # OpenAI-style
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), f"AKIA{MASK}"),           # AWS access key id
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"), f"gh_{MASK}"),           # GitHub
-    (re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), rf"\1{MASK}:{MASK}@"),  # user:pass@host
+# Secret-ish key names (WANDB_API_KEY, aws_secret_access_key, hf_token, db.password): the match
+# starts at the key word, so the name before it is kept as logged.
+_KEY = r"api[_-]?key|access[_-]?key|secret|password|passwd|token|credentials?"
+# A value that looks generated (has a digit, / or +), not a word: "HF_TOKEN not set" stays.
+_B64 = r"[A-Za-z0-9/+=_.-]"
+
+# (guard, pattern, replacement): a pattern runs only on text that holds one of its guard's
+# literals (lower-cased) or matches its guard regex; most log lines hold none of them.
+_PATTERNS: list[tuple[tuple[str, ...] | re.Pattern[str], re.Pattern[str], str]] = [
+    # PEM private keys, the whole block (several lines in one message); an unterminated block is
+    # masked to the end of the text (a line cut at 4 KiB keeps its head only)
+    (("private key",),
+     re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),
+     rf"-----BEGIN \1PRIVATE KEY-----{MASK}\2"),
+    # user:password@ in URLs: empty user (redis://:pw@h), '@' inside the password (u:p@ss@h)
+    (("://",), re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@\"'<>]*:[^/\s\"'<>]*@"), rf"\1{MASK}:{MASK}@"),
+    # NAME=value / NAME: value / "NAME": "value" (also JSON escaped inside a string), any length
+    (("key", "secret", "passw", "token", "credential"),
+     re.compile(rf"(?i)({_KEY})(\\?\"?\s*[:=]\s*\\?\"?)([^\s\"',;\\]+)"), rf"\1\2{MASK}"),
+    # AWS_SECRET_ACCESS_KEY value (an environment dump, a shell trace): upper-case name, blank
+    (("key", "secret", "passw", "token"),
+     re.compile(rf"(API_KEY|ACCESS_KEY|SECRET|PASSWORD|PASSWD|TOKEN)(\s+)(?={_B64}*[0-9/+]){_B64}{{8,}}"),
+     rf"\1\2{MASK}"),
+    (("bearer", "basic"), re.compile(r"(?i)\b(bearer|basic)\s+(?=[A-Za-z0-9._~+/=-]*[0-9=+/])[A-Za-z0-9._~+/=-]{8,}"),
+     rf"\1 {MASK}"),
+    (("hf_",), re.compile(r"\bhf_(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{6,}\b"), f"hf_{MASK}"),       # Hugging Face
+    (("sk-",), re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), f"sk-{MASK}"),                            # OpenAI-style
+    (("akia", "asia"), re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), f"AKIA{MASK}"),               # AWS key id
+    (("gh",), re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"), f"gh_{MASK}"),                        # GitHub
+    (("github_pat_",), re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), f"github_pat_{MASK}"),
+    (("xox",), re.compile(r"\b(xox[abprs])-[A-Za-z0-9-]{10,}"), rf"\1-{MASK}"),                   # Slack
+    # a bare AWS secret access key: 40 of [A-Za-z0-9/+] with upper, lower and a digit (a git hash
+    # is lower-case hex, a path starts with '/')
+    (re.compile(r"[A-Za-z0-9/+]{40}"),
+     re.compile(r"(?<![A-Za-z0-9/+=])(?!/)(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])"
+                r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), MASK),
 ]
 
-# Keys whose values are citations, never free text from a log.
-_KEEP = {"source_file", "store", "timestamp", "first_seen", "last_seen", "start", "end"}
+# A cheap necessary condition for any built-in pattern to match, in the regex dialect polars
+# runs (no look-around): frames test it on whole columns at once and run the exact patterns only
+# on the rows it hits. Each alternative is a literal every pattern of the list above needs.
+_TRIGGER = (r"(?i)key|secret|passw|token|credential|bearer|basic|hf_|sk-|akia|asia|gh[pousr]_|github_pat_"
+            r"|xox[abprs]-|://[^/\s]*@|[A-Za-z0-9/+]{40}")
+
+# Columns and keys whose values are citations or times, never free text from a log.
+_KEEP = {"source_file", "store", "timestamp", "first_seen", "last_seen", "start", "end", "host", "where",
+         "last_where", "file", "path_given"}
 
 
 # Patterns a user added (--redact-pattern): every match is replaced by MASK.
@@ -49,11 +96,65 @@ def add_patterns(patterns: list[str] | None) -> None:
 
 
 def redact_text(s: str) -> str:
-    for pat, rep in _PATTERNS:
-        s = pat.sub(rep, s)
+    """`s` with every secret of the policy (and every --redact-pattern match) replaced by ***."""
+    low = s.lower()
+    for guard, pat, rep in _PATTERNS:
+        if guard.search(s) if isinstance(guard, re.Pattern) else any(g in low for g in guard):
+            s = pat.sub(rep, s)
     for pat in _EXTRA:
         s = pat.sub(MASK, s)
     return s
+
+
+def _series(s: pl.Series) -> pl.Series:
+    """A String series redacted: the trigger on the whole column (vectorised), the exact
+    patterns only on the values it hits."""
+    if _EXTRA:
+        hit = s.is_not_null()
+    else:
+        hit = s.str.contains(_TRIGGER).fill_null(False)
+    if not hit.any():
+        return s
+    idx = hit.arg_true()
+    return s.clone().scatter(idx, pl.Series([redact_text(v) for v in s.gather(idx).to_list()], dtype=pl.String))
+
+
+def _has_text(dtype: pl.DataType) -> bool:
+    if dtype == pl.String:
+        return True
+    if isinstance(dtype, (pl.List, pl.Array)):
+        return _has_text(dtype.inner)
+    if isinstance(dtype, pl.Struct):
+        return any(_has_text(f.dtype) for f in dtype.fields)
+    return False
+
+
+def _any(s: pl.Series) -> pl.Series:
+    """Redact a column of any type: strings, and strings inside lists and structs (SQL results)."""
+    if s.dtype == pl.String:
+        return _series(s)
+    if isinstance(s.dtype, pl.List) and _has_text(s.dtype.inner):
+        inner = s.dtype.inner
+        return s.list.eval(pl.element().map_batches(_any, return_dtype=inner)).alias(s.name)
+    if isinstance(s.dtype, pl.Struct) and _has_text(s.dtype):
+        fields = [_any(f) for f in s.struct.unnest().iter_columns()]
+        out = pl.DataFrame(fields).to_struct(s.name)
+        return out if not s.null_count() else pl.select(pl.when(s.is_not_null()).then(out)).to_series().alias(s.name)
+    return s
+
+
+def redact_frame(df: pl.DataFrame, columns: list[str] | None = None) -> pl.DataFrame:
+    """`df` with every text column (or only `columns`) redacted; citation columns (source_file,
+    host, where ...) are left as they are. Nothing is copied when no value needs masking."""
+    cols = columns if columns is not None else [c for c, t in df.schema.items() if c not in _KEEP and _has_text(t)]
+    changed = [_any(df[c]) for c in cols if c in df.columns]
+    return df.with_columns(changed) if changed else df
+
+
+def redact_obj(obj: Any) -> Any:
+    """A redacted deep copy of a result object (dataclasses, dicts, lists): every string but
+    the citation fields (see _KEEP)."""
+    return _walk(copy.deepcopy(obj))
 
 
 def _walk(v: Any) -> Any:
@@ -61,8 +162,15 @@ def _walk(v: Any) -> Any:
         return redact_text(v)
     if isinstance(v, list):
         return [_walk(x) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_walk(x) for x in v)
     if isinstance(v, dict):
         return {k: (x if k in _KEEP else _walk(x)) for k, x in v.items()}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        for f in dataclasses.fields(v):
+            if f.name not in _KEEP:
+                setattr(v, f.name, _walk(getattr(v, f.name)))
+        return v
     return v
 
 
