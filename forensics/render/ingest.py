@@ -95,12 +95,20 @@ def render_rejects(run: Run, *, reason: str | None, file: str | None, limit: int
         for row in df.iter_rows(named=True):
             sys.stdout.write(json.dumps(row) + "\n")
         return
+    if fmt == "json":
+        sys.stdout.write(json.dumps(df.to_dicts()) + "\n")
+        return
     if fmt == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(df.columns)
         w.writerows(df.iter_rows())
         return
+    if fmt != "table":   # the CLI refuses other formats; a library caller gets a plain error
+        raise ValueError(f"unknown format {fmt!r}")
     total = run.totals.get("rejected", 0)
+    if not total:
+        console.print("no rejected lines: every line read became an event", markup=False, highlight=False)
+        return
     t = Table(title=f"{df.height} of {total} rejected lines", title_justify="left")
     for c in ("file:line", "reason", "bytes", "raw (start)"):
         t.add_column(c, overflow="fold")
