@@ -16,17 +16,21 @@ from rich.console import Console
 
 from . import __version__
 from .errors import BAD_ARGUMENT, ForensicsError
+from .render.usage import ReadableGroup, console as make_console, styled
 
 app = typer.Typer(
     name="forensics",
-    help="Offline log forensics for distributed deep-learning training.",
+    help="Offline log forensics for distributed deep-learning training. Every command reads a store "
+         "(written by `forensics ingest`) or the log files themselves.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,     # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+    cls=ReadableGroup,       # help and usage errors in plain words, for every command (render/usage.py)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+color_mode = "auto"          # set by --color before any command runs
+out = make_console()
+err = make_console(stderr=True)
 
 _NO_REDACT = "Show log text as logged: do not mask API keys, tokens, passwords and private keys."
 _REDACT_PATTERN = "Also mask matches of this regex (repeatable)."
@@ -49,11 +53,22 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+class ColorMode(str, Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    color: ColorMode = typer.Option(ColorMode.auto, "--color", case_sensitive=False, metavar="WHEN",
+                                    help="Colour and bold in the output: auto (on a terminal, unless NO_COLOR is set), always or never."),
 ) -> None:
-    pass
+    global color_mode, out, err
+    color_mode = color.value
+    out = make_console(color_mode)
+    err = make_console(color_mode, stderr=True)
 
 
 def _progress() -> tuple[Callable[[str, dict[str, Any]], None] | None, Callable[[], None]]:
@@ -83,13 +98,27 @@ def _progress() -> tuple[Callable[[str, dict[str, Any]], None] | None, Callable[
     return cb, bar.stop
 
 
+class RowFormat(str, Enum):
+    table = "table"
+    jsonl = "jsonl"
+    csv = "csv"
+    json = "json"
+
+
+_STORE_OR_LOGS = "A store, or log files, directories or quoted globs (read once into a cache)."
+_ROW_FORMATS = "table, jsonl (one JSON object per line), csv or json (one array)"
+_TIME_FORMS = ("From this time: 2025-06-12T14:30:00Z (ISO-8601; no zone = UTC), 14:30:00 (time of day, UTC, on the "
+               "day of the run's last event), -30s (before the last event) or step:1500 (when the first rank logged it).")
+
+
 @app.command()
 def ingest(
-    paths: list[str] = typer.Argument(..., help="Log files, directories or quoted globs ('logs/**/*.jsonl.gz')."),
-    output: str = typer.Option(..., "-o", "--output", help="Store directory to create or update."),
+    paths: list[str] = typer.Argument(..., metavar="LOGS...", help="Log files, directories or quoted globs ('logs/**/*.jsonl.gz')."),
+    output: str = typer.Option(..., "-o", "--output", metavar="STORE", help="Store directory to create or update."),
     append: bool = typer.Option(False, "--append", help="Keep files already in the store; add new files and new tails."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-j", help="Worker processes (default: all cores)."),
-    gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", help="HOST:GPU=RANK for telemetry, repeatable, or @FILE."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, metavar="N", help="Worker processes (default: all cores)."),
+    gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", metavar="HOST:GPU=RANK",
+                                                help="Which rank used GPU number GPU on host HOST, for GPU telemetry that names no rank (node3:0=24); repeatable, or @FILE with one per line."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every file: format recognised, lines, events, rejects."),
     force: bool = typer.Option(False, "--force", help="With --append: add the logs even if they look like another run."),
@@ -111,21 +140,20 @@ def ingest(
 
 @app.command()
 def rejects(
-    store: str = typer.Argument(..., help="A store written by `forensics ingest`."),
-    reason: Optional[str] = typer.Option(None, "--reason", help="Only rejects whose reason contains this text."),
-    file: Optional[str] = typer.Option(None, "--file", help="Only rejects from files whose path contains this text."),
-    limit: int = typer.Option(50, "--limit", "-n", help="Rows to show (0 = all)."),
-    fmt: str = typer.Option("table", "--format", help="table | jsonl | csv"),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
+    reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Only rejects whose reason contains this text."),
+    file: Optional[str] = typer.Option(None, "--file", metavar="TEXT", help="Only rejects from files whose path contains this text."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, metavar="N", help="At most N lines (0 = all; table default 50, other formats all)."),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
-    """List the lines ingest could not turn into events: file, line, reason and the raw bytes."""
+    """The lines that did not become events: file, line, reason and the raw bytes."""
     from .render.ingest import render_rejects
-    from .store import open_store
 
     redact = _redacting(no_redact, redact_pattern)
-    run = open_store(store)
-    render_rejects(run, reason=reason, file=file, limit=limit, fmt=fmt, console=out, redact=redact)
+    n = limit if limit is not None else (50 if fmt is RowFormat.table else 0)
+    render_rejects(_open_run(paths), reason=reason, file=file, limit=n, fmt=fmt.value, console=_table_console(), redact=redact)
 
 
 class ReportFormat(str, Enum):
@@ -133,6 +161,23 @@ class ReportFormat(str, Enum):
     md = "md"
     json = "json"
     html = "html"
+
+
+# `diagnose -o FILE` without --format: the format its suffix names (anything else: text)
+REPORT_SUFFIXES = {".txt": "text", ".text": "text", ".md": "md", ".markdown": "md", ".json": "json",
+                   ".html": "html", ".htm": "html"}
+
+
+def _report_format(fmt: "ReportFormat | None", output: str | None) -> "ReportFormat":
+    from pathlib import Path
+
+    implied = REPORT_SUFFIXES.get(Path(output).suffix.lower()) if output else None
+    if fmt is None:
+        return ReportFormat(implied or "text")
+    if implied and implied != fmt.value:
+        err.print(f"note: writing {fmt.value} to {output}, as --format says (its suffix suggests {implied})",
+                  markup=False, highlight=False)
+    return fmt
 
 
 class FailLevel(str, Enum):
@@ -143,15 +188,16 @@ class FailLevel(str, Enum):
 
 @app.command()
 def diagnose(
-    paths: list[str] = typer.Argument(..., help="A store, or log files, directories or quoted globs (ingested into a cache)."),
-    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html (one self-contained file with plots)"),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
-    fail_on: Optional[FailLevel] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a finding is at least this severe (CI)."),
-    rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
-    width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help="A store, or the log files, directories or quoted globs of one run (read once into a cache)."),
+    fmt: Optional[ReportFormat] = typer.Option(None, "--format", "-f", case_sensitive=False, metavar="FORMAT",
+                                               help="text, md, json or html (one self-contained file with plots). Default: the -o file's suffix (.txt, .md, .json, .html), else text."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the report to this file instead of stdout."),
+    fail_on: Optional[FailLevel] = typer.Option(None, "--fail-on", case_sensitive=False, metavar="LEVEL", help="Exit 3 when a finding is at least this severe: INFO, WARN or ERROR (for CI)."),
+    rules: Optional[list[str]] = typer.Option(None, "--rules", metavar="DIR", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
+    width: Optional[int] = typer.Option(None, "--width", min=40, metavar="N", help="Text width (default: the terminal's; 100 when not a terminal)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords found in log text."),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help="Also mask matches of this regex (repeatable)."),
-    gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", help="HOST:GPU=RANK for telemetry and local-rank lines, repeatable, or @FILE (as ingest)."),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help="Also mask matches of this regular expression (repeatable)."),
+    gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", metavar="HOST:GPU=RANK", help="Which rank used GPU number GPU on host HOST, for telemetry and local-rank console lines; repeatable, or @FILE (as ingest)."),
 ) -> None:
     """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
     from pathlib import Path
@@ -160,18 +206,13 @@ def diagnose(
     from .report import render
     from .report.model import SEVERITIES
     from .rules import builtin_rules_dir
-    from .run import open_run
-
+    fmt = _report_format(fmt, output)
     redact = _redacting(no_redact, redact_pattern)
-    cb, stop = _progress()
-    try:
-        run = open_run(paths, progress=cb, gpu_map=gpu_map)
-    finally:
-        stop()
+    run = _open_run(paths, gpu_map=gpu_map)
     report = run_diagnose(run, rule_dirs=[builtin_rules_dir(), *map(Path, rules)] if rules else None)
     tty = output is None and sys.stdout.isatty()
     text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=redact,
-                  color=tty and fmt is ReportFormat.text, run=run)
+                  color=output is None and fmt is ReportFormat.text and styled(out), run=run)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")
@@ -190,7 +231,7 @@ app.add_typer(rules_app, name="rules")
 
 @rules_app.command("list")
 def rules_list(
-    rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable (added to the built-in rules)."),
+    rules: Optional[list[str]] = typer.Option(None, "--rules", metavar="DIR", help="Another rule folder, repeatable (added to the built-in rules)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show each rule's condition and file."),
 ) -> None:
     """The rules a diagnosis runs: id, level, layer, kind, title."""
@@ -204,7 +245,7 @@ def rules_list(
 
 @rules_app.command("check")
 def rules_check(
-    dirs: Optional[list[str]] = typer.Argument(None, help="Rule folders or files (default: the built-in rules)."),
+    dirs: Optional[list[str]] = typer.Argument(None, metavar="PATH...", help="Rule folders or files (default: the built-in rules)."),
 ) -> None:
     """Validate rule files and run their examples; every error as file:key: message, exit 1 if any."""
     from pathlib import Path
@@ -223,27 +264,35 @@ def rules_check(
 
 # --- post-mortem queries: events, ranks, timeline, last-10s, sql (forensics.timeline/query) ---
 
-class RowFormat(str, Enum):
-    table = "table"
-    jsonl = "jsonl"
-    csv = "csv"
-    json = "json"
-
-
 class SnapshotFormat(str, Enum):
     table = "table"
     json = "json"
 
 
-_STORE_OR_LOGS = "A store, or log files, directories or quoted globs (ingested once into a cache)."
+def _one_run(paths: list[str]) -> None:
+    """A command reads one run: one store, or the log files of one run. A store given with
+    other paths would be read as if it were a log folder."""
+    from .store import is_store
+
+    stores = [p for p in paths if is_store(p)] if len(paths) > 1 else []
+    if stores:
+        what = (f"{len(stores)} stores given: {', '.join(stores)}" if len(stores) > 1
+                else f"{stores[0]} is a store, given together with other paths")
+        raise ForensicsError(
+            what, where=stores[0],
+            reason="a command reads one run: a single store, or the log files of one run",
+            help="run the command once per store; to read logs from several folders as one run, "
+                 "give the log folders (not stores), or ingest them into one store: forensics ingest LOGS... -o STORE",
+            code=BAD_ARGUMENT)
 
 
-def _open_run(paths: list[str]):  # -> Run
+def _open_run(paths: list[str], gpu_map: list[str] | None = None):  # -> Run
     from .run import open_run
 
+    _one_run(paths)
     cb, stop = _progress()
     try:
-        return open_run(paths, progress=cb)
+        return open_run(paths, progress=cb, gpu_map=gpu_map)
     finally:
         stop()
 
@@ -253,40 +302,42 @@ def _table_console() -> Console:
     (unless COLUMNS says how wide)."""
     import os
 
-    return out if sys.stdout.isatty() else Console(soft_wrap=True, width=None if os.environ.get("COLUMNS") else 240)
+    return out if sys.stdout.isatty() else make_console(color_mode, width=None if os.environ.get("COLUMNS") else 240)
 
 
 @app.command()
 def events(
-    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Only this rank; repeatable."),
-    event: Optional[list[str]] = typer.Option(None, "--event", "-e", help="Only these event ids (comma-separated or repeated; NCCL_* wildcards)."),
-    level: Optional[str] = typer.Option(None, "--level", "-l", help="Only this level or above: DEBUG < INFO < WARN < ERROR."),
-    since: Optional[str] = typer.Option(None, "--since", help="From this time: ISO, -30s (before the end), step:1500."),
-    until: Optional[str] = typer.Option(None, "--until", help="Up to this time (same forms as --since)."),
-    grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only events whose message or extra contains this text (any case)."),
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, help="At most N events (0 = all; table default 100, pipes all)."),
-    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, metavar="N", help="Only this rank; repeatable."),
+    event: Optional[list[str]] = typer.Option(None, "--event", "-e", metavar="EVENT", help="Only these event ids (comma-separated or repeated; NCCL_* matches every NCCL_ event)."),
+    level: Optional[str] = typer.Option(None, "--level", "-l", metavar="LEVEL", help="Only this level or above: DEBUG < INFO < WARN < ERROR."),
+    since: Optional[str] = typer.Option(None, "--since", metavar="TIME", help=_TIME_FORMS),
+    until: Optional[str] = typer.Option(None, "--until", metavar="TIME", help="Up to this time (same forms as --since)."),
+    grep: Optional[str] = typer.Option(None, "--grep", "-g", metavar="TEXT", help="Only events whose message or extra fields contain this text (any case)."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, metavar="N", help="At most N events (0 = all; table default 100, other formats all)."),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
     """One rank's or one event type's events in time order ("filter all events of one card")."""
     from .query import filter_events
     from .render.events import render_events
     from .report.redact import redact_frame
+    from .timeline import parse_time_range
 
     redact = _redacting(no_redact, redact_pattern)
     run = _open_run(paths)
+    t0, t1 = parse_time_range(since, until, run)
     n = limit if limit is not None else (100 if fmt is RowFormat.table else 0)
-    df = filter_events(run, ranks=rank, event=event, level=level, since=since, until=until, grep=grep,
+    df = filter_events(run, ranks=rank, event=event, level=level, since=t0, until=t1, grep=grep,
                        limit=n + 1 if n else None).collect()
     render_events(redact_frame(df) if redact else df, fmt.value, _table_console(), limit=n)
 
 
 @app.command()
 def ranks(
-    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
 ) -> None:
     """One row per rank: progress, median phase times, GPU, warnings, who went silent first."""
     from .render.timeline import render_ranks
@@ -299,13 +350,13 @@ def ranks(
 
 @app.command()
 def timeline(
-    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Show only this rank; repeatable (arrival order is still among all)."),
-    steps: Optional[str] = typer.Option(None, "--steps", help="A:B inclusive, A: or :B open, : all (default: the last 20 steps)."),
-    per_rank: Optional[bool] = typer.Option(None, "--per-rank/--per-step", help="One row per (step, rank), or per step (default: per rank up to 8 ranks)."),
-    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, metavar="N", help="Show only this rank; repeatable (who arrived last is still judged among all ranks)."),
+    steps: Optional[str] = typer.Option(None, "--steps", metavar="A:B", help="Steps A to B inclusive; A: or :B open, : all, or one step N (default: the last 20 steps)."),
+    per_rank: Optional[bool] = typer.Option(None, "--per-rank/--per-step", help="One row per (step, rank), or one per step (default: per rank up to 8 ranks)."),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
     """Per-step phases per rank, aligned by step number; who arrives last at each collective."""
     from .render.timeline import render_timeline
@@ -321,32 +372,39 @@ def timeline(
 
 @app.command("last-10s")
 def last_10s(
-    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, help="Only this rank; repeatable."),
-    window: str = typer.Option("10s", "--window", "-w", help="How far back from the stop: 10s, 500ms, 2m."),
-    at: Optional[str] = typer.Option(None, "--at", help="The stop, instead of the first fatal ERROR or the last event: ISO, -30s, step:1500."),
-    per_rank: int = typer.Option(10, "--per-rank", "-n", min=0, help="Newest events shown per rank in the window (0 = none)."),
-    fmt: SnapshotFormat = typer.Option(SnapshotFormat.table, "--format", "-f", case_sensitive=False, help="table | json"),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
+    rank: Optional[list[int]] = typer.Option(None, "--rank", "-r", min=0, metavar="N", help="Only this rank; repeatable."),
+    window: str = typer.Option("10s", "--window", "-w", metavar="DURATION", help="How far back from the stop, with a unit: 500ms, 10s, 2m, 1h (at most the length of the run)."),
+    at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Take this as the stop, instead of the first fatal ERROR or the last event (same forms as events --since)."),
+    per_rank: int = typer.Option(10, "--per-rank", "-n", min=0, metavar="N", help="Newest events shown per rank in the window (0 = none)."),
+    fmt: SnapshotFormat = typer.Option(SnapshotFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table or json"),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
     """What every rank was doing in the last seconds before the run stopped."""
     from .render.timeline import render_snapshot
-    from .timeline import last_window, parse_duration, parse_time_spec
+    from .timeline import clamp_window, last_window, parse_duration, parse_time_spec
 
     redact = _redacting(no_redact, redact_pattern)
+    window_s = parse_duration(window)
     run = _open_run(paths)
-    snap = last_window(run, parse_duration(window), at=parse_time_spec(at, run) if at else None, ranks=rank, limit=per_rank)
+    window_s, clamped = clamp_window(run, window_s)
+    if clamped:
+        from .render.timeline import duration_text
+
+        err.print(f"note: --window {window} is longer than the run ({duration_text(window_s)} from its first to its last "
+                  "event): the window is the whole run", markup=False, highlight=False)
+    snap = last_window(run, window_s, at=parse_time_spec(at, run) if at else None, ranks=rank, limit=per_rank)
     render_snapshot(snap.redacted() if redact else snap, fmt.value, _table_console())
 
 
 @app.command()
 def sql(
-    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    query: str = typer.Argument(..., help='SQL over the tables events, rejects, ranks: "SELECT rank, count(*) FROM events GROUP BY rank".'),
-    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, help="table | jsonl | csv | json"),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
+    query: str = typer.Argument(..., metavar="QUERY", help='SQL over the tables events, rejects, ranks: "SELECT rank, count(*) FROM events GROUP BY rank".'),
+    fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
     """SQL over the store: tables events, rejects and ranks (DuckDB; no other file is reachable)."""
     from .query import sql as run_sql
@@ -372,13 +430,13 @@ class LintFail(str, Enum):
 
 @app.command()
 def lint(
-    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, help="text | json"),
-    fail_on: Optional[LintFail] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a check is at least WARN or FAIL (CI)."),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
+    fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="text or json"),
+    fail_on: Optional[LintFail] = typer.Option(None, "--fail-on", case_sensitive=False, metavar="LEVEL", help="Exit 3 when a check is at least WARN or FAIL (for CI)."),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help=_REDACT_PATTERN),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
-    """The log-review checklist (seed 000 §4.5): rank and event on every line, comm/step ratio, ERROR floods, sampling, ..."""
+    """Are the logs fit for a post-mortem? A checklist: rank and event id on every line, one rank's events filterable, communication/step time plottable, no ERROR floods burying WARNs, metrics not sampled too often, no stack traces on the hot path, 72 h reach."""
     from .lint import lint as run_lint
     from .render.lint import render_lint, render_lint_json
 
@@ -401,13 +459,13 @@ app.add_typer(export_app, name="export")
 
 @export_app.command("perfetto")
 def export_perfetto(
-    paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    output: str = typer.Option(..., "-o", "--output", help="Trace file (Chrome Trace Event JSON; gzip when it ends in .gz)."),
-    steps: Optional[str] = typer.Option(None, "--steps", help="A:B inclusive, A: or :B open (default: all steps)."),
-    ranks: Optional[str] = typer.Option(None, "--ranks", help="Only these ranks: 0,3,5-7."),
-    max_events: int = typer.Option(500_000, "--max-events", help="Cut bigger traces by keeping every k-th step (a message says so)."),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
+    output: str = typer.Option(..., "-o", "--output", metavar="FILE", help="Trace file (Chrome Trace Event JSON; gzip when it ends in .gz)."),
+    steps: Optional[str] = typer.Option(None, "--steps", metavar="A:B", help="Steps A to B inclusive; A: or :B open (default: all steps)."),
+    ranks: Optional[str] = typer.Option(None, "--ranks", metavar="LIST", help="Only these ranks: 0,3,5-7."),
+    max_events: int = typer.Option(500_000, "--max-events", min=1, metavar="N", help="Cut bigger traces by keeping every k-th step (a message says so)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords in messages."),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help="Also mask matches of this regex (repeatable)."),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help="Also mask matches of this regular expression (repeatable)."),
 ) -> None:
     """A timeline for ui.perfetto.dev / chrome://tracing: a track per rank grouped by host, step phases, WARN/ERROR, GPU counters."""
     from .export import export_perfetto as run_export, parse_ranks, parse_steps

@@ -180,7 +180,8 @@ def lint(run: "Run") -> LintResult:
               "`forensics diagnose` applies such joint rules offline (rules/), which is not the same as alerting"),
         _retention(st, _first(res["first_step"])),
     ]
-    return LintResult(store=str(run.path), events=int(st["events"]), checks=checks)
+    # the logs the user pointed at, not the cache store they were read into (as reports do)
+    return LintResult(store=run.label, events=int(st["events"]), checks=checks)
 
 
 # --- the checks -------------------------------------------------------------------------------
@@ -259,7 +260,7 @@ def _comm_ratio(steps: dict[str, Any]) -> Check:
 def _error_flood(res: dict[str, pl.DataFrame], finding) -> Check:
     from .passes.hygiene import FLOOD_MIN
 
-    q = "Do ERROR floods bury the WARNs (误区二)?"
+    q = "Do floods of ERROR lines bury the WARNs (thousands of ERRORs hide the one that matters)?"
     lv = dict(zip(res["levels"]["level"].cast(pl.String).to_list(), res["levels"]["n"].to_list()))
     errors, warns = int(lv.get("ERROR", 0)), int(lv.get("WARN", 0))
     top = _first(res["repeat"])
@@ -280,7 +281,7 @@ def _error_flood(res: dict[str, pl.DataFrame], finding) -> Check:
 def _sampling(res: dict[str, pl.DataFrame], finding) -> Check:
     from .passes.hygiene import MIN_INTERVAL_S, MIN_SAMPLES
 
-    q = f"Are resource metrics sampled no more often than every {MIN_INTERVAL_S:g} s (误区一)?"
+    q = f"Are resource metrics sampled no more often than every {MIN_INTERVAL_S:g} s (fast polling slows training)?"
     s = res["sampling"].filter(pl.col("n") >= MIN_SAMPLES)
     if res["sampling"].is_empty():
         return Check("sampling", q, "warn", "no GPU/resource metrics (utilisation, temperature, SM clock, memory) in the logs: "
@@ -316,7 +317,7 @@ def _hot_path(res: dict[str, pl.DataFrame], rejected: pl.DataFrame, st: dict[str
 
 
 def _retention(st: dict[str, Any], first: dict[str, Any] | None) -> Check:
-    q = f"Do the logs reach back {RETENTION_H:g} h (保留策略)?"
+    q = f"Do the logs reach back {RETENTION_H:g} h (a retention policy that allows a post-mortem)?"
     t0, t1 = st["t0"], st["t1"]
     if t0 is None or t1 is None:
         return Check("retention", q, "n/a", "no timestamps: the span of the logs is unknown")

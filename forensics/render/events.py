@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..schema import EVENT_SCHEMA
+from .layout import Col, fit, print_fitted
 from ..timeline import plain
 
 PIPE_FORMATS = ("jsonl", "csv", "json")
@@ -38,11 +39,23 @@ def write_rows(df: pl.DataFrame, fmt: str, stream: TextIO | None = None, drop_nu
         # nested values (lists) have no CSV form: as JSON text
         p = p.with_columns(pl.col(c).cast(pl.List(pl.String)).list.join(",") for c, t in p.schema.items()
                            if isinstance(t, pl.List))
-        stream.write(p.write_csv())
+        stream.write(p.with_columns(csv_float(c) for c, t in p.schema.items() if t.is_float()).write_csv())
     elif fmt == "json":
         stream.write(p.write_json() + "\n")
     else:  # the CLI validates formats; a library caller gets a plain error
         raise ValueError(f"unknown format {fmt!r}")
+
+
+# CSV is read by people and spreadsheets: a float is rounded to 12 significant digits, which
+# removes the noise of binary arithmetic (5.985499999999999 -> 5.9855) and keeps what was
+# measured; epoch seconds (>= 1e6) keep 6 decimals (microseconds). jsonl/json keep every bit.
+CSV_SIGNIFICANT = 12
+CSV_LARGE = 1e6
+
+
+def csv_float(name: str) -> pl.Expr:
+    c = pl.col(name)
+    return pl.when(c.abs() >= CSV_LARGE).then(c.round(6)).otherwise(c.round_sig_figs(CSV_SIGNIFICANT)).alias(name)
 
 
 def cell(v: Any) -> str:
@@ -70,6 +83,11 @@ def present_columns(df: pl.DataFrame, candidates: list[str]) -> list[str]:
 # Up to this many metric columns get a column each; beyond (a mix of event types), the metrics
 # of each event are one "k=v" column: every event type carries different ones.
 METRIC_COLUMNS_MAX = 4
+HOST_CHARS = 16          # a host name longer than this is cut (with …) in tables
+
+
+def clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[:n - 1] + "…"
 
 
 def metrics_text(names: list[str]) -> pl.Expr:
@@ -92,40 +110,45 @@ def clock_cell(v: dt.datetime | None, day: str | None) -> str:
     return v.strftime("%H:%M:%S.%f")[:-3] if day and str(v.date()) == day else cell(v)
 
 
-def events_table(df: pl.DataFrame, title: str | None = None) -> Table:
-    """Events as a table: time, rank, host, level, event, message, the metrics they carry,
-    file:line."""
+def print_events_table(console: Console, df: pl.DataFrame, title: str | None = None, hint: str = "") -> None:
+    """Events as a table fitted to the console: time, rank, host, level, event, message, the
+    metrics they carry, file:line. Time, rank, level, event and file:line are always shown whole;
+    the message wraps; host and the metrics give way on a narrow terminal (a note names them)."""
     metrics = present_columns(df, [c for c in EVENT_SCHEMA if c not in TABLE_HIDDEN])
     day = one_day(df["timestamp"]) if df.height else None
-    if len(metrics) > METRIC_COLUMNS_MAX:
-        df = df.with_columns(metrics_text(metrics))
-        metrics = ["metrics"]
     show_host = "host" in df.columns and df["host"].null_count() < df.height
-    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    t.add_column(f"{day} (UTC)" if day else "time (UTC)", no_wrap=True)
-    t.add_column("rank", justify="right", no_wrap=True)
-    if show_host:
-        t.add_column("host", no_wrap=True, overflow="ellipsis", max_width=16)
-    t.add_column("level", no_wrap=True)
-    t.add_column("event", no_wrap=True)
-    # the free text and the metrics take what is left, wrapped; the rest stays on one line
-    t.add_column("message", overflow="fold", min_width=16, max_width=80)
-    for m in metrics:
-        if m == "metrics":
-            t.add_column(m, overflow="fold", min_width=16, max_width=60)
-        else:
-            t.add_column(m, justify="right", no_wrap=True)
-    t.add_column("file:line", no_wrap=True, overflow="ellipsis", min_width=12)
+    rows: list[list[Any]] = []
     for r in df.iter_rows(named=True):
         level = str(r["level"]) if r.get("level") is not None else ""
         row: list[Any] = [clock_cell(r["timestamp"], day), cell(r["rank"])]
         if show_host:
-            row.append(cell(r["host"]))
+            row.append(clip(cell(r["host"]), HOST_CHARS))
         row += [Text(level, style=LEVEL_STYLE.get(level, "")), cell(r["event"]), Text(cell(r["message"]))]
-        row += [Text(cell(r[m])) for m in metrics]
         row.append(Text(f"{short_path(r.get('source_file'))}:{r.get('line')}" if r.get("source_file") else ""))
-        t.add_row(*row)
-    return t
+        rows.append(row)
+    cols = [Col(f"{day} (UTC)" if day else "time (UTC)", key=True), Col("rank", "right", key=True)]
+    if show_host:
+        cols.append(Col("host", drop=9))
+    cols += [Col("level", key=True), Col("event", key=True), Col("message", wrap=10, cap=80, drop=1)]
+    file_col = Col("file:line", key=True, path=True)
+
+    def with_metrics(names: list[str], combined: bool) -> tuple[list[Col], list[list[Any]]]:
+        if combined:
+            texts = df.select(metrics_text(names)).to_series().to_list() if df.height else []
+            mcols = [Col("metrics", wrap=16, cap=60, drop=2)]
+            mvals = [[Text(t or "")] for t in texts]
+        else:
+            mcols = [Col(m, "right", drop=3 + k) for k, m in enumerate(names)]
+            mvals = [[Text(cell(v)) for v in vs] for vs in df.select(names).iter_rows()] if names else [[] for _ in rows]
+        return ([*cols, *mcols, file_col],
+                [[*r[:-1], *m, r[-1]] for r, m in zip(rows, mvals)])
+
+    # up to METRIC_COLUMNS_MAX metrics get a column each when they fit; else one wrapped "k=v" column
+    combined = len(metrics) > METRIC_COLUMNS_MAX
+    all_cols, all_rows = with_metrics(metrics, combined)
+    if metrics and not combined and fit(all_cols, all_rows, console.width)[2]:
+        all_cols, all_rows = with_metrics(metrics, True)
+    print_fitted(console, all_cols, all_rows, title=title, hint=hint)
 
 
 def short_path(path: str | None) -> str:
@@ -147,7 +170,7 @@ def render_events(df: pl.DataFrame, fmt: str, console: Console, *, limit: int = 
     if not df.height:
         console.print("no events match", markup=False, highlight=False)
         return
-    console.print(events_table(df))
+    print_events_table(console, df, hint="--format jsonl has every column")
     if more:
         console.print(f"first {limit} events shown; more follow: --limit 0 for all, or --format jsonl for pipes",
                       markup=False, highlight=False)

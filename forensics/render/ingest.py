@@ -8,6 +8,7 @@ import sys
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..ingest import IngestSummary
 from ..report.fmt import ranks_text
@@ -106,15 +107,34 @@ def render_rejects(run: Run, *, reason: str | None, file: str | None, limit: int
         for row in df.iter_rows(named=True):
             sys.stdout.write(json.dumps(row) + "\n")
         return
+    if fmt == "json":
+        sys.stdout.write(json.dumps(df.to_dicts()) + "\n")
+        return
     if fmt == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(df.columns)
         w.writerows(df.iter_rows())
         return
+    if fmt != "table":   # the CLI refuses other formats; a library caller gets a plain error
+        raise ValueError(f"unknown format {fmt!r}")
     total = run.totals.get("rejected", 0)
-    t = Table(title=f"{df.height} of {total} rejected lines", title_justify="left")
-    for c in ("file:line", "reason", "bytes", "raw (start)"):
-        t.add_column(c, overflow="fold")
-    for r in df.iter_rows(named=True):
-        t.add_row(f"{r['source_file']}:{r['line']}", r["reason"], str(r["raw_len"]), r["text"][:120].rstrip("\n"))
-    console.print(t)
+    if not total:
+        console.print("no rejected lines: every line read became an event", markup=False, highlight=False)
+        return
+    import os
+
+    from .layout import Col, print_fitted
+
+    files = df["source_file"].unique().to_list()
+    base = os.path.commonpath(files) if len(files) > 1 else os.path.dirname(files[0]) if files else ""
+    base = base if os.path.isdir(base) else os.path.dirname(base)
+    where = f" (files under {base})" if base else ""
+    console.print(f"{df.height} of {total} rejected lines{where}", markup=False, highlight=False)
+    cols = [Col("file:line", key=True, path=True), Col("reason", wrap=16, cap=50, drop=1),
+            Col("bytes", "right", drop=2), Col("raw (start)", wrap=20, cap=60, drop=1)]
+    rows = [[f"{os.path.relpath(r['source_file'], base) if base else r['source_file']}:{r['line']}", r["reason"],
+             str(r["raw_len"]), Text(r["text"][:RAW_CHARS].rstrip("\n"))] for r in df.iter_rows(named=True)]
+    print_fitted(console, cols, rows, hint="--format jsonl has every field")
+
+
+RAW_CHARS = 120   # of a rejected line's text in the table; --format jsonl has its first 4 KiB

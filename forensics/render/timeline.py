@@ -16,7 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..timeline import Snapshot, iso
-from .events import PIPE_FORMATS, cell, clock_cell, events_table, one_day, present_columns, short_path, write_rows
+from .events import HOST_CHARS, PIPE_FORMATS, cell, clip, clock_cell, one_day, present_columns, print_events_table, short_path, write_rows
+from .layout import Col, print_fitted
 from .ingest import _ranks_text
 
 # Hosts whose clock estimate is within this of the consensus are not listed one by one: the
@@ -36,7 +37,7 @@ def _pct(v: float | None) -> str:
     return "" if v is None else f"{100 * v:.0f}%"
 
 
-def _secs(v: float | None) -> str:
+def duration_text(v: float | None) -> str:
     """A duration, short: 0.08s, 12.3s, 30m01s, 2h05m."""
     if v is None:
         return ""
@@ -64,15 +65,18 @@ def clock_note(df: pl.DataFrame, clock: str = "clock", offset: str = "offset_ms"
 
 # --- ranks ---------------------------------------------------------------------------------------
 
-RANK_COLUMNS: list[tuple[str, str, Any]] = [
-    ("rank", "rank", cell), ("host", "host", cell), ("first_ts", "first", cell), ("last_ts", "last event", cell),
-    ("last_step", "step", cell), ("lag_steps", "behind", cell), ("events", "events", cell),
-    ("step_ms", "step ms", _ms), ("data_ms", "data ms", _ms), ("comm_ms", "comm ms", _ms),
-    ("comm_share", "comm %", _pct), ("wait_ms", "wait ms", _ms), ("gpu_util", "GPU %", _ms),
-    ("temp_max", "max °C", _ms), ("warn", "WARN", cell), ("error", "ERROR", cell), ("silent_s", "silent", _secs),
-    ("clock_offset_ms", "clock ms", _ms),
+# (key, header, format, drop): drop orders what gives way on a narrow terminal (higher first);
+# None marks the key columns, always shown whole
+RANK_COLUMNS: list[tuple[str, str, Any, int | None]] = [
+    ("rank", "rank", cell, None), ("host", "host", cell, 14), ("first_ts", "first", cell, 13),
+    ("last_ts", "last event", cell, None), ("last_step", "step", cell, None), ("lag_steps", "behind", cell, 2),
+    ("events", "events", cell, 12), ("step_ms", "step ms", _ms, 5), ("data_ms", "data ms", _ms, 8),
+    ("comm_ms", "comm ms", _ms, 9), ("comm_share", "comm %", _pct, 7), ("wait_ms", "wait ms", _ms, 6),
+    ("gpu_util", "GPU %", _ms, 10), ("temp_max", "max °C", _ms, 11), ("warn", "WARN", cell, 4),
+    ("error", "ERROR", cell, 3), ("silent_s", "silent", duration_text, 1), ("clock_offset_ms", "clock ms", _ms, 15),
 ]
 # compute_ms and silent_order are in --format json/csv; the table keeps to what fits a screen
+WIDER = "a wider terminal shows them; --format csv has every column"
 
 
 def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.DataFrame | None = None) -> None:
@@ -88,14 +92,13 @@ def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.Dat
     if "clock_offset_ms" in df.columns and not (df["clock_offset_ms"].abs() >= CLOCK_NOTE_MS).any():
         cols = [c for c in cols if c[0] != "clock_offset_ms"]   # all clocks agree: nothing to show
     if day:
-        cols = [(k, f"{h} ({day})" if k == "first_ts" else h, fn) for k, h, fn in cols]
-    t = Table(show_edge=False, pad_edge=False)
-    for key, head, _ in cols:
-        t.add_column(head, justify="left" if key in ("host", "first_ts", "last_ts") else "right", no_wrap=key.endswith("_ts"))
-    for r in df.iter_rows(named=True):
-        style = "red" if r["events"] == 0 else ("bold" if r.get("silent_order") == 1 and df.height > 1 else "")
-        t.add_row(*(Text(fn(r[k])) for k, _, fn in cols), style=style)
-    console.print(t)
+        cols = [(k, f"{h} ({day})" if k == "first_ts" else h, fn, d) for k, h, fn, d in cols]
+    spec = [Col(head, "left" if key in ("host", "first_ts", "last_ts") else "right", key=d is None, drop=d or 0)
+            for key, head, _, d in cols]
+    rows = [[Text(fn(r[k])) for k, _, fn, _ in cols] for r in df.iter_rows(named=True)]
+    styles = ["red" if r["events"] == 0 else ("bold" if r.get("silent_order") == 1 and df.height > 1 else "")
+              for r in df.iter_rows(named=True)]
+    print_fitted(console, spec, rows, row_styles=styles, hint=WIDER)
     missing = df.filter(pl.col("events") == 0)["rank"].drop_nulls().to_list()
     if missing:
         _say(console, f"no events at all from rank(s) {_ranks_text(missing)}: a file without lines, or no file "
@@ -105,7 +108,7 @@ def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.Dat
         first = live.row(0, named=True)
         behind = f", {first['lag_steps']} step(s) behind" if first.get("lag_steps") else ""
         step = f" at step {first['last_step']}" if first.get("last_step") is not None else ""
-        _say(console, f"first to go silent: rank {first['rank']}, {_secs(first['silent_s'])} before the last "
+        _say(console, f"first to go silent: rank {first['rank']}, {duration_text(first['silent_s'])} before the last "
                       f"event of the run{step}{behind}")
     note = clock_note(df.rename({"host": "clock", "clock_offset_ms": "offset_ms"}).select("clock", "offset_ms")
                       .drop_nulls()) if "clock_offset_ms" in df.columns else None
@@ -148,9 +151,9 @@ def render_timeline(rows: pl.DataFrame, fmt: str, console: Console, *, offsets: 
         head += f"; arrival at the collective from {src[0]}" + (" on the aligned clock" if aligned and src[0] != "wait_ms" else "")
     _say(console, head)
     if per_rank if per_rank is not None else n_ranks <= PER_RANK_MAX:
-        console.print(_per_rank_table(shown))
+        _per_rank_table(console, shown)
     else:
-        console.print(_per_step_table(rows))
+        _per_step_table(console, rows)
     last = (rows.filter(pl.col("is_last")).group_by("rank").agg(pl.len().alias("n"), pl.col("late_by_ms").median())
             .sort("n", "rank", descending=[True, False]))
     n_steps = rows.filter(pl.col("arrived") >= 2)["step"].n_unique()
@@ -176,24 +179,31 @@ def render_timeline(rows: pl.DataFrame, fmt: str, console: Console, *, offsets: 
             _say(console, note)
 
 
-def _per_rank_table(df: pl.DataFrame) -> Table:
-    t = Table(show_edge=False, pad_edge=False)
-    for h in ("step", "rank", "host", "step ms", "data ms", "compute ms", "comm ms", "wait ms", "arrival +ms", "order", ""):
-        t.add_column(h, justify="left" if h in ("host", "") else "right")
+def _per_rank_table(console: Console, df: pl.DataFrame) -> None:
+    heads = [("step", None), ("rank", None), ("host", 8), ("step ms", 1), ("data ms", 4), ("compute ms", 5),
+             ("comm ms", 6), ("wait ms", 3), ("arrival +ms", 2), ("order", 7), ("", None)]
+    show_host = bool(present_columns(df, ["host"]))
+    if not show_host:
+        heads = [h for h in heads if h[0] != "host"]
+    spec = [Col(h, "left" if h in ("host", "") else "right", key=d is None, drop=d or 0) for h, d in heads]
+    rows: list[list[Any]] = []
+    styles: list[str] = []
     prev = None
     for r in df.iter_rows(named=True):
         mark = "last" if r["is_last"] else ""
         if not r["complete"]:
             mark = (mark + " unfinished").strip()
-        t.add_row(cell(r["step"]) if r["step"] != prev else "", cell(r["rank"]), cell(r["host"]),
-                  _ms(r["step_time_ms"]) + ("*" if r["step_time_source"] == "derived" else ""),
-                  _ms(r["data_load_ms"]), _ms(r["compute_ms"]), _ms(r["comm_ms"]), _ms(r["wait_ms"]),
-                  _ms(r["arrival_ms"]), cell(r["order"]), mark, style="bold" if r["is_last"] else "")
+        rows.append([cell(r["step"]) if r["step"] != prev else "", cell(r["rank"]),
+                     *([cell(r["host"])] if show_host else []),
+                     _ms(r["step_time_ms"]) + ("*" if r["step_time_source"] == "derived" else ""),
+                     _ms(r["data_load_ms"]), _ms(r["compute_ms"]), _ms(r["comm_ms"]), _ms(r["wait_ms"]),
+                     _ms(r["arrival_ms"]), cell(r["order"]), mark])
+        styles.append("bold" if r["is_last"] else "")
         prev = r["step"]
-    return t
+    print_fitted(console, spec, rows, row_styles=styles, hint=WIDER)
 
 
-def _per_step_table(df: pl.DataFrame) -> Table:
+def _per_step_table(console: Console, df: pl.DataFrame) -> None:
     per = (
         df.group_by("step")
         .agg(
@@ -207,16 +217,16 @@ def _per_step_table(df: pl.DataFrame) -> Table:
         )
         .sort("step")
     )
-    t = Table(show_edge=False, pad_edge=False)
-    for h in ("step", "ranks", "step ms", "data ms", "compute ms", "comm ms", "wait ms", "slowest (ms)",
-              "last to arrive", "late by ms", "spread ms", "finished"):
-        t.add_column(h, justify="right")
-    for r in per.iter_rows(named=True):
-        t.add_row(cell(r["step"]), cell(r["ranks"]), _ms(r["step_time_ms"]), _ms(r["data_load_ms"]),
-                  _ms(r["compute_ms"]), _ms(r["comm_ms"]), _ms(r["wait_ms"]),
-                  f"{r['slowest']} ({_ms(r['slowest_ms'])})" if r["slowest"] is not None and r["slowest_ms"] is not None else "",
-                  cell(r["last_rank"]), _ms(r["late_by_ms"]), _ms(r["spread_ms"]), f"{r['finished']}/{r['ranks']}")
-    return t
+    heads = [("step", None), ("ranks", 9), ("step ms", 2), ("data ms", 6), ("compute ms", 7), ("comm ms", 8),
+             ("wait ms", 5), ("slowest (ms)", 4), ("last to arrive", 1), ("late by ms", 3), ("spread ms", 10),
+             ("finished", 2)]
+    spec = [Col(h, "right", key=d is None, drop=d or 0) for h, d in heads]
+    rows = [[cell(r["step"]), cell(r["ranks"]), _ms(r["step_time_ms"]), _ms(r["data_load_ms"]),
+             _ms(r["compute_ms"]), _ms(r["comm_ms"]), _ms(r["wait_ms"]),
+             f"{r['slowest']} ({_ms(r['slowest_ms'])})" if r["slowest"] is not None and r["slowest_ms"] is not None else "",
+             cell(r["last_rank"]), _ms(r["late_by_ms"]), _ms(r["spread_ms"]), f"{r['finished']}/{r['ranks']}"]
+            for r in per.iter_rows(named=True)]
+    print_fitted(console, spec, rows, hint=WIDER)
 
 
 # --- last-10s ------------------------------------------------------------------------------------
@@ -234,32 +244,35 @@ def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
     _say(console, f"window: {s.window_s:g} s before the stop, from {iso(s.start)}"
                   + (f"; times below are on {day} (UTC)" if day else ""))
     show_host = "host" in present_columns(s.ranks, ["host"])
-    heads = ["rank", *(["host"] if show_host else []), "step", "in window", "last event", "level", "event",
-             "message", "silent", "after stop", "file:line"]
-    t = Table(show_edge=False, pad_edge=False)
-    for h in heads:
-        # one line per rank: the message is cut (JSON and the event list below have it whole)
-        # the message and file:line give way first when the terminal is narrow (they wrap)
-        flexible = h in ("message", "file:line")
-        t.add_column(h, justify="right" if h in ("rank", "step", "in window", "silent", "after stop") else "left",
-                     no_wrap=not flexible, overflow="fold" if flexible else "ellipsis",
-                     max_width=MESSAGE_CHARS if h == "message" else None)
+    # (header, justify, drop): None = a key column, always shown whole
+    heads = [("rank", "right", None), *([("host", "left", 5)] if show_host else []), ("step", "right", None),
+             ("in window", "right", 3), ("last event", "left", None), ("level", "left", None),
+             ("event", "left", None), ("message", "left", 1), ("silent", "right", 2), ("after stop", "right", 4),
+             ("file:line", "left", None)]
+    # one line per rank when there is room: the message is cut (JSON and the event list below
+    # have it whole); on a narrow terminal it wraps
+    spec = [Col(h, j, key=d is None, drop=d or 0, wrap=8 if h == "message" else None, path=h == "file:line")
+            for h, j, d in heads]
+    rows: list[list[Any]] = []
+    styles: list[str] = []
     for r in s.ranks.iter_rows(named=True):
         level = str(r["last_level"]) if r["last_level"] is not None else ""
         msg = cell(r["last_message"])
-        row = [cell(r["rank"]), *([cell(r["host"])] if show_host else []), cell(r["step"]), cell(r["in_window"]),
-               clock_cell(r["last_ts"], day), Text(level, style={"ERROR": "bold red", "WARN": "yellow"}.get(level, "")),
-               cell(r["last_event"]), Text(msg if len(msg) <= MESSAGE_CHARS else msg[:MESSAGE_CHARS - 3] + "…"),
-               _secs(r["silent_s"]), cell(r["after_stop"]), Text(_tail(r["last_where"]))]
-        t.add_row(*row, style="red" if r["last_ts"] is None else ("dim" if r["in_window"] == 0 else ""))
-    console.print(t)
+        rows.append([cell(r["rank"]), *([clip(cell(r["host"]), HOST_CHARS)] if show_host else []), cell(r["step"]),
+                     cell(r["in_window"]), clock_cell(r["last_ts"], day),
+                     Text(level, style={"ERROR": "bold red", "WARN": "yellow"}.get(level, "")),
+                     cell(r["last_event"]), Text(msg if len(msg) <= MESSAGE_CHARS else msg[:MESSAGE_CHARS - 3] + "…"),
+                     duration_text(r["silent_s"]), cell(r["after_stop"]), Text(_tail(r["last_where"]))])
+        styles.append("red" if r["last_ts"] is None else ("dim" if r["in_window"] == 0 else ""))
+    print_fitted(console, spec, rows, row_styles=styles, hint="--format json has every field")
     if s.quiet:
         _say(console, f"no events in the window: rank(s) {_ranks_text(s.quiet)}")
     if s.missing:
         _say(console, f"never logged at all: rank(s) {_ranks_text(s.missing)}")
     if s.events.height:
         if s.events.height <= EVENTS_SHOWN_MAX:
-            console.print(events_table(s.events, title=f"events in the window (up to the newest {s.limit} per rank)"))
+            print_events_table(console, s.events, title=f"events in the window (up to the newest {s.limit} per rank)",
+                               hint="--format json has every field")
         else:
             _say(console, f"{s.events.height} events in the window: narrow with --rank, or see them all with "
                           f"--format json, or: forensics events STORE --since {iso(s.start)} --until {iso(s.stop)}")

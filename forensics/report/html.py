@@ -492,7 +492,7 @@ def _comm_share(steps: pl.DataFrame) -> str:
     chart = LineChart(label=title, unit="share of step", xkind="step", percent=True, ymin=0.0, width=1040, height=220,
                       bands=[Band(x, g["lo"].to_numpy(), g["hi"].to_numpy(), "#1f77b4", "min–max over ranks")],
                       series=[Series("median over ranks", x, g["med"].to_numpy(), "#1f77b4", 1.8)],
-                      hlines=[(COMM_SHARE_LIMIT, "40 % (seed 000 §4.2)", "#c62828")])
+                      hlines=[(COMM_SHARE_LIMIT, "40 %: communication-bound", "#c62828")])
     lg = legend([("#1f77b4", "median over ranks", "line"), ("#1f77b4", "min–max over ranks", "band"),
                  ("#c62828", "communication-bound above 40 %", "dash")])
     sub = "comm_ms / step_time_ms per step" + (f" · {per} steps per point" if per > 1 else "")

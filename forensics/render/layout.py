@@ -1,0 +1,143 @@
+"""Fitting a table to the terminal: which columns to show, how wide, what was left out.
+
+Owns the column layout every query table shares (`events`, `ranks`, `timeline`, `last-10s`):
+key columns (rank, step, level, event, time, file:line) are always shown with their values whole;
+free text (messages, metrics) wraps down to a minimum width; headers wrap at spaces; and when
+that is not enough, the least useful optional columns are left out and named in a one-line note.
+Without this, rich squeezes every column alike and a narrow terminal shows `…` in place of the
+numbers. Must not compute anything about the run; it only measures text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# A table without outer edges: one divider and one space either side between columns.
+SEPARATOR = 3
+# Free text (messages, metrics) narrower than this reads poorly: headers wrap before it shrinks further.
+COMFORTABLE = 28
+
+
+@dataclass
+class Col:
+    """One column. `key` columns are never left out and never cut; optional columns give way in
+    order of `drop` (higher first). `wrap` is the width free text may wrap down to (None: the
+    values are shown whole on one line); `cap` bounds how wide such text grows."""
+
+    head: str
+    justify: str = "left"
+    key: bool = False
+    drop: int = 0
+    wrap: int | None = None
+    cap: int | None = None
+    path: bool = False        # file:line values: when too wide, break after a '/'
+
+
+def _text(v: Any) -> str:
+    return v.plain if isinstance(v, Text) else ("" if v is None else str(v))
+
+
+def _longest_line(s: str) -> int:
+    return max((cell_len(x) for x in s.split("\n")), default=0)
+
+
+def _widths(cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -> tuple[list[int], list[int]]:
+    """Natural and minimum content width of each column."""
+    nat: list[int] = []
+    low: list[int] = []
+    for i, c in enumerate(cols):
+        values = max((_longest_line(_text(r[i])) for r in rows), default=0)
+        head_min = max((cell_len(w) for w in c.head.split()), default=0)
+        natural = max(values if c.cap is None else min(values, c.cap), cell_len(c.head))
+        if c.wrap is not None:
+            least = max(min(c.wrap, natural), head_min)
+        elif c.path:
+            # a path may break after its last '/': the file name and line stay on one line
+            least = max(max((_longest_line(_text(r[i]).rsplit("/", 1)[-1]) for r in rows), default=0), head_min)
+        else:
+            least = max(values, head_min)
+        nat.append(natural)
+        low.append(min(least, natural))
+    return nat, low
+
+
+def fit(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tuple[list[int], list[int], list[str]]:
+    """(indices of the columns shown, their widths, heads of the columns left out) for a table of
+    at most `width` cells. When even the key columns do not fit, they keep their minimum widths
+    (the table is then wider than `width`: whole values beat a tidy edge)."""
+    nat, low = _widths(cols, rows)
+    shown = list(range(len(cols)))
+
+    def need(idx: list[int], w: list[int]) -> int:
+        return sum(w[i] for i in idx) + SEPARATOR * max(len(idx) - 1, 0)
+
+    dropped: list[int] = []
+    while need(shown, low) > width:
+        optional = [i for i in shown if not cols[i].key]
+        if not optional:
+            break
+        worst = max(optional, key=lambda i: (cols[i].drop, i))
+        shown.remove(worst)
+        dropped.append(worst)
+    w = {i: nat[i] for i in shown}
+    excess = need(shown, nat) - width
+    flexible = [i for i in shown if cols[i].wrap is not None or cols[i].path]
+    fixed = [i for i in shown if i not in flexible]
+    # free text first gives up what it has beyond a comfortable width, then headers wrap (one
+    # more header line), then free text wraps further (more lines in every row); widest first
+    comfortable = {i: max(low[i], min(nat[i], COMFORTABLE)) for i in flexible}
+    for group, floor in ((flexible, comfortable), (fixed, low), (flexible, low)):
+        while excess > 0:
+            slack = [i for i in group if w[i] > floor[i]]
+            if not slack:
+                break
+            i = max(slack, key=lambda j: (w[j] - floor[j], w[j]))
+            # a wrapped header is as narrow as its longest word: wrap it all the way, once
+            step = w[i] - floor[i] if group is fixed else 1
+            w[i] -= step
+            excess -= step
+    return shown, [w[i] for i in shown], [cols[i].head for i in sorted(dropped)]
+
+
+def _break_path(v: Any, width: int) -> Any:
+    s = _text(v)
+    if cell_len(s) <= width or "/" not in s:
+        return v
+    head, tail = s.rsplit("/", 1)
+    style = v.style if isinstance(v, Text) else ""
+    return Text(f"{head}/\n{tail}", style=style)
+
+
+def fitted_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int, *,
+                 row_styles: Sequence[str] | None = None, title: str | None = None) -> tuple[Table, list[str], int]:
+    """A rich table of the columns that fit `width`, the heads left out, and the width it needs
+    (print it at least that wide)."""
+    shown, widths, dropped = fit(cols, rows, width)
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for i, w in zip(shown, widths):
+        c = cols[i]
+        # values of a column without `wrap` fit its width: only its header wraps (at spaces)
+        t.add_column(c.head, justify=c.justify, width=w, overflow="fold")  # type: ignore[arg-type]
+    for n, r in enumerate(rows):
+        cells = [_break_path(r[i], w) if cols[i].path else r[i] for i, w in zip(shown, widths)]
+        t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells),
+                  style=row_styles[n] if row_styles else None)
+    return t, dropped, sum(widths) + SEPARATOR * max(len(widths) - 1, 0)
+
+
+def print_fitted(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], *,
+                 row_styles: Sequence[str] | None = None, title: str | None = None, hint: str = "") -> None:
+    """Print the table fitted to the console; then, if columns were left out, one line naming
+    them (and `hint`, where the rest can be seen)."""
+    width = console.width
+    t, dropped, needed = fitted_table(cols, rows, width, row_styles=row_styles, title=title)
+    console.print(t, width=max(width, needed), crop=False)
+    if dropped:
+        names = ", ".join(dropped)
+        console.print(f"not shown at {width} columns: {names}" + (f" ({hint})" if hint else ""),
+                      markup=False, highlight=False)
