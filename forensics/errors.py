@@ -41,3 +41,4 @@ STORE_BUSY = "F202"        # another ingest holds the store lock
 BAD_ARGUMENT = "F300"      # a value given on the command line cannot be understood
 BAD_RULE = "F400"          # a rule file is malformed
 BAD_QUERY = "F500"         # SQL or filter expression rejected
+BAD_CONFIG = "F600"        # forensics.toml / [tool.forensics] cannot be used

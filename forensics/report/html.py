@@ -164,6 +164,7 @@ svg.colorbar{margin-top:2px}
 .lg{display:inline-flex;align-items:center;gap:5px}
 .sw{display:inline-block;width:16px;height:3px} .sw.band{height:10px;opacity:.35} .sw.dash{height:0;border-top:2px dashed}
 .note{color:var(--muted);font-size:12.5px;margin:2px 0}
+.next{font-size:13px;margin:6px 0 0}
 .strip td{padding:0 6px} .strip svg{margin:0}
 #tip{position:fixed;display:none;pointer-events:none;background:#1d2430;color:#fff;font-size:12px;padding:3px 7px;border-radius:4px;z-index:9}
 footer{margin-top:30px;color:var(--muted);font-size:12px}
@@ -203,7 +204,9 @@ def render_html(report: Report, run: "Run | None" = None, *, redact: bool = True
         f'<div class="meta">forensics diagnosis · {esc(o.header)}'
         + (f' · store <span class="cite">{esc(report.run.store)}</span>' if report.run.store else "") + "</div>",
         f'<section class="verdict {cls}" id="verdict"><h1>{esc(o.verdict)}</h1>'
-        + (f'<p class="summary">{esc(o.summary)}</p>' if o.summary else "") + "</section>",
+        + (f'<p class="summary">{esc(o.summary)}</p>' if o.summary else "")
+        + (f'<p class="next"><b>Next:</b> {esc(report.root_cause.next)}</p>' if report.root_cause and report.root_cause.next else "")
+        + "</section>",
     ]
     parts.append(_chain(report, o, paths))
     parts.append(_findings(report, o, paths))
@@ -289,7 +292,8 @@ def _finding_card(report: Report, f: Finding, paths: _PathNames, note: str = "")
     return (f'<div class="finding" id="f{i}"><div class="head"><span class="sev {esc(f.severity)}">{esc(f.severity)}</span>'
             f"{_layer(f.layer)}<b>{esc(kind_label(f.kind))}</b><span class=\"kind\">{esc(f.kind)} · {esc(ranks)}{when} · "
             f"{esc(f.rule)}</span></div><div>{esc(f.title)}</div>"
-            + (f'<div class="note">{esc(note)}</div>' if note else "") + f"<div>{ev}</div></div>")
+            + (f'<div class="note">{esc(note)}</div>' if note else "")
+            + (f'<div class="next">next: {esc(f.next)}</div>' if f.next else "") + f"<div>{ev}</div></div>")
 
 
 def _findings(report: Report, o: Any, paths: _PathNames) -> str:

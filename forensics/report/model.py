@@ -18,6 +18,8 @@ KINDS = [
     "grad_norm_spike", "vanishing_grad", "clock_skew", "log_hygiene",
     "data_load_error",   # added here: a DATA_LOAD_ERROR event (seed 000 4.1: ERROR, needs a person)
     "throughput_drop",   # added here: the training-layer symptom of the chain (seed 000 4.3)
+    # spec/report.md (issue 12): the failure kinds other passes report
+    "crash", "host_oom", "collective_mismatch", "job_cancelled", "gpu_error",
 ]
 
 
@@ -50,6 +52,7 @@ class Finding:
     last_seen: str | None = None
     victims: list[int] = field(default_factory=list)         # ranks that suffered from it
     explains: list[int] = field(default_factory=list)        # indexes of findings this one explains
+    next: str | None = None                                  # what to do next (rules/next_steps.toml)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,6 +77,7 @@ class RootCause:
     summary: str
     chain: list[ChainLink] = field(default_factory=list)
     finding: int | None = None         # index into Report.findings
+    next: str | None = None            # what to do next, filled from the finding
 
 
 @dataclass
@@ -94,8 +98,10 @@ class Report:
     root_cause: RootCause | None
     findings: list[Finding]
     per_rank: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] | None = None   # the effective config (forensics.config), when one applied
 
     def to_json(self) -> dict[str, Any]:
+        extra = {} if self.config is None else {"config": self.config}
         return {
             "run": asdict(self.run),
             "root_cause": None if self.root_cause is None else {
@@ -108,4 +114,5 @@ class Report:
             },
             "findings": [f.to_json() for f in self.findings],
             "per_rank": self.per_rank,
+            **extra,
         }
