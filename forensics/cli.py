@@ -118,45 +118,33 @@ class ReportFormat(str, Enum):
     md = "md"
     json = "json"
     html = "html"
+    junit = "junit"
 
 
-class FailLevel(str, Enum):
-    INFO = "INFO"
-    WARN = "WARN"
-    ERROR = "ERROR"
+def _fail_on_option(command: str) -> Callable[[Optional[str]], Optional[str]]:
+    """A --fail-on value checked as the command line is parsed (a bad one is a usage error, exit 2)."""
+    def check(value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            from .config import parse_fail_on
+
+            try:
+                parse_fail_on(value, command=command)
+            except ForensicsError as e:
+                raise typer.BadParameter(f"{e.reason}; {e.help}" if e.help else str(e.reason)) from None
+        return value
+    return check
 
 
-@app.command()
-def diagnose(
-    paths: list[str] = typer.Argument(..., help="A store, or log files, directories or quoted globs (ingested into a cache)."),
-    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html (one self-contained file with plots)"),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
-    fail_on: Optional[FailLevel] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a finding is at least this severe (CI)."),
-    rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
-    width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
-    no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords found in log text."),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help="Also mask matches of this regex (repeatable)."),
-) -> None:
-    """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
+_FAIL_ON_HELP = ("Exit 3 when a finding is at least this severe (CI): LEVEL, or LEVEL:SEL,SEL limited to layers / kinds "
+                 "(-SEL leaves one out), e.g. WARN:communication,physical or WARN:-throughput_drop. log_hygiene "
+                 "findings count only when named (WARN:log_hygiene).")
+_SUMMARY_HELP = "Also append a short Markdown job summary to this file (e.g. $GITHUB_STEP_SUMMARY)."
+_CONFIG_HELP = "Config file (forensics.toml or a pyproject.toml with [tool.forensics]); default: the first found upward from the logs."
+
+
+def _write(output: Optional[str], text: str) -> None:
     from pathlib import Path
 
-    from .passes import diagnose as run_diagnose
-    from .report import render
-    from .report.model import SEVERITIES
-    from .rules import builtin_rules_dir
-    from .report.redact import add_patterns
-    from .run import open_run
-
-    add_patterns(redact_pattern)
-    cb, stop = _progress()
-    try:
-        run = open_run(paths, progress=cb)
-    finally:
-        stop()
-    report = run_diagnose(run, rule_dirs=[builtin_rules_dir(), *map(Path, rules)] if rules else None)
-    tty = output is None and sys.stdout.isatty()
-    text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=not no_redact,
-                  color=tty and fmt is ReportFormat.text, run=run)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")
@@ -165,8 +153,73 @@ def diagnose(
         err.print(f"wrote {output}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
-    if fail_on is not None and any(SEVERITIES.index(f.severity) >= SEVERITIES.index(fail_on.value) for f in report.findings):
+
+
+@app.command()
+def diagnose(
+    paths: list[str] = typer.Argument(..., help="A store, or log files, directories or quoted globs (ingested into a cache)."),
+    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html (one self-contained file with plots)"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("diagnose"), help=_FAIL_ON_HELP),
+    rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
+    width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
+    no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords found in log text."),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help="Also mask matches of this regex (repeatable)."),
+    summary: Optional[str] = typer.Option(None, "--summary", help=_SUMMARY_HELP),
+    config: Optional[str] = typer.Option(None, "--config", help=_CONFIG_HELP),
+) -> None:
+    """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
+    from pathlib import Path
+
+    from .passes import diagnose as run_diagnose
+    from .report import render
+    from .rules import builtin_rules_dir
+    from .config import fail_policy, load_config
+    from .report.redact import add_patterns
+    from .run import open_run
+
+    cfg = load_config(paths, config)                 # precedence: CLI > config > defaults
+    policy = fail_policy(fail_on, cfg, "diagnose")
+    add_patterns([*cfg.redact_patterns, *(redact_pattern or [])])
+    cb, stop = _progress()
+    try:
+        run = open_run(paths, progress=cb, gpu_map=cfg.gpu_map or None)
+    finally:
+        stop()
+    extra = [*cfg.rule_dirs, *(rules or [])]
+    rule_dirs = [builtin_rules_dir(), *map(Path, extra)] if extra else None
+    # a config file is passed on only when there is one: without it the defaults apply unchanged
+    report = (run_diagnose(run, rule_dirs=rule_dirs, config=cfg) if cfg.source is not None
+              else run_diagnose(run, rule_dirs=rule_dirs))
+    report.config = cfg.to_json()
+    tty = output is None and sys.stdout.isatty()
+    if fmt is ReportFormat.junit:
+        text = _diagnose_junit(report, policy, rule_dirs, cfg, redact=not no_redact)
+    else:
+        text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=not no_redact,
+                      color=tty and fmt is ReportFormat.text, run=run)
+    _write(output, text)
+    if summary:
+        from .report.redact import redact_report
+        from .report.summary import append_summary, render_summary
+
+        append_summary(summary, render_summary(redact_report(report) if not no_redact else report, policy))
+    if policy is not None and any(policy.trips(f) for f in report.findings):
         raise typer.Exit(3)
+
+
+def _diagnose_junit(report, policy, rule_dirs, cfg, *, redact: bool) -> str:  # (Report, FailOn | None, ...) -> str
+    """JUnit XML of a diagnosis: a case per rule and per kind; failures are what --fail-on trips
+    (without --fail-on: WARN and above, log hygiene left out)."""
+    from .config import parse_fail_on
+    from .report.junit import diagnose_cases, render_junit
+    from .report.redact import redact_report
+    from .rules import load_rules
+
+    rules = load_rules(rule_dirs, overrides=cfg.overrides or None, override_source=cfg.source)
+    ids = [(r.id, r.layer) for r in rules if r.id not in set(cfg.disabled)]
+    trips = (policy or parse_fail_on("WARN")).trips
+    return render_junit("forensics diagnose", diagnose_cases(redact_report(report) if redact else report, ids, trips))
 
 
 rules_app = typer.Typer(help="The rule files: list them, check them.", no_args_is_help=True, rich_markup_mode=None)
@@ -331,29 +384,41 @@ def sql(
 class LintFormat(str, Enum):
     text = "text"
     json = "json"
-
-
-class LintFail(str, Enum):
-    WARN = "WARN"
-    FAIL = "FAIL"
+    junit = "junit"
 
 
 @app.command()
 def lint(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
-    fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, help="text | json"),
-    fail_on: Optional[LintFail] = typer.Option(None, "--fail-on", case_sensitive=False, help="Exit 3 when a check is at least WARN or FAIL (CI)."),
+    fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, help="text | json | junit"),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("lint"),
+                                          help="Exit 3 when a check is at least WARN or FAIL (CI): LEVEL or LEVEL:CHECK,CHECK (-CHECK leaves one out)."),
+    summary: Optional[str] = typer.Option(None, "--summary", help=_SUMMARY_HELP),
+    config: Optional[str] = typer.Option(None, "--config", help=_CONFIG_HELP),
 ) -> None:
     """The log-review checklist (seed 000 §4.5): rank and event on every line, comm/step ratio, ERROR floods, sampling, ..."""
     from .lint import lint as run_lint
     from .render.lint import render_lint, render_lint_json
 
+    from .config import fail_policy, load_config
+
+    cfg = load_config(paths, config)
     result = run_lint(_open_run(paths))
+    policy = fail_policy(fail_on, cfg, "lint", names=[c.id for c in result.checks])
     if fmt is LintFormat.json:
         sys.stdout.write(render_lint_json(result))
+    elif fmt is LintFormat.junit:
+        from .config import parse_fail_on
+        from .report.junit import lint_cases, render_junit
+
+        sys.stdout.write(render_junit("forensics lint", lint_cases(result, (policy or parse_fail_on("WARN", command="lint")).trips_check)))
     else:
         render_lint(result, _table_console())
-    if fail_on is not None and result.trips(fail_on.value):
+    if summary:
+        from .report.summary import append_summary, render_lint_summary
+
+        append_summary(summary, render_lint_summary(result, policy))
+    if policy is not None and any(policy.trips_check(c.id, c.status) for c in result.checks):
         raise typer.Exit(3)
 
 

@@ -18,7 +18,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from .model import KINDS, Finding, Report
+from .model import KINDS, Evidence, Finding, Report
+from .text import _where
 
 if TYPE_CHECKING:
     from ..lint import LintResult
@@ -64,57 +65,53 @@ def render_junit(suite: str, cases: list[JUnitCase]) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def finding_details(f: Finding, where: Callable[[str, int], str] | None = None) -> str:
+def _evidence_line(e: Evidence) -> str:
+    return "  " + "  ".join([_where(e)] + ([f"rank {e.rank}"] if e.rank is not None else []) + ([e.text] if e.text else []))
+
+
+def finding_details(f: Finding) -> str:
     """A finding as the text of a JUnit failure: severity, title, ranks, next step, file:line lines."""
     ranks = ", ".join(str(r) for r in f.ranks) if f.ranks else "-"
     out = [f"{f.severity} {f.layer}/{f.kind} (rule {f.rule}): {f.title}", f"ranks: {ranks}"]
     nxt = getattr(f, "next", None)
     if nxt:
         out.append(f"next: {nxt}")
-    for e in f.lines[:EVIDENCE_PER_FINDING]:
-        loc = where(e.source_file, e.line) if where else e.where
-        bits = [loc] + ([f"rank {e.rank}"] if e.rank is not None else []) + ([e.text] if e.text else [])
-        out.append("  " + "  ".join(bits))
+    out += [_evidence_line(e) for e in f.lines[:EVIDENCE_PER_FINDING]]
     return "\n".join(out)
 
 
-def _case(name: str, classname: str, failing: list[Finding], where: Callable[[str, int], str] | None) -> JUnitCase:
+def _case(name: str, classname: str, failing: list[Finding]) -> JUnitCase:
     if not failing:
         return JUnitCase(name, classname)
     head = failing[0]
     ranks = f" [ranks {', '.join(map(str, head.ranks))}]" if head.ranks else ""
     more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
     return JUnitCase(name, classname, failure=f"{head.severity}: {head.title}{ranks}{more}",
-                     details="\n\n".join(finding_details(f, where) for f in failing))
+                     details="\n\n".join(finding_details(f) for f in failing))
 
 
-def diagnose_cases(report: Report, rule_ids: list[tuple[str, str]], trips: Callable[[Finding], bool],
-                   where: Callable[[str, int], str] | None = None) -> list[JUnitCase]:
+def diagnose_cases(report: Report, rule_ids: list[tuple[str, str]], trips: Callable[[Finding], bool]) -> list[JUnitCase]:
     """One case per rule file (`rule_ids`: (id, layer)) and one per kind the passes report; a case
     fails with the findings of it that `trips` (the --fail-on policy) selects, worst first."""
     from .model import SEVERITIES
 
     failing = sorted((f for f in report.findings if trips(f)), key=lambda f: -SEVERITIES.index(f.severity))
-    cases = [_case(rid, f"forensics.rules.{layer}", [f for f in failing if f.rule == rid], where)
+    cases = [_case(rid, f"forensics.rules.{layer}", [f for f in failing if f.rule == rid])
              for rid, layer in rule_ids]
     known = {rid for rid, _ in rule_ids}
     from_passes = [f for f in failing if f.rule not in known]
     kinds = list(KINDS) + sorted({f.kind for f in from_passes} - set(KINDS))
-    cases += [_case(k, "forensics.passes", [f for f in from_passes if f.kind == k], where) for k in kinds]
+    cases += [_case(k, "forensics.passes", [f for f in from_passes if f.kind == k]) for k in kinds]
     return cases
 
 
-def lint_cases(result: "LintResult", trips: Callable[[str, str], bool],
-               where: Callable[[str, int], str] | None = None) -> list[JUnitCase]:
+def lint_cases(result: "LintResult", trips: Callable[[str, str], bool]) -> list[JUnitCase]:
     """One case per lint check; `trips(check_id, status)` says whether its status fails the run."""
     cases = []
     for c in result.checks:
         if not trips(c.id, c.status):
             cases.append(JUnitCase(c.id, "forensics.lint"))
             continue
-        lines = [f"{c.status.upper()} {c.id}: {c.question}", c.summary]
-        for e in c.examples:
-            loc = where(e.source_file, e.line) if where else e.where
-            lines.append("  " + "  ".join([loc] + ([f"rank {e.rank}"] if e.rank is not None else []) + ([e.text] if e.text else [])))
+        lines = [f"{c.status.upper()} {c.id}: {c.question}", c.summary, *(_evidence_line(e) for e in c.examples)]
         cases.append(JUnitCase(c.id, "forensics.lint", failure=f"{c.status.upper()}: {c.summary}", details="\n".join(lines)))
     return cases

@@ -11,13 +11,13 @@ Must not judge anything: it neither adds nor reorders findings; the sentences ar
 """
 from __future__ import annotations
 
-import os
 import string
 from typing import Any
 
 import polars as pl
 
 from ..report.model import Finding, RootCause
+from ..report.text import _where
 
 _FACT_COLUMNS = ("host", "local_rank", "path", "collective", "seq")
 
@@ -35,15 +35,6 @@ def rank_facts(events: pl.LazyFrame, ranks: set[int]) -> dict[int, dict[str, Any
     df = (events.select("rank", "timestamp", *cols).filter(pl.col("rank").is_in(sorted(ranks)))
           .sort("rank", "timestamp", nulls_last=True).group_by("rank").agg(aggs).collect())
     return {int(r["rank"]): r for r in df.iter_rows(named=True)}
-
-
-def _short(path: str) -> str:
-    """A path relative to the working directory when it is below it (as the text report shows it)."""
-    if os.path.isabs(path):
-        rel = os.path.relpath(path)
-        if not rel.startswith(".."):
-            return rel
-    return path
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -76,7 +67,7 @@ def _values(f: Finding, facts: dict[int, dict[str, Any]]) -> dict[str, str]:
     seq = seq if seq is not None else mine.get("seq")
     step = pick("first_step", "step", "reference_step", "spike_step")
     pid = pick("pid")
-    where = _short(f.lines[0].source_file) + f":{f.lines[0].line}" if f.lines else None
+    where = _where(f.lines[0]) if f.lines else None
     return {
         "rank": who,
         "ranks": _ranks_text(list(f.ranks)),
