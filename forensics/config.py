@@ -292,7 +292,7 @@ def parse_fail_on(text: str, *, command: str = "diagnose", names: Iterable[str] 
 
     levels = LINT_LEVELS if command == "lint" else DIAGNOSE_LEVELS
     allowed = list(names) if names is not None else ([] if command == "lint" else [*LAYERS, *KINDS])
-    level, _, rest = text.strip().partition(":")
+    level, colon, rest = text.strip().partition(":")
     if level.upper() not in levels:
         raise ForensicsError(f"cannot use --fail-on {text!r}", code=BAD_ARGUMENT,
                              reason=f"level {level!r} is not one of {', '.join(levels)}",
@@ -307,7 +307,7 @@ def parse_fail_on(text: str, *, command: str = "diagnose", names: Iterable[str] 
                                  reason=f"{name!r} is not a {'check id' if command == 'lint' else 'layer or kind'}",
                                  help=f"choose from: {', '.join(allowed)}")
         (exc if s.startswith("-") else inc).append(name)
-    if rest and not inc and not exc:
+    if colon and not inc and not exc:
         raise ForensicsError(f"cannot use --fail-on {text!r}", code=BAD_ARGUMENT, reason="nothing after ':'",
                              help="e.g. --fail-on WARN:straggler,hang")
     return FailOn(level.upper(), tuple(inc), tuple(exc), text.strip())
