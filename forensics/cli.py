@@ -158,7 +158,7 @@ def _write(output: Optional[str], text: str) -> None:
 @app.command()
 def diagnose(
     paths: list[str] = typer.Argument(..., help="A store, or log files, directories or quoted globs (ingested into a cache)."),
-    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html (one self-contained file with plots)"),
+    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html (one self-contained file with plots) | junit (CI test report)"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("diagnose"), help=_FAIL_ON_HELP),
     rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
@@ -194,32 +194,19 @@ def diagnose(
     report.config = cfg.to_json()
     tty = output is None and sys.stdout.isatty()
     if fmt is ReportFormat.junit:
-        text = _diagnose_junit(report, policy, rule_dirs, cfg, redact=not no_redact)
+        from .report.junit import diagnosis_junit
+
+        text = diagnosis_junit(report, policy, rule_dirs=rule_dirs, config=cfg, redact=not no_redact)
     else:
         text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=not no_redact,
                       color=tty and fmt is ReportFormat.text, run=run)
     _write(output, text)
     if summary:
-        from .report.redact import redact_report
         from .report.summary import append_summary, render_summary
 
-        append_summary(summary, render_summary(redact_report(report) if not no_redact else report, policy))
+        append_summary(summary, render_summary(report, policy, redact=not no_redact))
     if policy is not None and any(policy.trips(f) for f in report.findings):
         raise typer.Exit(3)
-
-
-def _diagnose_junit(report, policy, rule_dirs, cfg, *, redact: bool) -> str:  # (Report, FailOn | None, ...) -> str
-    """JUnit XML of a diagnosis: a case per rule and per kind; failures are what --fail-on trips
-    (without --fail-on: WARN and above, log hygiene left out)."""
-    from .config import parse_fail_on
-    from .report.junit import diagnose_cases, render_junit
-    from .report.redact import redact_report
-    from .rules import load_rules
-
-    rules = load_rules(rule_dirs, overrides=cfg.overrides or None, override_source=cfg.source)
-    ids = [(r.id, r.layer) for r in rules if r.id not in set(cfg.disabled)]
-    trips = (policy or parse_fail_on("WARN")).trips
-    return render_junit("forensics diagnose", diagnose_cases(redact_report(report) if redact else report, ids, trips))
 
 
 rules_app = typer.Typer(help="The rule files: list them, check them.", no_args_is_help=True, rich_markup_mode=None)
@@ -276,12 +263,12 @@ class SnapshotFormat(str, Enum):
 _STORE_OR_LOGS = "A store, or log files, directories or quoted globs (ingested once into a cache)."
 
 
-def _open_run(paths: list[str]):  # -> Run
+def _open_run(paths: list[str], gpu_map: list[str] | None = None):  # -> Run
     from .run import open_run
 
     cb, stop = _progress()
     try:
-        return open_run(paths, progress=cb)
+        return open_run(paths, progress=cb, gpu_map=gpu_map)
     finally:
         stop()
 
@@ -403,15 +390,14 @@ def lint(
     from .config import fail_policy, load_config
 
     cfg = load_config(paths, config)
-    result = run_lint(_open_run(paths))
+    result = run_lint(_open_run(paths, gpu_map=cfg.gpu_map or None))
     policy = fail_policy(fail_on, cfg, "lint", names=[c.id for c in result.checks])
     if fmt is LintFormat.json:
         sys.stdout.write(render_lint_json(result))
     elif fmt is LintFormat.junit:
-        from .config import parse_fail_on
-        from .report.junit import lint_cases, render_junit
+        from .report.junit import lint_junit
 
-        sys.stdout.write(render_junit("forensics lint", lint_cases(result, (policy or parse_fail_on("WARN", command="lint")).trips_check)))
+        sys.stdout.write(lint_junit(result, policy))
     else:
         render_lint(result, _table_console())
     if summary:

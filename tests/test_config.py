@@ -196,3 +196,22 @@ def test_config_redaction_adds_to_the_cli_patterns(tmp_path: Path, monkeypatch: 
 def test_default_config_to_json_is_stable() -> None:
     assert Config().to_json() == {"source": None, "rules": {"disable": [], "dirs": [], "overrides": {}}, "gpu_map": [],
                                   "redact_patterns": [], "fail_on": {}, "compare": {}}
+
+
+def test_config_gpu_map_gives_telemetry_its_ranks(tmp_path: Path) -> None:
+    from forensics.run import open_run
+
+    csv = REPO.parent / "shared" / "realdata" / "telemetry" / "nvidia_smi_8gpu.csv"
+    if not csv.is_file():
+        pytest.skip("shared real data not present")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(csv, logs / "gpu.csv")
+    plain = open_run([str(logs)]).events().select("rank").collect()
+    assert plain.get_column("rank").null_count() == plain.height           # a telemetry file names no rank
+    (tmp_path / "forensics.toml").write_text('gpu-map = ["0=10", "1=11"]\n')
+    cfg = load_config([str(logs)], None)
+    mapped = open_run([str(logs)], gpu_map=cfg.gpu_map).events().select("rank").collect()
+    assert set(mapped.get_column("rank").drop_nulls().unique().to_list()) == {10, 11}
+    code, d = _diagnose_json([str(logs)])
+    assert {r["rank"] for r in d["per_rank"]} >= {10, 11} and d["config"]["gpu_map"] == ["0=10", "1=11"]

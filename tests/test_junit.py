@@ -90,6 +90,11 @@ def test_one_case_per_rule_and_kind_failures_are_what_fail_on_trips() -> None:
     only_comm = diagnose_cases(_report(hot, lag), rules, parse_fail_on("WARN:communication").trips)
     assert all(c.failure is None for c in only_comm)
     validate(render_junit("d", cases))
+    # the library's render() gives the same document shape, with the built-in rules as cases
+    from forensics.report import render
+
+    lib = validate(render(_report(hot, lag), "junit"))
+    assert lib.find("testsuite").get("failures") == "2"   # type: ignore[union-attr]
 
 
 def test_diagnose_junit_end_to_end(tmp_path: Path) -> None:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .model import KINDS, Evidence, Finding, Report
 from .text import _where
 
 if TYPE_CHECKING:
+    from ..config import Config, FailOn
     from ..lint import LintResult
 
 # Characters XML 1.0 allows (production [2] Char); the rest cannot appear even as &#x..;
@@ -115,3 +117,27 @@ def lint_cases(result: "LintResult", trips: Callable[[str, str], bool]) -> list[
         lines = [f"{c.status.upper()} {c.id}: {c.question}", c.summary, *(_evidence_line(e) for e in c.examples)]
         cases.append(JUnitCase(c.id, "forensics.lint", failure=f"{c.status.upper()}: {c.summary}", details="\n".join(lines)))
     return cases
+
+
+def diagnosis_junit(report: Report, policy: "FailOn | None" = None, *, rule_dirs: list[Path] | None = None,
+                    config: "Config | None" = None, redact: bool = True) -> str:
+    """`forensics diagnose --format junit`: a case per rule file the diagnosis ran (`rule_dirs`,
+    less the config's disabled ones) and per kind; failures are what `policy` trips (without one:
+    WARN and above, log hygiene left out, as `--fail-on WARN`)."""
+    from ..config import parse_fail_on
+    from ..rules import load_rules
+    from .redact import redact_report
+
+    rules = load_rules(rule_dirs, overrides=config.overrides if config else None,
+                       override_source=config.source if config else None)
+    off = set(config.disabled) if config else set()
+    ids = [(r.id, r.layer) for r in rules if r.id not in off]
+    trips = (policy or parse_fail_on("WARN")).trips
+    return render_junit("forensics diagnose", diagnose_cases(redact_report(report) if redact else report, ids, trips))
+
+
+def lint_junit(result: "LintResult", policy: "FailOn | None" = None) -> str:
+    """`forensics lint --format junit`: failures are the checks `policy` trips (default: warn and fail)."""
+    from ..config import parse_fail_on
+
+    return render_junit("forensics lint", lint_cases(result, (policy or parse_fail_on("WARN", command="lint")).trips_check))

@@ -75,8 +75,14 @@ def _rank_rows(report: Report, faults: set[int]) -> tuple[list[str], list[list[s
     return [h for _, h in cols], [[cell(k, r.get(k)) for k, _ in cols] for r in shown], len(rows) - len(shown)
 
 
-def render_summary(report: Report, policy: "FailOn | None" = None, title: str = "forensics diagnose") -> str:
-    """The job summary of a diagnosis, in Markdown (no links: job pages strip or break them)."""
+def render_summary(report: Report, policy: "FailOn | None" = None, title: str = "forensics diagnose",
+                   redact: bool = True) -> str:
+    """The job summary of a diagnosis, in Markdown (no links: job pages strip or break them).
+    `redact` masks secrets found in log text, as the other formats do."""
+    if redact:
+        from .redact import redact_report
+
+        report = redact_report(report)
     o = outline(report)
     where = f" of {_code(report.run.store)}" if report.run.store else ""
     md = [f"### {title}{where}", "", f"**{o.verdict}**", ""]

@@ -15,6 +15,8 @@ A rule file, in full (fixed metadata first, in this order):
     description = "..."
     references = ["seed 000 §4.2: GPU 利用率 < 60% 持续 5min"]
     falsepositives = ["evaluation or checkpoint phases"]
+    next = "Find what starves {gpu} on {host}."   # optional: what to do next, when more specific than
+                                             # the kind's sentence in rules/next_steps.toml
 
     [params]                                 # named numbers, usable in `expr`
     min_util = 60
