@@ -161,11 +161,12 @@ class ReportFormat(str, Enum):
     md = "md"
     json = "json"
     html = "html"
+    junit = "junit"
 
 
 # `diagnose -o FILE` without --format: the format its suffix names (anything else: text)
 REPORT_SUFFIXES = {".txt": "text", ".text": "text", ".md": "md", ".markdown": "md", ".json": "json",
-                   ".html": "html", ".htm": "html"}
+                   ".html": "html", ".htm": "html", ".xml": "junit"}
 
 
 def _report_format(fmt: "ReportFormat | None", output: str | None) -> "ReportFormat":
@@ -180,39 +181,30 @@ def _report_format(fmt: "ReportFormat | None", output: str | None) -> "ReportFor
     return fmt
 
 
-class FailLevel(str, Enum):
-    INFO = "INFO"
-    WARN = "WARN"
-    ERROR = "ERROR"
+def _fail_on_option(command: str) -> Callable[[Optional[str]], Optional[str]]:
+    """A --fail-on value checked as the command line is parsed (a bad one is a usage error, exit 2)."""
+    def check(value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            from .config import parse_fail_on
+
+            try:
+                parse_fail_on(value, command=command)
+            except ForensicsError as e:
+                raise typer.BadParameter(f"{e.reason}; {e.help}" if e.help else str(e.reason)) from None
+        return value
+    return check
 
 
-@app.command()
-def diagnose(
-    paths: list[str] = typer.Argument(..., metavar="PATH...", help="A store, or the log files, directories or quoted globs of one run (read once into a cache)."),
-    fmt: Optional[ReportFormat] = typer.Option(None, "--format", "-f", case_sensitive=False, metavar="FORMAT",
-                                               help="text, md, json or html (one self-contained file with plots). Default: the -o file's suffix (.txt, .md, .json, .html), else text."),
-    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the report to this file instead of stdout."),
-    fail_on: Optional[FailLevel] = typer.Option(None, "--fail-on", case_sensitive=False, metavar="LEVEL", help="Exit 3 when a finding is at least this severe: INFO, WARN or ERROR (for CI)."),
-    rules: Optional[list[str]] = typer.Option(None, "--rules", metavar="DIR", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
-    width: Optional[int] = typer.Option(None, "--width", min=40, metavar="N", help="Text width (default: the terminal's; 100 when not a terminal)."),
-    no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords found in log text."),
-    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help="Also mask matches of this regular expression (repeatable)."),
-    gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", metavar="HOST:GPU=RANK", help="Which rank used GPU number GPU on host HOST, for telemetry and local-rank console lines; repeatable, or @FILE (as ingest)."),
-) -> None:
-    """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
+_FAIL_ON_HELP = ("Exit 3 when a finding is at least this severe (CI): LEVEL, or LEVEL:SEL,SEL limited to layers / kinds "
+                 "(-SEL leaves one out), e.g. WARN:communication,physical or WARN:-throughput_drop. log_hygiene "
+                 "findings count only when named (WARN:log_hygiene).")
+_SUMMARY_HELP = "Also append a short Markdown job summary to this file (e.g. $GITHUB_STEP_SUMMARY)."
+_CONFIG_HELP = "Config file (forensics.toml or a pyproject.toml with [tool.forensics]); default: the first found upward from the logs."
+
+
+def _write(output: Optional[str], text: str) -> None:
     from pathlib import Path
 
-    from .passes import diagnose as run_diagnose
-    from .report import render
-    from .report.model import SEVERITIES
-    from .rules import builtin_rules_dir
-    fmt = _report_format(fmt, output)
-    redact = _redacting(no_redact, redact_pattern)
-    run = _open_run(paths, gpu_map=gpu_map)
-    report = run_diagnose(run, rule_dirs=[builtin_rules_dir(), *map(Path, rules)] if rules else None)
-    tty = output is None and sys.stdout.isatty()
-    text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=redact,
-                  color=output is None and fmt is ReportFormat.text and styled(out), run=run)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")
@@ -221,7 +213,57 @@ def diagnose(
         err.print(f"wrote {output}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
-    if fail_on is not None and any(SEVERITIES.index(f.severity) >= SEVERITIES.index(fail_on.value) for f in report.findings):
+
+
+@app.command()
+def diagnose(
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help="A store, or the log files, directories or quoted globs of one run (read once into a cache)."),
+    fmt: Optional[ReportFormat] = typer.Option(None, "--format", "-f", case_sensitive=False, metavar="FORMAT",
+                                               help="text, md, json, html (one self-contained file with plots) or junit (CI test report). "
+                                                    "Default: the -o file's suffix (.txt, .md, .json, .html, .xml), else text."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the report to this file instead of stdout."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("diagnose"), metavar="LEVEL[:SEL,...]", help=_FAIL_ON_HELP),
+    rules: Optional[list[str]] = typer.Option(None, "--rules", metavar="DIR", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
+    width: Optional[int] = typer.Option(None, "--width", min=40, metavar="N", help="Text width (default: the terminal's; 100 when not a terminal)."),
+    no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
+    redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
+    gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", metavar="HOST:GPU=RANK", help="Which rank used GPU number GPU on host HOST, for telemetry and local-rank console lines; repeatable, or @FILE (as ingest)."),
+    summary: Optional[str] = typer.Option(None, "--summary", metavar="FILE", help=_SUMMARY_HELP),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help=_CONFIG_HELP),
+) -> None:
+    """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
+    from pathlib import Path
+
+    from .config import fail_policy, load_config
+    from .passes import diagnose as run_diagnose
+    from .report import render
+    from .rules import builtin_rules_dir
+
+    fmt = _report_format(fmt, output)
+    cfg = load_config(paths, config)                 # precedence: CLI > config > defaults
+    policy = fail_policy(fail_on, cfg, "diagnose")
+    redact = _redacting(no_redact, [*cfg.redact_patterns, *(redact_pattern or [])])
+    run = _open_run(paths, gpu_map=gpu_map or cfg.gpu_map or None)
+    extra = [*cfg.rule_dirs, *(rules or [])]
+    rule_dirs = [builtin_rules_dir(), *map(Path, extra)] if extra else None
+    # a config file is passed on only when there is one: without it the defaults apply unchanged
+    report = (run_diagnose(run, rule_dirs=rule_dirs, config=cfg) if cfg.source is not None
+              else run_diagnose(run, rule_dirs=rule_dirs))
+    report.config = cfg.to_json()
+    tty = output is None and sys.stdout.isatty()
+    if fmt is ReportFormat.junit:
+        from .report.junit import diagnosis_junit
+
+        text = diagnosis_junit(report, policy, rule_dirs=rule_dirs, config=cfg, redact=redact)
+    else:
+        text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=redact,
+                      color=output is None and fmt is ReportFormat.text and styled(out), run=run)
+    _write(output, text)
+    if summary:
+        from .report.summary import append_summary, render_summary
+
+        append_summary(summary, render_summary(report, policy, redact=redact))
+    if policy is not None and any(policy.trips(f) for f in report.findings):
         raise typer.Exit(3)
 
 
@@ -259,7 +301,9 @@ def rules_check(
         render_rule_errors(errors, out)
         raise typer.Exit(1)
     rules = load_rules(paths)
-    print(f"ok: {len(rules)} rules, {sum(len(r.examples) for r in rules)} examples pass")
+    from .report.model import KINDS
+
+    print(f"ok: {len(rules)} rules, {sum(len(r.examples) for r in rules)} examples pass; a next step for each of {len(KINDS)} kinds")
 
 
 # --- post-mortem queries: events, ranks, timeline, last-10s, sql (forensics.timeline/query) ---
@@ -421,18 +465,17 @@ def sql(
 class LintFormat(str, Enum):
     text = "text"
     json = "json"
-
-
-class LintFail(str, Enum):
-    WARN = "WARN"
-    FAIL = "FAIL"
+    junit = "junit"
 
 
 @app.command()
 def lint(
     paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
-    fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="text or json"),
-    fail_on: Optional[LintFail] = typer.Option(None, "--fail-on", case_sensitive=False, metavar="LEVEL", help="Exit 3 when a check is at least WARN or FAIL (for CI)."),
+    fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="text, json or junit (CI test report)"),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("lint"), metavar="LEVEL[:CHECK,...]",
+                                          help="Exit 3 when a check is at least WARN or FAIL (CI): LEVEL or LEVEL:CHECK,CHECK (-CHECK leaves one out)."),
+    summary: Optional[str] = typer.Option(None, "--summary", metavar="FILE", help=_SUMMARY_HELP),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help=_CONFIG_HELP),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
@@ -440,16 +483,27 @@ def lint(
     from .lint import lint as run_lint
     from .render.lint import render_lint, render_lint_json
 
+    from .config import fail_policy, load_config
     from .report.redact import redact_obj
 
-    redact = _redacting(no_redact, redact_pattern)
-    result = run_lint(_open_run(paths))
+    cfg = load_config(paths, config)
+    redact = _redacting(no_redact, [*cfg.redact_patterns, *(redact_pattern or [])])
+    result = run_lint(_open_run(paths, gpu_map=cfg.gpu_map or None))
     result = redact_obj(result) if redact else result
+    policy = fail_policy(fail_on, cfg, "lint", names=[c.id for c in result.checks])
     if fmt is LintFormat.json:
         sys.stdout.write(render_lint_json(result))
+    elif fmt is LintFormat.junit:
+        from .report.junit import lint_junit
+
+        sys.stdout.write(lint_junit(result, policy))
     else:
         render_lint(result, _table_console())
-    if fail_on is not None and result.trips(fail_on.value):
+    if summary:
+        from .report.summary import append_summary, render_lint_summary
+
+        append_summary(summary, render_lint_summary(result, policy))
+    if policy is not None and any(policy.trips_check(c.id, c.status) for c in result.checks):
         raise typer.Exit(3)
 
 

@@ -44,3 +44,4 @@ OTHER_RUN = "F212"         # --append of logs that look like another run (overri
 BAD_ARGUMENT = "F300"      # a value given on the command line cannot be understood
 BAD_RULE = "F400"          # a rule file is malformed
 BAD_QUERY = "F500"         # SQL or filter expression rejected
+BAD_CONFIG = "F600"        # forensics.toml / [tool.forensics] cannot be used

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import polars as pl
 
@@ -37,9 +37,10 @@ from . import (
     utilization,
 )
 from .context import Context
-from .evidence import iso, num
+from .evidence import iso, num, pass_id
 
 if TYPE_CHECKING:
+    from ..config import Config
     from ..store import Run
 
 Pass = Callable[[Context], list[Finding]]
@@ -71,14 +72,32 @@ def pass_name(p: Pass) -> str:
     return p.__module__.rsplit(".", 1)[-1]
 
 
-def _rule_findings(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] | None) -> list[Finding]:
-    """Findings of the rule files (forensics.rules), when the rule engine is installed."""
+def _rule_set(rule_dirs: Sequence[str | os.PathLike[str]] | None, config: "Config | None") -> list[Any]:
+    """The rule files (forensics.rules) when the rule engine is installed; with a config, its
+    overrides applied and its disabled rules left out."""
     try:
-        from ..rules import evaluate, load_rules
+        from ..rules import load_rules
     except ImportError:
         return []
-    rules = load_rules(list(rule_dirs) if rule_dirs else None)
-    return list(evaluate(ctx.events, rules))
+    if config is None:
+        return load_rules(list(rule_dirs) if rule_dirs else None)
+    from ..config import check_names
+
+    rules = load_rules(list(rule_dirs) if rule_dirs else None, overrides=config.overrides, override_source=config.source)
+    check_names(config, [r.id for r in rules], [pass_id(pass_name(p)) for p in PASSES])
+    return [r for r in rules if r.id not in set(config.disabled)]
+
+
+def _next_steps(ctx: Context, root: Any, findings: list[Finding], rules: list[Any],
+                rule_dirs: Sequence[str | os.PathLike[str]] | None) -> None:
+    """`next` on every finding and the root cause (rules/next_steps.toml, or a rule's own `next`)."""
+    try:
+        from ..rules import load_next_steps
+        from ..rules.next_steps import attach_next
+    except ImportError:
+        return
+    attach_next(findings, root, ctx.events, load_next_steps([Path(d) for d in rule_dirs or []]),
+                {r.id: r.next for r in rules if getattr(r, "next", None)})
 
 
 def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
@@ -132,22 +151,32 @@ def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: 
 
 
 def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] | None = None,
-                     passes: Sequence[Pass] | None = None) -> Report:
-    """The report for a Context (tests and notebooks build one from in-memory events)."""
+                     passes: Sequence[Pass] | None = None, config: "Config | None" = None) -> Report:
+    """The report for a Context (tests and notebooks build one from in-memory events). `config`
+    (forensics.config) disables rules / passes and overrides rule levels and thresholds."""
     found: list[Finding] = []
+    rules = _rule_set(rule_dirs, config)
+    off = set(config.disabled) if config is not None else set()
     for p in passes if passes is not None else PASSES:
-        found.extend(p(ctx))
-    found.extend(_rule_findings(ctx, rule_dirs))
+        if pass_id(pass_name(p)) not in off:
+            found.extend(p(ctx))
+    if rules:
+        from ..rules import evaluate
+
+        found.extend(evaluate(ctx.events, rules))
     root, ordered = rootcause.assign(found, ctx.ranks)
+    _next_steps(ctx, root, ordered, rules, rule_dirs)
     per_rank, hosts = _per_rank(ctx)
     info = _run_info(ctx, per_rank, hosts, ordered)
     rows = [{k: (iso(v) if hasattr(v, "isoformat") else num(v) if isinstance(v, float) else v) for k, v in r.items()}
             for r in per_rank.iter_rows(named=True)]
-    return Report(run=info, root_cause=root, findings=ordered, per_rank=rows)
+    return Report(run=info, root_cause=root, findings=ordered, per_rank=rows,
+                  config=config.to_json() if config is not None else None)
 
 
 def diagnose(run: Run | str | os.PathLike[str] | Sequence[str],
-             rule_dirs: Sequence[str | os.PathLike[str]] | None = None, gpu_map: list[str] | None = None) -> Report:
+             rule_dirs: Sequence[str | os.PathLike[str]] | None = None, gpu_map: list[str] | None = None,
+             config: "Config | None" = None) -> Report:
     """Diagnose a run: a `Run` (opened store), a store path, or raw log paths (ingested once into
     the cache, see forensics.run.open_run; `gpu_map` as `ingest --gpu-map`)."""
     from ..store import Run
@@ -156,7 +185,7 @@ def diagnose(run: Run | str | os.PathLike[str] | Sequence[str],
         from ..run import open_run
 
         run = open_run([str(p) for p in run] if isinstance(run, (list, tuple)) else str(Path(run)), gpu_map=gpu_map)
-    return diagnose_context(Context.from_run(run), rule_dirs)
+    return diagnose_context(Context.from_run(run), rule_dirs, config=config)
 
 
 __all__ = ["diagnose", "diagnose_context", "PASSES", "Context", "pass_name"]

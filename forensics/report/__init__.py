@@ -16,20 +16,24 @@ from .model import ChainLink, Evidence, Finding, Report, RootCause, RunInfo
 if TYPE_CHECKING:
     from ..store import Run
 
-FORMATS = ("text", "md", "json", "html")
+FORMATS = ("text", "md", "json", "html", "junit")
 
 __all__ = ["FORMATS", "render", "build_report", "Report", "Finding", "Evidence", "RootCause", "ChainLink", "RunInfo"]
 
 
 def render(report: Report, fmt: str, *, width: int = 100, redact: bool = True, color: bool = False,
            run: "Run | None" = None) -> str:
-    """The report as text|md|json|html. `redact` masks secrets found in log text (keys, tokens, passwords);
+    """The report as text|md|json|html|junit (the built-in rules as its cases). `redact` masks secrets found in log text (keys, tokens, passwords);
     `color` adds ANSI styles to the text format (for a terminal, never for files or golden tests);
     `run` gives the html format the events its plots are drawn from (without it: no plots)."""
     if fmt == "html":
         from .html import render_html
 
         return render_html(report, run, redact=redact)
+    if fmt == "junit":
+        from .junit import diagnosis_junit
+
+        return diagnosis_junit(report, redact=redact)
     if fmt == "json":
         from .jsonout import render_json
 

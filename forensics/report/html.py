@@ -164,6 +164,7 @@ svg.colorbar{margin-top:2px}
 .lg{display:inline-flex;align-items:center;gap:5px}
 .sw{display:inline-block;width:16px;height:3px} .sw.band{height:10px;opacity:.35} .sw.dash{height:0;border-top:2px dashed}
 .note{color:var(--muted);font-size:12.5px;margin:2px 0}
+.next{font-size:13px;margin:6px 0 0}
 .strip td{padding:0 6px} .strip svg{margin:0}
 #tip{position:fixed;display:none;pointer-events:none;background:#1d2430;color:#fff;font-size:12px;padding:3px 7px;border-radius:4px;z-index:9}
 footer{margin-top:30px;color:var(--muted);font-size:12px}
@@ -205,7 +206,9 @@ def render_html(report: Report, run: "Run | None" = None, *, redact: bool = True
         f'<section class="verdict {cls}" id="verdict"><h1>{esc(o.verdict)}</h1>'
         + (f'<p class="summary">{esc(o.summary)}</p>' if o.summary else "")
         + (f'<p class="note">Why this rank: {esc(basis_phrase(report.root_cause.basis, report.root_cause.basis_weak))}.</p>'
-           if report.root_cause is not None and report.root_cause.basis else "") + "</section>",
+           if report.root_cause is not None and report.root_cause.basis else "")
+        + (f'<p class="next"><b>Next:</b> {esc(report.root_cause.next)}</p>' if report.root_cause and report.root_cause.next else "")
+        + "</section>",
     ]
     parts.append(_chain(report, o, paths))
     parts.append(_findings(report, o, paths))
@@ -294,7 +297,8 @@ def _finding_card(report: Report, f: Finding, paths: _PathNames, note: str = "")
     return (f'<div class="finding" id="f{i}"><div class="head"><span class="sev {esc(f.severity)}">{esc(f.severity)}</span>'
             f"{_layer(f.layer)}<b>{esc(kind_label(f.kind))}</b><span class=\"kind\">{esc(f.kind)} · {esc(ranks)}{when} · "
             f"{esc(f.rule)}</span></div><div>{esc(f.title)}</div>"
-            + (f'<div class="note">{esc(note)}</div>' if note else "") + f"<div>{ev}</div></div>")
+            + (f'<div class="note">{esc(note)}</div>' if note else "")
+            + (f'<div class="next">next: {esc(f.next)}</div>' if f.next else "") + f"<div>{ev}</div></div>")
 
 
 def _findings(report: Report, o: Any, paths: _PathNames) -> str:

@@ -36,6 +36,8 @@ def _finding(f: Finding) -> list[str]:
     out = [f"- **{f.severity}** · {f.layer} · `{f.kind}` · rule `{f.rule}`" + (f" · {phrase}" if phrase else "")
            + f" — {f.title}"]
     out += [f"  - {_evidence(e)}" for e in f.lines[:EVIDENCE_PER_CLAIM]]
+    if f.next:
+        out.append(f"  - next: {f.next}")
     return out
 
 
@@ -57,6 +59,8 @@ def render_markdown(report: Report) -> str:
         md.append("")
     elif o.root is not None:
         md += ["## Root finding", "", *_finding(o.root), ""]
+    if report.root_cause is not None and report.root_cause.next:
+        md += ["## Next", "", report.root_cause.next, ""]
     if o.explained:
         md += ["## Explained by the root cause", ""]
         for x in o.explained:

@@ -97,6 +97,7 @@ class Finding:
     basis: str | None = None           # one of BASES: how `ranks` was established (None: no rank named)
     basis_weak: bool = False           # the basis is thin (one peer names it, a small margin)
     local_ranks: list[dict[str, Any]] = field(default_factory=list)  # [{"host", "local_rank"}] when no global rank is known
+    next: str | None = None                                  # what to do next (rules/next_steps.toml)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -124,6 +125,7 @@ class RootCause:
     basis: str | None = None           # the root finding's basis (see Finding.basis)
     basis_weak: bool = False
     local_ranks: list[dict[str, Any]] = field(default_factory=list)
+    next: str | None = None            # what to do next, filled from the finding
 
 
 @dataclass
@@ -144,8 +146,10 @@ class Report:
     root_cause: RootCause | None
     findings: list[Finding]
     per_rank: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] | None = None   # the effective config (forensics.config), when one applied
 
     def to_json(self) -> dict[str, Any]:
+        extra = {} if self.config is None else {"config": self.config}
         return {
             "run": asdict(self.run),
             "root_cause": None if self.root_cause is None else {
@@ -158,4 +162,5 @@ class Report:
             },
             "findings": [f.to_json() for f in self.findings],
             "per_rank": self.per_rank,
+            **extra,
         }

@@ -184,11 +184,13 @@ def redact_report(report: Report) -> Report:
     r = copy.deepcopy(report)
     for f in r.findings:
         f.title = redact_text(f.title)
+        f.next = redact_text(f.next) if f.next else f.next
         f.evidence = _walk(f.evidence)
         for e in f.lines:
             e.text = redact_text(e.text) if e.text else e.text
     if r.root_cause is not None:
         r.root_cause.summary = redact_text(r.root_cause.summary)
+        r.root_cause.next = redact_text(r.root_cause.next) if r.root_cause.next else r.root_cause.next
         for c in r.root_cause.chain:
             c.finding = redact_text(c.finding)
             for e in c.lines:

@@ -62,6 +62,8 @@ def _add_finding(t: Table, f: Finding) -> None:
     t.add_row(Text(f.severity, style={"ERROR": "bold red", "WARN": "yellow"}.get(f.severity, "")), head)
     for e in f.lines[:EVIDENCE_PER_CLAIM]:
         t.add_row("", _evidence(e))
+    if f.next:
+        t.add_row("", Text(f"next: {f.next}", style="dim"))
 
 
 def _column_groups(columns: list[str], rows: list[list[str]], width: int, key: int | None) -> list[list[int]]:
@@ -140,6 +142,11 @@ def render_text(report: Report, *, width: int = 100, color: bool = False) -> str
         t = _grid(5)
         _add_finding(t, o.root)
         con.print(t)
+    if report.root_cause is not None and report.root_cause.next:
+        con.print()
+        nxt = _grid(5)
+        nxt.add_row(Text("Next", style="bold"), Text(report.root_cause.next))
+        con.print(nxt)
     if o.explained:
         con.print()
         con.print(Text("Explained by the root cause", style="bold"))

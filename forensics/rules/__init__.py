@@ -15,6 +15,8 @@ A rule file, in full (fixed metadata first, in this order):
     description = "..."
     references = ["seed 000 §4.2: GPU 利用率 < 60% 持续 5min"]
     falsepositives = ["evaluation or checkpoint phases"]
+    next = "Find what starves {gpu} on {host}."   # optional: what to do next, when more specific than
+                                             # the kind's sentence in rules/next_steps.toml
 
     [params]                                 # named numbers, usable in `expr`
     min_util = 60
@@ -54,11 +56,12 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import BAD_RULE, ForensicsError
-from ..report.model import Finding
+from ..report.model import KINDS, Finding
 from .compile import evaluate as _evaluate
-from .spec import Rule, RuleError, parse_rule
+from .spec import NEXT_STEPS_FILE, Rule, RuleError, parse_next_steps, parse_rule
 
-__all__ = ["Rule", "RuleError", "builtin_rules_dir", "display_path", "load_rules", "check_rules", "evaluate", "rule_files"]
+__all__ = ["Rule", "RuleError", "builtin_rules_dir", "display_path", "load_rules", "check_rules", "evaluate", "rule_files",
+           "load_next_steps"]
 
 _PACKAGED = Path(__file__).parent / "builtin"
 
@@ -97,15 +100,18 @@ def rule_files(dirs: list[Path]) -> tuple[list[Path], list[RuleError]]:
         elif not d.is_dir():
             errors.append(RuleError(display_path(d), "", "no such rule folder"))
         else:
-            found = sorted(d.rglob("*.toml"))
+            # next_steps.toml beside the rules is data of another shape (kind = sentence)
+            found = sorted(f for f in d.rglob("*.toml") if f.name != NEXT_STEPS_FILE)
             if not found:
                 errors.append(RuleError(display_path(d), "", "folder holds no *.toml rule files"))
             files.extend(found)
     return files, errors
 
 
-def _load(dirs: list[Path]) -> tuple[list[Rule], list[Rule], list[RuleError]]:
-    """Parse every file: (the rule set, every rule parsed, every error).
+def _load(dirs: list[Path], overrides: dict[str, dict] | None = None,
+          override_source: str | None = None) -> tuple[list[Rule], list[Rule], list[RuleError]]:
+    """Parse every file: (the rule set, every rule parsed, every error). `overrides` (rule id ->
+    level/params/value/sustain, from a config file) are applied to the file before validation.
 
     A later folder's rule replaces an earlier one with the same id (tuning a shipped threshold =
     copying its file into your folder); two files with one id in the same folder are an error.
@@ -115,7 +121,8 @@ def _load(dirs: list[Path]) -> tuple[list[Rule], list[Rule], list[RuleError]]:
     parsed: list[Rule] = []
     files, errors = rule_files(dirs)
     for f in files:
-        rule, errs = parse_rule(f, display_path(f))
+        ov = (overrides or {}).get(f.stem)
+        rule, errs = parse_rule(f, display_path(f), ov, override_source)
         errors.extend(errs)
         if rule is None:
             continue
@@ -130,11 +137,13 @@ def _load(dirs: list[Path]) -> tuple[list[Rule], list[Rule], list[RuleError]]:
     return list(chosen.values()), parsed, errors
 
 
-def load_rules(dirs: list[Path] | None = None) -> list[Rule]:
+def load_rules(dirs: list[Path] | None = None, overrides: dict[str, dict] | None = None,
+               override_source: str | None = None) -> list[Rule]:
     """The rules in `dirs` (default: the built-in rules). Raises ForensicsError listing every
-    error when any file is malformed: a diagnosis never runs on half a rule set."""
+    error when any file is malformed: a diagnosis never runs on half a rule set. `overrides`
+    come from a config file (forensics.config), `override_source` names it in errors."""
     dirs = [builtin_rules_dir()] if dirs is None else [Path(d) for d in dirs]
-    rules, _, errors = _load(dirs)
+    rules, _, errors = _load(dirs, overrides, override_source)
     if errors:
         shown = "\n    ".join(str(e) for e in errors[:20])
         more = f"\n    ... and {len(errors) - 20} more" if len(errors) > 20 else ""
@@ -156,7 +165,39 @@ def check_rules(dirs: list[Path] | None = None) -> list[RuleError]:
     _, parsed, errors = _load(dirs)
     for rule in parsed:
         errors.extend(run_examples(rule, display_path(rule.path)))
+    steps, step_errors = _next_steps([builtin_rules_dir(), *dirs])
+    errors.extend(step_errors)
+    missing = [k for k in KINDS if k not in steps]
+    if missing:
+        where = display_path(Path(builtin_rules_dir()) / NEXT_STEPS_FILE)
+        errors.extend(RuleError(where, k, "no next step for this kind (every kind of the vocabulary needs one)") for k in missing)
     return errors
+
+
+def _next_steps(dirs: list[Path]) -> tuple[dict[str, str], list[RuleError]]:
+    """kind -> next-step sentence from each folder's next_steps.toml; a later folder's wins."""
+    steps: dict[str, str] = {}
+    errors: list[RuleError] = []
+    seen: set[Path] = set()
+    for d in dirs:
+        f = Path(d) / NEXT_STEPS_FILE if Path(d).is_dir() else None
+        if f is None or not f.is_file() or f.resolve() in seen:
+            continue
+        seen.add(f.resolve())
+        got, errs = parse_next_steps(f, display_path(f))
+        steps.update(got)
+        errors.extend(errs)
+    return steps, errors
+
+
+def load_next_steps(dirs: list[Path] | None = None) -> dict[str, str]:
+    """kind -> next step (built-in rules folder first, then `dirs`); ForensicsError when malformed."""
+    steps, errors = _next_steps([builtin_rules_dir(), *[Path(d) for d in dirs or []]])
+    if errors:
+        raise ForensicsError(f"{len(errors)} error{'s' if len(errors) != 1 else ''} in next-step files",
+                             where=errors[0].file, reason="\n    " + "\n    ".join(map(str, errors[:20])),
+                             help="list them all with: forensics rules check", code=BAD_RULE)
+    return steps
 
 
 def evaluate(events: pl.LazyFrame, rules: list[Rule]) -> list[Finding]:

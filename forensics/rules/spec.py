@@ -27,7 +27,11 @@ from . import expr as X
 # Fixed metadata, in this order, first in every file (the Sigma convention: a reader finds the
 # same thing in the same place in every rule).
 METADATA = ("id", "title", "level", "layer", "kind", "description", "references", "falsepositives")
-SECTIONS = ("ranks_are", "params", "match", "threshold", "join", "examples")
+SECTIONS = ("next", "ranks_are", "params", "match", "threshold", "join", "examples")
+# What to do next (optional in a rule file; rules/next_steps.toml holds one per kind): one
+# sentence, with {placeholders} filled from the finding by forensics.rules.next_steps.
+NEXT_PLACEHOLDERS = ("rank", "ranks", "rank_id", "host", "gpu", "path", "collective", "seq", "step", "pid", "where")
+NEXT_STEPS_FILE = "next_steps.toml"
 # Whether the ranks a rule matches are the ones at fault (a hot GPU, an OOM), or only where a
 # symptom shows (every rank blocked in a hung collective times out): then they are victims.
 RANKS_ARE = ("at_fault", "affected")
@@ -171,6 +175,7 @@ class Rule:
     examples: tuple[Example, ...] = ()
     path: Path = Path("?")
     ranks_are: str = "at_fault"
+    next: str | None = None         # what to do next, when more specific than the kind's
 
 
 # --- columns ----------------------------------------------------------------------------------
@@ -641,8 +646,85 @@ class _Parser:
         return rows if ok else None
 
 
-def parse_rule(path: Path, display: str | None = None) -> tuple[Rule | None, list[RuleError]]:
-    """Read and validate one rule file. Returns the rule (None if unusable) and every error."""
+def next_step_error(text: Any) -> str | None:
+    """Why `text` is not a usable next step (None when it is): one sentence on one line, and
+    only the placeholders forensics.rules.next_steps knows how to fill."""
+    import string
+
+    if not isinstance(text, str) or not text.strip():
+        return "must be a non-empty string: one sentence saying what to do next"
+    if "\n" in text.strip():
+        return "must be one sentence on one line"
+    try:
+        names = [f for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
+    except ValueError as e:
+        return f"cannot read its {{placeholders}}: {e} (write a literal brace as {{{{ or }}}})"
+    for n in names:
+        if n not in NEXT_PLACEHOLDERS:
+            return f"unknown placeholder {{{n}}} (allowed: {', '.join('{' + x + '}' for x in NEXT_PLACEHOLDERS)})"
+    return None
+
+
+def parse_next_steps(path: Path, display: str | None = None) -> tuple[dict[str, str], list[RuleError]]:
+    """rules/next_steps.toml: `kind = "one sentence"` per kind of the vocabulary."""
+    file = display or str(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        return {}, [RuleError(file, "", f"cannot read: {e}")]
+    except tomllib.TOMLDecodeError as e:
+        return {}, [RuleError(file, "", f"not valid TOML: {e}")]
+    out: dict[str, str] = {}
+    errors: list[RuleError] = []
+    for kind, text in doc.items():
+        if kind not in KINDS:
+            errors.append(RuleError(file, kind, f"{kind!r} is not a kind of the vocabulary (forensics/report/model.py KINDS)"))
+        elif why := next_step_error(text):
+            errors.append(RuleError(file, kind, why))
+        else:
+            out[kind] = text.strip()
+    return out, errors
+
+
+def apply_overrides(doc: dict[str, Any], rid: str, ov: dict[str, Any], source: str | None) -> dict[str, Any]:
+    """A rule file's TOML with a config's overrides (level, params, value, sustain) applied, before
+    it is validated and compiled. An override that names what the rule does not have is a
+    ForensicsError naming the config file and key (a typo must not silently do nothing)."""
+    import copy
+
+    from ..errors import BAD_CONFIG, ForensicsError
+
+    def bad(key: str, reason: str) -> ForensicsError:
+        return ForensicsError(f"bad config: rules.{rid}.{key}", where=source, reason=reason, code=BAD_CONFIG,
+                              help=f"see the rule: forensics rules list -v (rule {rid})")
+
+    doc = copy.deepcopy(doc)
+    if "level" in ov:
+        doc["level"] = ov["level"]
+    if "params" in ov:
+        have = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+        for name, v in ov["params"].items():
+            if name not in have:
+                raise bad(f"params.{name}", f"rule {rid} has no parameter {name!r}"
+                          + (f" (it has: {', '.join(have)})" if have else " (it has none)"))
+            have[name] = v
+    clause = doc.get("threshold") if isinstance(doc.get("threshold"), dict) else doc.get("match")
+    if "value" in ov:
+        if not isinstance(doc.get("threshold"), dict) or "value" not in doc["threshold"]:
+            raise bad("value", f"rule {rid} has no [threshold] value to replace"
+                      + (" (its threshold is an expr: override its params instead)" if isinstance(doc.get("threshold"), dict) else ""))
+        doc["threshold"]["value"] = ov["value"]
+    if "sustain" in ov:
+        if not isinstance(clause, dict) or "sustain" not in clause:
+            raise bad("sustain", f"rule {rid} has no sustain window to replace")
+        clause["sustain"] = ov["sustain"]
+    return doc
+
+
+def parse_rule(path: Path, display: str | None = None, overrides: dict[str, Any] | None = None,
+               override_source: str | None = None) -> tuple[Rule | None, list[RuleError]]:
+    """Read and validate one rule file. Returns the rule (None if unusable) and every error.
+    `overrides` (from a config file) replace its level, params, threshold value or sustain first."""
     p = _Parser(path, display or str(path))
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -652,6 +734,8 @@ def parse_rule(path: Path, display: str | None = None) -> tuple[Rule | None, lis
     except tomllib.TOMLDecodeError as e:
         p.err("", f"not valid TOML: {e}")
         return None, p.errors
+    if overrides:
+        doc = apply_overrides(doc, str(doc.get("id", path.stem)), overrides, override_source)
     meta = p.metadata(doc)
     p.params = p.parse_params(doc.get("params"))
     has_m, has_t = "match" in doc, "threshold" in doc
@@ -670,6 +754,9 @@ def parse_rule(path: Path, display: str | None = None) -> tuple[Rule | None, lis
             if c is not None:
                 joins.append(c)
     examples = p.examples(doc.get("examples"))
+    nxt = doc.get("next")
+    if "next" in doc and (why := next_step_error(nxt)):
+        p.err("next", why)
     ranks_are = doc.get("ranks_are", "at_fault")
     if ranks_are not in RANKS_ARE:
         p.err("ranks_are", f"{ranks_are!r} is not one of {', '.join(RANKS_ARE)}")
@@ -679,4 +766,5 @@ def parse_rule(path: Path, display: str | None = None) -> tuple[Rule | None, lis
         id=meta["id"], title=meta["title"], level=meta["level"], layer=meta["layer"], kind=meta["kind"],
         description=meta["description"], references=meta["references"], falsepositives=meta["falsepositives"],
         clause=clause, joins=tuple(joins), params=p.params, examples=examples, path=path, ranks_are=ranks_are,
+        next=nxt.strip() if isinstance(nxt, str) else None,
     ), p.errors
