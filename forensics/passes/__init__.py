@@ -20,6 +20,7 @@ from . import (
     bandwidth,
     clock_skew,
     comm_bound,
+    cost,
     data_load_skew,
     failures,
     grad_norm,
@@ -136,7 +137,10 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
     for p in passes if passes is not None else PASSES:
         found.extend(p(ctx))
     found.extend(_rule_findings(ctx, rule_dirs))
+    cost.attach_costs(found, ctx)   # before ordering: within a severity, costlier findings first
     root, ordered = rootcause.assign(found, ctx.ranks)
+    if root is not None and root.finding is not None:
+        root.cost = ordered[root.finding].cost
     per_rank, hosts = _per_rank(ctx)
     info = _run_info(ctx, per_rank, hosts, ordered)
     rows = [{k: (iso(v) if hasattr(v, "isoformat") else num(v) if isinstance(v, float) else v) for k, v in r.items()}

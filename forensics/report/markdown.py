@@ -5,7 +5,7 @@ it lays out `outline()`.
 """
 from __future__ import annotations
 
-from .fmt import clock
+from .fmt import clock, cost_text
 from .model import Evidence, Finding, Report
 from .outline import outline
 
@@ -32,7 +32,8 @@ def _evidence(e: Evidence) -> str:
 
 
 def _finding(f: Finding) -> list[str]:
-    out = [f"- **{f.severity}** · {f.layer} · `{f.kind}` · rule `{f.rule}` — {f.title}"]
+    out = [f"- **{f.severity}** · {f.layer} · `{f.kind}` · rule `{f.rule}` — {f.title}"
+           + (f" _({cost_text(f.cost, short=True)})_" if f.cost else "")]
     out += [f"  - {_evidence(e)}" for e in f.lines[:EVIDENCE_PER_CLAIM]]
     return out
 

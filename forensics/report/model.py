@@ -50,6 +50,9 @@ class Finding:
     last_seen: str | None = None
     victims: list[int] = field(default_factory=list)         # ranks that suffered from it
     explains: list[int] = field(default_factory=list)        # indexes of findings this one explains
+    # slowdowns: what the fault cost, {"seconds", "share", "gpu_hours", "steps", "method"}
+    # (passes/cost.py: the what-if replay); None for other kinds or when the logs cannot price it
+    cost: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,6 +77,7 @@ class RootCause:
     summary: str
     chain: list[ChainLink] = field(default_factory=list)
     finding: int | None = None         # index into Report.findings
+    cost: dict[str, Any] | None = None  # the root finding's cost (Finding.cost)
 
 
 @dataclass

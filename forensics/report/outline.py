@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fmt import clock, duration, is_iso, kind_label, num, rank_phrase, seconds_between
+from .fmt import clock, cost_text, duration, is_iso, kind_label, num, rank_phrase, seconds_between
 from .model import LAYERS, SEVERITIES, ChainLink, Finding, Report
 
 
@@ -127,9 +127,10 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def _severity_key(f: Finding) -> tuple[int, str, str]:
+def _severity_key(f: Finding) -> tuple[int, float, str, str]:
+    # within a severity the costliest first (passes/cost.py); findings without a cost keep time order
     sev = SEVERITIES.index(f.severity) if f.severity in SEVERITIES else 0
-    return (-sev, f.first_seen or "", f.rule)
+    return (-sev, -float((f.cost or {}).get("seconds") or 0.0), f.first_seen or "", f.rule)
 
 
 def outline(report: Report) -> Outline:
@@ -155,7 +156,8 @@ def outline(report: Report) -> Outline:
     others = sorted((f for i, f in enumerate(report.findings) if i not in cover), key=_severity_key)
     summary: str | None = None
     if rc is not None:
-        verdict = f"Root cause: {kind_label(rc.kind)} on {rank_phrase(rc.ranks) if rc.ranks else 'no single rank'} ({rc.layer} layer)."
+        verdict = f"Root cause: {kind_label(rc.kind)} on {rank_phrase(rc.ranks) if rc.ranks else 'no single rank'} ({rc.layer} layer)"
+        verdict += f"; {cost_text(rc.cost)}." if rc.cost else "."
         # the JSON summary is self-contained ("X on rank N (layer): ..."); the verdict line above
         # already says the first half, so the text shows only what follows it
         summary = rc.summary.split(f"({rc.layer} layer): ", 1)[-1]

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .fmt import clock
+from .fmt import clock, cost_text
 from .model import Evidence, Finding, Report
 from .outline import outline
 
@@ -57,6 +57,8 @@ def _add_finding(t: Table, f: Finding) -> None:
     head = Text()
     head.append(f"{f.layer} · {f.kind} · ", style="dim")
     head.append(f.title)
+    if f.cost:
+        head.append(f"  ({cost_text(f.cost, short=True)})", style="dim")
     t.add_row(Text(f.severity, style={"ERROR": "bold red", "WARN": "yellow"}.get(f.severity, "")), head)
     for e in f.lines[:EVIDENCE_PER_CLAIM]:
         t.add_row("", _evidence(e))
