@@ -2,7 +2,8 @@
 
 For the compare and cost tests: `inject_slowdown(src, dst, rank=2, phase="compute", pct=0.25,
 from_step=20)` copies the seed-schema JSON lines of `src` to `dst` and makes `rank`'s compute
-(or data loading) `pct` longer in every step from `from_step` on, consistently with synchronous
+(or data loading) `pct` longer in every step from `from_step` on (up to `until_step`, inclusive,
+when given), consistently with synchronous
 data parallelism:
 
 - the rank arrives at the all-reduce D = pct x its phase time later; the collective ends when the
@@ -52,7 +53,7 @@ def _set(rec: dict, key: str, value: float) -> None:
 
 
 def inject_slowdown(src: Path, dst: Path, *, rank: int, phase: str = "compute", pct: float = 0.25,
-                    from_step: int = 0) -> dict:
+                    from_step: int = 0, until_step: int | None = None) -> dict:
     assert phase in ("compute", "data")
     if dst.exists():
         shutil.rmtree(dst)
@@ -94,7 +95,7 @@ def inject_slowdown(src: Path, dst: Path, *, rank: int, phase: str = "compute", 
     delay: dict[int, float] = {}   # D_s (ms) for the slowed rank
     extra: dict[int, float] = {}   # E_s (ms) for every rank
     for s in steps:
-        if s < from_step or (rank, s) not in arrive:
+        if s < from_step or (until_step is not None and s > until_step) or (rank, s) not in arrive:
             delay[s] = extra[s] = 0.0
             continue
         if phase == "data":
