@@ -8,7 +8,7 @@ Two runs of the same job are generated with bench/_gen.py (seeds 0 and 1; the ba
 data-starved rank is 12, the candidate's 20) and ingested once each into a store. Ingest is NOT
 timed here (bench/ingest.py measures it): every figure below starts from the two stores.
 
-Timed, each in its own process (wall, CPU of the process tree, peak RSS sampled every 20 ms):
+Timed, each in its own process (bench/_measure.py: wall, CPU seconds, peak RSS of the process):
 - `forensics compare A B --format json --no-findings`: the run-level and per-rank deltas after
   warmup, loss at matched steps (what the plain queries compute, and more);
 - `forensics compare A B --format json`: the same plus both diagnoses (new/resolved findings);
@@ -23,16 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _measure  # noqa: E402
 
 DUCKDB = r"""
 import sys, json, duckdb
@@ -99,34 +98,15 @@ print(json.dumps({k: {"baseline": b[k], "candidate": c[k], "delta": None if b[k]
 """
 
 
-def measure(cmd: list[str]) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc = psutil.Process(p.pid)
-    peak = 0
-    while p.poll() is None:
-        try:
-            peak = max(peak, proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True)))
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out, errs = p.communicate()
-    if p.returncode not in (0, 3):   # 3: the comparison tripped a threshold, as expected here
-        raise SystemExit(f"{cmd[:4]} failed ({p.returncode}):\n{errs[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": wall, "cpu": cpu, "rss_mib": peak / 2**20, "out": out}
-
-
 def _store(data: Path, name: str, seed: int, straggler: int, ranks: int, gb: float) -> tuple[Path, int]:
-    sys.path.insert(0, str(HERE))
     import _gen  # noqa: PLC0415
 
     logs, store = data / f"cmp-{name}-{ranks}r-{gb}gb", data / f"cmp-{name}-{ranks}r-{gb}gb.forensics"
     if not logs.is_dir():
-        _gen.generate(logs, ranks=ranks, hosts=max(1, ranks // 8), gb=gb, seed=seed, straggler=straggler)
+        part = logs.with_name(logs.name + ".part")   # a killed generation is never taken for a run
+        shutil.rmtree(part, ignore_errors=True)
+        _gen.generate(part, ranks=ranks, hosts=max(1, ranks // 8), gb=gb, seed=seed, straggler=straggler)
+        part.rename(logs)
     size = sum(f.stat().st_size for f in logs.rglob("*.jsonl"))
     if not (store / "manifest.json").is_file():
         t = time.perf_counter()
@@ -160,7 +140,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     for rep in range(args.reps):
         for name, cmd in tools.items():   # interleaved: machine noise hits every tool alike
-            r = measure(cmd)
+            m, out = _measure.command(cmd)
+            r = {"wall": m.wall, "cpu": m.cpu, "rss_mib": m.rss_mb, "out": out.decode()}
             runs[name].append(r)
             print(f"  rep {rep + 1} {name:40s} {r['wall']:7.2f} s  cpu {r['cpu']:7.1f} s  peak {r['rss_mib']:6.0f} MiB", flush=True)
     ours = json.loads(runs["forensics compare --no-findings"][-1]["out"])

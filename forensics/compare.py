@@ -35,6 +35,7 @@ import polars as pl
 from .errors import BAD_ARGUMENT, ForensicsError
 
 if TYPE_CHECKING:
+    from .report.junit import JUnitCase
     from .report.model import Finding, Report
     from .store import Run
 
@@ -541,7 +542,7 @@ def _finding_line(f: dict[str, Any]) -> str:
     return f"{f['severity']} {kind_label(f['kind'])} on {who}" + (f" ({c})" if c else "")
 
 
-def compare_junit_cases(result: CompareResult) -> list:
+def compare_junit_cases(result: CompareResult) -> list[JUnitCase]:
     """One JUnit test case per check (forensics/report/junit.py); a failed check carries its
     text, and the new findings' file:line evidence."""
     from .report.junit import JUnitCase
