@@ -38,7 +38,8 @@ import sys, json, duckdb
 def figures(store):
     ev = f"read_parquet('{store}/events/*.parquet')"
     con = duckdb.connect()
-    first = con.execute(f"SELECT min(step) FROM {ev} WHERE event = 'TRAIN_STEP' AND stage <> 'warmup'").fetchone()[0]
+    first = con.execute(f"SELECT coalesce(min(step) FILTER (WHERE stage <> 'warmup'), min(step)) FROM {ev} "
+                        "WHERE event = 'TRAIN_STEP'").fetchone()[0]   # a run all in warmup: all of it
     q = f'''
     WITH ev AS (SELECT * FROM {ev} WHERE step >= {first}),
     st AS (SELECT rank, step,
@@ -70,7 +71,8 @@ POLARS = r"""
 import sys, json, polars as pl
 def figures(store):
     ev = pl.scan_parquet(f"{store}/events/*.parquet")
-    first = ev.filter((pl.col("event") == "TRAIN_STEP") & (pl.col("stage") != "warmup")).select(pl.col("step").min()).collect().item()
+    ts = ev.filter(pl.col("event") == "TRAIN_STEP")
+    first = ts.select(pl.coalesce(pl.col("step").filter(pl.col("stage") != "warmup").min(), pl.col("step").min())).collect().item()
     is_sum = pl.col("event") == "TRAIN_STEP"
     st = (ev.filter((pl.col("step") >= first) & pl.col("rank").is_not_null())
           .group_by("rank", "step")

@@ -263,8 +263,8 @@ def _figures(run: Run, findings: bool, rule_dirs: Sequence[str | os.PathLike[str
     first = steps.get_column("step").min() if not steps.is_empty() else None
     start = (wend + 1) if wend is not None else ((first or 0) + SKIP_STEPS if first is not None else None)
     post = steps.filter(pl.col("step") >= start) if start is not None else steps
-    if post.is_empty():
-        post = steps   # a run that never left warmup: compare what there is (a note says so)
+    if post.get_column("step_time_ms").drop_nulls().is_empty():
+        post = steps   # a run that never left warmup (or died in its first step after): all of it, with a note
     curve, unit = throughput_series(post)
     curve = curve.join(post.group_by("step").agg(pl.col("step_time_ms").median().alias("step_ms")), on="step",
                        how="left").select("step", "step_ms", "thr").sort("step")
@@ -495,7 +495,7 @@ def compare_runs(baseline: Run | str | os.PathLike[str] | Sequence[str],
         notes.append(f"world sizes differ: {len(rb)} ranks in the baseline, {len(rc_)} in the candidate; "
                      "per-rank figures only for the ranks both have")
     for s, name in ((fb.side, "baseline"), (fc.side, "candidate")):
-        if s.warmup_end is not None and s.last_step is not None and s.warmup_end >= s.last_step:
+        if s.warmup_end is not None and s.compared_from is not None and s.compared_from <= s.warmup_end:
             notes.append(f"the {name} never left warmup (stage/lr ramp up to its last step): its warmup steps are compared")
     ranks, most = _rank_changes(fb.per_rank, fc.per_rank)
     new, gone = _diff_findings(fb.report, fc.report)

@@ -178,3 +178,12 @@ def test_cli_exit_codes_and_output(slow_rank2: Path, tmp_path: Path) -> None:
     assert r.returncode == 1 and "error[F300]" in r.stderr and "Traceback" not in r.stderr
     r = _cli(str(HEALTHY), str(tmp_path / "nowhere"))
     assert r.returncode == 1 and "error[" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_run_that_never_left_warmup_is_compared_whole_with_a_note(tmp_path: Path) -> None:
+    # 8 steps, all stage=warmup (tests/synthetic_run.py marks the first 10): nothing after warmup
+    a = write_run(tmp_path / "a", steps=8, hot=None, hostile=False, seed=1)
+    b = write_run(tmp_path / "b", steps=8, hot=None, hostile=False, seed=2)
+    r = compare_runs(a, b, findings=False)
+    assert sum("never left warmup" in n for n in r.notes) == 2
+    assert r.metric("step_time_median_ms").baseline is not None and r.baseline.compared_from == 0
