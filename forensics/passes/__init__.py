@@ -1,7 +1,8 @@
 """Diagnosis: run every pass (and the rules) over a run, pick the root cause, build the Report.
 
 Owns `diagnose(run, rule_dirs=None) -> Report`, the explicit ordered list `PASSES`, the run
-summary and the per-rank table. Must not print, plot or render (report/ renders); passes must
+summary and the per-rank table; every slowdown finding gets its cost (cost.py) before the
+findings are ordered. Must not print, plot or render (report/ renders); passes must
 not mutate the Context.
 
 A pass is a function `Context -> list[Finding]` living in a module named for what it finds,
