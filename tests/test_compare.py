@@ -187,3 +187,17 @@ def test_a_run_that_never_left_warmup_is_compared_whole_with_a_note(tmp_path: Pa
     r = compare_runs(a, b, findings=False)
     assert sum("never left warmup" in n for n in r.notes) == 2
     assert r.metric("step_time_median_ms").baseline is not None and r.baseline.compared_from == 0
+
+
+@pytest.mark.parametrize("scenario", ["straggler", "data_skew", "thermal"])
+def test_real_gloo_runs_the_faulty_rank_is_the_one_that_changed_most(scenario: str) -> None:
+    """tests/fixtures/realrun: real 4-process gloo runs on a loaded 2-core machine (timings are
+    real, tools/realrun/README.md). Against the healthy run, the rank whose fault was injected is
+    the one whose own time changed most, and the comparison fails."""
+    import tomllib
+
+    root = Path(__file__).parent / "fixtures" / "realrun"
+    expected = tomllib.loads((root / scenario / "expected.toml").read_text())["expect"]["ranks"]
+    r = compare_runs(root / "healthy", root / scenario, findings=False)
+    assert not r.passed
+    assert r.changed_most[:1] == expected, (r.changed_most, r.verdict)
