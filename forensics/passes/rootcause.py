@@ -78,12 +78,6 @@ LABELS = {
 }
 
 
-def cost_seconds(f: Finding) -> float:
-    """What the finding cost (passes/cost.py), 0 when it has no cost: the findings the root cause
-    does not explain are listed by severity, then the costliest first, then by layer and time."""
-    return float((f.cost or {}).get("seconds") or 0.0)
-
-
 def _t(s: str | None) -> dt.datetime | None:
     return parse_iso(s)
 
@@ -212,7 +206,7 @@ def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[Roo
     root_i, explained = select(findings, everyone)
     if root_i is None:
         order = sorted(range(len(findings)), key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9),
-                                                            -cost_seconds(findings[i]),
+                                                            -findings[i].cost_seconds,
                                                             LAYER_ORDER.get(findings[i].layer, 9),
                                                             findings[i].first_seen or ""))
         out = [findings[i] for i in order]
@@ -226,7 +220,7 @@ def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[Roo
     ex_sorted = sorted(explained, key=lambda j: (findings[j].title not in chain_titles,
                                                  chain_titles.index(findings[j].title) if findings[j].title in chain_titles else 0,
                                                  LAYER_ORDER.get(findings[j].layer, 9)))
-    rest_sorted = sorted(rest, key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9), -cost_seconds(findings[i]),
+    rest_sorted = sorted(rest, key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9), -findings[i].cost_seconds,
                                               LAYER_ORDER.get(findings[i].layer, 9), findings[i].first_seen or ""))
     order = [root_i, *ex_sorted, *rest_sorted]
     pos = {old: new for new, old in enumerate(order)}

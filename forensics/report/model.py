@@ -54,6 +54,11 @@ class Finding:
     # (passes/cost.py: the what-if replay); None for other kinds or when the logs cannot price it
     cost: dict[str, Any] | None = None
 
+    @property
+    def cost_seconds(self) -> float:
+        """What it cost (0 without a cost): reports list findings by severity, then costliest first."""
+        return float((self.cost or {}).get("seconds") or 0.0)
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["evidence"] = {**self.evidence, "lines": [asdict(e) for e in self.lines]}

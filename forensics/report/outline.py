@@ -130,7 +130,7 @@ def _cell(v: Any) -> str:
 def _severity_key(f: Finding) -> tuple[int, float, str, str]:
     # within a severity the costliest first (passes/cost.py); findings without a cost keep time order
     sev = SEVERITIES.index(f.severity) if f.severity in SEVERITIES else 0
-    return (-sev, -float((f.cost or {}).get("seconds") or 0.0), f.first_seen or "", f.rule)
+    return (-sev, -f.cost_seconds, f.first_seen or "", f.rule)
 
 
 def outline(report: Report) -> Outline:
