@@ -58,6 +58,17 @@ sys.stderr.write("\\n%r %r %r %r\\n" % (os.waitstatus_to_exitcode(status), time.
 """
 
 
+def command(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None,
+            ok: tuple[int, ...] = (0, 3)) -> tuple[Run, bytes]:
+    """`argv` in a new process: its wall and CPU seconds, peak RSS and stdout (exit codes in
+    `ok` count as success: 3 is a tripped --fail-on / compare check)."""
+    p = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], capture_output=True, env=env, cwd=cwd)
+    code, wall, cpu, rss = p.stderr.decode().strip().splitlines()[-1].split()
+    if int(code) not in ok:
+        raise RuntimeError(f"{' '.join(argv[:4])} ... failed: {p.stderr.decode()[-500:]}")
+    return Run(float(wall), float(cpu), float(rss)), p.stdout
+
+
 def cli(args: list[str], pythonpath: str | None = None) -> tuple[Run, bytes]:
     """`python -m forensics ARGS` in a new process (imports included): its wall and CPU seconds,
     peak RSS and stdout. With `pythonpath`, the forensics package found there (e.g. a checkout
@@ -66,12 +77,7 @@ def cli(args: list[str], pythonpath: str | None = None) -> tuple[Run, bytes]:
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # `-m` puts the working directory first on sys.path: run the older tree from inside it
-    p = subprocess.run([sys.executable, "-c", _WRAPPER, sys.executable, "-m", "forensics", *args],
-                       capture_output=True, env=env, cwd=pythonpath or None)
-    code, wall, cpu, rss = p.stderr.decode().strip().splitlines()[-1].split()
-    if int(code) not in (0, 3):
-        raise RuntimeError(f"forensics {' '.join(args)} failed (pythonpath={pythonpath}): {p.stderr.decode()[-500:]}")
-    return Run(float(wall), float(cpu), float(rss)), p.stdout
+    return command([sys.executable, "-m", "forensics", *args], env=env, cwd=pythonpath or None)
 
 
 def timed(fn: Callable[[], Any], reps: int, warmup: bool = True) -> Figures:

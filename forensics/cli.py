@@ -267,6 +267,57 @@ def diagnose(
         raise typer.Exit(3)
 
 
+class CompareFormat(str, Enum):
+    text = "text"
+    md = "md"
+    json = "json"
+    html = "html"
+    junit = "junit"
+
+
+@app.command()
+def compare(
+    baseline: str = typer.Argument(..., help="The last good run: a store or a log folder (ingested once into a cache)."),
+    candidate: str = typer.Argument(..., help="The run to judge: a store or a log folder."),
+    fmt: CompareFormat = typer.Option(CompareFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html | junit"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the comparison to this file instead of stdout."),
+    max_slowdown: str = typer.Option("5%", "--max-slowdown", help="Fail when the median step time (after warmup) grows more (5% or 0.05; off)."),
+    max_throughput_drop: str = typer.Option("5%", "--max-throughput-drop", help="Fail when the job's throughput falls more (off to skip)."),
+    max_loss_increase: str = typer.Option("5%", "--max-loss-increase", help="Fail when the loss at matched steps (median of the last 10) rises more."),
+    fail_on_new: str = typer.Option("WARN", "--fail-on-new", help="Fail on a new finding at this level or above: INFO | WARN | ERROR | off."),
+    no_findings: bool = typer.Option(False, "--no-findings", help="Skip diagnosing both runs (faster; no new/resolved findings)."),
+    width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
+) -> None:
+    """Compare a run with its baseline: step time, throughput, data load, communication, GPU, loss; new findings; exit 3 on a regression."""
+    from pathlib import Path
+
+    from .compare import CompareThresholds, compare_runs, parse_share
+    from .report.compare_render import render_compare
+
+    level = fail_on_new.strip().upper()
+    if level not in ("INFO", "WARN", "ERROR", "OFF", "NONE"):
+        raise ForensicsError(f"cannot read --fail-on-new {fail_on_new!r}", reason="expected INFO, WARN, ERROR or off", code=BAD_ARGUMENT)
+    th = CompareThresholds(
+        max_slowdown=parse_share(max_slowdown, "--max-slowdown"),
+        max_throughput_drop=parse_share(max_throughput_drop, "--max-throughput-drop"),
+        max_loss_increase=parse_share(max_loss_increase, "--max-loss-increase"),
+        fail_on_new=None if level in ("OFF", "NONE") else level,
+    )
+    result = compare_runs(_open_run([baseline]), _open_run([candidate]), th, findings=not no_findings)
+    tty = output is None and sys.stdout.isatty()
+    text = render_compare(result, fmt.value, width=width or (out.width if tty else 100))
+    if output:
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise ForensicsError(f"cannot write {output}", where=output, reason=e.strerror, code=BAD_ARGUMENT) from None
+        err.print(f"wrote {output}: {result.verdict}", markup=False, highlight=False)
+    else:
+        sys.stdout.write(text)
+    if not result.passed:
+        raise typer.Exit(3)
+
+
 rules_app = typer.Typer(help="The rule files: list them, check them.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(rules_app, name="rules")
 

@@ -1,7 +1,8 @@
 """Diagnosis: run every pass (and the rules) over a run, pick the root cause, build the Report.
 
 Owns `diagnose(run, rule_dirs=None) -> Report`, the explicit ordered list `PASSES`, the run
-summary and the per-rank table. Must not print, plot or render (report/ renders); passes must
+summary and the per-rank table; every slowdown finding gets its cost (cost.py) before the
+findings are ordered. Must not print, plot or render (report/ renders); passes must
 not mutate the Context.
 
 A pass is a function `Context -> list[Finding]` living in a module named for what it finds,
@@ -20,6 +21,7 @@ from . import (
     bandwidth,
     clock_skew,
     comm_bound,
+    cost,
     data_load_skew,
     failures,
     grad_norm,
@@ -164,7 +166,10 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
         from ..rules import evaluate
 
         found.extend(evaluate(ctx.events, rules))
+    cost.attach_costs(found, ctx)   # before ordering: within a severity, costlier findings first
     root, ordered = rootcause.assign(found, ctx.ranks)
+    if root is not None and root.finding is not None:
+        root.cost = ordered[root.finding].cost
     _next_steps(ctx, root, ordered, rules, rule_dirs)
     per_rank, hosts = _per_rank(ctx)
     info = _run_info(ctx, per_rank, hosts, ordered)

@@ -227,6 +227,7 @@ def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[Roo
     root_i, explained = select(findings, everyone)
     if root_i is None:
         order = sorted(range(len(findings)), key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9),
+                                                            -findings[i].cost_seconds,
                                                             LAYER_ORDER.get(findings[i].layer, 9),
                                                             findings[i].first_seen or ""))
         out = [findings[i] for i in order]
@@ -240,7 +241,7 @@ def assign(findings: list[Finding], ranks: list[int] | None = None) -> tuple[Roo
     ex_sorted = sorted(explained, key=lambda j: (findings[j].title not in chain_titles,
                                                  chain_titles.index(findings[j].title) if findings[j].title in chain_titles else 0,
                                                  LAYER_ORDER.get(findings[j].layer, 9)))
-    rest_sorted = sorted(rest, key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9),
+    rest_sorted = sorted(rest, key=lambda i: (SEVERITY_ORDER.get(findings[i].severity, 9), -findings[i].cost_seconds,
                                               LAYER_ORDER.get(findings[i].layer, 9), findings[i].first_seen or ""))
     order = [root_i, *ex_sorted, *rest_sorted]
     pos = {old: new for new, old in enumerate(order)}

@@ -107,6 +107,27 @@ def seconds_between(a: str | None, b: str | None) -> float | None:
     return (tb - ta).total_seconds()
 
 
+def gpu_hours(h: float) -> str:
+    """410.2 -> '410', 4.13 -> '4.1', 0.0231 -> '0.023' (an estimate: two significant digits)."""
+    if h >= 100:
+        return f"{h:,.0f}"
+    return f"{h:.2g}" if h > 0 else "0"
+
+
+def cost_text(cost: dict[str, Any] | None, short: bool = False) -> str:
+    """A finding's cost (passes/cost.py) for a human: 'cost 23% of wall time (41.0 s), ~0.09
+    GPU-hours'; short: 'cost 23% · 41.0 s · ~0.09 GPU-h'. '' when there is none."""
+    if not cost or cost.get("seconds") is None:
+        return ""
+    sec = duration(cost["seconds"]) if cost["seconds"] >= 0.1 else f"{cost['seconds']:.2f} s"
+    share = cost.get("share")
+    gh = gpu_hours(float(cost.get("gpu_hours") or 0.0))
+    if short:
+        return f"cost {share:.0%} · {sec} · ~{gh} GPU-h" if share is not None else f"cost {sec} · ~{gh} GPU-h"
+    pct = f"{share:.0%} of wall time ({sec})" if share is not None else sec
+    return f"cost {pct}, ~{gh} GPU-hours"
+
+
 # How a finding's kind reads in a sentence ("explained by rank 3 CUDA OOM 0.4 s earlier").
 KIND_LABELS = {
     "thermal_throttling": "thermal throttling", "low_bandwidth": "low link bandwidth",

@@ -51,7 +51,7 @@ from .charts import (
     legend,
     line_chart,
 )
-from .fmt import clock, kind_label, rank_phrase
+from .fmt import clock, cost_text, kind_label, rank_phrase
 from .model import Evidence, Finding, Report, basis_phrase, local_ranks_phrase
 from .outline import outline
 
@@ -297,6 +297,7 @@ def _finding_card(report: Report, f: Finding, paths: _PathNames, note: str = "")
     return (f'<div class="finding" id="f{i}"><div class="head"><span class="sev {esc(f.severity)}">{esc(f.severity)}</span>'
             f"{_layer(f.layer)}<b>{esc(kind_label(f.kind))}</b><span class=\"kind\">{esc(f.kind)} · {esc(ranks)}{when} · "
             f"{esc(f.rule)}</span></div><div>{esc(f.title)}</div>"
+            + (f'<div class="note cost">{esc(cost_text(f.cost))}</div>' if f.cost else "")
             + (f'<div class="note">{esc(note)}</div>' if note else "")
             + (f'<div class="next">next: {esc(f.next)}</div>' if f.next else "") + f"<div>{ev}</div></div>")
 

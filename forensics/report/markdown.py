@@ -5,7 +5,7 @@ it lays out `outline()`.
 """
 from __future__ import annotations
 
-from .fmt import clock
+from .fmt import clock, cost_text
 from .model import Evidence, Finding, Report, basis_phrase
 from .outline import outline
 
@@ -34,7 +34,7 @@ def _evidence(e: Evidence) -> str:
 def _finding(f: Finding) -> list[str]:
     phrase = basis_phrase(f.basis, f.basis_weak)
     out = [f"- **{f.severity}** · {f.layer} · `{f.kind}` · rule `{f.rule}`" + (f" · {phrase}" if phrase else "")
-           + f" — {f.title}"]
+           + f" — {f.title}" + (f" _({cost_text(f.cost, short=True)})_" if f.cost else "")]
     out += [f"  - {_evidence(e)}" for e in f.lines[:EVIDENCE_PER_CLAIM]]
     if f.next:
         out.append(f"  - next: {f.next}")

@@ -98,6 +98,14 @@ class Finding:
     basis_weak: bool = False           # the basis is thin (one peer names it, a small margin)
     local_ranks: list[dict[str, Any]] = field(default_factory=list)  # [{"host", "local_rank"}] when no global rank is known
     next: str | None = None                                  # what to do next (rules/next_steps.toml)
+    # slowdowns: what the fault cost, {"seconds", "share", "gpu_hours", "steps", "method"}
+    # (passes/cost.py: the what-if replay); None for other kinds or when the logs cannot price it
+    cost: dict[str, Any] | None = None
+
+    @property
+    def cost_seconds(self) -> float:
+        """What it cost (0 without a cost): reports list findings by severity, then costliest first."""
+        return float((self.cost or {}).get("seconds") or 0.0)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -126,6 +134,7 @@ class RootCause:
     basis_weak: bool = False
     local_ranks: list[dict[str, Any]] = field(default_factory=list)
     next: str | None = None            # what to do next, filled from the finding
+    cost: dict[str, Any] | None = None  # the root finding's cost (Finding.cost)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fmt import clock, duration, is_iso, kind_label, num, rank_phrase, seconds_between
+from .fmt import clock, cost_text, duration, is_iso, kind_label, num, rank_phrase, seconds_between
 from .model import LAYERS, SEVERITIES, ChainLink, Finding, Report, local_ranks_phrase
 
 
@@ -127,9 +127,10 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def _severity_key(f: Finding) -> tuple[int, str, str]:
+def _severity_key(f: Finding) -> tuple[int, float, str, str]:
+    # within a severity the costliest first (passes/cost.py); findings without a cost keep time order
     sev = SEVERITIES.index(f.severity) if f.severity in SEVERITIES else 0
-    return (-sev, f.first_seen or "", f.rule)
+    return (-sev, -f.cost_seconds, f.first_seen or "", f.rule)
 
 
 def outline(report: Report) -> Outline:
@@ -157,7 +158,8 @@ def outline(report: Report) -> Outline:
     if rc is not None:
         who = (rank_phrase(rc.ranks) if rc.ranks else local_ranks_phrase(rc.local_ranks) if rc.local_ranks
                else "no single rank")
-        verdict = f"Root cause: {kind_label(rc.kind)} on {who} ({rc.layer} layer)."
+        verdict = f"Root cause: {kind_label(rc.kind)} on {who} ({rc.layer} layer)"
+        verdict += f"; {cost_text(rc.cost)}." if rc.cost else "."
         # the JSON summary is self-contained ("X on rank N (layer): ..."); the verdict line above
         # already says the first half, so the text shows only what follows it
         summary = rc.summary.split(f"({rc.layer} layer): ", 1)[-1]

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .fmt import clock
+from .fmt import clock, cost_text
 from .model import Evidence, Finding, Report, basis_phrase
 from .outline import outline
 
@@ -59,6 +59,8 @@ def _add_finding(t: Table, f: Finding) -> None:
     if phrase := basis_phrase(f.basis, f.basis_weak):
         head.append(f"{phrase} · ", style="dim")
     head.append(f.title)
+    if f.cost:
+        head.append(f"  ({cost_text(f.cost, short=True)})", style="dim")
     t.add_row(Text(f.severity, style={"ERROR": "bold red", "WARN": "yellow"}.get(f.severity, "")), head)
     for e in f.lines[:EVIDENCE_PER_CLAIM]:
         t.add_row("", _evidence(e))
