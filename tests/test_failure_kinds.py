@@ -227,6 +227,19 @@ def test_a_cancelled_job_is_never_healthy_and_its_kills_are_its_cascade() -> Non
     assert "Healthy" not in render(rep, "text")
 
 
+def test_srun_kills_printed_before_the_cancel_line_are_still_its_cascade() -> None:
+    rows = Rows()
+    progress(rows, [0, 1], 10)
+    k = rows.add(29.9, None, "PROCESS_KILLED", level="ERROR", file="slurm.out", message="srun: error: node0: tasks 0-1: Killed",
+                 extra=json.dumps({"signal": "SIGKILL", "tasks": "0-1", "by": "slurm"}))
+    k["host"] = "node0"
+    rows.add(30.0, None, "JOB_CANCELLED", level="ERROR", file="slurm.out",
+             message="slurmstepd: error: *** JOB 7 ON node0 CANCELLED AT 2025-06-12T14:00:30 ***",
+             extra=json.dumps({"kind": "job", "job": "7"}))
+    f = kinds(failures.find(rows.ctx()))
+    assert "host_oom" not in f and f["job_cancelled"].evidence["cascade"]["killed_processes"] == 2
+
+
 def test_node_failure_is_an_error_and_time_limit_is_named() -> None:
     assert kinds(failures.find(cancelled_run("NODE FAILURE").ctx()))["job_cancelled"].severity == "ERROR"
     f = kinds(failures.find(cancelled_run("TIME LIMIT").ctx()))["job_cancelled"]
