@@ -187,6 +187,18 @@ def test_illegal_memory_access_is_a_gpu_error_on_the_rank_that_reports_it() -> N
     assert not any(x.kind == "crash" for x in rep.findings)
 
 
+def test_nccl_unhandled_cuda_error_is_that_ranks_gpu_error_but_a_remote_error_is_a_victims() -> None:
+    rows = Rows()
+    progress(rows, [0, 1, 2], 10)
+    rows.add(10.1, 1, "NCCL_ERROR", level="ERROR", message="torch.distributed.DistBackendError: NCCL error in: "
+             "ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5")
+    for r in (0, 2):
+        rows.add(10.4 + r * 0.01, r, "NCCL_ERROR", level="ERROR", message="torch.distributed.DistBackendError: NCCL error "
+                 "in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5")
+    f = kinds(failures.find(rows.ctx()))
+    assert f["gpu_error"].ranks == [1] and f["gpu_error"].victims == [0, 2] and f["nccl_timeout"].ranks == [1]
+
+
 def test_xid_from_the_kernel_log_is_a_gpu_error_without_a_guessed_rank() -> None:
     rows = Rows()
     progress(rows, [0, 1], 5)

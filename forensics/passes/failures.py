@@ -87,7 +87,10 @@ TIMEOUT_RE = (r"(?i)watchdog caught collective operation timeout|collective oper
 # The device failed (CUDA's sticky errors, the driver's Xid, ECC): the rank whose error says so.
 # A device-side assert is the program's own check failing (an index out of range): a crash.
 GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable ECC|ECC error|NVRM: Xid|\bXid\b|"
-          r"fallen off the bus|misaligned address|illegal instruction|hardware stack error|launch timed out")
+          r"fallen off the bus|misaligned address|illegal instruction|hardware stack error|launch timed out|"
+          # NCCL's ncclUnhandledCudaError: a CUDA call inside NCCL failed on THIS rank (a peer's
+          # death is ncclRemoteError / ncclSystemError, a victim's error)
+          r"unhandled cuda error|ncclUnhandledCudaError")
 # Exceptions raised by a teardown, not by the program: not a crash of their own.
 TEARDOWN_RE = r"SignalException|KeyboardInterrupt|SystemExit|got signal|ChildFailedError"
 DESYNC_RE = (r"(?i)lagging/dead/mismatched|joined but didn't finish collective|but didn't join collective|have not joined|"
