@@ -826,6 +826,7 @@ def find(ctx: Context) -> list[Finding]:
         if deaths:
             r, first, mode = min(deaths, key=lambda d: _key(d[0]))
             culprits = [first]
+            detail["death"] = r
             how = {"oom": "oom", "crash": "crashed with a Python exception", "gpu": "GPU error"}[mode]
         elif dead:
             culprits, how, mode = sorted({d["rank"] for d in dead}), "killed by SIGKILL (host OOM killer suspected)", "killed"
@@ -937,7 +938,7 @@ def find(ctx: Context) -> list[Finding]:
 
     if first_to:
         out.extend(_timeout_findings(first_to, to_sorted, culprits, how, mode, weak, victims, failed_ranks, progress,
-                                     desync, tos, fail_seq, {**first_oom, **crashes, **gpus}, detail))
+                                     desync, tos, fail_seq, detail))
     _launcher_first_observed(out, rows)
     return out
 
@@ -991,13 +992,14 @@ def _least_completed(statuses: list[dict[str, Any]]) -> tuple[list[int], int | N
 def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[str, Any]], culprits: list[int],
                       how: str, mode: str, weak: bool, victims: list[int], failed_ranks: set[int],
                       progress: dict[int, dict[str, Any]], desync: list[dict[str, Any]], tos: list[dict[str, Any]],
-                      fail_seq: int | None, deaths: dict[Any, dict[str, Any]], detail: dict[str, Any]) -> list[Finding]:
+                      fail_seq: int | None, detail: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     t_first_to = to_sorted[0]["t_show"]
     died = mode in ("oom", "crash", "gpu") and culprits
-    if died and deaths[culprits[0]]["t_show"] is not None and t_first_to is not None:
+    death = detail.get("death")
+    if died and death["t_show"] is not None and t_first_to is not None:
         # the victims' errors follow the death that caused them (placed times are only bounds)
-        t_first_to = max(t_first_to, deaths[culprits[0]]["t_show"])
+        t_first_to = max(t_first_to, death["t_show"])
     seq = fail_seq if fail_seq is not None else next((s for r in to_sorted if (s := _seq_of(r)) is not None), None)
     coll = next((r["message"] for r in to_sorted if r["message"]), None)
     t_last_to = max((r["t_show"] for r in first_to.values() if r["t_show"] is not None), default=None)
@@ -1055,9 +1057,8 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     if died:
         c = culprits[0]
         what = {"oom": "CUDA OOM", "crash": "crash", "gpu": "GPU error"}[mode]
-        t_death = deaths[c]["timestamp"]
-        dt_s = ((to_sorted[0]["timestamp"] - t_death).total_seconds()
-                if to_sorted[0]["exact"] and deaths[c]["exact"] else None)
+        dt_s = ((to_sorted[0]["timestamp"] - death["timestamp"]).total_seconds()
+                if to_sorted[0]["exact"] and death["exact"] else None)
         title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
                  + (f" #{seq}" if seq is not None else "")
                  + (f" {dt_s:.1f} s after rank {c}'s {what}" if dt_s is not None else f" after rank {c}'s {what}"))
