@@ -187,6 +187,18 @@ def test_illegal_memory_access_is_a_gpu_error_on_the_rank_that_reports_it() -> N
     assert not any(x.kind == "crash" for x in rep.findings)
 
 
+def test_nccl_unhandled_cuda_error_is_that_ranks_gpu_error_but_a_remote_error_is_a_victims() -> None:
+    rows = Rows()
+    progress(rows, [0, 1, 2], 10)
+    rows.add(10.1, 1, "NCCL_ERROR", level="ERROR", message="torch.distributed.DistBackendError: NCCL error in: "
+             "ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5")
+    for r in (0, 2):
+        rows.add(10.4 + r * 0.01, r, "NCCL_ERROR", level="ERROR", message="torch.distributed.DistBackendError: NCCL error "
+                 "in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5")
+    f = kinds(failures.find(rows.ctx()))
+    assert f["gpu_error"].ranks == [1] and f["gpu_error"].victims == [0, 2] and f["nccl_timeout"].ranks == [1]
+
+
 def test_xid_from_the_kernel_log_is_a_gpu_error_without_a_guessed_rank() -> None:
     rows = Rows()
     progress(rows, [0, 1], 5)
@@ -225,6 +237,19 @@ def test_a_cancelled_job_is_never_healthy_and_its_kills_are_its_cascade() -> Non
     # 40 SIGKILLs after the cancel are not 40 suspected host OOM kills
     assert not any(x.kind in ("host_oom", "oom") for x in rep.findings)
     assert "Healthy" not in render(rep, "text")
+
+
+def test_srun_kills_printed_before_the_cancel_line_are_still_its_cascade() -> None:
+    rows = Rows()
+    progress(rows, [0, 1], 10)
+    k = rows.add(29.9, None, "PROCESS_KILLED", level="ERROR", file="slurm.out", message="srun: error: node0: tasks 0-1: Killed",
+                 extra=json.dumps({"signal": "SIGKILL", "tasks": "0-1", "by": "slurm"}))
+    k["host"] = "node0"
+    rows.add(30.0, None, "JOB_CANCELLED", level="ERROR", file="slurm.out",
+             message="slurmstepd: error: *** JOB 7 ON node0 CANCELLED AT 2025-06-12T14:00:30 ***",
+             extra=json.dumps({"kind": "job", "job": "7"}))
+    f = kinds(failures.find(rows.ctx()))
+    assert "host_oom" not in f and f["job_cancelled"].evidence["cascade"]["killed_processes"] == 2
 
 
 def test_node_failure_is_an_error_and_time_limit_is_named() -> None:

@@ -1,35 +1,53 @@
 """Why did the job stop: which rank failed first, and which failures are only its cascade?
 
-Question: for CUDA OOM, host OOM kills, NCCL/gloo timeouts, lost connections and hangs — which
-rank is at fault, and what did the launcher's own report get wrong?
+Question: for CUDA OOM, host OOM kills, Python exceptions, GPU errors, NCCL/gloo timeouts, lost
+connections, desyncs, hangs and the scheduler's cancellation — which rank is at fault, how do
+we know (`basis`), and what did the launcher's own report get wrong?
 
 Domain facts relied on:
 - Every rank blocked in a collective that one rank never joins times out; so the earliest
   timeout does not name the cause, and the timing-out ranks are victims, not culprits.
-- The culprit of a timeout is, in order of strength:
-  1. a rank whose CUDA OOM came before the first timeout (an OOM on one rank followed by the
-     others' timeouts or connection errors — gloo "Connection closed by peer", NCCL "remote
-     process exited" — is that rank's OOM: its death closes the connections);
+- The culprit of a timeout is, in order of strength (basis in brackets):
+  1. a rank that died of its own error before the first timeout: CUDA OOM, a plain Python
+     exception (`crash`), a device error (`gpu_error`: Xid, ECC, illegal memory access, launch
+     failure). Its death closes the connections: the others' timeouts or connection errors —
+     gloo "Connection closed by peer", NCCL "remote process exited" — are its cascade [own_error];
   2. a rank killed by SIGKILL with no error of its own (the host OOM killer, see below): its
-     death is what the others' "remote process exited" report, whenever the launcher noticed it;
+     death is what the others' "remote process exited" report, whenever the launcher noticed it
+     [own_error: its own exit record]; known only as "local rank 3 on host X", it is still the
+     cause, but no global rank is named;
   3. a rank the desync report names ("the lagging/dead/mismatched ranks that caused the desync
-     are: [7]"), or the rank every CollectiveFingerPrint mismatch error names;
+     are: [7]") or an error names as missing (extra.missing_ranks: a barrier's or a
+     collective's "ranks … failed to pass / did not join") [named_by_peers; weak when one rank
+     says so], or the rank every CollectiveFingerPrint mismatch error names [named_by_peers];
   4. a rank whose collective differs at the same sequence number: ranks of one process group
      issue the same op with the same size at each SeqNum, so the minority OpType (or NumelIn, for
-     all-reduce/broadcast where every rank sends the same tensor) is the odd rank out;
-  5. a rank whose sequence number lags: its own timeout is at a lower SeqNum, or its watchdog
-     status ("Last enqueued NCCL work: 40" in the dump-signal report every rank prints) shows it
-     never enqueued the collective the others time out in;
-  6. the rank the timeout messages say they wait on ("rank=1 waiting on rank=2");
-  7. the rank whose last logged collective sequence number is below the failing SeqNum;
-  8. the rank whose "last completed work" is smallest (the laggard);
-  9. the rank that went silent first without an error of its own.
-- A culprit silent without an error of its own is a hang (`hang`); with its own OOM it is `oom`.
+     all-reduce/broadcast where every rank sends the same tensor) is the odd rank out [own_error;
+     weak when the majority is two ranks];
+  5. a rank whose sequence number lags: its own timeout is at a lower SeqNum [own_error], or its
+     watchdog status ("Last enqueued NCCL work: 40" in the dump-signal report every rank prints)
+     shows it never enqueued the collective the others time out in [never_joined];
+  6. the rank the timeout messages say they wait on ("rank=1 waiting on rank=2") [named_by_peers];
+  7. the rank whose last logged collective sequence number is below the failing SeqNum [never_joined];
+  8. the rank whose "last completed work" is smallest (the laggard) [never_joined];
+  9. the rank that went silent first without an error of its own [last_to_log; weak when the
+     next rank stopped logging within a second or half a step of it].
+- Ranks that issued DIFFERENT collectives (fingerprints differ, another op or size at one
+  SeqNum, waiting in another SeqNum) are a `collective_mismatch`; a culprit that simply never
+  arrived, silent without an error of its own, is a `hang`.
 - Exit code -9 / SIGKILL / "Killed" with no Python traceback means something outside Python
   killed the process; unless the launcher (its teardown after another failure), the scheduler
   (scancel, time limit) sent it, that is most often the kernel's OOM killer (host RAM, not GPU
-  memory): an `oom` finding with evidence host_oom_killer = true, confirmed when the kernel's
+  memory): a `host_oom` finding (evidence host_oom_killer = true), confirmed when the kernel's
   "Out of memory: Killed process" line is in the logs.
+- The CUDA allocator's OOM message lists every process on the GPU, the failing one included
+  (see _shared_gpu): only the others make a shared GPU.
+- A Python traceback kills its rank only if the rank did not train after it and the process
+  ended (an exit, its peers' failures, or it is the last thing the process wrote): programs
+  print tracebacks of exceptions they survive.
+- The scheduler's cancellation (scancel, time limit, node failure, preemption: Slurm's
+  "*** JOB n ON host CANCELLED AT t ***") ends the job: `job_cancelled`; the workers srun and the
+  launcher kill after it are its cascade, not host OOM kills.
 - Launcher kills ("Killing subprocess", "Sending process … closing signal") and non-zero exits
   after a failure are its cascade, not faults of their own: they are counted into the failure.
 - torch elastic's ChildFailedError "Root Cause (first observed failure)" is the first worker
@@ -69,7 +87,10 @@ TIMEOUT_RE = (r"(?i)watchdog caught collective operation timeout|collective oper
 # The device failed (CUDA's sticky errors, the driver's Xid, ECC): the rank whose error says so.
 # A device-side assert is the program's own check failing (an index out of range): a crash.
 GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable ECC|ECC error|NVRM: Xid|\bXid\b|"
-          r"fallen off the bus|misaligned address|illegal instruction|hardware stack error|launch timed out")
+          r"fallen off the bus|misaligned address|illegal instruction|hardware stack error|launch timed out|"
+          # NCCL's ncclUnhandledCudaError: a CUDA call inside NCCL failed on THIS rank (a peer's
+          # death is ncclRemoteError / ncclSystemError, a victim's error)
+          r"unhandled cuda error|ncclUnhandledCudaError")
 # Exceptions raised by a teardown, not by the program: not a crash of their own.
 TEARDOWN_RE = r"SignalException|KeyboardInterrupt|SystemExit|got signal|ChildFailedError"
 DESYNC_RE = (r"(?i)lagging/dead/mismatched|joined but didn't finish collective|but didn't join collective|have not joined|"
@@ -478,8 +499,10 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
             sent = launcher_pids.get(pid) if pid is not None else next((k for k in launcher_any if k["pid"] is None), None)
             if sent is not None and _key(sent) <= _key(first):
                 continue            # the launcher's own teardown
-            if any(_key(c) <= _key(first) for c in cancels):
-                continue            # the scheduler cancelled the job
+            if any(_key(c) <= _key(first) for c in cancels) or (cancels and any(r["by"] == "slurm" for r in grp)):
+                # the scheduler cancelled the job (srun reports the tasks it killed, often printed
+                # before slurmstepd's CANCELLED line, and without a time of its own)
+                continue
             if rank is not None and any(r["rank"] == rank and r["kind"] in ("oom", "gpu", "traceback", "timeout")
                                         and _key(r) <= _key(first) for r in rows):
                 continue            # it died of its own error (or was torn down after it)
@@ -720,7 +743,7 @@ def _cancel_finding(cancels: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     job = next((x.get("job") for x in xs if x.get("kind") == "job"), None) or (str(xs[0].get("job") or "").split(".")[0] or None)
     reason = next(((x.get("reason") or "").strip() for x in xs if (x.get("reason") or "").strip()), None)
     why = CANCEL_REASONS.get((reason or "").upper(), reason.lower() if reason else "a cancellation (scancel)")
-    after = [r for r in rows if r["kind"] in ("kill", "exit") and _key(r) >= _key(first)]
+    after = [r for r in rows if r["kind"] in ("kill", "exit") and (_key(r) >= _key(first) or r["by"] == "slurm")]
     tasks: set[int] = set()
     for r in after:
         if r["by"] == "slurm":
@@ -803,6 +826,7 @@ def find(ctx: Context) -> list[Finding]:
         if deaths:
             r, first, mode = min(deaths, key=lambda d: _key(d[0]))
             culprits = [first]
+            detail["death"] = r
             how = {"oom": "oom", "crash": "crashed with a Python exception", "gpu": "GPU error"}[mode]
         elif dead:
             culprits, how, mode = sorted({d["rank"] for d in dead}), "killed by SIGKILL (host OOM killer suspected)", "killed"
@@ -914,7 +938,7 @@ def find(ctx: Context) -> list[Finding]:
 
     if first_to:
         out.extend(_timeout_findings(first_to, to_sorted, culprits, how, mode, weak, victims, failed_ranks, progress,
-                                     desync, tos, fail_seq, {**first_oom, **crashes, **gpus}, detail))
+                                     desync, tos, fail_seq, detail))
     _launcher_first_observed(out, rows)
     return out
 
@@ -968,13 +992,14 @@ def _least_completed(statuses: list[dict[str, Any]]) -> tuple[list[int], int | N
 def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[str, Any]], culprits: list[int],
                       how: str, mode: str, weak: bool, victims: list[int], failed_ranks: set[int],
                       progress: dict[int, dict[str, Any]], desync: list[dict[str, Any]], tos: list[dict[str, Any]],
-                      fail_seq: int | None, deaths: dict[Any, dict[str, Any]], detail: dict[str, Any]) -> list[Finding]:
+                      fail_seq: int | None, detail: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     t_first_to = to_sorted[0]["t_show"]
     died = mode in ("oom", "crash", "gpu") and culprits
-    if died and deaths[culprits[0]]["t_show"] is not None and t_first_to is not None:
+    death = detail.get("death")
+    if died and death["t_show"] is not None and t_first_to is not None:
         # the victims' errors follow the death that caused them (placed times are only bounds)
-        t_first_to = max(t_first_to, deaths[culprits[0]]["t_show"])
+        t_first_to = max(t_first_to, death["t_show"])
     seq = fail_seq if fail_seq is not None else next((s for r in to_sorted if (s := _seq_of(r)) is not None), None)
     coll = next((r["message"] for r in to_sorted if r["message"]), None)
     t_last_to = max((r["t_show"] for r in first_to.values() if r["t_show"] is not None), default=None)
@@ -1032,9 +1057,8 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     if died:
         c = culprits[0]
         what = {"oom": "CUDA OOM", "crash": "crash", "gpu": "GPU error"}[mode]
-        t_death = deaths[c]["timestamp"]
-        dt_s = ((to_sorted[0]["timestamp"] - t_death).total_seconds()
-                if to_sorted[0]["exact"] and deaths[c]["exact"] else None)
+        dt_s = ((to_sorted[0]["timestamp"] - death["timestamp"]).total_seconds()
+                if to_sorted[0]["exact"] and death["exact"] else None)
         title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
                  + (f" #{seq}" if seq is not None else "")
                  + (f" {dt_s:.1f} s after rank {c}'s {what}" if dt_s is not None else f" after rank {c}'s {what}"))

@@ -20,6 +20,10 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   too, so no slowness of its own explains that failure.
 - Log-hygiene findings describe the logs, not the training: never a root cause. A throughput
   drop is only the training-layer symptom of the chain: never the root cause on its own.
+- The scheduler's cancellation (job_cancelled) ends a run without crashing it: a failure before
+  it explains it (someone cancelled a hung job); alone, it is the verdict, never "healthy".
+- Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
+  gets its kind's basis by construction (model.DEFAULT_BASIS); the root cause carries its finding's.
 """
 from __future__ import annotations
 

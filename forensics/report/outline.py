@@ -104,7 +104,8 @@ def compress(f: Finding, by: Finding | None) -> str:
     if by.kind == f.kind and set(f.ranks) <= set(by.ranks):
         # a rule and a pass that saw the same fault: say so instead of "explained by itself"
         return f"{line} — the same fault, also reported by"
-    line += f" — explained by {rank_phrase(by.ranks) if by.ranks else 'the run'} {kind_label(by.kind)}"
+    by_who = rank_phrase(by.ranks) if by.ranks else local_ranks_phrase(by.local_ranks) if by.local_ranks else "the run"
+    line += f" — explained by {by_who} {kind_label(by.kind)}"
     dt = seconds_between(by.first_seen, f.first_seen)
     if dt is not None:
         line += " at the same time" if abs(dt) < 0.05 else f" {duration(abs(dt))} {'earlier' if dt > 0 else 'later'}"
