@@ -17,7 +17,7 @@ import polars as pl
 from .errors import BAD_ARGUMENT, BAD_QUERY, ForensicsError
 from .schema import LEVELS
 from .store import Run
-from .timeline import TS, Events, check_ranks, lazy, parse_time_spec, rank_summary
+from .timeline import ORDER, Events, check_ranks, parse_time_spec, rank_summary, with_order_time
 
 TimeSpec = dt.datetime | str | None
 
@@ -67,14 +67,17 @@ def filter_events(
     grep: str | None = None,
     limit: int | None = None,
 ) -> pl.LazyFrame:
-    """The events that match every given condition, in time order (then rank, line).
+    """The events that match every given condition, in time order (then rank, file, line; an
+    event without a time right after the line of its file before it, see
+    `timeline.with_order_time`).
 
     ranks: any of these ranks (a rank the run does not have is a ForensicsError); event: ids, comma-separated or a list, `*` wildcards;
     level: this level or above; since/until: inclusive bounds (datetime, or a spec for
     `parse_time_spec`: ISO, -30s, step:1500); grep: case-insensitive text in message or extra;
     limit: the first N after sorting (None or 0 = all).
     """
-    lf = lazy(events)
+    # an event without a time is placed after its file's last timed line before it
+    lf = with_order_time(events)
     conds: list[pl.Expr] = []
     rank_list = check_ranks(events, ranks) or []
     if rank_list:
@@ -86,16 +89,16 @@ def filter_events(
         conds.append(level_at_least(level))
     t0, t1 = _time(since, events), _time(until, events)
     if t0 is not None:
-        conds.append(pl.col(TS) >= pl.lit(t0))
+        conds.append(pl.col(ORDER) >= pl.lit(t0))
     if t1 is not None:
-        conds.append(pl.col(TS) <= pl.lit(t1))
+        conds.append(pl.col(ORDER) <= pl.lit(t1))
     if grep:
         pat = "(?i)" + re.escape(grep)
         conds.append(pl.col("message").str.contains(pat).fill_null(False)
                      | pl.col("extra").str.contains(pat).fill_null(False))
     if conds:
         lf = lf.filter(pl.all_horizontal(conds))
-    lf = lf.sort(TS, "rank", "line", nulls_last=True)
+    lf = lf.sort(ORDER, "rank", "source_file", "line", nulls_last=True).drop(ORDER)
     if limit:
         lf = lf.head(limit)
     return lf

@@ -802,6 +802,8 @@ def _first_fatal(lf: pl.LazyFrame, events: Events, errors: pl.DataFrame) -> tupl
         return end, f"last event of the run (all {errors.height} ERROR(s) were followed by progress)"
     _, end = bounds(events)
     if end is None:
+        if not lf.select(pl.len()).collect().item():
+            raise ForensicsError("the run has no events", help="check the store with: forensics ingest --json", code=NO_INPUT)
         raise ForensicsError("no event of the run carries a time", reason="the stop and a window before it need times",
                              help="list the events in file order with: forensics events STORE", code=NO_INPUT)
     return end, "last event of the run (no ERROR logged)"

@@ -218,3 +218,9 @@ def test_ranks_without_a_host_are_named_for_what_they_are(tmp_path: Path) -> Non
     trace, _ = trace_events(open_store(ingest_scenario(scenario, tmp_path / "st")))
     names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
     assert "host not logged" in names and not any("?" in n for n in names)
+
+
+def test_ranks_the_run_does_not_have_are_named(store: Path) -> None:
+    with pytest.raises(ForensicsError) as e:
+        trace_events(open_store(store), ranks=[3, 99])
+    assert e.value.code == "F300" and "rank 99" in e.value.what and "the run has ranks 0-7" in e.value.reason

@@ -132,3 +132,22 @@ def test_sql_sees_only_the_store(small_store, query: str) -> None:
         sql(run, query.format(secret=secret, dir=tmp, other=copy))
     assert e.value.code == BAD_QUERY and "hunter2" not in str(e.value)
     assert not (tmp / "leak.csv").exists() and not (tmp / "x.duckdb").exists()
+
+
+def test_events_without_a_time_are_listed_where_their_file_puts_them(tmp_path: Path) -> None:
+    from test_timeline import iso, store_of
+
+    t = lambda s: iso(T0 + dt.timedelta(seconds=s))  # noqa: E731
+    step = lambda r, s: {"timestamp": t(s), "rank": r, "level": "INFO", "event": "TRAIN_STEP",  # noqa: E731
+                         "message": f"step={s}", "extra": {"step": s}}
+    run = store_of(tmp_path, {
+        "rank_0.jsonl": [step(0, s) for s in range(4)],
+        "rank_1.jsonl": [step(1, 0), {"rank": 1, "level": "ERROR", "event": "CUDA_ERROR", "message": "untimed",
+                                      "extra": {}}, step(1, 3)],
+    })
+    df = filter_events(run).collect()
+    order = list(zip(df["rank"].to_list(), df["event"].to_list()))
+    # placed right after rank 1's line at T0, before rank 0's step 1 (it was listed last)
+    assert order[:3] == [(0, "TRAIN_STEP"), (1, "TRAIN_STEP"), (1, "CUDA_ERROR")]
+    assert "CUDA_ERROR" in filter_events(run, until=T0).collect()["event"].to_list()
+    assert "CUDA_ERROR" not in filter_events(run, since=T0 + dt.timedelta(seconds=0.5)).collect()["event"].to_list()

@@ -592,3 +592,10 @@ def test_first_silent_names_the_rank_that_stopped_well_before_the_others(tmp_pat
     save = {"t": 60.0, "level": "INFO", "event": "CHECKPOINT", "message": "saved", "extra": {}}
     slow_save, _ = ingest(tmp_path, name="save", ranks=4, steps=10, extra={0: [save]})
     assert tl.first_silent(slow_save) is None     # rank 0 saving long after: no ERROR, nobody behind
+
+
+def test_a_run_without_any_time_is_a_clear_error(tmp_path: Path) -> None:
+    run = store_of(tmp_path, {"rank_0.jsonl": [{"rank": 0, "level": "ERROR", "event": "X", "message": "m", "extra": {}}]})
+    with pytest.raises(ForensicsError) as e:
+        tl.last_window(run)
+    assert e.value.what == "no event of the run carries a time"

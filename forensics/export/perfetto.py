@@ -178,6 +178,7 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
     """The trace as a dict (`traceEvents` + `otherData`) and what was cut (None when nothing)."""
     from .. import timeline
 
+    ranks = timeline.check_ranks(run, ranks)   # a rank the run does not have: say which it has
     ev = run.events()
     t_first, t_last = timeline.bounds(run)
     if t_first is None:

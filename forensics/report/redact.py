@@ -30,8 +30,10 @@ from .model import Report
 MASK = "***"
 
 # Secret-ish key names (WANDB_API_KEY, aws_secret_access_key, hf_token, db.password): the match
-# starts at the key word, so the name before it is kept as logged.
-_KEY = r"api[_-]?key|access[_-]?key|secret|password|passwd|token|credentials?"
+# starts at the key word, so the name before it is kept as logged. A password is masked whatever
+# its length; a key or token value from 8 characters (`num_token=5` is a count, not a secret).
+_PASSWORD = r"secret|password|passwd|credentials?"
+_KEY = r"api[_-]?key|access[_-]?key|token"
 # A value that looks generated (has a digit, / or +), not a word: "HF_TOKEN not set" stays.
 _B64 = r"[A-Za-z0-9/+=_.-]"
 
@@ -46,8 +48,10 @@ _PATTERNS: list[tuple[tuple[str, ...] | re.Pattern[str], re.Pattern[str], str]] 
     # user:password@ in URLs: empty user (redis://:pw@h), '@' inside the password (u:p@ss@h)
     (("://",), re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@\"'<>]*:[^/\s\"'<>]*@"), rf"\1{MASK}:{MASK}@"),
     # NAME=value / NAME: value / "NAME": "value" (also JSON escaped inside a string), any length
-    (("key", "secret", "passw", "token", "credential"),
-     re.compile(rf"(?i)({_KEY})(\\?\"?\s*[:=]\s*\\?\"?)([^\s\"',;\\]+)"), rf"\1\2{MASK}"),
+    (("secret", "passw", "credential"),
+     re.compile(rf"(?i)({_PASSWORD})(\\?\"?\s*[:=]\s*\\?\"?)([^\s\"',;\\]+)"), rf"\1\2{MASK}"),
+    (("key", "token"),
+     re.compile(rf"(?i)({_KEY})(\\?\"?\s*[:=]\s*\\?\"?)([^\s\"',;\\]{{8,}})"), rf"\1\2{MASK}"),
     # AWS_SECRET_ACCESS_KEY value (an environment dump, a shell trace): upper-case name, blank
     (("key", "secret", "passw", "token"),
      re.compile(rf"(API_KEY|ACCESS_KEY|SECRET|PASSWORD|PASSWD|TOKEN)(\s+)(?={_B64}*[0-9/+]){_B64}{{8,}}"),
