@@ -157,16 +157,23 @@ def diagnose(
     tty = output is None and sys.stdout.isatty()
     text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=not no_redact,
                   color=tty and fmt is ReportFormat.text, run=run)
+    _write(text, output)
+    if fail_on is not None and any(SEVERITIES.index(f.severity) >= SEVERITIES.index(fail_on.value) for f in report.findings):
+        raise typer.Exit(3)
+
+
+def _write(text: str, output: str | None, note: str = "") -> None:
+    """A report to `output` (saying so on stderr, with `note`), else to stdout."""
     if output:
+        from pathlib import Path
+
         try:
             Path(output).write_text(text, encoding="utf-8")
         except OSError as e:
             raise ForensicsError(f"cannot write {output}", where=output, reason=e.strerror, code=BAD_ARGUMENT) from None
-        err.print(f"wrote {output}", markup=False, highlight=False)
+        err.print(f"wrote {output}{note}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
-    if fail_on is not None and any(SEVERITIES.index(f.severity) >= SEVERITIES.index(fail_on.value) for f in report.findings):
-        raise typer.Exit(3)
 
 
 class CompareFormat(str, Enum):
@@ -191,8 +198,6 @@ def compare(
     width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
 ) -> None:
     """Compare a run with its baseline: step time, throughput, data load, communication, GPU, loss; new findings; exit 3 on a regression."""
-    from pathlib import Path
-
     from .compare import CompareThresholds, compare_runs, parse_share
     from .report.compare_render import render_compare
 
@@ -208,14 +213,7 @@ def compare(
     result = compare_runs(_open_run([baseline]), _open_run([candidate]), th, findings=not no_findings)
     tty = output is None and sys.stdout.isatty()
     text = render_compare(result, fmt.value, width=width or (out.width if tty else 100))
-    if output:
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise ForensicsError(f"cannot write {output}", where=output, reason=e.strerror, code=BAD_ARGUMENT) from None
-        err.print(f"wrote {output}: {result.verdict}", markup=False, highlight=False)
-    else:
-        sys.stdout.write(text)
+    _write(text, output, f": {result.verdict}")
     if not result.passed:
         raise typer.Exit(3)
 
