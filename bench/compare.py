@@ -38,6 +38,7 @@ import sys, json, duckdb
 def figures(store):
     ev = f"read_parquet('{store}/events/*.parquet')"
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")   # it draws on stdout, where the answer goes
     first = con.execute(f"SELECT coalesce(min(step) FILTER (WHERE stage <> 'warmup'), min(step)) FROM {ev} "
                         "WHERE event = 'TRAIN_STEP'").fetchone()[0]   # a run all in warmup: all of it
     q = f'''

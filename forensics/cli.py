@@ -202,15 +202,16 @@ _SUMMARY_HELP = "Also append a short Markdown job summary to this file (e.g. $GI
 _CONFIG_HELP = "Config file (forensics.toml or a pyproject.toml with [tool.forensics]); default: the first found upward from the logs."
 
 
-def _write(output: Optional[str], text: str) -> None:
-    from pathlib import Path
-
+def _write(text: str, output: str | None, note: str = "") -> None:
+    """A report to `output` (saying so on stderr, with `note`), else to stdout."""
     if output:
+        from pathlib import Path
+
         try:
             Path(output).write_text(text, encoding="utf-8")
         except OSError as e:
             raise ForensicsError(f"cannot write {output}", where=output, reason=e.strerror, code=BAD_ARGUMENT) from None
-        err.print(f"wrote {output}", markup=False, highlight=False)
+        err.print(f"wrote {output}{note}", markup=False, highlight=False)
     else:
         sys.stdout.write(text)
 
@@ -258,7 +259,7 @@ def diagnose(
     else:
         text = render(report, fmt.value, width=width or (out.width if tty else 100), redact=redact,
                       color=output is None and fmt is ReportFormat.text and styled(out), run=run)
-    _write(output, text)
+    _write(text, output)
     if summary:
         from .report.summary import append_summary, render_summary
 
@@ -277,43 +278,52 @@ class CompareFormat(str, Enum):
 
 @app.command()
 def compare(
-    baseline: str = typer.Argument(..., help="The last good run: a store or a log folder (ingested once into a cache)."),
-    candidate: str = typer.Argument(..., help="The run to judge: a store or a log folder."),
-    fmt: CompareFormat = typer.Option(CompareFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html | junit"),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the comparison to this file instead of stdout."),
-    max_slowdown: str = typer.Option("5%", "--max-slowdown", help="Fail when the median step time (after warmup) grows more (5% or 0.05; off)."),
-    max_throughput_drop: str = typer.Option("5%", "--max-throughput-drop", help="Fail when the job's throughput falls more (off to skip)."),
-    max_loss_increase: str = typer.Option("5%", "--max-loss-increase", help="Fail when the loss at matched steps (median of the last 10) rises more."),
-    fail_on_new: str = typer.Option("WARN", "--fail-on-new", help="Fail on a new finding at this level or above: INFO | WARN | ERROR | off."),
+    runs: list[str] = typer.Argument(..., metavar="[BASELINE] CANDIDATE",
+                                     help="The last good run and the run to judge, each a store or a log folder (read once into a cache). "
+                                          "With one path, the baseline is the config file's [compare] baseline."),
+    fmt: CompareFormat = typer.Option(CompareFormat.text, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="text, md, json, html or junit"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the comparison to this file instead of stdout."),
+    max_slowdown: Optional[str] = typer.Option(None, "--max-slowdown", metavar="SHARE", help="Fail when the median step time (after warmup) grows more: 5% (default) or 0.05; off to skip."),
+    max_throughput_drop: Optional[str] = typer.Option(None, "--max-throughput-drop", metavar="SHARE", help="Fail when the job's throughput falls more (default 5%; off to skip)."),
+    max_loss_increase: Optional[str] = typer.Option(None, "--max-loss-increase", metavar="SHARE", help="Fail when the loss at matched steps (median of the last 10) rises more (default 5%; off to skip)."),
+    fail_on_new: Optional[str] = typer.Option(None, "--fail-on-new", metavar="LEVEL", help="Fail on a new finding at this level or above: INFO, WARN (default), ERROR or off."),
     no_findings: bool = typer.Option(False, "--no-findings", help="Skip diagnosing both runs (faster; no new/resolved findings)."),
-    width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
+    width: Optional[int] = typer.Option(None, "--width", min=40, metavar="N", help="Text width (default: the terminal's; 100 when not a terminal)."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help=_CONFIG_HELP),
 ) -> None:
     """Compare a run with its baseline: step time, throughput, data load, communication, GPU, loss; new findings; exit 3 on a regression."""
-    from pathlib import Path
-
     from .compare import CompareThresholds, compare_runs, parse_share
+    from .config import load_config
     from .report.compare_render import render_compare
 
-    level = fail_on_new.strip().upper()
+    cfg = load_config(runs[-1:], config)             # precedence: CLI > config [compare] > defaults
+    conf = cfg.compare or {}
+    if len(runs) == 2:
+        baseline, candidate = runs
+    elif len(runs) == 1 and conf.get("baseline"):
+        baseline, candidate = conf["baseline"], runs[0]
+    else:
+        raise ForensicsError(
+            f"compare takes a baseline and a candidate run, got {len(runs)} path(s)", reason="no baseline to compare with"
+            if len(runs) == 1 else "too many paths", help="forensics compare BASELINE CANDIDATE, or set baseline = \"...\" "
+            "under [compare] in forensics.toml and pass only the candidate", code=BAD_ARGUMENT)
+
+    def setting(value: Optional[str], key: str, default: str) -> str:
+        return str(value if value is not None else conf.get(key, default))
+
+    level = setting(fail_on_new, "fail_on_new", "WARN").strip().upper()
     if level not in ("INFO", "WARN", "ERROR", "OFF", "NONE"):
-        raise ForensicsError(f"cannot read --fail-on-new {fail_on_new!r}", reason="expected INFO, WARN, ERROR or off", code=BAD_ARGUMENT)
+        raise ForensicsError(f"cannot read --fail-on-new {level!r}", reason="expected INFO, WARN, ERROR or off", code=BAD_ARGUMENT)
     th = CompareThresholds(
-        max_slowdown=parse_share(max_slowdown, "--max-slowdown"),
-        max_throughput_drop=parse_share(max_throughput_drop, "--max-throughput-drop"),
-        max_loss_increase=parse_share(max_loss_increase, "--max-loss-increase"),
+        max_slowdown=parse_share(setting(max_slowdown, "max_slowdown", "5%"), "--max-slowdown"),
+        max_throughput_drop=parse_share(setting(max_throughput_drop, "max_throughput_drop", "5%"), "--max-throughput-drop"),
+        max_loss_increase=parse_share(setting(max_loss_increase, "max_loss_increase", "5%"), "--max-loss-increase"),
         fail_on_new=None if level in ("OFF", "NONE") else level,
     )
     result = compare_runs(_open_run([baseline]), _open_run([candidate]), th, findings=not no_findings)
     tty = output is None and sys.stdout.isatty()
     text = render_compare(result, fmt.value, width=width or (out.width if tty else 100))
-    if output:
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise ForensicsError(f"cannot write {output}", where=output, reason=e.strerror, code=BAD_ARGUMENT) from None
-        err.print(f"wrote {output}: {result.verdict}", markup=False, highlight=False)
-    else:
-        sys.stdout.write(text)
+    _write(text, output, f": {result.verdict}")
     if not result.passed:
         raise typer.Exit(3)
 
