@@ -160,13 +160,13 @@ def diagnose(
     paths: list[str] = typer.Argument(..., help="A store, or log files, directories or quoted globs (ingested into a cache)."),
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", "-f", case_sensitive=False, help="text | md | json | html (one self-contained file with plots) | junit (CI test report)"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Write the report to this file instead of stdout."),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("diagnose"), help=_FAIL_ON_HELP),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("diagnose"), metavar="LEVEL[:SEL,...]", help=_FAIL_ON_HELP),
     rules: Optional[list[str]] = typer.Option(None, "--rules", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
     width: Optional[int] = typer.Option(None, "--width", min=40, help="Text width (default: the terminal's; 100 when not a terminal)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords found in log text."),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", help="Also mask matches of this regex (repeatable)."),
-    summary: Optional[str] = typer.Option(None, "--summary", help=_SUMMARY_HELP),
-    config: Optional[str] = typer.Option(None, "--config", help=_CONFIG_HELP),
+    summary: Optional[str] = typer.Option(None, "--summary", metavar="FILE", help=_SUMMARY_HELP),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help=_CONFIG_HELP),
 ) -> None:
     """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
     from pathlib import Path
@@ -380,10 +380,10 @@ class LintFormat(str, Enum):
 def lint(
     paths: list[str] = typer.Argument(..., help=_STORE_OR_LOGS),
     fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, help="text | json | junit"),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("lint"),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("lint"), metavar="LEVEL[:CHECK,...]",
                                           help="Exit 3 when a check is at least WARN or FAIL (CI): LEVEL or LEVEL:CHECK,CHECK (-CHECK leaves one out)."),
-    summary: Optional[str] = typer.Option(None, "--summary", help=_SUMMARY_HELP),
-    config: Optional[str] = typer.Option(None, "--config", help=_CONFIG_HELP),
+    summary: Optional[str] = typer.Option(None, "--summary", metavar="FILE", help=_SUMMARY_HELP),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help=_CONFIG_HELP),
 ) -> None:
     """The log-review checklist (seed 000 §4.5): rank and event on every line, comm/step ratio, ERROR floods, sampling, ..."""
     from .lint import lint as run_lint
