@@ -193,3 +193,21 @@ def test_readme_next_step_example_is_what_the_tool_says() -> None:
     shown = text.split("jq -r .root_cause.next\n", 1)[1].splitlines()[0].strip()
     code, out = run("diagnose", str(SAMPLES / "thermal_throttling"), "--format", "json")
     assert json.loads(out)["root_cause"]["next"] == shown
+
+
+def test_summary_of_a_big_run_shows_the_faulty_ranks_first() -> None:
+    from forensics.report.model import Report, RootCause, RunInfo
+    from forensics.report.summary import MAX_RANK_ROWS, render_summary
+
+    rows = [{"rank": r, "host": f"node{r // 8}", "step_time_ms": 1000.0 + (500 if r == 37 else r), "errors": 0, "warnings": 0}
+            for r in range(64)]
+    rows[5]["errors"] = 2
+    rc = RootCause("straggler", "resource", [37], "straggler on rank 37 (resource layer): slow", finding=0)
+    rep = Report(RunInfo(64, 8, None, None, 10, 0, False), rc,
+                 [Finding("pass.straggler", "straggler", "resource", "WARN", [37], "rank 37 is slow")], per_rank=rows)
+    md = render_summary(rep)
+    table = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| rank")]
+    assert len(table) == MAX_RANK_ROWS
+    assert "| **37** | node4 |" in md and "| 5 | node0 |" in md          # at fault, then logged errors
+    assert f"{64 - MAX_RANK_ROWS} more ranks in the full report." in md
+    assert [int(ln.split("|")[1].strip(" *")) for ln in table] == sorted(int(ln.split("|")[1].strip(" *")) for ln in table)
