@@ -130,6 +130,21 @@ def _complete_end(path: str, size: int) -> int:
     return 0
 
 
+def _stream_damage(path: str, compression: str) -> str | None:
+    """Why a compressed file that yields no bytes cannot be read (None: it is just empty)."""
+    from .sources import GuardedStream, open_binary, zstd_damage
+
+    if compression == "zstd":
+        return zstd_damage(path)
+    g = GuardedStream(open_binary(path, compression), compression)
+    try:
+        while g.read(1 << 16):
+            pass
+    finally:
+        g.close()
+    return g.problem
+
+
 def _file_info_or_gone(path: Path) -> FileInfo | str:
     """file_info, or the path when the file vanished since it was listed."""
     try:
@@ -332,6 +347,11 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
         sources[info.path] = src
         by_fingerprint[info.fingerprint] = info.path
         if fmt == "empty":
+            if info.compression != "none":  # nothing decompressed: an empty stream, or a damaged one
+                bad = _stream_damage(info.path, info.compression)
+                if bad:
+                    src["problems"] = [bad]
+                    problems.append({"path": info.path, "problem": bad})
             continue
         if info.compression == "none":
             end = info.size
