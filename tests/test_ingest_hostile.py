@@ -6,10 +6,8 @@ import errno
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pyarrow.parquet as pq

@@ -7,6 +7,7 @@ atomically (`store.StoreWriter`). It must not parse log lines itself.
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -15,8 +16,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-
-import errno
 
 from ..errors import BAD_ARGUMENT, NOT_A_STORE, OTHER_RUN, STORE_VERSION, STORE_WRITE, ForensicsError
 from ..store import (
