@@ -6,10 +6,8 @@ import errno
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -118,6 +116,20 @@ def test_truncated_gzip_and_zstd_are_said_in_summary_and_manifest(tmp_path: Path
     assert by["rank_0.jsonl.gz"] and by["rank_1.jsonl.zst"] and not by["rank_2.jsonl.zst"]
     r = cli("ingest", str(d), "-o", str(tmp_path / "st2"))
     assert r.returncode == 0 and "warning:" in r.stdout and "gzip stream truncated" in r.stdout
+
+
+def test_compressed_file_damaged_before_its_first_line_is_said(tmp_path: Path) -> None:
+    """Nothing decompresses: it sniffed as an empty file and was skipped without a word."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    data = b"".join(lines(0, 60) for _ in range(50))
+    zs = zstandard.ZstdCompressor().compress(data)
+    (d / "rank_0.jsonl.zst").write_bytes(zs[: len(zs) // 2])
+    gz = gzip.compress(data)
+    (d / "rank_1.jsonl.gz").write_bytes(gz[:20])
+    (d / "rank_2.jsonl.gz").write_bytes(gzip.compress(b""))  # really empty: no problem
+    s = forensics.ingest([str(d)], tmp_path / "st")
+    assert sorted(Path(p["path"]).name for p in s.problems) == ["rank_0.jsonl.zst", "rank_1.jsonl.gz"]
 
 
 def test_file_that_shrank_or_vanished_while_read(tmp_path: Path, monkeypatch) -> None:

@@ -165,3 +165,14 @@ def test_realistic_256mib_gzip_line_is_linear_and_bounded(tmp_path: Path) -> Non
     assert out["by"] == {"line longer than 64 MiB (skipped)": 1}
     assert out["rss_mb"] < 700, out
     assert out["s"] < 30, out
+
+
+def test_telemetry_long_line_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi CSV with a 2 MiB garbage row: read through iter_chunks, bounded, one line."""
+    monkeypatch.setenv("FORENSICS_MAX_LINE_BYTES", str(1 << 16))
+    f = tmp_path / "gpu.csv"
+    f.write_bytes(b"timestamp, index, temperature.gpu, utilization.gpu [%]\n"
+                  b"2025/06/12 14:00:00.000, 0, 60, 90\n" + b"9" * (2 << 20) + b"\n"
+                  b"2025/06/12 14:00:01.000, 0, 61, 91\n")
+    s = forensics.ingest([str(f)], tmp_path / "st")
+    assert s.formats == {"nvidia_smi": 1} and s.lines_read == 4 and s.events + s.rejected == 4

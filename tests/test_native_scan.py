@@ -318,7 +318,12 @@ def test_extra_text_is_stored_as_written_on_both_paths():
     """Spacing, number spelling and key order of `extra` survive on both paths, byte for byte."""
     buf = (b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "event": "A", "extra": { "step_time_ms" : 1.50e2, "b": [1, 2.0] }}\n'
            b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "event": "B", "extra": {"z": 1, "a": {"q": "\\u00e9\\n"}}}\n'
-           b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "event": "C", "extra": {"loss": 1, "loss": 2}}\n')
-    want = ['{ "step_time_ms" : 1.50e2, "b": [1, 2.0] }', '{"z": 1, "a": {"q": "\\u00e9\\n"}}', '{"loss": 1, "loss": 2}']
+           b'{"timestamp": "2025-06-12T02:00:00Z", "rank": 1, "event": "C", "extra": {"loss": 1, "loss": 2}}\n'
+           # extra not the last key; an "extra" nested in an earlier value; a key named x"extra
+           b'{"extra": {"a" : 1}, "timestamp": "2025-06-12T02:00:00Z", "rank": 1, "event": "D", "k": {"extra": {}}}\n'
+           b'{"k": {"extra": {"b": 2}}, "timestamp": "2025-06-12T02:00:00Z", "rank": 1, "event": "E", "extra": {"c":3}}\n'
+           b'{"x\\"extra": {"d": 4}, "timestamp": "2025-06-12T02:00:00Z", "rank": 1, "event": "F", "extra": {"e" :5}}\n')
+    want = ['{ "step_time_ms" : 1.50e2, "b": [1, 2.0] }', '{"z": 1, "a": {"q": "\\u00e9\\n"}}', '{"loss": 1, "loss": 2}',
+            '{"a" : 1}', '{"c":3}', '{"e" :5}']
     assert scan_block(buf, 1, True, None, None).events["extra"].to_pylist() == want
     assert _to_table(parse_block_py(buf, 1, True, None, None).events)["extra"].to_pylist() == want

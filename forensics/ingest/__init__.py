@@ -7,6 +7,7 @@ atomically (`store.StoreWriter`). It must not parse log lines itself.
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -15,8 +16,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-
-import errno
 
 from ..errors import BAD_ARGUMENT, NOT_A_STORE, OTHER_RUN, STORE_VERSION, STORE_WRITE, ForensicsError
 from ..store import (
@@ -128,6 +127,21 @@ def _complete_end(path: str, size: int) -> int:
                 return pos - step + i + 1
             pos -= step
     return 0
+
+
+def _stream_damage(path: str, compression: str) -> str | None:
+    """Why a compressed file that yields no bytes cannot be read (None: it is just empty)."""
+    from .sources import GuardedStream, open_binary, zstd_damage
+
+    if compression == "zstd":
+        return zstd_damage(path)
+    g = GuardedStream(open_binary(path, compression), compression)
+    try:
+        while g.read(1 << 16):
+            pass
+    finally:
+        g.close()
+    return g.problem
 
 
 def _file_info_or_gone(path: Path) -> FileInfo | str:
@@ -332,6 +346,11 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
         sources[info.path] = src
         by_fingerprint[info.fingerprint] = info.path
         if fmt == "empty":
+            if info.compression != "none":  # nothing decompressed: an empty stream, or a damaged one
+                bad = _stream_damage(info.path, info.compression)
+                if bad:
+                    src["problems"] = [bad]
+                    problems.append({"path": info.path, "problem": bad})
             continue
         if info.compression == "none":
             end = info.size

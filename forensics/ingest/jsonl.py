@@ -142,20 +142,35 @@ def raw_object_text(line: str, key: str = "extra") -> str | None:
         return None
 
 
+_LAST_EXTRA = r'"extra"\s*:\s*(\{.*\})\s*\}\s*$'
+
+
 def _extra_as_written(df: pl.DataFrame, lines: pl.Series, idx: np.ndarray) -> pl.DataFrame:
-    """Replace polars' re-serialisation of object `extra` values by their text as written."""
+    """Replace polars' re-serialisation of object `extra` values by their text as written.
+
+    Fast case, vectorised: `extra` is the line's last key (the seed schema writes it last), so
+    its text runs from the first `"extra": {` to the `}` before the line's closing brace. That
+    capture is exactly the value when it holds as many keys (`"` then `:`) as polars' parse of
+    the value: a key after extra, an "extra" nested in an earlier value or a second "extra" all
+    add at least one key to the capture. Other lines take raw_object_text."""
     if "extra" not in df.columns:
         return df
     rows = np.flatnonzero(df["extra"].str.starts_with("{").fill_null(False).to_numpy())
     if not len(rows):
         return df
-    col = df["extra"].to_list()
-    for pos, raw in zip(rows, lines.gather(idx[rows]).to_list()):
-        text = raw.decode("utf-8", errors="replace")
-        got = raw_object_text(text)
-        if got is not None:
-            col[int(pos)] = got
-    return df.with_columns(pl.Series("extra", col, dtype=pl.String))
+    sub = lines.gather(idx[rows])
+    caps = sub.cast(pl.String, strict=False).str.extract(_LAST_EXTRA, 1)
+    parsed = df["extra"].gather(rows)
+    ok = (caps.str.count_matches(KEY_COLON) == parsed.str.count_matches(KEY_COLON)).fill_null(False).to_numpy()
+    extra = df["extra"].clone()
+    if ok.any():
+        extra = extra.scatter(rows[ok], caps.filter(pl.Series(ok)))
+    if not ok.all():
+        vals = [raw_object_text(sub[int(k)].decode("utf-8", errors="replace")) for k in np.flatnonzero(~ok)]
+        keep = [v is not None for v in vals]
+        if any(keep):
+            extra = extra.scatter(rows[~ok][keep], pl.Series([v for v in vals if v is not None], dtype=pl.String))
+    return df.with_columns(extra.alias("extra"))
 
 
 def _unknown_fields(obj: dict) -> str | None:
