@@ -197,9 +197,11 @@ _TIMEOUT_AT = re.compile(
 # signal due to a collective timeout from rank 0 ... Last enqueued NCCL work: 40, last completed
 # NCCL work: 40." The numbers are THIS rank's: a rank whose last enqueued work is below the
 # sequence number the others time out on never issued that collective (it lags).
+# "last enqueued NCCL work: 40, last completed NCCL work: 39" (the backend name varies: NCCL, Gloo)
+_LAST_WORK = r"[Ll]ast enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+)"
 _DUMP_SIGNAL = re.compile(
     r"Received a (?:global )?dump signal (?:due to a collective timeout )?from\s+(this local rank|rank\s*(\d+))"
-    r"(?:.*?Last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+))?"
+    r"(?:.*?" + _LAST_WORK + ")?"
 )
 _DESYNC = re.compile(
     r"ranks \[([\d,\s]+)\] are the lagging ranks"
@@ -213,9 +215,9 @@ _DESYNC_TIMEOUT_AT = re.compile(r"-\s*\[(\d+)\] Timeout at collective: ([^,]+), 
 # ProcessGroupNCCL watchdog (torch >= 2.3 / >= 2.6 wordings)
 _WATCHDOG_AT = re.compile(
     r"(Exception \(either an error or timeout\)|NCCL error is|Work timeout is) detected by watchdog at work: (\d+)"
-    r"(?:, last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+))?"
+    r"(?:, " + _LAST_WORK + ")?"
 )
-_WORK_STATUS = re.compile(r"Work update periodically: last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+)")
+_WORK_STATUS = re.compile(r"Work update periodically: " + _LAST_WORK)
 _ASYNC_EXC = re.compile(r"raised the following async exception: (.*)")
 _WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
 _FR_DUMP = re.compile(r"(?:dumping nccl trace to|Finished writing NCCLPG debug info to) (\S+)")
@@ -236,10 +238,6 @@ _STORE_BARRIER = re.compile(
 _MISMATCH_PAIR = re.compile(r"Rank (\d+) is running collective: (.*?), but Rank (\d+) is running collective: (.*)")
 _FP_SEQ = re.compile(r"SequenceNumber=(\d+)")
 _FP_OP = re.compile(r"OpType=(\w+)")
-_FINGERPRINT_PAIR = re.compile(
-    r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),\s*OpType=(\w+)"
-    r".*?but Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),\s*OpType=(\w+)"
-)
 _FINGERPRINT = re.compile(r"CollectiveFingerPrint\((?:[^)]*?)SequenceNumber=(\d+)(?:,\s*OpType=(\w+))?")
 _NCCL_ERROR_IN = re.compile(r"NCCL error in: ([^,]+), (.+?)(?:, NCCL version ([\d.]+))?$")
 _NCCL_ERROR_NAME = re.compile(r"\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b")
