@@ -196,3 +196,16 @@ def test_collector_forms_in_front_of_a_rank_prefix(line: str) -> None:
     ev, _, _ = _read(line + "\n")
     row = ev.row(0, named=True)
     assert (row["rank"], row["rank_source"], row["message"]) == (4, "prefix", "boom")
+
+
+def test_text_in_a_legacy_encoding_is_not_garbage() -> None:
+    for text in ("Grüße aus München, Straße 5", "température: 45°C", "naïve café déjà vu"):
+        ev, rej, _ = _read_bytes(text.encode("latin-1") + b"\n")
+        assert (ev.height, rej.height) == (1, 0), text
+
+
+def _read_bytes(data: bytes) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    ctx = ReaderContext(path="/logs/c.log", rank_hint=None, host_hint=None)
+    blocks = list(read_console(ctx.path, io.BytesIO(data), ctx))
+    return (pl.concat([b.events for b in blocks], how="diagonal_relaxed"), pl.concat([b.rejects for b in blocks]),
+            sum(b.lines for b in blocks))
