@@ -1267,7 +1267,7 @@ class _Parser:
                 r.put(timeout_s=int(h) * 3600 + int(mi) * 60 + float(sec))
             except ValueError:
                 pass
-            r.x(barrier="store_based_barrier", key=m.group(2), world_size=int(m.group(3)), arrived=int(m.group(4)))
+            r.x(barrier="store_based_barrier", store_key=m.group(2), world_size=int(m.group(3)), arrived=int(m.group(4)))
             return True
         return False
 
