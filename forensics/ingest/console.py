@@ -1267,7 +1267,10 @@ class _Parser:
                 r.put(timeout_s=int(h) * 3600 + int(mi) * 60 + float(sec))
             except ValueError:
                 pass
-            r.x(barrier="store_based_barrier", store_key=m.group(2), world_size=int(m.group(3)), arrived=int(m.group(4)))
+            world, arrived = int(m.group(3)), int(m.group(4))
+            # the store counts arrivals, it does not say who: how many are missing, not which
+            r.x(barrier="store_based_barrier", store_key=m.group(2), world_size=world, arrived=arrived,
+                missing_count=max(world - arrived, 0))
             return True
         return False
 

@@ -355,7 +355,7 @@ TEMPLATES: list[Template] = [
         ("rank", "world size", "arrived"), "BARRIER_TIMEOUT",
         (Sample(("torch.distributed.DistStoreError: Timed out initializing process group in store based barrier on rank 5, "
                  "for key: store_based_barrier_key:1 (world_size=8, num_workers_joined=6, timeout=0:30:00)",),
-                {"event": "BARRIER_TIMEOUT", "rank": 5, "rank_source": "record", "x.world_size": 8, "x.arrived": 6,
+                {"event": "BARRIER_TIMEOUT", "rank": 5, "rank_source": "record", "x.world_size": 8, "x.arrived": 6, "x.missing_count": 2,
                  "timeout_s": 1800.0}),),
     ),
     # --- memory, processes, schedulers ---------------------------------------------------
