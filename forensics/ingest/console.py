@@ -142,6 +142,8 @@ _TRIGGER_WORDS = [
     "out of memory", "OutOfMemory", "CUDA error", "Xid", "exitcode", "exit code", "return code", "SIG",
     "Signal ", "Killed", "Killing", "killed", "CANCELLED", "iteration", "(MB)", "time (ms)", "step=", "{'",
 ]
+# Lines that start a launcher's topology block (see _Parser._topology).
+_TOPOLOGY_WORDS = ["Rendezvous complete", "launch configs:", "global_rank_mapping=", "num_local_procs=", "dist_world_size="]
 _ERROR_WORDS = ["Error", "ERROR", "FATAL", "Traceback", "error:"]
 _WARN_WORDS = ["Warning", "WARN", "warning:"]
 # `[INFO]`, `[INFO|file.py:1]`, ` - INFO - `, `NCCL WARN`: one pattern, one pass per block.
@@ -155,7 +157,7 @@ _ISO_VEC = (
 class _Hints:
     """Per-line results of the block-wide scan, as Python lists indexed like the lines."""
 
-    __slots__ = ("trig", "err", "warn", "lvl", "ts", "year", "month", "binary")
+    __slots__ = ("trig", "err", "warn", "lvl", "ts", "year", "month", "binary", "topo")
 
     def __init__(self, lines: list[str], before_binary: bool | None = None) -> None:
         line = pl.col("l")
@@ -168,9 +170,11 @@ class _Hints:
             head.str.extract(_ISO_VEC, 1).str.replace(r"^(.{10})[ _]", "${1}T")
             .str.replace(",", ".", literal=True).alias("ts"),
             line.str.contains(SUSPECT).alias("suspect"),
+            line.str.contains_any(_TOPOLOGY_WORDS).alias("topo"),
         )
         ts = out["ts"]
         self.trig: list[bool] = out["trig"].to_list()
+        self.topo: list[bool] = out["topo"].to_list()
         self.err: list[bool] = out["err"].to_list()
         self.warn: list[bool] = out["warn"].to_list()
         self.lvl: list[str | None] = out["lvl"].to_list()
@@ -590,7 +594,8 @@ class _Parser:
         body = self._prefixes(line, r)
         if r.extra is not None and "stream" in r.extra and (self.partial_head or r.extra.get("partial")):
             self._partial(r)
-        self._topology(body, r)
+        if self.rdzv is not None or self.launch is not None or self.hints.topo[i]:
+            self._topology(body, r)
         self._time_level(body, r, i)
         key = (r.rank, r.local_rank, r.host, r.extra.get("pid") if r.extra else None)
 
@@ -802,7 +807,7 @@ class _Parser:
             g = self.pid_rank.get((r.host, r.extra["pid"]))
             if g is not None:
                 r.rank, r.rank_source = g, "mapped"
-        if r.rank is None and r.local_rank is not None:
+        if r.rank is None and r.local_rank is not None and self.topo:
             self._map_local(r)
         if (r.rank is None and local_from_tee is not None and r.host is None and task is None
                 and not self.multi_node):
