@@ -145,9 +145,9 @@ def test_random_bytes_named_jsonl_are_rejected_not_events(tmp_path: Path, seed) 
     assert s.lines_read == lines == s.events + s.rejected
     st = open_store(tmp_path / "store")
     if seed is None:
-        # os.urandom: a short run of printable ASCII between garbage reads as text; nothing else may
-        ev = st.events().select("message").collect()["message"].to_list()
-        assert all(m.isascii() and m.isprintable() and len(m) < 16 for m in ev), ev
+        # os.urandom: a few bytes of printable text between garbage can read as text (measured:
+        # 10 such lines in 100 files of 200 KB); never more than a handful
+        assert s.events <= lines // 100, st.events().select("message").collect()["message"].to_list()
     else:
         assert s.events == 0, s.to_dict()
     assert set(s.rejected_by_reason) <= {BINARY, "blank line"}
@@ -196,3 +196,16 @@ def test_collector_forms_in_front_of_a_rank_prefix(line: str) -> None:
     ev, _, _ = _read(line + "\n")
     row = ev.row(0, named=True)
     assert (row["rank"], row["rank_source"], row["message"]) == (4, "prefix", "boom")
+
+
+def test_text_in_a_legacy_encoding_is_not_garbage() -> None:
+    for text in ("Grüße aus München, Straße 5", "température: 45°C", "naïve café déjà vu"):
+        ev, rej, _ = _read_bytes(text.encode("latin-1") + b"\n")
+        assert (ev.height, rej.height) == (1, 0), text
+
+
+def _read_bytes(data: bytes) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    ctx = ReaderContext(path="/logs/c.log", rank_hint=None, host_hint=None)
+    blocks = list(read_console(ctx.path, io.BytesIO(data), ctx))
+    return (pl.concat([b.events for b in blocks], how="diagonal_relaxed"), pl.concat([b.rejects for b in blocks]),
+            sum(b.lines for b in blocks))

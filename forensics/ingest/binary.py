@@ -11,7 +11,8 @@ The rule, on a line decoded as UTF-8 with replacement: binary if it holds a NUL,
 colours and tqdm redraws are text), or if more than 30% are U+FFFD (bytes that are not UTF-8).
 A Latin-1 accent or a stray control byte in a long line stays text; random bytes hold ~11%
 controls and ~45% invalid sequences; a line with both a control byte and invalid UTF-8 is binary
-from 10% on. Short lines that do not read as text are judged by their neighbours
+from 10% on, and one with two or more invalid sequences when less than half of it is letters,
+digits and spaces (Latin-1 text is mostly letters; random bytes are a third). Short lines that do not read as text are judged by their neighbours
 (`binary_runs`): a line of a few bytes between two binary lines is part of the same garbage.
 """
 from __future__ import annotations
@@ -37,8 +38,14 @@ def is_binary_text(s: str) -> bool:
     if ctrl * 20 > n:
         return True
     bad = s.count("\ufffd")
+    if bad * 10 > n * 3:
+        return True
     # a control byte next to invalid UTF-8 is not a text line in some other encoding
-    return bad * 10 > n * 3 or (ctrl > 0 and bad > 0 and (ctrl + bad) * 10 > n)
+    if ctrl > 0 and bad > 0 and (ctrl + bad) * 10 > n:
+        return True
+    # text in a legacy encoding (Latin-1 accents) is still mostly letters, digits and spaces;
+    # random bytes are about a third of that
+    return bad >= 2 and sum(c.isalnum() or c == " " for c in s if c != "\ufffd") * 2 < n
 
 
 def _plain(s: str) -> bool:

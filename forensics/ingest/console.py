@@ -142,6 +142,8 @@ _TRIGGER_WORDS = [
     "out of memory", "OutOfMemory", "CUDA error", "Xid", "exitcode", "exit code", "return code", "SIG",
     "Signal ", "Killed", "Killing", "killed", "CANCELLED", "iteration", "(MB)", "time (ms)", "step=", "{'",
 ]
+# Lines that start a launcher's topology block (see _Parser._topology).
+_TOPOLOGY_WORDS = ["Rendezvous complete", "launch configs:", "global_rank_mapping=", "num_local_procs=", "dist_world_size="]
 _ERROR_WORDS = ["Error", "ERROR", "FATAL", "Traceback", "error:"]
 _WARN_WORDS = ["Warning", "WARN", "warning:"]
 # `[INFO]`, `[INFO|file.py:1]`, ` - INFO - `, `NCCL WARN`: one pattern, one pass per block.
@@ -155,7 +157,7 @@ _ISO_VEC = (
 class _Hints:
     """Per-line results of the block-wide scan, as Python lists indexed like the lines."""
 
-    __slots__ = ("trig", "err", "warn", "lvl", "ts", "year", "month", "binary")
+    __slots__ = ("trig", "err", "warn", "lvl", "ts", "year", "month", "binary", "topo")
 
     def __init__(self, lines: list[str], before_binary: bool | None = None) -> None:
         line = pl.col("l")
@@ -168,9 +170,11 @@ class _Hints:
             head.str.extract(_ISO_VEC, 1).str.replace(r"^(.{10})[ _]", "${1}T")
             .str.replace(",", ".", literal=True).alias("ts"),
             line.str.contains(SUSPECT).alias("suspect"),
+            line.str.contains_any(_TOPOLOGY_WORDS).alias("topo"),
         )
         ts = out["ts"]
         self.trig: list[bool] = out["trig"].to_list()
+        self.topo: list[bool] = out["topo"].to_list()
         self.err: list[bool] = out["err"].to_list()
         self.warn: list[bool] = out["warn"].to_list()
         self.lvl: list[str | None] = out["lvl"].to_list()
@@ -197,9 +201,11 @@ _TIMEOUT_AT = re.compile(
 # signal due to a collective timeout from rank 0 ... Last enqueued NCCL work: 40, last completed
 # NCCL work: 40." The numbers are THIS rank's: a rank whose last enqueued work is below the
 # sequence number the others time out on never issued that collective (it lags).
+# "last enqueued NCCL work: 40, last completed NCCL work: 39" (the backend name varies: NCCL, Gloo)
+_LAST_WORK = r"[Ll]ast enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+)"
 _DUMP_SIGNAL = re.compile(
     r"Received a (?:global )?dump signal (?:due to a collective timeout )?from\s+(this local rank|rank\s*(\d+))"
-    r"(?:.*?Last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+))?"
+    r"(?:.*?" + _LAST_WORK + ")?"
 )
 _DESYNC = re.compile(
     r"ranks \[([\d,\s]+)\] are the lagging ranks"
@@ -213,9 +219,9 @@ _DESYNC_TIMEOUT_AT = re.compile(r"-\s*\[(\d+)\] Timeout at collective: ([^,]+), 
 # ProcessGroupNCCL watchdog (torch >= 2.3 / >= 2.6 wordings)
 _WATCHDOG_AT = re.compile(
     r"(Exception \(either an error or timeout\)|NCCL error is|Work timeout is) detected by watchdog at work: (\d+)"
-    r"(?:, last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+))?"
+    r"(?:, " + _LAST_WORK + ")?"
 )
-_WORK_STATUS = re.compile(r"Work update periodically: last enqueued (?:\w+ )?work: (-?\d+), last completed (?:\w+ )?work: (-?\d+)")
+_WORK_STATUS = re.compile(r"Work update periodically: " + _LAST_WORK)
 _ASYNC_EXC = re.compile(r"raised the following async exception: (.*)")
 _WATCHDOG_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
 _FR_DUMP = re.compile(r"(?:dumping nccl trace to|Finished writing NCCLPG debug info to) (\S+)")
@@ -236,10 +242,6 @@ _STORE_BARRIER = re.compile(
 _MISMATCH_PAIR = re.compile(r"Rank (\d+) is running collective: (.*?), but Rank (\d+) is running collective: (.*)")
 _FP_SEQ = re.compile(r"SequenceNumber=(\d+)")
 _FP_OP = re.compile(r"OpType=(\w+)")
-_FINGERPRINT_PAIR = re.compile(
-    r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),\s*OpType=(\w+)"
-    r".*?but Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+),\s*OpType=(\w+)"
-)
 _FINGERPRINT = re.compile(r"CollectiveFingerPrint\((?:[^)]*?)SequenceNumber=(\d+)(?:,\s*OpType=(\w+))?")
 _NCCL_ERROR_IN = re.compile(r"NCCL error in: ([^,]+), (.+?)(?:, NCCL version ([\d.]+))?$")
 _NCCL_ERROR_NAME = re.compile(r"\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b")
@@ -592,7 +594,8 @@ class _Parser:
         body = self._prefixes(line, r)
         if r.extra is not None and "stream" in r.extra and (self.partial_head or r.extra.get("partial")):
             self._partial(r)
-        self._topology(body, r)
+        if self.rdzv is not None or self.launch is not None or self.hints.topo[i]:
+            self._topology(body, r)
         self._time_level(body, r, i)
         key = (r.rank, r.local_rank, r.host, r.extra.get("pid") if r.extra else None)
 
@@ -804,7 +807,7 @@ class _Parser:
             g = self.pid_rank.get((r.host, r.extra["pid"]))
             if g is not None:
                 r.rank, r.rank_source = g, "mapped"
-        if r.rank is None and r.local_rank is not None:
+        if r.rank is None and r.local_rank is not None and self.topo:
             self._map_local(r)
         if (r.rank is None and local_from_tee is not None and r.host is None and task is None
                 and not self.multi_node):
@@ -1269,7 +1272,10 @@ class _Parser:
                 r.put(timeout_s=int(h) * 3600 + int(mi) * 60 + float(sec))
             except ValueError:
                 pass
-            r.x(barrier="store_based_barrier", key=m.group(2), world_size=int(m.group(3)), arrived=int(m.group(4)))
+            world, arrived = int(m.group(3)), int(m.group(4))
+            # the store counts arrivals, it does not say who: how many are missing, not which
+            r.x(barrier="store_based_barrier", store_key=m.group(2), world_size=world, arrived=arrived,
+                missing_count=max(world - arrived, 0))
             return True
         return False
 

@@ -70,6 +70,7 @@ TEMPLATES: list[Template] = [
         "[rank{rank}]:",
         ("rank",), "any",
         (Sample(("[rank5]:loss did not improve",), {"rank": 5, "rank_source": "prefix", "event": "LOG"}),),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
     ),
     Template(
         "torchrun_tee_prefix", "pytorch torch/distributed/elastic/agent/server/local_elastic_agent.py (--tee, --redirects)",
@@ -227,6 +228,7 @@ TEMPLATES: list[Template] = [
                  "timeout: WorkNCCL(SeqNum=77, OpType=BROADCAST, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for "
                  "600012 milliseconds before timing out.",),
                 {"event": "NCCL_TIMEOUT", "rank": 4, "seq": 77, "collective": "BROADCAST", "timeout_s": 600.0}),),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
     ),
     Template(
         "nccl_watchdog_detected", _NCCL_CPP + " (watchdogHandler)",
@@ -353,7 +355,7 @@ TEMPLATES: list[Template] = [
         ("rank", "world size", "arrived"), "BARRIER_TIMEOUT",
         (Sample(("torch.distributed.DistStoreError: Timed out initializing process group in store based barrier on rank 5, "
                  "for key: store_based_barrier_key:1 (world_size=8, num_workers_joined=6, timeout=0:30:00)",),
-                {"event": "BARRIER_TIMEOUT", "rank": 5, "rank_source": "record", "x.world_size": 8, "x.arrived": 6,
+                {"event": "BARRIER_TIMEOUT", "rank": 5, "rank_source": "record", "x.world_size": 8, "x.arrived": 6, "x.missing_count": 2,
                  "timeout_s": 1800.0}),),
     ),
     # --- memory, processes, schedulers ---------------------------------------------------
@@ -363,6 +365,7 @@ TEMPLATES: list[Template] = [
         (Sample(("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total capacity "
                  "of 79.10 GiB of which 120.00 MiB is free. Process 3311 has 78.90 GiB memory in use.",),
                 {"event": "CUDA_OOM", "rank": 1, "x.device": 1}),),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
     ),
     Template(
         "kernel_oom_killer", "linux mm/oom_kill.c (__oom_kill_process)",
@@ -381,6 +384,7 @@ TEMPLATES: list[Template] = [
         "Detected %lu oom_kill event%s in %ps. Some of the step tasks have been OOM Killed.", ("kind host_oom",), "PROCESS_KILLED",
         (Sample(("slurmstepd: error: Detected 2 oom_kill events in StepId=88123.0. Some of the step tasks have been OOM Killed.",),
                 {"event": "PROCESS_KILLED", "x.by": "oom_killer", "x.oom_kill_events": 2}),),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
     ),
     Template(
         "srun_task_exit", "slurm src/srun (task state messages)",
@@ -398,6 +402,7 @@ TEMPLATES: list[Template] = [
                 {"event": "JOB_CANCELLED", "host": "gpu-node9", "x.reason": "TIME LIMIT"}),
          Sample(("srun: error: *** STEP 88123.0 CANCELLED AT 2024-11-20T14:37:16 DUE TO TIME LIMIT ***",),
                 {"event": "JOB_CANCELLED", "x.kind": "step"})),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
     ),
     Template(
         "srun_node_failure", "slurm src/srun/libsrun/launch.c (_node_fail_handler)", "Node failure on %s", ("host",),
