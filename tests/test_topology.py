@@ -11,7 +11,7 @@ import pytest
 from forensics import timeline
 from forensics import topology as T
 from forensics.ingest import ingest
-from forensics.passes import data_load_skew, diagnose, straggler
+from forensics.passes import data_load_skew, diagnose, gradient_skew, straggler
 from forensics.passes.context import Context
 from forensics.schema import conform
 from forensics.store import open_store
@@ -185,3 +185,10 @@ def test_data_loading_is_compared_within_the_data_parallel_group() -> None:
     [f] = data_load_skew.find(_ctx(pipeline_rows(pp=2, dp=4, data=_loads((0, 2)))))
     assert f.ranks == [2] and f.evidence["group_ranks"] == [0, 1, 2, 3]
     assert f.evidence["peer_data_load_ms"] == pytest.approx(60.0)
+
+
+def test_gradient_ready_times_are_compared_within_the_data_parallel_group() -> None:
+    # the first stage finishes its backward last by design: across stages it is "late" every step
+    [f] = gradient_skew.find(_ctx(pipeline_rows(pp=4, dp=2, layout="none", grad_ready=True)))
+    assert f.ranks and set(f.ranks) <= {0, 1} and f.severity == "WARN"
+    assert [g for g in gradient_skew.find(_ctx(pipeline_rows(pp=4, dp=2, grad_ready=True))) if g.severity != "INFO"] == []
