@@ -160,6 +160,8 @@ def _from_events(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str,
     text = pl.concat_str([pl.col("extra").fill_null(""), pl.col("fields").fill_null("")], separator=" ")
     rows = (
         lf.select("rank", text.alias("t"))
+        # a literal pre-filter (Aho-Corasick) before the regexes: most rows name no layout key
+        .filter(pl.col("t").str.contains_any(["_rank", "stage", "_size", "_id", "pipe_", "num_stages"]))
         .filter(pl.col("t").str.contains(_ANY_AXIS) | pl.col("t").str.contains(_ANY_SIZE))
         .select(
             "rank",
@@ -190,7 +192,9 @@ def _from_events(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str,
 def _from_text(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str, int], list[str]]:
     """Coordinates and sizes printed by DeepSpeed / Megatron on the console (messages)."""
     msgs = (
-        lf.filter(pl.col("message").str.contains(_TEXT_HINT))
+        lf.filter(pl.col("message").str.contains_any(["world size:", "topology:", "pipeline group:", "STAGE=",
+                                                       "parallel_size", "pp_size", "tp_size"]))
+        .filter(pl.col("message").str.contains(_TEXT_HINT))
         .select("message").collect().get_column("message").to_list()
     )
     coords: dict[int, dict[str, int]] = {}
