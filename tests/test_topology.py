@@ -68,6 +68,17 @@ def test_deepspeed_printed_topology_and_pipeline_groups() -> None:
     assert _ctx(rows).topology.stages() == {0: [0, 1], 1: [2, 3], 2: [4, 5]}
 
 
+def test_deepspeed_stage_lines_of_data_parallel_id_0_give_the_number_of_stages() -> None:
+    # pipe/engine.py logs RANK/STAGE on data-parallel id 0 only; module.py prints stage=s layers=n
+    rows = Rows()
+    rows.add(0.0, 0, "LOG", message="stage=0 layers=4")
+    rows.add(0.0, 0, "LOG", message="stage=1 layers=5")
+    rows.add(0.1, 0, "LOG", message="RANK=0 STAGE=0 LAYERS=4 [0, 4) STAGE_PARAMS=100 (0.000M) TOTAL_PARAMS=200 (0.000M)")
+    for r in range(6):
+        rows.add(1.0, r, "TRAIN_STEP", step=0)
+    assert _ctx(rows).topology.stages() == {0: [0, 1, 2], 1: [3, 4, 5]}
+
+
 def test_per_rank_keys_in_events_win_and_a_training_stage_is_not_a_pipeline_stage() -> None:
     rows = Rows()
     for r in range(4):
