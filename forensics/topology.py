@@ -92,8 +92,10 @@ _DS_COORD = re.compile(r"ProcessCoord\(([^)]*)\)\s*:\s*(\d+)")
 _DS_AXIS = {"pipe": "pp", "data": "dp", "model": "tp"}
 _DS_PIPE_GROUP = re.compile(r"building pipeline group:\s*\[([\d,\s]+)\]")
 _DS_STAGE = re.compile(r"\bRANK=(\d+)\s+STAGE=(\d+)\b")
+# PipelineModule._partition_layers (rank 0): "stage=1 layers=3", one line per stage
+_DS_PARTITION = re.compile(r"^\s*stage=(\d+) layers=\d+\s*$")
 _TEXT_HINT = ("using world size:|Using topology:|building pipeline group:|STAGE=|model_parallel_size|"
-              "parallel_size|pp_size|tp_size")
+              "parallel_size|pp_size|tp_size|stage=\\d+ layers=")
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,8 @@ def _from_events(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str,
     text = pl.concat_str([pl.col("extra").fill_null(""), pl.col("fields").fill_null("")], separator=" ")
     rows = (
         lf.select("rank", text.alias("t"))
+        # a literal pre-filter (Aho-Corasick) before the regexes: most rows name no layout key
+        .filter(pl.col("t").str.contains_any(["_rank", "stage", "_size", "_id", "pipe_", "num_stages"]))
         .filter(pl.col("t").str.contains(_ANY_AXIS) | pl.col("t").str.contains(_ANY_SIZE))
         .select(
             "rank",
@@ -190,12 +194,15 @@ def _from_events(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str,
 def _from_text(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str, int], list[str]]:
     """Coordinates and sizes printed by DeepSpeed / Megatron on the console (messages)."""
     msgs = (
-        lf.filter(pl.col("message").str.contains(_TEXT_HINT))
+        lf.filter(pl.col("message").str.contains_any(["world size:", "topology:", "pipeline group:", "STAGE=",
+                                                       "parallel_size", "pp_size", "tp_size", " layers="]))
+        .filter(pl.col("message").str.contains(_TEXT_HINT))
         .select("message").collect().get_column("message").to_list()
     )
     coords: dict[int, dict[str, int]] = {}
     sizes: dict[str, int] = {}
     found: list[str] = []
+    stage_ids: set[int] = set()
     for m in msgs:
         if m is None:
             continue
@@ -218,6 +225,11 @@ def _from_text(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str, i
             found.append("deepspeed")
         for r, s in _DS_STAGE.findall(m):
             coords.setdefault(int(r), {}).setdefault("pp", int(s))
+            stage_ids.add(int(s))
+            found.append("deepspeed")
+        x = _DS_PARTITION.search(m) if "layers=" in m else None
+        if x:
+            stage_ids.add(int(x.group(1)))
             found.append("deepspeed")
         if "using world size:" in m:
             for a, p in _MEGATRON.items():
@@ -231,6 +243,10 @@ def _from_text(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str, i
             if x and a not in sizes:
                 sizes[a] = int(x.group(1))
                 found.append("sizes")
+    if stage_ids and "pp" not in sizes:
+        # DeepSpeed names the stage of data-parallel id 0 only (and rank 0 lists every stage's
+        # layers): the number of stages, laid out as PipeDataParallelTopology (data fastest)
+        sizes["pp"] = max(stage_ids) + 1
     return coords, sizes, found
 
 

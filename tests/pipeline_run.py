@@ -20,20 +20,22 @@ from typing import Callable
 
 import polars as pl
 
-from pass_helpers import Rows
+from pass_helpers import T0, Rows
 
 
 def pipeline_rows(pp: int, dp: int, steps: int = 40, micro: int = 4, base_ms: float = 300.0,
                   last_extra: float = 0.5, factor: Callable[[int, int, int], float] = lambda s, d, step: 1.0,
                   layout: str = "events", jitter: float = 0.02, seed: int = 0,
                   data: Callable[[int, int, int], float | None] = lambda s, d, step: 20.0 if s == 0 else None,
-                  comm_fields: bool = True) -> Rows:
+                  comm_fields: bool = True, grad_ready: bool = False) -> Rows:
     """`factor(stage, dp_rank, step)` multiplies a rank's compute. `layout`: "events" (stage and
     dp_rank in every per-op event's extra), "megatron" (rank 0 prints Megatron's sizes line),
     "deepspeed" (rank 0 prints DeepSpeed's topology map) or "none" (the logs do not say).
     `data(stage, dp_rank, step)`: a rank's batch loading time (None: it logs none; by default only
     the first stage loads batches); a slow loader delays its whole pipeline. Without
-    `comm_fields`, RECV / ALLREDUCE events log only their duration (no comm_ms / wait_ms)."""
+    `comm_fields`, RECV / ALLREDUCE events log only their duration (no comm_ms / wait_ms). With
+    `grad_ready`, GRAD_READY events: backward runs from the last stage to the first, so a stage's
+    gradients are ready one backward micro-batch of the next stage earlier than the stage before."""
     rng = random.Random(seed)
     rows = Rows()
     world = pp * dp
@@ -74,6 +76,9 @@ def pipeline_rows(pp: int, dp: int, steps: int = 40, micro: int = 4, base_ms: fl
                         tt += dur / 1000
                         rows.add(tt, r, op, step=step, duration_s=dur / 1000, extra=x)
                 bubble = T[d] - late[d] - c[s, d]
+                if grad_ready:
+                    ready = t0 + T[d] / 1000 - s * (2 / 3) * base_ms / micro / 1000
+                    rows.add(ready, r, "GRAD_READY", step=step, grad_ready_ts=T0.timestamp() + ready, extra=x)
                 tt += bubble / 1000
                 wait = tmax - T[d]
                 if comm_fields:

@@ -11,7 +11,7 @@ import pytest
 from forensics import timeline
 from forensics import topology as T
 from forensics.ingest import ingest
-from forensics.passes import data_load_skew, diagnose, straggler
+from forensics.passes import data_load_skew, diagnose, gradient_skew, straggler
 from forensics.passes.context import Context
 from forensics.schema import conform
 from forensics.store import open_store
@@ -25,14 +25,21 @@ def _ctx(rows: Rows) -> Context:
 
 # --- reading the layout --------------------------------------------------------------------------
 
+def _printed(world: int, *messages: str):
+    """The topology of a run of `world` ranks whose rank 0 printed `messages` on its console."""
+    rows = Rows()
+    for m in messages:
+        rows.add(0.0, 0, "LOG", message=m)
+    for r in range(world):
+        rows.add(1.0, r, "TRAIN_STEP", step=0)
+    return _ctx(rows).topology
+
+
 def test_megatron_sizes_line_gives_the_default_rank_order() -> None:
     # Megatron prints this on rank 0 (megatron/training/arguments.py); order tp-cp-ep-dp-pp
-    rows = Rows()
-    rows.add(0.0, 0, "LOG", message="using world size: 8, data-parallel size: 2, context-parallel size: 1, "
-             "hierarchical context-parallel sizes: None, tensor-model-parallel size: 2, pipeline-model-parallel size: 2")
-    for r in range(8):
-        rows.add(1.0, r, "TRAIN_STEP", step=0)
-    topo = _ctx(rows).topology
+    topo = _printed(8, "using world size: 8, data-parallel size: 2, context-parallel size: 1, "
+                    "hierarchical context-parallel sizes: None, tensor-model-parallel size: 2, "
+                    "pipeline-model-parallel size: 2")
     assert topo is not None and topo.sizes["tp"] == 2 and topo.sizes["pp"] == 2
     t = {row["rank"]: row for row in topo.table.iter_rows(named=True)}
     # tp fastest: ranks 0,1 are tp 0,1 of dp 0, stage 0; ranks 4-7 are stage 1
@@ -44,28 +51,25 @@ def test_megatron_sizes_line_gives_the_default_rank_order() -> None:
 
 
 def test_megatron_argument_dump_sizes() -> None:
-    rows = Rows()
-    rows.add(0.0, 0, "LOG", message="  pipeline_model_parallel_size ................... 4")
-    rows.add(0.0, 0, "LOG", message="  tensor_model_parallel_size ..................... 1")
-    for r in range(8):
-        rows.add(1.0, r, "TRAIN_STEP", step=0)
-    assert _ctx(rows).topology.stages() == {0: [0, 1], 1: [2, 3], 2: [4, 5], 3: [6, 7]}
+    topo = _printed(8, "  pipeline_model_parallel_size ................... 4",
+                    "  tensor_model_parallel_size ..................... 1")
+    assert topo.stages() == {0: [0, 1], 1: [2, 3], 2: [4, 5], 3: [6, 7]}
 
 
 def test_deepspeed_printed_topology_and_pipeline_groups() -> None:
-    rows = Rows()
     # deepspeed/runtime/pipe/topology.py: rank 0 prints the ProcessCoord map, or the groups
-    rows.add(0.0, 0, "LOG", message="Using topology: {ProcessCoord(pipe=0, data=0): 0, ProcessCoord(pipe=0, data=1): 1, "
-             "ProcessCoord(pipe=1, data=0): 2, ProcessCoord(pipe=1, data=1): 3}")
-    for r in range(4):
-        rows.add(1.0, r, "TRAIN_STEP", step=0)
-    assert _ctx(rows).topology.stages() == {0: [0, 1], 1: [2, 3]}
-    rows = Rows()
-    rows.add(0.0, 0, "LOG", message="RANK=0 building pipeline group: [0, 2, 4]")
-    rows.add(0.0, 0, "LOG", message="RANK=0 building pipeline group: [1, 3, 5]")
-    for r in range(6):
-        rows.add(1.0, r, "TRAIN_STEP", step=0)
-    assert _ctx(rows).topology.stages() == {0: [0, 1], 1: [2, 3], 2: [4, 5]}
+    topo = _printed(4, "Using topology: {ProcessCoord(pipe=0, data=0): 0, ProcessCoord(pipe=0, data=1): 1, "
+                    "ProcessCoord(pipe=1, data=0): 2, ProcessCoord(pipe=1, data=1): 3}")
+    assert topo.stages() == {0: [0, 1], 1: [2, 3]}
+    topo = _printed(6, "RANK=0 building pipeline group: [0, 2, 4]", "RANK=0 building pipeline group: [1, 3, 5]")
+    assert topo.stages() == {0: [0, 1], 1: [2, 3], 2: [4, 5]}
+
+
+def test_deepspeed_stage_lines_of_data_parallel_id_0_give_the_number_of_stages() -> None:
+    # pipe/engine.py logs RANK/STAGE on data-parallel id 0 only; module.py prints stage=s layers=n
+    topo = _printed(6, "stage=0 layers=4", "stage=1 layers=5",
+                    "RANK=0 STAGE=0 LAYERS=4 [0, 4) STAGE_PARAMS=100 (0.000M) TOTAL_PARAMS=200 (0.000M)")
+    assert topo.stages() == {0: [0, 1, 2], 1: [3, 4, 5]}
 
 
 def test_per_rank_keys_in_events_win_and_a_training_stage_is_not_a_pipeline_stage() -> None:
@@ -185,3 +189,10 @@ def test_data_loading_is_compared_within_the_data_parallel_group() -> None:
     [f] = data_load_skew.find(_ctx(pipeline_rows(pp=2, dp=4, data=_loads((0, 2)))))
     assert f.ranks == [2] and f.evidence["group_ranks"] == [0, 1, 2, 3]
     assert f.evidence["peer_data_load_ms"] == pytest.approx(60.0)
+
+
+def test_gradient_ready_times_are_compared_within_the_data_parallel_group() -> None:
+    # the first stage finishes its backward last by design: across stages it is "late" every step
+    [f] = gradient_skew.find(_ctx(pipeline_rows(pp=4, dp=2, layout="none", grad_ready=True)))
+    assert f.ranks and set(f.ranks) <= {0, 1} and f.severity == "WARN"
+    assert [g for g in gradient_skew.find(_ctx(pipeline_rows(pp=4, dp=2, grad_ready=True))) if g.severity != "INFO"] == []
