@@ -12,7 +12,6 @@ from typing import Any
 
 import polars as pl
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..timeline import Snapshot, iso
