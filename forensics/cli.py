@@ -115,15 +115,15 @@ _TIME_FORMS = ("From this time: 2025-06-12T14:30:00Z (ISO-8601; no zone = UTC), 
 def ingest(
     paths: list[str] = typer.Argument(..., metavar="LOGS...", help="Log files, directories or quoted globs ('logs/**/*.jsonl.gz')."),
     output: str = typer.Option(..., "-o", "--output", metavar="STORE", help="Store directory to create or update."),
-    append: bool = typer.Option(False, "--append", help="Keep files already in the store; add new files and new tails."),
+    append: bool = typer.Option(False, "--append", help="Keep what the store holds; read only new files and the new end of files that grew."),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, metavar="N", help="Worker processes (default: all cores)."),
     gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", metavar="HOST:GPU=RANK",
                                                 help="Which rank used GPU number GPU on host HOST, for GPU telemetry that names no rank (node3:0=24); repeatable, or @FILE with one per line."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every file: format recognised, lines, events, rejects."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every file: the format recognised, lines, events, rejected lines."),
     force: bool = typer.Option(False, "--force", help="With --append: add the logs even if they look like another run."),
 ) -> None:
-    """Read logs into a Parquet store; every line becomes an event or a stored reject."""
+    """Read logs into a store. Every line becomes an event, or a rejected line kept with its reason; a store is a folder of Parquet files."""
     from .ingest import ingest as run_ingest
     from .render.ingest import render_summary
 
@@ -148,7 +148,7 @@ def rejects(
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
-    """The lines that did not become events: file, line, reason and the raw bytes."""
+    """List the lines that did not become events. File, line, reason and the raw bytes of each."""
     from .render.ingest import render_rejects
 
     redact = _redacting(no_redact, redact_pattern)
@@ -224,7 +224,7 @@ def diagnose(
                                                     "Default: the -o file's suffix (.txt, .md, .json, .html, .xml), else text."),
     output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the report to this file instead of stdout."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("diagnose"), metavar="LEVEL[:SEL,...]", help=_FAIL_ON_HELP),
-    rules: Optional[list[str]] = typer.Option(None, "--rules", metavar="DIR", help="Another rule folder, repeatable; a rule with a built-in id replaces it."),
+    rules: Optional[list[str]] = typer.Option(None, "--rules", metavar="DIR", help="Another rule folder, repeatable; a rule with the id of a built-in rule replaces it."),
     width: Optional[int] = typer.Option(None, "--width", min=40, metavar="N", help="Text width (default: the terminal's; 100 when not a terminal)."),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
@@ -232,7 +232,7 @@ def diagnose(
     summary: Optional[str] = typer.Option(None, "--summary", metavar="FILE", help=_SUMMARY_HELP),
     config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help=_CONFIG_HELP),
 ) -> None:
-    """What broke or slowed the run, on which rank(s), and why: physical -> resource -> communication -> training."""
+    """What broke or slowed the run, and why. On which rank(s), traced up the layers: physical (GPU) -> resource -> communication -> training."""
     from pathlib import Path
 
     from .config import fail_policy, load_config
@@ -328,7 +328,7 @@ def compare(
         raise typer.Exit(3)
 
 
-rules_app = typer.Typer(help="The rule files: list them, check them.", no_args_is_help=True, rich_markup_mode=None)
+rules_app = typer.Typer(help="The rules a diagnosis applies. Thresholds and conditions kept as TOML files: list them, check them.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(rules_app, name="rules")
 
 
@@ -337,7 +337,7 @@ def rules_list(
     rules: Optional[list[str]] = typer.Option(None, "--rules", metavar="DIR", help="Another rule folder, repeatable (added to the built-in rules)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show each rule's condition and file."),
 ) -> None:
-    """The rules a diagnosis runs: id, level, layer, kind, title."""
+    """List the rules a diagnosis applies. Id, level, layer, kind and title of each."""
     from pathlib import Path
 
     from .render.rules import render_rule_list
@@ -350,7 +350,7 @@ def rules_list(
 def rules_check(
     dirs: Optional[list[str]] = typer.Argument(None, metavar="PATH...", help="Rule folders or files (default: the built-in rules)."),
 ) -> None:
-    """Validate rule files and run their examples; every error as file:key: message, exit 1 if any."""
+    """Validate rule files and run their examples. Every error as file:key: message; exit 1 if any."""
     from pathlib import Path
 
     from .render.rules import render_rule_errors
@@ -424,7 +424,7 @@ def events(
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
-    """One rank's or one event type's events in time order ("filter all events of one card")."""
+    """One rank's or one event type's events, in time order. ("Filter all events of one card.")"""
     from .query import filter_events
     from .render.events import render_events
     from .report.redact import redact_frame
@@ -444,7 +444,7 @@ def ranks(
     paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
 ) -> None:
-    """One row per rank: progress, median phase times, GPU, warnings, who went silent first."""
+    """One row per rank: progress, timings, GPU and silence. Last step and event, median step, data-loading, communication and wait times, GPU, warnings, who went silent first."""
     from .render.timeline import render_ranks
     from .timeline import monotonicity, rank_summary
 
@@ -463,7 +463,7 @@ def timeline(
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
-    """Per-step phases per rank, aligned by step number; who arrives last at each collective."""
+    """Per-step times of every rank, aligned by step. Data loading, compute, communication and waiting, and who arrived last at each collective."""
     from .render.timeline import render_timeline
     from .report.redact import redact_frame
     from .timeline import build_timeline, check_ranks, parse_step_range
@@ -486,7 +486,7 @@ def last_10s(
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
-    """What every rank was doing in the last seconds before the run stopped."""
+    """What every rank did just before the run stopped. The stop is the first fatal ERROR, else the last event (or --at)."""
     from .render.timeline import render_snapshot
     from .timeline import clamp_window, last_window, parse_duration, parse_time_spec
 
@@ -511,7 +511,7 @@ def sql(
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
-    """SQL over the store: tables events, rejects and ranks (DuckDB; no other file is reachable)."""
+    """SQL over the run (DuckDB; no other file is reachable). The tables events, rejects (lines not read as events) and ranks (as `forensics ranks` shows)."""
     from .query import sql as run_sql
     from .render.events import render_frame
     from .report.redact import redact_frame
@@ -540,7 +540,7 @@ def lint(
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
-    """Are the logs fit for a post-mortem? A checklist: rank and event id on every line, one rank's events filterable, communication/step time plottable, no ERROR floods burying WARNs, metrics not sampled too often, no stack traces on the hot path, 72 h reach."""
+    """Check that the logs are fit for a post-mortem. A checklist: rank and event id on every line, one rank's events filterable, communication/step time plottable, no ERROR floods burying WARNs, metrics not sampled too often, no stack traces on the hot path, 72 h reach."""
     from .lint import lint as run_lint
     from .render.lint import render_lint, render_lint_json
 
@@ -578,11 +578,11 @@ def export_perfetto(
     output: str = typer.Option(..., "-o", "--output", metavar="FILE", help="Trace file (Chrome Trace Event JSON; gzip when it ends in .gz)."),
     steps: Optional[str] = typer.Option(None, "--steps", metavar="A:B", help="Steps A to B inclusive; A: or :B open (default: all steps)."),
     ranks: Optional[str] = typer.Option(None, "--ranks", metavar="LIST", help="Only these ranks: 0,3,5-7."),
-    max_events: int = typer.Option(500_000, "--max-events", min=1, metavar="N", help="Cut bigger traces by keeping every k-th step (a message says so)."),
+    max_events: int = typer.Option(500_000, "--max-events", min=1, metavar="N", help="Largest trace: beyond it only every k-th step is kept (a note says so)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords in messages."),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help="Also mask matches of this regular expression (repeatable)."),
 ) -> None:
-    """A timeline for ui.perfetto.dev / chrome://tracing: a track per rank grouped by host, step phases, WARN/ERROR, GPU counters."""
+    """A timeline for ui.perfetto.dev or chrome://tracing. A track per rank grouped by host: step phases, WARN/ERROR, GPU counters."""
     from .export import export_perfetto as run_export, parse_ranks, parse_steps
 
     redact = _redacting(no_redact, redact_pattern)

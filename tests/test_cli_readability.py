@@ -303,3 +303,23 @@ def test_csv_rounds_floats_and_jsonl_keeps_them() -> None:
         v = rows[i][k]
         assert float(v) == pytest.approx(full[i][k], rel=1e-11) and len(v.replace(".", "").lstrip("0")) <= 13, (k, v)
     assert not re.search(r"\d\.\d*(0{6,}|9{6,})\d", run("timeline", str(HANG), "--format", "csv"))
+
+
+def test_fit_gives_way_in_order_and_never_cuts_a_key_column() -> None:
+    from forensics.render.layout import SEPARATOR, Col, fit
+
+    cols = [Col("rank", "right", key=True), Col("host", drop=9), Col("silent", drop=1),
+            Col("message", wrap=8, drop=2), Col("file:line", key=True, path=True)]
+    rows = [["12", "node-017", "30m01s", "a message of some forty characters, long", "run7/rank_12.jsonl:1234"]]
+    total = lambda w: sum(w) + SEPARATOR * (len(w) - 1)                   # noqa: E731
+    shown, widths, dropped = fit(cols, rows, 200)
+    assert dropped == [] and widths == [4, 8, 6, 40, 23]                  # room: natural widths
+    shown, widths, dropped = fit(cols, rows, 60)
+    assert dropped == ["host"] and total(widths) <= 60 and widths[0] == 4  # less useful than the text: first
+    assert widths[2] >= 8                                                 # the message wraps, not cut
+    shown, widths, dropped = fit(cols, rows, 40)
+    assert [cols[i].head for i in shown] == ["rank", "silent", "file:line"] and total(widths) <= 40
+    assert dropped == ["host", "message"]
+    assert widths[-1] >= len("rank_12.jsonl:1234")                        # the path breaks only after its '/'
+    shown, widths, dropped = fit(cols, rows, 10)                          # too narrow even for the keys:
+    assert [cols[i].head for i in shown] == ["rank", "file:line"] and widths == [4, 18]   # whole, wider than asked

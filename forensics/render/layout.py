@@ -21,6 +21,8 @@ from rich.text import Text
 SEPARATOR = 3
 # Free text (messages, metrics) narrower than this reads poorly: headers wrap before it shrinks further.
 COMFORTABLE = 28
+# A one-line column (Col.one_line) narrower than this wraps its (capped) text instead of cutting it.
+ONE_LINE_MIN = 20
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Col:
     wrap: int | None = None
     cap: int | None = None
     path: bool = False        # file:line values: when too wide, break after a '/'
+    one_line: bool = False    # free text cut (with …) to one line when the column is wide enough
 
 
 def _text(v: Any) -> str:
@@ -72,25 +75,30 @@ def fit(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tuple
     (the table is then wider than `width`: whole values beat a tidy edge)."""
     nat, low = _widths(cols, rows)
     shown = list(range(len(cols)))
+    is_flex = [c.wrap is not None or c.path for c in cols]
+    comfortable = [max(low[i], min(nat[i], COMFORTABLE)) if is_flex[i] else low[i] for i in range(len(cols))]
 
-    def need(idx: list[int], w: list[int]) -> int:
+    def need(idx: list[int], w: Sequence[int]) -> int:
         return sum(w[i] for i in idx) + SEPARATOR * max(len(idx) - 1, 0)
 
     dropped: list[int] = []
-    while need(shown, low) > width:
-        optional = [i for i in shown if not cols[i].key]
-        if not optional:
-            break
-        worst = max(optional, key=lambda i: (cols[i].drop, i))
-        shown.remove(worst)
-        dropped.append(worst)
+    # Columns less useful than all the free text go before that text is squeezed below a
+    # comfortable width; then anything optional, least useful first, before a key is cut.
+    text_rank = max((cols[i].drop for i in shown if is_flex[i] and not cols[i].key), default=-1)
+    for floor, may_go in ((comfortable, lambda i: cols[i].drop > text_rank), (low, lambda i: True)):
+        while need(shown, floor) > width:
+            optional = [i for i in shown if not cols[i].key and may_go(i)]
+            if not optional:
+                break
+            worst = max(optional, key=lambda i: (cols[i].drop, i))
+            shown.remove(worst)
+            dropped.append(worst)
     w = {i: nat[i] for i in shown}
     excess = need(shown, nat) - width
-    flexible = [i for i in shown if cols[i].wrap is not None or cols[i].path]
-    fixed = [i for i in shown if i not in flexible]
+    flexible = [i for i in shown if is_flex[i]]
+    fixed = [i for i in shown if not is_flex[i]]
     # free text first gives up what it has beyond a comfortable width, then headers wrap (one
     # more header line), then free text wraps further (more lines in every row); widest first
-    comfortable = {i: max(low[i], min(nat[i], COMFORTABLE)) for i in flexible}
     for group, floor in ((flexible, comfortable), (fixed, low), (flexible, low)):
         while excess > 0:
             slack = [i for i in group if w[i] > floor[i]]
@@ -102,6 +110,16 @@ def fit(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tuple
             w[i] -= step
             excess -= step
     return shown, [w[i] for i in shown], [cols[i].head for i in sorted(dropped)]
+
+
+def _one_line(v: Any, width: int, cap: int | None) -> Any:
+    """Text cut with … to one line of `width`, or, in a column too narrow for a useful line, to
+    `cap` characters that then wrap."""
+    s = _text(v)
+    n = width if width >= ONE_LINE_MIN else (cap or len(s))
+    if len(s) <= n:
+        return v
+    return Text(s[:n - 1] + "…", style=v.style if isinstance(v, Text) else "")
 
 
 def _break_path(v: Any, width: int) -> Any:
@@ -124,7 +142,8 @@ def fitted_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int,
         # values of a column without `wrap` fit its width: only its header wraps (at spaces)
         t.add_column(c.head, justify=c.justify, width=w, overflow="fold")  # type: ignore[arg-type]
     for n, r in enumerate(rows):
-        cells = [_break_path(r[i], w) if cols[i].path else r[i] for i, w in zip(shown, widths)]
+        cells = [_break_path(r[i], w) if cols[i].path else _one_line(r[i], w, cols[i].cap) if cols[i].one_line else r[i]
+                 for i, w in zip(shown, widths)]
         t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells),
                   style=row_styles[n] if row_styles else None)
     return t, dropped, sum(widths) + SEPARATOR * max(len(widths) - 1, 0)

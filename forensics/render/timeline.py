@@ -12,7 +12,6 @@ from typing import Any
 
 import polars as pl
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..timeline import Snapshot, iso
@@ -251,7 +250,8 @@ def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
              ("file:line", "left", None)]
     # one line per rank when there is room: the message is cut (JSON and the event list below
     # have it whole); on a narrow terminal it wraps
-    spec = [Col(h, j, key=d is None, drop=d or 0, wrap=8 if h == "message" else None, path=h == "file:line")
+    spec = [Col(h, j, key=d is None, drop=d or 0, wrap=8 if h == "message" else None, path=h == "file:line",
+                cap=MESSAGE_CHARS if h == "message" else None, one_line=h == "message")
             for h, j, d in heads]
     rows: list[list[Any]] = []
     styles: list[str] = []
@@ -261,7 +261,7 @@ def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
         rows.append([cell(r["rank"]), *([clip(cell(r["host"]), HOST_CHARS)] if show_host else []), cell(r["step"]),
                      cell(r["in_window"]), clock_cell(r["last_ts"], day),
                      Text(level, style={"ERROR": "bold red", "WARN": "yellow"}.get(level, "")),
-                     cell(r["last_event"]), Text(msg if len(msg) <= MESSAGE_CHARS else msg[:MESSAGE_CHARS - 3] + "…"),
+                     cell(r["last_event"]), Text(msg),
                      duration_text(r["silent_s"]), cell(r["after_stop"]), Text(_tail(r["last_where"]))])
         styles.append("red" if r["last_ts"] is None else ("dim" if r["in_window"] == 0 else ""))
     print_fitted(console, spec, rows, row_styles=styles, hint="--format json has every field")

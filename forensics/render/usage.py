@@ -111,35 +111,37 @@ def refusal(p: Any, value: Any) -> str | None:
     return None
 
 
-def _process_value(self: Any, ctx: Any, value: Any) -> Any:
-    """typer's coercion, with a refusal in plain words when the value is wrong."""
+def _worded(p: Any, ctx: Any, value: Any, coerce: Any) -> Any:
+    """typer's coercion (`coerce`), with a refusal in plain words when the value is wrong."""
     try:
-        return super(type(self), self).process_value(ctx, value)
+        return coerce(ctx, value)
     except typer.BadParameter as e:
         if isinstance(e, Refused) or type(e).__name__ == "MissingParameter":
             raise
-        said = refusal(self, value)
+        said = refusal(p, value)
         if said is None:
             raise
-        raise Refused(said, ctx=ctx, param=self) from None
-
-
-def _range_help(self: Any) -> str | None:
-    return _range_text(self.min, self.max)
+        raise Refused(said, ctx=ctx, param=p) from None
 
 
 # Single inheritance and no state of their own: typer's parameters are switched to these classes
 # after they are built (a class with a mixin base would not have the same instance layout).
 class ReadableOption(TyperOption):
-    process_value = _process_value
-    _get_number_range_help_str = _range_help
+    def process_value(self, ctx: Any, value: Any) -> Any:
+        return _worded(self, ctx, value, super().process_value)
+
+    def _get_number_range_help_str(self) -> str | None:
+        return _range_text(self.min, self.max)
 
 
 class ReadableArgument(TyperArgument):
     """Shown by its metavar alone (`PATH...`), in help and in the usage line."""
 
-    process_value = _process_value
-    _get_number_range_help_str = _range_help
+    def process_value(self, ctx: Any, value: Any) -> Any:
+        return _worded(self, ctx, value, super().process_value)
+
+    def _get_number_range_help_str(self) -> str | None:
+        return _range_text(self.min, self.max)
 
     def display_type_rich(self, ctx: Any) -> str | None:
         return None
