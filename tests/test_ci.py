@@ -137,7 +137,7 @@ def test_summary_is_appended_short_and_link_free(tmp_path: Path) -> None:
     assert text.startswith("## earlier step\n\n### forensics diagnose of ")
     assert text.index("### forensics diagnose") < text.index("### forensics lint")
     diag = text.split("### forensics lint")[0]
-    assert "**Root cause: thermal throttling on rank 6 (physical layer).**" in diag
+    assert "**Root cause: thermal throttling on rank 6 (physical layer); cost " in diag
     assert "**Next:** On node1, inspect the GPU of rank 6" in diag
     assert "CI: **failed** `--fail-on WARN`" in diag
     assert "| **6** | node1 |" in diag and diag.count("\n| ") == 1 + 8       # the header and 8 ranks
@@ -152,7 +152,7 @@ def test_summary_shows_a_cost_when_the_report_has_one() -> None:
     rc = RootCause("straggler", "resource", [5], "straggler on rank 5 (resource layer): slow", finding=0)
     rc.cost = {"seconds": 410.0, "share": 0.23, "gpu_hours": 12.5}  # type: ignore[attr-defined]
     rep = Report(RunInfo(8, 1, None, None, 10, 0, False), rc, [Finding("pass.straggler", "straggler", "resource", "WARN", [5], "slow")])
-    assert "**cost 23% of wall time, 410 s, ~12.5 GPU-hours**" in render_summary(rep)
+    assert "; cost 23% of wall time (6m50s), ~12 GPU-hours.**" in render_summary(rep)
     rc.cost = None  # type: ignore[attr-defined]
     assert "cost" not in render_summary(rep)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BAD_ARGUMENT, ForensicsError
-from .fmt import kind_label, num, rank_phrase
+from .fmt import cost_text, kind_label, num, rank_phrase
 from .markdown import _cell, _code
 from .model import SEVERITIES, Finding, Report
 from .outline import outline
@@ -30,26 +30,11 @@ RANK_COLUMNS = [("rank", "rank"), ("host", "host"), ("last_step", "step"), ("ste
                 ("gpu_util", "GPU %"), ("temp_c_max", "max °C"), ("warnings", "WARN"), ("errors", "ERROR")]
 
 
-def _cost(cost: Any) -> str | None:
-    """'cost 23% of wall time, 410 s, ~12.5 GPU-hours' from {seconds, share, gpu_hours} (any may be absent)."""
-    if not isinstance(cost, dict):
-        return None
-    bits = []
-    if cost.get("share") is not None:
-        bits.append(f"{float(cost['share']):.0%} of wall time")
-    if cost.get("seconds") is not None:
-        bits.append(f"{num(float(cost['seconds']))} s")
-    if cost.get("gpu_hours") is not None:
-        bits.append(f"~{num(float(cost['gpu_hours']))} GPU-hours")
-    return "cost " + ", ".join(bits) if bits else None
-
-
 def _finding_line(f: Finding) -> str:
     who = rank_phrase(f.ranks) if f.ranks else "all ranks"
-    cost = _cost(getattr(f, "cost", None))
     line = f"- **{f.severity}** {kind_label(f.kind)} · {who} — {_cell(f.title)}"
-    if cost:
-        line += f" ({cost})"
+    if f.cost:
+        line += f" ({cost_text(f.cost, short=True)})"
     if f.lines:
         line += f" {_code(_where(f.lines[0]))}"
     return line
@@ -88,9 +73,7 @@ def render_summary(report: Report, policy: "FailOn | None" = None, title: str = 
     md = [f"### {title}{where}", "", f"**{o.verdict}**", ""]
     rc = report.root_cause
     if rc is not None:
-        line = o.summary or rc.summary
-        cost = _cost(getattr(rc, "cost", None))
-        md += [line + (f" — **{cost}**" if cost else ""), ""]
+        md += [o.summary or rc.summary, ""]     # the verdict above states the root cause's cost
         if rc.next:
             md += [f"**Next:** {rc.next}", ""]
     if policy is not None:
