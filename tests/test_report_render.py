@@ -194,7 +194,7 @@ def test_render_of_engine_findings(tmp_path: Path) -> None:
     report = Report(RunInfo(1, 1, "2025-06-12T14:00:00.000Z", "2025-06-12T14:05:45.000Z", 70, 0, False), None, findings)
     text = render(report, "text", width=100)
     assert "logs/rank_6.jsonl:1" in text and "temp_c 92 (>= 90)" in text
-    assert "gpu_util 45 (< 60) for 5m45s" in render(report, "md")
+    assert "gpu_util 45 (&lt; 60) for 5m45s" in render(report, "md")   # `<` as an entity in Markdown prose
     assert json.loads(render(report, "json"))["findings"][0]["evidence"]["lines"][0]["line"] == 1
 
 
@@ -303,3 +303,20 @@ def test_build_report_is_the_diagnosis() -> None:
     assert isinstance(report, Report)
     assert (report.root_cause.kind, report.root_cause.ranks) == ("oom", [3])
     assert "Root cause: CUDA OOM on rank 3" in render(report, "text")
+
+
+def test_markdown_escapes_html_in_log_text() -> None:
+    """A host or title carrying markup reaches Markdown as text: most renderers pass raw HTML
+    through, so a `node<script>` host must not become a tag (in the report and the job summary)."""
+    from forensics.report.summary import render_summary
+
+    payload = "node<script>alert(1)</script>&x"
+    f = Finding("pass.straggler", "straggler", "resource", "WARN", [1], f"Straggler on {payload}", {},
+                [ev(1, 5, "14:00:00.000", f"host={payload}")], "2025-06-12T14:00:00.000Z", None)
+    rc = RootCause("straggler", "resource", [1], f"straggler on rank 1 (resource layer): host {payload}", finding=0)
+    rep = Report(RunInfo(2, 1, None, None, 10, 0, False), rc, [f],
+                 per_rank=[{"rank": 0, "host": "node0"}, {"rank": 1, "host": payload}])
+    for md in (render(rep, "md", redact=False), render_summary(rep, redact=False)):
+        prose = re.sub(r"`[^`]*`", "", md)          # code spans show their text, never a tag
+        assert "<" not in prose
+        assert "node&lt;script>alert(1)&lt;/script>&x" in prose

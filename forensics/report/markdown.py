@@ -16,8 +16,15 @@ def _code(s: str) -> str:
     return "`" + s.replace("`", "'") + "`"
 
 
+def _text(s: str) -> str:
+    """Log text in Markdown prose: most renderers pass raw HTML through (a host named
+    `node<script>` must not become a tag), so `<` is written as an entity (no tag, comment or
+    HTML block can open without it; code spans need nothing: they show their text as is)."""
+    return s.replace("<", "&lt;")
+
+
 def _cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
+    return _text(s).replace("|", "\\|").replace("\n", " ")
 
 
 def _evidence(e: Evidence) -> str:
@@ -34,10 +41,10 @@ def _evidence(e: Evidence) -> str:
 def _finding(f: Finding) -> list[str]:
     phrase = basis_phrase(f.basis, f.basis_weak)
     out = [f"- **{f.severity}** · {f.layer} · `{f.kind}` · rule `{f.rule}`" + (f" · {phrase}" if phrase else "")
-           + f" — {f.title}" + (f" _({cost_text(f.cost, short=True)})_" if f.cost else "")]
+           + f" — {_text(f.title)}" + (f" _({cost_text(f.cost, short=True)})_" if f.cost else "")]
     out += [f"  - {_evidence(e)}" for e in f.lines[:EVIDENCE_PER_CLAIM]]
     if f.next:
-        out.append(f"  - next: {f.next}")
+        out.append(f"  - next: {_text(f.next)}")
     return out
 
 
@@ -45,27 +52,27 @@ def render_markdown(report: Report) -> str:
     o = outline(report)
     title = f"# Diagnosis of {_code(report.run.store)}" if report.run.store else "# Training run diagnosis"
     md: list[str] = [title, "", f"_{o.header}_", ""]
-    md += [f"**{o.verdict}**", ""]
+    md += [f"**{_text(o.verdict)}**", ""]
     if o.summary:
-        md += [o.summary, ""]
+        md += [_text(o.summary), ""]
     rc = report.root_cause
     if rc is not None and (phrase := basis_phrase(rc.basis, rc.basis_weak)):
         md += [f"_Why this rank: {phrase}._", ""]
     if o.chain:
         md += ["## Chain, bottom-up", ""]
         for i, c in enumerate(o.chain, 1):
-            md.append(f"{i}. **{c.layer}** — {c.finding}")
+            md.append(f"{i}. **{c.layer}** — {_text(c.finding)}")
             md += [f"   - {_evidence(e)}" for e in c.lines[:EVIDENCE_PER_CLAIM]]
         md.append("")
     elif o.root is not None:
         md += ["## Root finding", "", *_finding(o.root), ""]
     if report.root_cause is not None and report.root_cause.next:
-        md += ["## Next", "", report.root_cause.next, ""]
+        md += ["## Next", "", _text(report.root_cause.next), ""]
     if o.explained:
         md += ["## Explained by the root cause", ""]
         for x in o.explained:
             cite = f" ({_code(x.finding.lines[0].where)})" if x.finding.lines else ""
-            md.append(f"- {x.line}{cite}")
+            md.append(f"- {_text(x.line)}{cite}")
         md.append("")
     if o.others:
         md += [f"## {o.others_title}", ""]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BAD_ARGUMENT, ForensicsError
 from .fmt import cost_text, kind_label, num, rank_phrase
-from .markdown import _cell, _code
+from .markdown import _cell, _code, _text
 from .model import SEVERITIES, Finding, Report
 from .outline import outline
 from .text import _where
@@ -70,12 +70,12 @@ def render_summary(report: Report, policy: "FailOn | None" = None, title: str = 
         report = redact_report(report)
     o = outline(report)
     where = f" of {_code(report.run.store)}" if report.run.store else ""
-    md = [f"### {title}{where}", "", f"**{o.verdict}**", ""]
+    md = [f"### {title}{where}", "", f"**{_text(o.verdict)}**", ""]
     rc = report.root_cause
     if rc is not None:
-        md += [o.summary or rc.summary, ""]     # the verdict above states the root cause's cost
+        md += [_text(o.summary or rc.summary), ""]     # the verdict above states the root cause's cost
         if rc.next:
-            md += [f"**Next:** {rc.next}", ""]
+            md += [f"**Next:** {_text(rc.next)}", ""]
     if policy is not None:
         tripped = [f for f in report.findings if policy.trips(f)]
         md += [f"CI: **{'failed' if tripped else 'passed'}** `--fail-on {policy.text}`"
