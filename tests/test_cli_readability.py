@@ -180,7 +180,7 @@ def test_usage_errors_in_one_sentence() -> None:
              (("last-10s", "x", "-f", "csv"), "--format must be one of: table, json (got 'csv')"),
              (("events", "x", "--limit", "-1"), "--limit must be at least 0 (got -1)"),
              (("events", "x", "--rank", "1", "--rank", "two"), "--rank takes a whole number (got 'two')"),
-             (("diagnose", "x", "--fail-on", "LOUD"), "--fail-on must be one of: INFO, WARN, ERROR (got 'LOUD')")]
+             (("diagnose", "x", "--fail-on", "LOUD"), "level 'LOUD' is not one of INFO, WARN, ERROR")]
     for args, said in cases:
         r = runner.invoke(app, list(args))
         assert r.exit_code == 2, args

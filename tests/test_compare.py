@@ -180,6 +180,24 @@ def test_cli_exit_codes_and_output(slow_rank2: Path, tmp_path: Path) -> None:
     assert r.returncode == 1 and "error[" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_config_gives_the_baseline_and_thresholds(slow_rank2: Path, tmp_path: Path) -> None:
+    """forensics.toml [compare]: the baseline (relative to the file) and thresholds; the CLI wins."""
+    import shutil
+
+    shutil.copytree(slow_rank2, tmp_path / "cand")
+    shutil.copytree(HEALTHY, tmp_path / "good")
+    cfg = tmp_path / "forensics.toml"
+    cfg.write_text('[compare]\nbaseline = "good"\nmax_slowdown = "50%"\nmax_throughput_drop = "off"\nfail_on_new = "off"\n')
+    r = _cli(str(tmp_path / "cand"), "--format", "json", "--no-findings")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert json.loads(r.stdout)["changed_most"] == [2]
+    r = _cli(str(tmp_path / "cand"), "--format", "json", "--no-findings", "--max-slowdown", "5%")
+    assert r.returncode == 3, r.stderr
+    cfg.write_text("[compare]\nmax_slowdown = \"5%\"\n")                 # no baseline: one path is not enough
+    r = _cli(str(tmp_path / "cand"))
+    assert r.returncode == 1 and "error[" in r.stderr and "baseline" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_a_run_that_never_left_warmup_is_compared_whole_with_a_note(tmp_path: Path) -> None:
     # 8 steps, all stage=warmup (tests/synthetic_run.py marks the first 10): nothing after warmup
     a = write_run(tmp_path / "a", steps=8, hot=None, hostile=False, seed=1)

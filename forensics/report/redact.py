@@ -78,8 +78,10 @@ _TRIGGER = (r"(?i)key|secret|passw|token|credential|bearer|basic|hf_|sk-|akia|as
             r"|xox[abprs]-|://[^/\s]*@|[A-Za-z0-9/+]{40}")
 
 # Columns and keys whose values are citations or times, never free text from a log.
-_KEEP = {"source_file", "store", "timestamp", "first_seen", "last_seen", "start", "end", "host", "where",
+_KEEP = {"source_file", "store", "timestamp", "first_seen", "last_seen", "start", "end", "where",
          "last_where", "file", "path_given"}
+# Not secrets by the built-in policy, but a site's own --redact-pattern (a host naming scheme) applies.
+_USER_ONLY = {"host"}
 
 
 # Patterns a user added (--redact-pattern): every match is replaced by MASK.
@@ -169,13 +171,26 @@ def _walk(v: Any) -> Any:
     if isinstance(v, tuple):
         return tuple(_walk(x) for x in v)
     if isinstance(v, dict):
-        return {k: (x if k in _KEEP else _walk(x)) for k, x in v.items()}
+        return {k: _field(k, x) for k, x in v.items()}
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         for f in dataclasses.fields(v):
-            if f.name not in _KEEP:
-                setattr(v, f.name, _walk(getattr(v, f.name)))
+            setattr(v, f.name, _field(f.name, getattr(v, f.name)))
         return v
     return v
+
+
+def _field(name: str, v: Any) -> Any:
+    if name in _KEEP:
+        return v
+    if name in _USER_ONLY:
+        return _user_only(v) if isinstance(v, str) else v
+    return _walk(v)
+
+
+def _user_only(s: str) -> str:
+    for pat in _EXTRA:
+        s = pat.sub(MASK, s)
+    return s
 
 
 def redact_json(d: dict[str, Any]) -> dict[str, Any]:
