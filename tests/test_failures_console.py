@@ -337,3 +337,17 @@ def test_a_traceback_before_the_kill_means_it_died_of_its_error(tmp_path: Path) 
     rc = report.root_cause
     assert (rc.kind, rc.ranks, rc.basis) == ("crash", [1], "own_error")
     assert "FileNotFoundError" in report.findings[0].title
+
+
+def test_a_barrier_timeout_raised_as_an_exception_names_the_missing_rank(tmp_path: Path) -> None:
+    """monitoredBarrier (ProcessGroupGloo.cpp) raises on rank 0 naming the ranks that never
+    arrived. The traceback's exception line is typed BARRIER_TIMEOUT by the reader: it is a
+    timeout naming rank 3, not a crash of rank 0."""
+    lines = [f"2024-11-20 14:37:00,00{r} - INFO - [rank{r}]:step 10 loss 2.{r}" for r in range(4)]
+    lines += ["2024-11-20 14:37:30,010 [rank0]: Traceback (most recent call last):",
+              '2024-11-20 14:37:30,011 [rank0]:   File "train.py", line 40, in <module>',
+              "2024-11-20 14:37:30,011 [rank0]:     dist.monitored_barrier(timeout=timedelta(seconds=30))",
+              "2024-11-20 14:37:30,012 [rank0]: RuntimeError: [Rank 0]: Ranks 3 failed to pass monitoredBarrier in 30000 ms"]
+    rc = diagnosed(tmp_path, lines).root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [3], rc
+    assert rc.basis == "named_by_peers"

@@ -188,6 +188,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
             j("$.pid").cast(pl.Int64, strict=False).alias("pid"),
             (j("$.first_observed") == "true").fill_null(False).alias("first_observed"),
             j("$.missing_ranks").alias("missing_ranks"),
+            j("$.traceback").cast(pl.Int64, strict=False).alias("traceback_head"),
         )
     )
 
@@ -619,7 +620,12 @@ def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[
     exit or kill after it, its peers' failed collectives after it, or it is the last thing the
     process wrote. (Programs print tracebacks of exceptions they survive: at start-up, a skipped
     sample; those are not crashes.)"""
+    # a traceback whose exception line the reader typed as a failure of its own (a barrier or
+    # collective timeout, an OOM: extra.traceback points back at the head) is that failure
+    typed = {(r["source_file"], r["traceback_head"]) for r in rows
+             if r.get("traceback_head") is not None and r["kind"] in ("timeout", "oom", "gpu", "desync")}
     tbs = [r for r in rows if r["kind"] == "traceback" and not re.search(TEARDOWN_RE, r["message"] or "")
+           and (r["source_file"], r["line"]) not in typed
            and _owner(r) is not None and not _trained_after(r, progress)]
     if not tbs:
         return {}
