@@ -351,3 +351,20 @@ def test_a_barrier_timeout_raised_as_an_exception_names_the_missing_rank(tmp_pat
     rc = diagnosed(tmp_path, lines).root_cause
     assert rc is not None and rc.kind == "hang" and rc.ranks == [3], rc
     assert rc.basis == "named_by_peers"
+
+
+def test_a_worker_exit_with_an_error_code_is_a_crash_not_healthy(tmp_path: Path) -> None:
+    """All that is left is the launcher's console: torch elastic saw local rank 2 of a single-node
+    job exit with code 1 (its traceback went to its own stderr). That is a crash of rank 2, never
+    "healthy"; an exit by SIGTERM (-15, a teardown) alone is not a crash."""
+    agent = ("E1120 14:37:40.000000 100 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: {code}) "
+             "local_rank: 2 (pid: 3122) of binary: /usr/bin/python3")
+    first = {"time": "2024-11-20_14:37:40", "rank": 2, "code": 1, "pid": 3122}
+    lines = [*progress([0, 1, 2, 3]), agent.format(code=1), *elastic_table([], first)]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    rc = diagnosed(tmp_path / "a", lines).root_cause
+    assert rc is not None and rc.kind == "crash" and rc.ranks == [2] and rc.basis == "own_error", rc
+    lines = [*progress([0, 1, 2, 3]), agent.format(code=-15), *elastic_table([], dict(first, code=-15))]
+    report = diagnosed(tmp_path / "b", lines)
+    assert not any(f.kind == "crash" for f in report.findings)

@@ -714,6 +714,37 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
     )
 
 
+def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
+    """When nothing else failed: a worker the launcher saw exit with a non-zero code (torch
+    elastic's "failed (exitcode: 1) local_rank: N", its ChildFailedError record) crashed, its
+    own error being in output these logs do not hold (its stderr, its error_file). The earliest
+    exit is the crash (ties: the one the agent calls the first observed failure); later ones are
+    its cascade. A negative code is a signal: -9 is a kill (_killed_without_traceback), SIGTERM
+    or SIGINT a teardown, never a crash."""
+    exits = sorted((r for r in rows if r["kind"] == "exit" and r["exit_code"] is not None and r["exit_code"] > 0
+                    and _owner(r) is not None), key=lambda r: (_key(r), not r["first_observed"]))
+    if not exits:
+        return []
+    r = exits[0]
+    # the agent's line names the local rank, the ChildFailedError record the global one: one pid
+    same = [o for o in exits if r["pid"] is not None and o["pid"] == r["pid"]] or [r]
+    r = next((o for o in same if o["rank"] is not None), r)
+    rank = None if r["rank"] is None else int(r["rank"])
+    others = sorted({_who(None if o["rank"] is None else int(o["rank"]), o) for o in exits
+                     if o not in same and _owner(o) != _owner(r)})
+    title = (f"{_who(rank, r)} exited with code {r['exit_code']} (the launcher's record); its own error is not in "
+             "these logs — its stderr or error_file has it") + (f"; then {', '.join(others)} exited too" if others else "")
+    return [Finding(
+        rule=pass_id("failures"), kind="crash", layer="resource", severity="ERROR",
+        ranks=[] if rank is None else [rank], title=title,
+        basis="own_error", local_ranks=_local(r),
+        evidence={"exit_code": r["exit_code"], "pid": r["pid"], "host": r.get("host"), "event": r["event"],
+                  "others": others or None},
+        lines=cite([_ev_row(o) for o in exits[:3]], text="text"),
+        first_seen=iso(r["t_show"]), last_seen=iso(exits[-1]["t_show"]),
+    )]
+
+
 def _extra(r: dict[str, Any]) -> dict[str, Any]:
     if not r.get("extra"):
         return {}
@@ -930,6 +961,8 @@ def find(ctx: Context) -> list[Finding]:
         out.append(_death_finding("gpu_error", who_key, r, first_to, cascade, rows))
     for who_key, r in sorted(crashes.items(), key=lambda kv: _key(kv[1])):
         out.append(_death_finding("crash", who_key, r, first_to, cascade, rows))
+    if first_fail is None and not cancels:
+        out += _failed_exit(rows)
 
     # -- processes killed from outside Python ----------------------------------------------------
     for d in killed:
