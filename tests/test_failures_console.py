@@ -368,3 +368,15 @@ def test_a_worker_exit_with_an_error_code_is_a_crash_not_healthy(tmp_path: Path)
     lines = [*progress([0, 1, 2, 3]), agent.format(code=-15), *elastic_table([], dict(first, code=-15))]
     report = diagnosed(tmp_path / "b", lines)
     assert not any(f.kind == "crash" for f in report.findings)
+
+
+def test_the_rank_without_a_timeout_of_its_own_held_up_the_collective(tmp_path: Path) -> None:
+    """Ranks 0, 1 and 3 time out in collective #6; rank 2 logged as long as they did but reports
+    nothing: it never enqueued #6 (its watchdog had nothing to time out). Nothing else (no step
+    numbers, no watchdog status) says how far each rank got."""
+    lines = [f"2024-11-20 14:37:{2 * s:02d} [rank{r}]: loading shard {s}" for s in range(1, 6) for r in range(4)]
+    lines += [WATCHDOG.format(r=r, t=f"14:47:1{r}.000000 311{r}", seq=6, op="ALLREDUCE", n=1000, ran=600001)
+              for r in (0, 1, 3)]
+    rc = diagnosed(tmp_path, lines).root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [2], rc
+    assert rc.basis == "never_joined" and not rc.basis_weak

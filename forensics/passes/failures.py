@@ -575,7 +575,7 @@ MODE_BASIS = {
     "report": "named_by_peers", "missing": "named_by_peers", "fingerprint": "named_by_peers", "peer": "named_by_peers",
     "odd": "own_error", "lag_timeout": "own_error",
     "lag_enqueued": "never_joined", "never_joined": "never_joined", "least_completed": "never_joined",
-    "silent": "last_to_log", "local": "own_error",
+    "silent": "last_to_log", "local": "own_error", "no_timeout": "never_joined",
 }
 # Ranks that issued a DIFFERENT collective than their peers (not ranks that never arrived).
 MISMATCH_MODES = {"fingerprint", "odd", "lag_timeout"}
@@ -914,6 +914,15 @@ def find(ctx: Context) -> list[Finding]:
                 step_ms = ctx.median_step_ms
                 weak = gap is None or gap < max(SILENT_MARGIN_S, (step_ms or 0.0) / 2000)
                 detail["silent_margin_s"] = round(gap, 3) if gap is not None else None
+        if not culprits and not mode and len(first_to) >= 2:
+            # nothing tells how far each rank got: a rank that logged before but reports no timeout
+            # while every other rank timed out never enqueued the collective they wait in (a rank
+            # blocked before it has no pending work for its watchdog to time out)
+            quiet = [r for r in ctx.ranks if r not in failed_ranks]
+            if quiet and len(quiet) < len(first_to):
+                culprits, mode = quiet, "no_timeout"
+                how = "the only rank(s) without a timeout of their own: never joined the collective the others waited in"
+                weak = len(quiet) > 1
     waiting = {int(r["rank"]) for r in statuses if r["rank"] is not None and r["enqueued"] is not None
                and fail_seq is not None and r["enqueued"] >= fail_seq}
     victims = sorted((set(first_to) | waiting) - set(culprits))
