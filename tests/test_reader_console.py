@@ -468,3 +468,18 @@ def test_megatron_deepspeed_4node_summary_and_ranks():
     ds_lines = ev.filter(pl.col("message").str.contains(r"\[INFO\] \[distributed.py"))
     assert ds_lines.height == 16 and ds_lines["rank"].null_count() == 16
     assert ev.filter(pl.col("timestamp").is_not_null()).height > 100
+
+
+def test_a_scripts_own_progress_line_is_a_train_step() -> None:
+    """Training scripts print their own progress ("step 88 | loss 2.301 | 512.3 ms/step",
+    "Step 88/1000, loss: 2.3, lr: 1e-4"): a step number with a loss is a TRAIN_STEP; a step
+    number alone is not."""
+    ev, _, _ = _read("\n".join([
+        "[rank0]:[2024-12-18 20:17:16,002] [INFO] step 88 | loss 2.301 | 512.3 ms/step",
+        "2024-12-18 20:17:17 [rank1]: Step 88/1000, loss: 2.3, lr: 1e-4",
+        "[rank0]: saving checkpoint at step 90",
+    ]) + "\n")
+    rows = ev.select("rank", "event", "step", "loss", "lr", "step_time_ms").to_dicts()
+    assert rows[0] == {"rank": 0, "event": "TRAIN_STEP", "step": 88, "loss": 2.301, "lr": None, "step_time_ms": 512.3}
+    assert rows[1] == {"rank": 1, "event": "TRAIN_STEP", "step": 88, "loss": 2.3, "lr": 1e-4, "step_time_ms": None}
+    assert rows[2]["event"] == "LOG"

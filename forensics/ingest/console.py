@@ -140,7 +140,7 @@ _TRIGGER_WORDS = [
     "flight recorder", "flight-recorder", "oom_kill", "oom-kill", "Out Of Memory", "Node failure", "mismatch between",
     "WorkNCCL", "watchdog", "Watchdog", "lagging", "desync", "dump signal", "CollectiveFingerPrint", "NCCL", "nccl",
     "out of memory", "OutOfMemory", "CUDA error", "Xid", "exitcode", "exit code", "return code", "SIG",
-    "Signal ", "Killed", "Killing", "killed", "CANCELLED", "iteration", "(MB)", "time (ms)", "step=", "{'",
+    "Signal ", "Killed", "Killing", "killed", "CANCELLED", "iteration", "(MB)", "time (ms)", "step=", "{'", "loss",
 ]
 # Lines that start a launcher's topology block (see _Parser._topology).
 _TOPOLOGY_WORDS = ["Rendezvous complete", "launch configs:", "global_rank_mapping=", "num_local_procs=", "dist_world_size="]
@@ -281,6 +281,13 @@ _DS_THROUGHPUT = re.compile(
     r"CurrSamplesPerSec=([\d.eE+-]+)(?:, MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB)?"
 )
 _HF_DICT = re.compile(r"\{('[\w/.\-]+': [^{}]*)\}\s*$")
+# A training script's own progress line: "step 88 | loss 2.301 | 512.3 ms/step", "Step 88/1000, loss:
+# 2.3, lr: 1e-4". Both a step number and a loss are required (a line naming only a step is too
+# common to mean progress).
+_FREE_STEP = re.compile(r"\b[Ss]tep[:\s]\s*(\d+)(?:\s*/\s*\d+)?\b")
+_FREE_LOSS = re.compile(r"\b[Ll]oss\s*[:=]?\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|nan|inf)\b")
+_FREE_LR = re.compile(r"\b(?:lr|learning[_ ]rate)\s*[:=]?\s*(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\b")
+_FREE_MS = re.compile(r"(\d+(?:\.\d+)?)\s*ms\s*/\s*(?:step|it(?:er)?)\b")
 _HF_PAIR = re.compile(r"'([\w/.\-]+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
 _SIGNAL_RECEIVED = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 _KILLING = re.compile(r"Killing subprocess (\d+)")
@@ -1226,6 +1233,14 @@ class _Parser:
         m = _HF_DICT.search(body) if body.rstrip().endswith("}") else None
         if m:
             _hf_dict(m.group(1), r)
+            return
+        m = _FREE_STEP.search(body) if "tep" in body else None
+        lm = _FREE_LOSS.search(body, m.end()) if m else None
+        if m and lm:
+            r.event = "TRAIN_STEP"
+            lr, ms = _FREE_LR.search(body, m.end()), _FREE_MS.search(body, m.end())
+            r.put(step=int(m.group(1)), loss=_num(lm.group(1)), lr=_num(lr.group(1)) if lr else None,
+                  step_time_ms=_num(ms.group(1)) if ms else None)
             return
 
     def _barrier(self, body: str, r: _Row) -> bool:
