@@ -60,14 +60,22 @@ class Run:
     def _parts(self, key: str) -> list[str]:
         return sorted(str(self.path / p) for s in self.manifest["sources"] for p in s.get(key, []))
 
+    def event_parts(self) -> list[str]:
+        """Absolute paths of the event parts, sorted (what `events()` scans)."""
+        return self._parts("event_parts")
+
+    def reject_parts(self) -> list[str]:
+        """Absolute paths of the reject parts, sorted (what `rejects()` scans)."""
+        return self._parts("reject_parts")
+
     def events(self) -> pl.LazyFrame:
-        parts = self._parts("event_parts")
+        parts = self.event_parts()
         if not parts:
             return pl.LazyFrame(schema=EVENT_SCHEMA)
         return pl.scan_parquet(parts, schema=EVENT_SCHEMA)
 
     def rejects(self) -> pl.LazyFrame:
-        parts = self._parts("reject_parts")
+        parts = self.reject_parts()
         if not parts:
             return pl.LazyFrame(schema=REJECT_SCHEMA)
         return pl.scan_parquet(parts, schema=REJECT_SCHEMA)
