@@ -127,7 +127,7 @@ def _connect(run: Run, with_ranks: bool) -> "duckdb.DuckDBPyConnection":  # noqa
                                              "autoload_known_extensions": False})
     allowed: list[str] = []
     for name, key, schema in (("events", "event_parts", EVENT_SCHEMA), ("rejects", "reject_parts", REJECT_SCHEMA)):
-        parts = sorted(str(run.path / p) for s in run.sources for p in s.get(key, []))
+        parts = run.event_parts() if name == "events" else run.reject_parts()   # a part holds many files
         if parts:
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{', '.join(map(_quote, parts))}])")
             allowed += parts

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-SCHEMA_VERSION = 3  # 2: event_source column; 3: compute_ms, fwd_ms, bwd_ms columns
+SCHEMA_VERSION = 4  # 2: event_source column; 3: compute_ms, fwd_ms, bwd_ms columns; 4: parts by rank range, part table, sources.parquet
 
 LEVELS = ["DEBUG", "INFO", "WARN", "ERROR"]
 Level = pl.Enum(LEVELS)

@@ -1,13 +1,23 @@
-"""The on-disk store: a directory of Parquet parts plus a manifest, committed atomically.
+"""The on-disk store: Parquet parts cut by rank range, a part table and per-source accounting,
+committed atomically.
 
-Owns the layout, the manifest, locking and the atomic swap. It must not parse raw logs (that is
+Owns the layout (how parts are written, sorted and cut into row groups, when small parts are
+merged), the manifest, locking and the atomic swap. It must not parse raw logs (that is
 `forensics.ingest`) nor answer questions about a run (that is `timeline` and `passes`).
 
 Layout (readable by DuckDB/Spark/polars without this code):
 
-    STORE/manifest.json          tool/schema version, sources (size, mtime, fingerprint, counts)
-    STORE/events/*.parquet       EVENT_SCHEMA; each part sorted by (rank, timestamp, line)
+    STORE/manifest.json          tool/schema version, totals, the part table (path, kind, rows,
+                                 bytes, rank_min/max, ts_min/max) and the sources (size, mtime,
+                                 fingerprint, counts, parts) -- or, past SOURCES_INLINE sources,
+                                 a pointer to:
+    STORE/sources.parquet        one row per source file (the same fields as a table)
+    STORE/events/*.parquet       EVENT_SCHEMA; each part sorted by (rank, timestamp, line), its
+                                 row groups cut at rank boundaries (whole ranks, <= ROW_GROUP rows)
     STORE/rejects/*.parquet      REJECT_SCHEMA; every line that did not become an event
+
+A part holds whole input files of consecutive ranks (many small files share one part) or a byte
+range of a big one; a source lists the parts that hold its rows, a part may hold many sources.
 
 A store is only ever published whole: a new version is assembled in a sibling temp directory
 (existing parts are hard-linked, not copied), its manifest written last, then swapped into place
@@ -20,6 +30,7 @@ import ctypes.util
 import errno
 import fcntl
 import json
+import math
 import os
 import shutil
 import time
@@ -29,19 +40,212 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import NOT_A_STORE, STORE_BUSY, STORE_DAMAGED, STORE_VERSION, ForensicsError
-from .schema import EVENT_SCHEMA, REJECT_SCHEMA, SCHEMA_VERSION
+from .schema import EVENT_SCHEMA, REJECT_SCHEMA, SCHEMA_VERSION, arrow_schema
 
 MANIFEST = "manifest.json"
 EVENTS_DIR = "events"
 REJECTS_DIR = "rejects"
+SOURCES_TABLE = "sources.parquet"
+SOURCES_INLINE = 1000        # more sources than this: their table is Parquet beside the manifest
+
+# --- how parts are written -----------------------------------------------------------------------
+ROW_GROUP = 128 * 1024       # rows per row group at most; groups hold whole ranks where they fit
+COMPACT_ROWS = ROW_GROUP     # a part under this many rows is small: merged with others at commit
+MERGE_ROWS = 1 << 20         # rows of one part written by a merge of small parts, at most
+SORT_BUFFER = 256 << 20      # Arrow bytes a part writer holds to sort; past it, it writes a run
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 1
+# Dictionary-encode only repeated strings (message/extra are mostly unique: dictionaries cost
+# time and size there); keep statistics where queries filter (rank/time pruning).
+DICTIONARY = ["rank_source", "host", "level", "event", "collective", "stage", "param_group",
+              "process_group", "path", "source_file", "format"]
+STATISTICS = ["timestamp", "rank", "host", "level", "event", "step", "line", "source_file"]
+# Sorted times and line numbers: deltas are small (12% smaller parts, same write time measured).
+ENCODING = {"timestamp": "DELTA_BINARY_PACKED", "line": "DELTA_BINARY_PACKED"}
+_INT_MAX = np.iinfo(np.int64).max
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / MANIFEST).is_file()
+
+
+def _key(a: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """An int64 sort key of a column, nulls last (as pyarrow's sort puts them)."""
+    a = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+    if pa.types.is_timestamp(a.type):
+        a = a.cast(pa.int64())
+    return np.asarray(pc.fill_null(a.cast(pa.int64()), _INT_MAX))
+
+
+def _sorted_by(t: pa.Table, keys: list[str]) -> bool:
+    """Rows already in lexicographic order of `keys` (int-like, nulls last)?"""
+    if t.num_rows < 2:
+        return True
+    ok = None      # rows i+1 not yet known to be after row i ...
+    tie = None     # ... and rows equal on the keys seen so far
+    for k in keys:
+        v = _key(t[k])
+        gt, eq = v[1:] > v[:-1], v[1:] == v[:-1]
+        if ok is None:
+            ok, tie = gt, eq
+        else:
+            ok, tie = ok | (tie & gt), tie & eq
+    return bool(np.all(ok | tie))
+
+
+EVENT_ORDER = ["rank", "timestamp", "line"]
+
+
+def rank_groups(ranks: pa.ChunkedArray | pa.Array, max_rows: int = ROW_GROUP) -> list[tuple[int, int]]:
+    """Row ranges [a, b) of a table sorted by rank: whole ranks per group up to `max_rows` rows;
+    a rank with more rows fills groups of its own. Filters on one rank then read one or two row
+    groups, not every group (a group never mixes the tail of one rank run with a big next one)."""
+    n = len(ranks)
+    if n == 0:
+        return []
+    v = _key(ranks)
+    starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+    ends = np.append(starts[1:], n)
+    out: list[tuple[int, int]] = []
+    a = 0
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        if e - a <= max_rows:
+            continue                       # this rank still fits the open group
+        if s > a:
+            out.append((a, s))             # close the group before this rank
+            a = s
+        while e - a > max_rows:            # a rank bigger than a group: groups of its own
+            out.append((a, a + max_rows))
+            a += max_rows
+    out.append((a, n))
+    return out
+
+
+class PartWriter:
+    """Writes one part: buffers Arrow tables, sorts them (events by rank, timestamp, line;
+    rejects by file and line) and writes row groups of whole ranks. Past SORT_BUFFER bytes held,
+    the buffer is written as a sorted run (the part is then sorted run by run: only inputs of
+    hundreds of MB, e.g. a big compressed file, get there). `close()` returns the part's entry
+    for the part table (None when nothing was written: no file exists)."""
+
+    def __init__(self, path: str | os.PathLike[str], kind: str = "events", buffer_bytes: int | None = None) -> None:
+        self.path = str(path)
+        self.kind = kind
+        self.schema = arrow_schema(kind)
+        self.order = EVENT_ORDER if kind == "events" else ["source_file", "line"]
+        self.buffer_bytes = buffer_bytes or SORT_BUFFER
+        self._buf: list[pa.Table] = []
+        self._held = 0
+        self._writer: pq.ParquetWriter | None = None
+        self.rows = 0
+        self._rmin: int | None = None
+        self._rmax: int | None = None
+        self._tmin: Any = None
+        self._tmax: Any = None
+
+    def add(self, t: pa.Table) -> None:
+        if not t.num_rows:
+            return
+        self._buf.append(t)
+        self._held += t.nbytes
+        if self._held >= self.buffer_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buf:
+            return
+        t = pa.concat_tables(self._buf) if len(self._buf) > 1 else self._buf[0]
+        self._buf, self._held = [], 0
+        # rejects are few: always sorted; events only when not in order already (one rank's
+        # file usually is, and a sort moves every column)
+        if self.kind != "events" or not _sorted_by(t, self.order):
+            t = t.sort_by([(k, "ascending") for k in self.order])
+        if self._writer is None:
+            if self.kind == "events":
+                self._writer = pq.ParquetWriter(self.path, self.schema, compression=COMPRESSION,
+                                                compression_level=COMPRESSION_LEVEL, use_dictionary=DICTIONARY,
+                                                write_statistics=STATISTICS, column_encoding=ENCODING)
+            else:
+                self._writer = pq.ParquetWriter(self.path, self.schema, compression=COMPRESSION)
+        groups = rank_groups(t["rank"]) if self.kind == "events" else [(0, t.num_rows)]
+        for a, b in groups:
+            self._writer.write_table(t.slice(a, b - a), row_group_size=ROW_GROUP)
+        self.rows += t.num_rows
+        if self.kind == "events":
+            for col, lo, hi in (("rank", "_rmin", "_rmax"), ("timestamp", "_tmin", "_tmax")):
+                mm = pc.min_max(t[col]).as_py()
+                if mm["min"] is not None:
+                    setattr(self, lo, mm["min"] if getattr(self, lo) is None else min(getattr(self, lo), mm["min"]))
+                    setattr(self, hi, mm["max"] if getattr(self, hi) is None else max(getattr(self, hi), mm["max"]))
+
+    def close(self) -> dict[str, Any] | None:
+        try:
+            self._flush()
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+        if self._writer is None:
+            return None
+        return {"kind": self.kind, "rows": self.rows, "rank_min": self._rmin, "rank_max": self._rmax,
+                "ts_min": self._tmin.isoformat() if self._tmin is not None else None,
+                "ts_max": self._tmax.isoformat() if self._tmax is not None else None}
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._buf = []
+
+
+def read_part(path: str | os.PathLike[str], kind: str) -> pa.Table:
+    return pq.read_table(str(path), schema=arrow_schema(kind))
+
+
+# --- the per-source table ------------------------------------------------------------------------
+
+_JSON_FIELDS = ("rejected_by_reason", "rank_sources")        # dicts: kept as JSON text
+_LIST_FIELDS = {"ranks": pl.List(pl.Int64), "hosts": pl.List(pl.String), "event_parts": pl.List(pl.String),
+                "reject_parts": pl.List(pl.String), "problems": pl.List(pl.String)}
+_SCALARS = {"path": pl.String, "size": pl.Int64, "mtime": pl.Float64, "fingerprint": pl.String,
+            "head_hash": pl.String, "compression": pl.String, "format": pl.String, "rank_hint": pl.Int64,
+            "host_hint": pl.String, "lines_read": pl.Int64, "events": pl.Int64, "rejected": pl.Int64,
+            "start": pl.String, "end": pl.String, "complete_end": pl.Int64, "complete_lines": pl.Int64}
+
+
+def write_sources_table(sources: list[dict[str, Any]], path: Path) -> None:
+    """The sources as one Parquet table (typed columns; dict fields as JSON text; any other key
+    a reader added in `more`, JSON)."""
+    known = set(_SCALARS) | set(_LIST_FIELDS) | set(_JSON_FIELDS)
+    cols: dict[str, list[Any]] = {k: [s.get(k) for s in sources] for k in (*_SCALARS, *_LIST_FIELDS)}
+    for k in _JSON_FIELDS:
+        cols[k] = [json.dumps(s.get(k) or {}) for s in sources]
+    cols["more"] = [json.dumps({k: v for k, v in s.items() if k not in known}, default=str) for s in sources]
+    cols["mtime"] = [float(x) if x is not None else None for x in cols["mtime"]]
+    schema = {**_SCALARS, **_LIST_FIELDS, **{k: pl.String for k in _JSON_FIELDS}, "more": pl.String}
+    pl.DataFrame(cols, schema=schema).write_parquet(path, compression="zstd")
+
+
+def read_sources_table(path: Path) -> list[dict[str, Any]]:
+    df = pl.read_parquet(path)
+    out = []
+    for row in df.iter_rows(named=True):
+        more = json.loads(row.pop("more") or "{}")
+        for k in _JSON_FIELDS:
+            row[k] = json.loads(row[k] or "{}")
+        for k in _LIST_FIELDS:
+            if row[k] is None:
+                row[k] = []
+        if not row["problems"]:
+            row.pop("problems")
+        out.append({**row, **more})
+    return out
 
 
 @dataclass
@@ -51,22 +255,28 @@ class Run:
     path: Path
     manifest: dict[str, Any] = field(repr=False)
     inputs: list[str] | None = None   # the raw log paths, when the store is a cache of them
+    _sources: list[dict[str, Any]] | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
         """What a report names: the logs the user pointed at, else the store."""
         return ", ".join(self.inputs) if self.inputs else str(self.path)
 
-    def _parts(self, key: str) -> list[str]:
-        return sorted(str(self.path / p) for s in self.manifest["sources"] for p in s.get(key, []))
+    @property
+    def parts(self) -> list[dict[str, Any]]:
+        """The part table: {path, kind, rows, bytes, rank_min, rank_max, ts_min, ts_max} per part."""
+        return self.manifest.get("parts", [])
+
+    def _parts(self, kind: str) -> list[str]:
+        return sorted(str(self.path / p["path"]) for p in self.parts if p["kind"] == kind)
 
     def event_parts(self) -> list[str]:
         """Absolute paths of the event parts, sorted (what `events()` scans)."""
-        return self._parts("event_parts")
+        return self._parts("events")
 
     def reject_parts(self) -> list[str]:
         """Absolute paths of the reject parts, sorted (what `rejects()` scans)."""
-        return self._parts("reject_parts")
+        return self._parts("rejects")
 
     def events(self) -> pl.LazyFrame:
         parts = self.event_parts()
@@ -80,13 +290,75 @@ class Run:
             return pl.LazyFrame(schema=REJECT_SCHEMA)
         return pl.scan_parquet(parts, schema=REJECT_SCHEMA)
 
+    def rank_slices(self, max_events: int | None = None) -> list[pl.LazyFrame]:
+        """The run's ranked events in slices of whole, consecutive ranks of about `max_events`
+        (default SLICE_EVENTS) events each; [] when one slice holds them all. The cuts are
+        estimated from the part table (a part's rows spread evenly over its rank range), and
+        each slice scans only the parts whose rank range meets its ranks, keeping only its
+        ranks: together the slices hold every ranked event once, each rank's in the order of
+        `events()`. Unranked events are in no slice."""
+        max_events = max_events or SLICE_EVENTS
+        ranked = [p for p in self.parts if p["kind"] == "events" and p.get("rank_min") is not None]
+        cuts = _rank_cuts([(int(p["rank_min"]), int(p["rank_max"]), float(p["rows"])) for p in ranked], max_events)
+        if not cuts:
+            return []
+        slices = []
+        # open-ended at both ends: every ranked row falls in a slice
+        for lo, hi in zip([None, *cuts], [*cuts, None]):
+            keep = pl.col("rank").is_not_null()
+            keep = keep if lo is None else keep & (pl.col("rank") > lo)
+            keep = keep if hi is None else keep & (pl.col("rank") <= hi)
+            parts = sorted(str(self.path / p["path"]) for p in ranked
+                           if (lo is None or p["rank_max"] > lo) and (hi is None or p["rank_min"] <= hi))
+            if parts:
+                slices.append(pl.scan_parquet(parts, schema=EVENT_SCHEMA).filter(keep))
+        return slices
+
     @property
     def sources(self) -> list[dict[str, Any]]:
-        return self.manifest["sources"]
+        """One dict per source file (read from sources.parquet once, when the store has one)."""
+        if self._sources is None:
+            if "sources" in self.manifest:
+                self._sources = self.manifest["sources"]
+            else:
+                self._sources = read_sources_table(self.path / self.manifest["sources_table"]["path"])
+        return self._sources
 
     @property
     def totals(self) -> dict[str, Any]:
         return self.manifest.get("totals", {})
+
+
+# Slices of about this many events: a step-table aggregation over every rank at once held
+# 2.1 GB RSS (1.0 GB in slices of 1 M events). A group never spans two ranks, so aggregating a
+# slice of whole ranks at a time gives the same rows with one slice's state.
+SLICE_EVENTS = 1_000_000
+
+
+def _rank_cuts(parts: list[tuple[int, int, float]], max_events: int) -> list[int]:
+    """Ranks r ending a slice (slices are (previous cut, r]) so that each holds about
+    `max_events` rows, each part's rows spread evenly over its ranks; the last rank ends no cut."""
+    if not parts:
+        return []
+    points = sorted({a for a, _, _ in parts} | {b + 1 for _, b, _ in parts})
+    cuts: list[int] = []
+    acc = 0.0
+    last = max(b for _, b, _ in parts)
+    for a, b in zip(points[:-1], points[1:]):          # ranks a .. b-1, one density
+        d = sum(n / (hi - lo + 1) for lo, hi, n in parts if lo <= a and hi >= b - 1)
+        if d <= 0:
+            continue
+        r = a
+        while r < b:
+            need = math.ceil((max_events - acc) / d)    # ranks until this slice is full
+            if r + need > b:
+                acc += d * (b - r)
+                break
+            r += need
+            if r - 1 < last:
+                cuts.append(r - 1)
+            acc = 0.0
+    return cuts
 
 
 def recover(target: Path) -> None:
@@ -100,30 +372,41 @@ def recover(target: Path) -> None:
 
 
 def damaged_parts(path: str | os.PathLike[str], manifest: dict[str, Any]) -> dict[str, str]:
-    """Parts the manifest lists that are missing or not the size they were written at
-    (`part_bytes` per source; stores written before it was recorded: existence only).
-    Returns {part (relative): what is wrong}."""
+    """Parts the part table lists (and the sources table) that are missing or not the size they
+    were written at. Returns {part (relative): what is wrong}."""
     p = Path(path)
     out: dict[str, str] = {}
-    for s in manifest.get("sources", []):
-        sizes = s.get("part_bytes") or {}
-        for rel in s.get("event_parts", []) + s.get("reject_parts", []):
-            try:
-                n = os.stat(p / rel).st_size
-            except OSError:
-                out[rel] = "missing"
-                continue
-            want = sizes.get(rel)
-            if want is not None and n != want:
-                out[rel] = f"{n:,} bytes, written as {want:,}"
+    listed = list(manifest.get("parts", []))
+    if manifest.get("sources_table"):
+        listed.append(manifest["sources_table"])
+    for part in listed:
+        rel = part["path"]
+        try:
+            n = os.stat(p / rel).st_size
+        except OSError:
+            out[rel] = "missing"
+            continue
+        want = part.get("bytes")
+        if want is not None and n != want:
+            out[rel] = f"{n:,} bytes, written as {want:,}"
     return out
 
 
-def damaged_sources(path: str | os.PathLike[str], manifest: dict[str, Any]) -> set[str]:
-    """Source files (absolute paths) with at least one damaged part: re-read on re-ingest."""
-    bad = damaged_parts(path, manifest)
-    return {s["path"] for s in manifest.get("sources", [])
+def damaged_sources(run: Run) -> set[str]:
+    """Source files (absolute paths) with rows in a damaged part: every one is read again on
+    re-ingest (a part shared by many files is rebuilt from all of them)."""
+    bad = damaged_parts(run.path, run.manifest)
+    return {s["path"] for s in run.sources
             if any(rel in bad for rel in s.get("event_parts", []) + s.get("reject_parts", []))}
+
+
+def _reingest_command(p: Path, manifest: dict[str, Any]) -> str:
+    """The command that rebuilds the store at p from the logs it was made from."""
+    paths = [s["path"] for s in manifest.get("sources", []) if s.get("path")]
+    if not paths:
+        return f"forensics ingest LOGS -o {p}"
+    logs = paths[0] if len(paths) == 1 else os.path.commonpath(paths)
+    return f"forensics ingest {logs} -o {p}"
 
 
 def open_store(path: str | os.PathLike[str], verify: bool = True) -> Run:
@@ -148,23 +431,29 @@ def open_store(path: str | os.PathLike[str], verify: bool = True) -> Run:
         raise ForensicsError(
             f"store {p} has schema version {manifest.get('schema_version')}, this forensics reads {SCHEMA_VERSION}",
             where=str(mf),
-            help="re-ingest the logs with this version of forensics",
+            reason="the store was written by another version of forensics (its layout or columns differ)",
+            help=f"re-ingest the logs into it: {_reingest_command(p, manifest)}  (the store is rebuilt in place)",
             code=STORE_VERSION,
         )
+    run = Run(path=p, manifest=manifest)
     if verify:
         bad = damaged_parts(p, manifest)
         if bad:
             rel, what = next(iter(bad.items()))
-            src = next((s["path"] for s in manifest["sources"] if rel in s.get("event_parts", []) + s.get("reject_parts", [])), "?")
+            try:
+                src = "rows of " + (", ".join(s["path"] for s in run.sources
+                                              if rel in s.get("event_parts", []) + s.get("reject_parts", []))[:300] or "?")
+            except Exception:  # the sources table itself is damaged: nothing names the files
+                src = "the table of source files"
             raise ForensicsError(
                 f"store {p} is damaged: {len(bad)} part(s) missing or cut short",
                 where=str(p / rel),
-                reason=f"{what} (events of {src})",
+                reason=f"{what} ({src})",
                 help=f"ingest the logs again into the same store (forensics ingest LOGS -o {p}): the files "
                      "whose parts are damaged are read again, the rest is kept",
                 code=STORE_DAMAGED,
             )
-    return Run(path=p, manifest=manifest)
+    return run
 
 
 # --- atomic publication ---------------------------------------------------------------------
@@ -263,7 +552,62 @@ class StoreWriter:
         except OSError:
             shutil.copy2(src, dst)
 
+    def rewrite(self, rel: str, kind: str, keep: Any) -> dict[str, Any] | None:
+        """A part of the previous version with only the rows `keep(table)` (a boolean Arrow
+        array) selects, written as a new part of this one (None: no row is left)."""
+        assert self.previous is not None
+        t = read_part(self.previous.path / rel, kind)
+        t = t.filter(keep(t))
+        if not t.num_rows:
+            return None
+        path, nrel = self.new_part(EVENTS_DIR if kind == "events" else REJECTS_DIR)
+        w = PartWriter(path, kind)
+        w.add(t)
+        entry = w.close()
+        assert entry is not None
+        return {"path": nrel, **entry}
+
+    def compact(self, parts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Merge the small parts (under COMPACT_ROWS rows) of the version being written, in rank
+        order, into parts of up to MERGE_ROWS rows (and 64 MB on disk), so that appends of small
+        files or many small consoles do not leave many tiny parts. `parts`: its part table (paths
+        in staging). Returns the new part table and {merged part: the part it went into}."""
+        out = [p for p in parts]
+        moved: dict[str, str] = {}
+        for kind in ("events", "rejects"):
+            small = [p for p in out if p["kind"] == kind and p["rows"] < COMPACT_ROWS]
+            if len(small) < 2:
+                continue
+            small.sort(key=lambda p: (p.get("rank_min") is None, p.get("rank_min") or 0, p.get("ts_min") or "", p["path"]))
+            groups: list[list[dict[str, Any]]] = [[]]
+            rows = size = 0
+            for p in small:
+                b = os.stat(self.staging / p["path"]).st_size
+                if groups[-1] and (rows + p["rows"] > MERGE_ROWS or size + b > 64 << 20):
+                    groups.append([])
+                    rows = size = 0
+                groups[-1].append(p)
+                rows += p["rows"]
+                size += b
+            for g in groups:
+                if len(g) < 2:
+                    continue
+                path, rel = self.new_part(EVENTS_DIR if kind == "events" else REJECTS_DIR)
+                w = PartWriter(path, kind)
+                for p in g:
+                    w.add(read_part(self.staging / p["path"], kind))
+                entry = w.close()
+                assert entry is not None
+                for p in g:
+                    os.unlink(self.staging / p["path"])
+                    moved[p["path"]] = rel
+                out = [p for p in out if p["path"] not in moved] + [{"path": rel, **entry}]
+        return out, moved
+
     def commit(self, manifest: dict[str, Any]) -> None:
+        """Publish: `manifest` holds "sources" (list of dicts) and "parts" (the part table); every
+        part's size is recorded (damage is found on open), and past SOURCES_INLINE sources the
+        sources go to sources.parquet with a pointer in the manifest."""
         manifest = {
             "tool": "forensics",
             "tool_version": __version__,
@@ -271,13 +615,18 @@ class StoreWriter:
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **manifest,
         }
-        for s in manifest.get("sources", []):  # what every part weighs: damage is found on open
-            s["part_bytes"] = {rel: os.stat(self.staging / rel).st_size
-                               for rel in s.get("event_parts", []) + s.get("reject_parts", [])}
+        manifest["parts"] = sorted(({**p, "bytes": os.stat(self.staging / p["path"]).st_size}
+                                    for p in manifest.get("parts", [])), key=lambda p: (p["kind"], p["path"]))
+        sources = manifest.get("sources", [])
+        if len(sources) > SOURCES_INLINE:
+            write_sources_table(sources, self.staging / SOURCES_TABLE)
+            del manifest["sources"]
+            manifest["sources_table"] = {"path": SOURCES_TABLE, "rows": len(sources),
+                                         "bytes": os.stat(self.staging / SOURCES_TABLE).st_size}
         _failpoint("before-manifest")
         tmp = self.staging / (MANIFEST + ".tmp")
         with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=1, default=str)
+            json.dump(manifest, f, indent=None if "sources_table" in manifest else 1, default=str)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.staging / MANIFEST)

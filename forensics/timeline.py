@@ -253,43 +253,7 @@ SLICE_EVENTS = 1_000_000
 
 
 def rank_slices(run: Run, max_events: int | None = None) -> list[pl.LazyFrame]:
-    """The run's ranked events in slices of whole, consecutive ranks of about `max_events`
-    (default SLICE_EVENTS) events each, counted from the manifest; [] when one slice holds them
-    all. Each slice scans only the parts that hold its ranks (the manifest lists each source's
-    ranks and parts; reading every part's footer for every slice cost 0.1 s a slice on the
-    bench store) and keeps only its ranks: together they hold every ranked event once, each
-    rank's in the order of `run.events()`. Unranked events are in no slice."""
-    max_events = max_events or SLICE_EVENTS
-    per_rank: dict[int, float] = {}
-    for src in run.sources:
-        ranks = sorted({int(r) for r in src.get("ranks") or [] if r is not None})
-        for r in ranks:
-            per_rank[r] = per_rank.get(r, 0.0) + float(src.get("events", 0)) / len(ranks)
-    cuts: list[int] = []
-    acc = 0.0
-    for r in sorted(per_rank)[:-1]:
-        acc += per_rank[r]
-        if acc >= max_events:
-            cuts.append(r)
-            acc = 0.0
-    if not cuts:
-        return []
-    # open-ended at both ends: a rank the manifest does not list still falls in a slice
-    bounds_ = list(zip([None, *cuts], [*cuts, None]))
-    slices = []
-    for lo, hi in bounds_:
-        keep = pl.col("rank").is_not_null()
-        keep = keep if lo is None else keep & (pl.col("rank") > lo)
-        keep = keep if hi is None else keep & (pl.col("rank") <= hi)
-        parts = sorted(
-            str(run.path / p) for src in run.sources for p in src.get("event_parts", [])
-            # a source that does not list its ranks may hold any of them
-            if src.get("ranks") is None or any((lo is None or r > lo) and (hi is None or r <= hi)
-                                               for r in src["ranks"] if r is not None)
-        )
-        if parts:
-            slices.append(pl.scan_parquet(parts, schema=EVENT_SCHEMA).filter(keep))
-    return slices
+    return run.rank_slices(max_events or SLICE_EVENTS)  # the store knows its parts' rank ranges (store.Run.rank_slices)
 
 
 def step_table(events: Events, time_col: str = TS, evidence: bool = False,

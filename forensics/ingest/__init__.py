@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import time
 import types
@@ -17,12 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..errors import BAD_ARGUMENT, NOT_A_STORE, OTHER_RUN, STORE_VERSION, STORE_WRITE, ForensicsError
 from ..store import (
     EVENTS_DIR,
     MANIFEST,
     REJECTS_DIR,
     StoreWriter,
+    damaged_parts,
     damaged_sources,
     is_store,
     locked,
@@ -39,11 +45,16 @@ from .sources import (
     rank_from_path,
     read_head,
 )
-from .unit import Unit, UnitResult, run_unit
+from .unit import Piece, PieceResult, Unit, UnitResult, run_unit
 
 OTHER_RUN_GAP_S = 24 * 3600   # --append: logs this far apart in time from the store are another run
 RANGE_BYTES = 64 << 20        # plain files above this are cut into ranges for parallel work
 INLINE_BYTES = 48 << 20       # below this much input, a process pool costs more than it saves
+# Small files are read in batches of consecutive ranks, a batch one unit writing one part: 4,096
+# one-rank files made 4,096 parts (a query paid ~0.5 s opening them; diagnose 54 s vs 13 s).
+BATCH_BYTES = 64 << 20        # input per batch at most (a unit sorts its batch in memory)
+BATCH_MIN = 16 << 20          # ... and at least (unless the input is smaller)
+COMPRESSED_WEIGHT = 8         # a compressed byte weighs this many input bytes in a batch
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -264,10 +275,42 @@ def _write_error(target: Path, e: OSError) -> ForensicsError:
     )
 
 
+def _rank_key(head: bytes, fmt: str, rank_hint: int | None) -> int | None:
+    """Where a file goes in rank order when files are batched into parts: the rank its first
+    JSON line names, else the rank its path names, else None (last). Only an ordering hint:
+    parts are sorted by the ranks read, whatever this says (a path may name a local rank)."""
+    if fmt == "jsonl":
+        m = _RANK_IN_LINE.search(head.split(b"\n", 1)[0])
+        if m:
+            return int(m.group(1))
+    return rank_hint
+
+
+_RANK_IN_LINE = re.compile(rb'"rank"\s*:\s*"?(\d{1,9})\b')
+
+
+def _batches(pieces: list[tuple[Piece, int | None, int]], n_workers: int) -> list[list[tuple[Piece, int | None, int]]]:
+    """Small files in rank order, packed into batches of about BATCH_BYTES of input (fewer
+    when there is little input: at least two batches per worker, none under BATCH_MIN), each
+    one unit that writes one part. `pieces`: (piece, rank key, weight in bytes)."""
+    total = sum(w for _, _, w in pieces)
+    target = min(BATCH_BYTES, max(BATCH_MIN, total // max(1, 2 * n_workers)))
+    ordered = sorted(pieces, key=lambda x: (x[1] is None, x[1] if x[1] is not None else 0, x[0].path))
+    out: list[list[tuple[Piece, int | None, int]]] = []
+    size = 0
+    for item in ordered:
+        if not out or (out[-1] and size + item[2] > target):
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += item[2]
+    return out
+
+
 def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: bool, workers: int | None,
                    gmap, progress: Progress | None, force: bool = False) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
-    damaged = damaged_sources(previous.path, previous.manifest) if previous else set()
+    damaged = damaged_sources(previous) if previous else set()
     problems: list[dict[str, str]] = []
     sources: dict[str, dict[str, Any]] = {}
     if append:
@@ -282,12 +325,13 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
                 continue
             sources[p] = s
     by_fingerprint: dict[str, str] = {s["fingerprint"]: s["path"] for s in sources.values()}
-    units: list[Unit] = []
-    unit_source: list[str] = []
     duplicates: list[dict[str, str]] = []
     new = unchanged = appended = 0
     bytes_planned = 0
     drop_rejects_after: dict[str, int] = {}
+    grown_paths: set[str] = set()
+    big: list[Piece] = []                              # ranges of big plain files: a unit each
+    small: list[tuple[Piece, int | None, int]] = []    # whole files (or tails): batched
 
     # Fingerprints read 1 MiB per file: on all cores (hashing and reads release the GIL).
     with ThreadPoolExecutor(max_workers=min(len(files), workers or os.cpu_count() or 1) or 1) as pool:
@@ -335,7 +379,8 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
             start, first_line = old["complete_end"], old["complete_lines"] + 1
             for k in ("lines_read", "events", "rejected", "ranks", "hosts", "start", "end",
                       "event_parts", "reject_parts", "rejected_by_reason", "rank_sources"):
-                src[k] = old[k]
+                src[k] = old[k].copy() if isinstance(old[k], (list, dict)) else old[k]
+            grown_paths.add(info.path)
             # the old truncated tail line is read again now that the file has grown
             src["lines_read"] = old["complete_lines"]
             if old["rejected_by_reason"].get("truncated line (no newline at end of file)"):
@@ -360,28 +405,33 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
             pieces = [(0, -1, 1)]
         bytes_planned += info.size - start
         for a, b, line in pieces:
-            ep, erel = writer.new_part(EVENTS_DIR)
-            rp, rrel = writer.new_part(REJECTS_DIR)
-            units.append(Unit(
-                path=info.path, fmt=fmt, compression=info.compression, start=a,
-                end=b if b >= 0 else -1, first_line=line, rank_hint=src["rank_hint"],
-                host_hint=src["host_hint"], events_part=str(ep), rejects_part=str(rp), gpu_map=gmap,
-                size=info.size,
-            ))
-            unit_source.append(info.path)
+            piece = Piece(path=info.path, fmt=fmt, compression=info.compression, start=a, end=b if b >= 0 else -1,
+                          first_line=line, rank_hint=src["rank_hint"], host_hint=src["host_hint"], size=info.size)
+            weight = (info.size - a) * (1 if info.compression == "none" else COMPRESSED_WEIGHT)
+            if len(pieces) > 1 or weight >= BATCH_BYTES:
+                big.append(piece)
+            else:
+                small.append((piece, _rank_key(head, fmt, src["rank_hint"]), weight))
 
-    # carry over parts of sources we keep
-    for s in sources.values():
-        for rel in s.get("event_parts", []) + s.get("reject_parts", []):
-            if previous is not None and (previous.path / rel).exists() and not (writer.staging / rel).exists():
-                writer.keep(rel)
-    for path, keep_lines in drop_rejects_after.items():
-        _drop_stale_tail_rejects(writer, sources[path], keep_lines)
+    units: list[Unit] = []
+    n_workers = workers or os.cpu_count() or 1
+    for group in [[p] for p in big] + [[p for p, _, _ in b] for b in _batches(small, n_workers)]:
+        ep, _ = writer.new_part(EVENTS_DIR)
+        rp, _ = writer.new_part(REJECTS_DIR)
+        weight = sum((p.end if p.end >= 0 else p.size) - p.start if p.compression == "none" else p.size for p in group)
+        units.append(Unit(pieces=tuple(group), events_part=str(ep), rejects_part=str(rp), gpu_map=gmap, weight=weight))
+
+    kept = {p for p, src in sources.items() if src is prev_sources.get(p)} | grown_paths
+    parts = _carry_parts(writer, previous, prev_sources, sources, kept, drop_rejects_after)
 
     results = _dispatch(units, workers, bytes_planned, progress)
     for u, res in zip(units, results):
-        s = sources[u.path]
-        _merge(s, res, writer, u)
+        for rel, entry in ((os.path.relpath(u.events_part, writer.staging), res.events_part),
+                           (os.path.relpath(u.rejects_part, writer.staging), res.rejects_part)):
+            if entry is not None:
+                parts[rel] = {"path": rel, **entry}
+        for piece, pr in zip(u.pieces, res.pieces):
+            _merge(sources[piece.path], pr, writer, u)
     warnings: list[str] = []
     if append and previous is not None:
         fresh = [s for p, s in sources.items() if p not in prev_sources or p in damaged]
@@ -390,21 +440,92 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
             refusal, warnings = _other_run(kept, fresh, writer.staging)
             if refusal is not None and not force:
                 raise refusal
+    table, moved = writer.compact(list(parts.values()))
+    if moved:
+        for s in sources.values():
+            for k in ("event_parts", "reject_parts"):
+                s[k] = list(dict.fromkeys(moved.get(rel, rel) for rel in s[k]))
     for s in sources.values():
         if s["format"] != "empty" and s["compression"] == "none" and s["complete_end"]:
             tail = 1 if s["rejected_by_reason"].get("truncated line (no newline at end of file)") else 0
             s["complete_lines"] = s["lines_read"] - tail
     ordered = sorted(sources.values(), key=lambda s: s["path"])
+    read_now = {p.path for u in units for p in u.pieces}
     problems += [{"path": s["path"], "problem": p} for s in ordered for p in s.get("problems", [])
-                 if s["path"] in {u.path for u in units}]
+                 if s["path"] in read_now]
     summary = _summarize(str(writer.target), ordered, bytes_planned, new, unchanged, appended, duplicates)
     summary.problems = problems
     summary.repaired_files = repaired
     summary.warnings = warnings
-    writer.commit({"sources": ordered, "duplicates": duplicates, "problems": problems, "totals": {
+    writer.commit({"sources": ordered, "parts": table, "duplicates": duplicates, "problems": problems, "totals": {
         k: summary.to_dict()[k] for k in ("files", "lines_read", "events", "rejected", "rejected_by_reason",
                                           "ranks", "hosts", "start", "end")}})
     return summary
+
+
+def _carry_parts(writer: StoreWriter, previous, prev_sources: dict[str, dict[str, Any]],
+                 sources: dict[str, dict[str, Any]], kept: set[str],
+                 drop_rejects_after: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """The previous version's parts that the new one keeps, as its part table {rel: entry}.
+
+    `kept`: the previous sources whose rows stay (unchanged, grown, or kept by --append). A part
+    is shared by many files: a part none of whose files is kept is dropped (a damaged part's
+    files are all read again); a part that also holds rows of files not kept (changed, damaged
+    elsewhere, or gone without --append) is rewritten without those rows; a grown file's stale
+    truncated-tail reject is dropped the same way (and uncounted). Kept sources' part lists are
+    renamed to the rewritten parts."""
+    if previous is None:
+        return {}
+    gone = set(prev_sources) - kept
+    damaged = damaged_parts(previous.path, previous.manifest)
+    holders: dict[str, set[str]] = {}
+    for p, s in prev_sources.items():
+        for rel in s.get("event_parts", []) + s.get("reject_parts", []):
+            holders.setdefault(rel, set()).add(p)
+    out: dict[str, dict[str, Any]] = {}
+    renamed: dict[str, str | None] = {}
+    tail_dropped: dict[str, dict[str, int]] = {}      # path -> {reason: rejects dropped}
+    for part in previous.parts:
+        rel, kind = part["path"], part["kind"]
+        who = holders.get(rel, set())
+        if rel in damaged or not (who & kept):
+            continue
+        cut = {p: k for p, k in drop_rejects_after.items() if p in who} if kind == "rejects" else {}
+        drop = sorted(who & gone)
+        if not drop and not cut:
+            writer.keep(rel)
+            out[rel] = {k: v for k, v in part.items() if k != "bytes"}
+            continue
+
+        def keep_rows(t: pa.Table, drop: list[str] = drop, cut: dict[str, int] = cut) -> pa.Array:
+            f = t["source_file"]
+            mask = pc.invert(pc.is_in(f, value_set=pa.array(drop, f.type))) if drop else pc.is_valid(t["line"])
+            for path, k in cut.items():
+                stale = pc.fill_null(pc.and_(pc.equal(f, path), pc.greater(t["line"], k)), False)
+                for reason, n in pl.from_arrow(t.filter(stale).select(["reason"]))["reason"].value_counts().iter_rows():
+                    d = tail_dropped.setdefault(path, {})
+                    d[reason] = d.get(reason, 0) + n
+                mask = pc.and_(mask, pc.invert(stale))
+            return pc.fill_null(mask, True)
+
+        entry = writer.rewrite(rel, kind, keep_rows)
+        renamed[rel] = entry["path"] if entry else None
+        if entry:
+            out[entry["path"]] = entry
+    for path, by_reason in tail_dropped.items():
+        s = sources[path]
+        for reason, n in by_reason.items():
+            s["rejected"] -= n
+            left = s["rejected_by_reason"].get(reason, 0) - n
+            if left > 0:
+                s["rejected_by_reason"][reason] = left
+            else:
+                s["rejected_by_reason"].pop(reason, None)
+    for p in kept:
+        s = sources[p]
+        for key in ("event_parts", "reject_parts"):
+            s[key] = [r for r in (renamed.get(rel, rel) for rel in s[key] if rel not in damaged) if r is not None]
+    return out
 
 
 def _other_run(kept: list[dict[str, Any]], fresh: list[dict[str, Any]], staging: Path) -> tuple[ForensicsError | None, list[str]]:
@@ -421,7 +542,8 @@ def _other_run(kept: list[dict[str, Any]], fresh: list[dict[str, Any]], staging:
     import polars as pl
 
     def steps(group: list[dict[str, Any]]) -> pl.DataFrame:
-        parts = [str(staging / rel) for s in group for rel in s.get("event_parts", [])]
+        # a part holds many files: each once (both groups' parts are disjoint: new files are in new parts)
+        parts = sorted({str(staging / rel) for s in group for rel in s.get("event_parts", [])})
         if not parts:
             return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "timestamp": pl.Datetime("us", "UTC"),
                                         "source_file": pl.String})
@@ -474,31 +596,6 @@ def _other_run(kept: list[dict[str, Any]], fresh: list[dict[str, Any]], staging:
     return None, warnings
 
 
-def _drop_stale_tail_rejects(writer: StoreWriter, src: dict[str, Any], keep_lines: int) -> None:
-    import polars as pl
-
-    new_parts = []
-    dropped = 0
-    for rel in src["reject_parts"]:
-        p = writer.staging / rel
-        df = pl.read_parquet(p)
-        kept = df.filter(pl.col("line") <= keep_lines)
-        dropped += df.height - kept.height
-        os.unlink(p)
-        if kept.height:
-            np_, nrel = writer.new_part(REJECTS_DIR)
-            kept.write_parquet(np_)
-            new_parts.append(nrel)
-    src["reject_parts"] = new_parts
-    reason = "truncated line (no newline at end of file)"
-    src["rejected"] -= dropped
-    left = src["rejected_by_reason"].get(reason, 0) - dropped
-    if left > 0:
-        src["rejected_by_reason"][reason] = left
-    else:
-        src["rejected_by_reason"].pop(reason, None)
-
-
 def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress: Progress | None) -> list[UnitResult]:
     n = workers or os.cpu_count() or 1
     results: list[UnitResult | None] = [None] * len(units)
@@ -508,7 +605,7 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
 
     def report(i: int, r: UnitResult) -> None:
         nonlocal done_bytes
-        done_bytes += max(0, r.end - r.start) if units[i].compression == "none" else max(0, units[i].size)
+        done_bytes += r.bytes
         if progress:
             progress("unit", {"path": r.path, "bytes_done": done_bytes, "lines": r.lines, "events": r.events,
                               "rejected": r.rejected})
@@ -530,7 +627,8 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
     return results  # type: ignore[return-value]
 
 
-def _merge(s: dict[str, Any], r: UnitResult, writer: StoreWriter, u: Unit) -> None:
+def _merge(s: dict[str, Any], r: PieceResult, writer: StoreWriter, u: Unit) -> None:
+    """Add one piece's counts to its source, and the unit's parts to the source's part lists."""
     s["lines_read"] += r.lines
     s["events"] += r.events
     s["rejected"] += r.rejected

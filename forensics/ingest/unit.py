@@ -1,8 +1,10 @@
-"""The unit of ingest work: one file (or one byte range of a plain file) -> Parquet parts + counts.
+"""The unit of ingest work: a batch of small files (or one byte range of a big plain file) ->
+one events part and one rejects part, plus counts per file.
 
 A pure function of its arguments and the bytes it reads: it writes only the two part files it is
-told to write and returns counts. The same function can run inline, in a process pool, or on a
-cluster worker. Must not touch the manifest or decide what to ingest.
+told to write and returns counts (picklable). The same function can run inline, in a thread or
+process pool, or on a cluster worker. Must not touch the manifest or decide what to ingest; how a
+part is sorted and cut into row groups is the store's (`store.PartWriter`).
 """
 from __future__ import annotations
 
@@ -14,26 +16,16 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
+from ..store import PartWriter
 from .formats import ReaderContext, reader_for
 from .sources import GuardedStream, RangeReader, open_binary, zstd_damage
 
-ROW_GROUP = 128 * 1024
-COMPRESSION = "zstd"
-COMPRESSION_LEVEL = 1
-# Dictionary-encode only repeated strings (message/extra are mostly unique: dictionaries cost
-# time and size there); keep statistics where queries filter (rank/time pruning).
-DICTIONARY = ["rank_source", "host", "level", "event", "collective", "stage", "param_group",
-              "process_group", "path", "source_file", "format"]
-STATISTICS = ["timestamp", "rank", "host", "level", "event", "step", "line", "source_file"]
-# Sorted times and line numbers: deltas are small (12% smaller parts, same write time measured).
-ENCODING = {"timestamp": "DELTA_BINARY_PACKED", "line": "DELTA_BINARY_PACKED"}
-
 
 @dataclass(frozen=True)
-class Unit:
+class Piece:
+    """One file, or a byte range [start, end) of a plain file, to read."""
     path: str                 # absolute path of the source file
     fmt: str                  # reader name (formats.sniff)
     compression: str          # none | gzip | zstd
@@ -42,15 +34,22 @@ class Unit:
     first_line: int = 1
     rank_hint: int | None = None
     host_hint: str | None = None
-    events_part: str = ""     # absolute paths to write
-    rejects_part: str = ""
-    gpu_map: tuple[tuple[str | None, int, int], ...] = ()
-    block_bytes: int = 4 << 20
     size: int = -1            # the file's size when it was listed (-1: unknown): a shrink check
 
 
+@dataclass(frozen=True)
+class Unit:
+    """Pieces read in order into one events part and one rejects part (absolute paths)."""
+    pieces: tuple[Piece, ...]
+    events_part: str = ""
+    rejects_part: str = ""
+    gpu_map: tuple[tuple[str | None, int, int], ...] = ()
+    block_bytes: int = 4 << 20
+    weight: int = 0           # input bytes planned (progress)
+
+
 @dataclass
-class UnitResult:
+class PieceResult:
     path: str
     start: int
     end: int                  # bytes consumed (end of the last complete line for plain files)
@@ -70,6 +69,30 @@ class UnitResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class UnitResult:
+    pieces: list[PieceResult]
+    events_part: dict[str, Any] | None = None    # part-table entry (no path) or None: not written
+    rejects_part: dict[str, Any] | None = None
+    bytes: int = 0                               # input bytes this unit stood for (progress)
+
+    @property
+    def path(self) -> str:
+        return self.pieces[0].path if self.pieces else ""
+
+    @property
+    def lines(self) -> int:
+        return sum(p.lines for p in self.pieces)
+
+    @property
+    def events(self) -> int:
+        return sum(p.events for p in self.pieces)
+
+    @property
+    def rejected(self) -> int:
+        return sum(p.rejected for p in self.pieces)
 
 
 _ORDER = [("rank", "ascending"), ("timestamp", "ascending"), ("line", "ascending")]
@@ -107,9 +130,26 @@ def _events_table(block_events: pl.DataFrame | pa.Table, fmt: str) -> pa.Table:
 
 
 def run_unit(u: Unit) -> UnitResult:
-    """Read the unit's bytes with its reader, write events/rejects parts, return the counts."""
+    """Read the unit's pieces in order, write its events and rejects parts, return the counts."""
+    ew = PartWriter(u.events_part, "events")
+    rw = PartWriter(u.rejects_part, "rejects")
+    out = UnitResult(pieces=[], bytes=u.weight)
+    try:
+        for piece in u.pieces:
+            out.pieces.append(_read_piece(piece, u, ew, rw))
+    except BaseException:
+        ew.abort()
+        rw.abort()
+        raise
+    out.events_part = ew.close()
+    out.rejects_part = rw.close()
+    return out
+
+
+def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter) -> PieceResult:
+    """Read one piece with its reader into the unit's part writers."""
     schema = arrow_schema()
-    res = UnitResult(u.path, u.start, u.end)
+    res = PieceResult(u.path, u.start, u.end)
     reader = reader_for(u.fmt)
     ctx = ReaderContext(
         path=u.path,
@@ -117,8 +157,8 @@ def run_unit(u: Unit) -> UnitResult:
         host_hint=u.host_hint,
         first_line=u.first_line,
         at_eof=u.end < 0,
-        gpu_map={(h, g): r for h, g, r in u.gpu_map},
-        block_bytes=u.block_bytes,
+        gpu_map={(h, g): r for h, g, r in unit.gpu_map},
+        block_bytes=unit.block_bytes,
     )
     try:
         if u.compression == "none" and (u.start or u.end >= 0):
@@ -133,8 +173,6 @@ def run_unit(u: Unit) -> UnitResult:
         res.problem = f"file could not be opened: {e.strerror or e}"
         return res
     stream = GuardedStream(raw, u.compression)
-    ew: pq.ParquetWriter | None = None
-    rw: pq.ParquetWriter | None = None
     ranks: set[int] = set()
     hosts: set[str] = set()
     srcs: dict[str, int] = {}
@@ -150,12 +188,8 @@ def run_unit(u: Unit) -> UnitResult:
                 ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), _constant(u.path, n))
                 ev = ev.set_column(schema.get_field_index("format"), schema.field("format"), _constant(u.fmt, n))
                 if not (_in_order(ev) if block.in_order is None else block.in_order):
-                    ev = ev.sort_by(_ORDER)  # nulls last (the default)
-                if ew is None:
-                    ew = pq.ParquetWriter(u.events_part, schema, compression=COMPRESSION,
-                                          compression_level=COMPRESSION_LEVEL, use_dictionary=DICTIONARY,
-                                          write_statistics=STATISTICS, column_encoding=ENCODING)
-                ew.write_table(ev, row_group_size=ROW_GROUP)
+                    ev = ev.sort_by(_ORDER)  # nulls last (the default); the part writer merges blocks
+                ew.add(ev)
                 res.events += n
                 ranks.update(x for x in pc.unique(ev["rank"]).to_pylist() if x is not None)
                 hosts.update(x for x in pc.unique(ev["host"]).to_pylist() if x is not None)
@@ -168,22 +202,16 @@ def run_unit(u: Unit) -> UnitResult:
             rj = block.rejects
             if rj.height:
                 rj = rj.with_columns(pl.lit(u.path).alias("source_file")).select(list(REJECT_SCHEMA))
-                if rw is None:
-                    rw = pq.ParquetWriter(u.rejects_part, arrow_schema("rejects"), compression=COMPRESSION)
-                rw.write_table(rj.to_arrow().cast(arrow_schema("rejects")))
+                rw.add(rj.to_arrow().cast(arrow_schema("rejects")))
                 res.rejected += rj.height
                 for k, v in rj["reason"].value_counts().iter_rows():
                     res.rejected_by_reason[k] = res.rejected_by_reason.get(k, 0) + v
                 if block.rejects["reason"].str.starts_with("truncated line").any():
                     res.unterminated_tail = True
     finally:
-        if ew is not None:
-            ew.close()
-        if rw is not None:
-            rw.close()
         stream.close()
-    res.wrote_events = ew is not None
-    res.wrote_rejects = rw is not None
+    res.wrote_events = res.events > 0
+    res.wrote_rejects = res.rejected > 0
     res.ranks = sorted(ranks)
     res.hosts = sorted(hosts)
     res.rank_sources = srcs
