@@ -57,10 +57,10 @@ SOURCES_TABLE = "sources.parquet"
 SOURCES_INLINE = 1000        # more sources than this: their table is Parquet beside the manifest
 
 # --- how parts are written -----------------------------------------------------------------------
-ROW_GROUP = 128 * 1024       # rows per row group at most; groups hold whole ranks where they fit
-COMPACT_ROWS = ROW_GROUP     # a part under this many rows is small: merged with others at commit
+ROW_GROUP = 64 * 1024        # rows per row group at most; groups hold whole ranks where they fit
+COMPACT_ROWS = 32 * 1024     # a part under this many rows is small: merged with others at commit
 MERGE_ROWS = 1 << 20         # rows of one part written by a merge of small parts, at most
-SORT_BUFFER = 256 << 20      # Arrow bytes a part writer holds to sort; past it, it writes a run
+SORT_BUFFER = 192 << 20      # Arrow bytes a part writer holds to sort (~2.4x the JSON): past it, a run
 COMPRESSION = "zstd"
 COMPRESSION_LEVEL = 1
 # Dictionary-encode only repeated strings (message/extra are mostly unique: dictionaries cost
@@ -129,12 +129,24 @@ def rank_groups(ranks: pa.ChunkedArray | pa.Array, max_rows: int = ROW_GROUP) ->
     return out
 
 
+def _first_last(t: pa.Table, keys: list[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The sort keys of a table's first and last rows (nulls as the largest value)."""
+    ends = t.take([0, t.num_rows - 1])
+    cols = [_key(ends[k]) for k in keys]
+    return tuple(int(c[0]) for c in cols), tuple(int(c[1]) for c in cols)
+
+
 class PartWriter:
-    """Writes one part: buffers Arrow tables, sorts them (events by rank, timestamp, line;
-    rejects by file and line) and writes row groups of whole ranks. Past SORT_BUFFER bytes held,
-    the buffer is written as a sorted run (the part is then sorted run by run: only inputs of
-    hundreds of MB, e.g. a big compressed file, get there). `close()` returns the part's entry
-    for the part table (None when nothing was written: no file exists)."""
+    """Writes one part: events sorted by (rank, timestamp, line) in row groups of whole ranks
+    (`rank_groups`); rejects sorted by file and line. `close()` returns the part's entry for the
+    part table (None when nothing was written: no file exists).
+
+    Memory: while the tables added arrive in order (one-rank files batched in rank order: the
+    common case), row groups are written as they fill and little is held. Once a table arrives
+    out of order (a file holding many ranks), the rest is held and sorted when the part closes,
+    one column at a time (peak: what is held plus one column); past SORT_BUFFER bytes held, what
+    is held is written as a sorted run (the part is then sorted run by run: only inputs of
+    hundreds of MB, e.g. a big compressed file, get there)."""
 
     def __init__(self, path: str | os.PathLike[str], kind: str = "events", buffer_bytes: int | None = None) -> None:
         self.path = str(path)
@@ -144,6 +156,9 @@ class PartWriter:
         self.buffer_bytes = buffer_bytes or SORT_BUFFER
         self._buf: list[pa.Table] = []
         self._held = 0
+        self._rows_held = 0
+        self._streaming = kind == "events"    # rejects: few, always held and sorted
+        self._last: tuple[int, ...] | None = None
         self._writer: pq.ParquetWriter | None = None
         self.rows = 0
         self._rmin: int | None = None
@@ -154,20 +169,61 @@ class PartWriter:
     def add(self, t: pa.Table) -> None:
         if not t.num_rows:
             return
+        if self._streaming:
+            first, last = _first_last(t, self.order)
+            if (self._last is not None and first < self._last) or not _sorted_by(t, self.order):
+                self._streaming = False
+            self._last = last
         self._buf.append(t)
         self._held += t.nbytes
-        if self._held >= self.buffer_bytes:
+        self._rows_held += t.num_rows
+        if self._streaming and self._rows_held > ROW_GROUP:
+            self._write_ready()
+        elif not self._streaming and self._held >= self.buffer_bytes:
             self._flush()
+
+    def _write_ready(self) -> None:
+        """Streaming: write every full group of whole ranks, keep the last (its rank may go on)."""
+        t = pa.concat_tables(self._buf)
+        groups = rank_groups(t["rank"])
+        a = groups[-1][0]
+        self._write(t.slice(0, a), groups[:-1])
+        rest = t.slice(a)
+        self._buf, self._held, self._rows_held = [rest], rest.nbytes, rest.num_rows
 
     def _flush(self) -> None:
         if not self._buf:
             return
-        t = pa.concat_tables(self._buf) if len(self._buf) > 1 else self._buf[0]
-        self._buf, self._held = [], 0
-        # rejects are few: always sorted; events only when not in order already (one rank's
-        # file usually is, and a sort moves every column)
-        if self.kind != "events" or not _sorted_by(t, self.order):
-            t = t.sort_by([(k, "ascending") for k in self.order])
+        bufs, self._buf, self._held, self._rows_held = self._buf, [], 0, 0
+        if self.kind == "rejects":
+            t = pa.concat_tables(bufs).sort_by([(k, "ascending") for k in self.order])
+            self._write(t, [(0, t.num_rows)])
+        elif self._streaming:
+            t = pa.concat_tables(bufs)
+            self._write(t, rank_groups(t["rank"]))
+        else:
+            t = self._sorted(bufs)
+            self._write(t, rank_groups(t["rank"]))
+
+    def _sorted(self, bufs: list[pa.Table]) -> pa.Table:
+        """The tables in `bufs` (emptied) as one sorted table, moved one column at a time: holding
+        the table twice at the peak would cost ~140 MB more per thread for a 56 MB input."""
+        t = pa.concat_tables(bufs)
+        bufs.clear()
+        if _sorted_by(t, self.order):
+            return t
+        idx = pc.sort_indices(t, sort_keys=[(k, "ascending") for k in self.order])  # nulls last
+        schema, cols = t.schema, t.columns
+        del t
+        out = []
+        for i in range(len(cols)):
+            out.append(cols[i].take(idx))
+            cols[i] = None  # type: ignore[call-overload]  # free this column before the next
+        return pa.Table.from_arrays(out, schema=schema)
+
+    def _write(self, t: pa.Table, groups: list[tuple[int, int]]) -> None:
+        if not t.num_rows:
+            return
         if self._writer is None:
             if self.kind == "events":
                 self._writer = pq.ParquetWriter(self.path, self.schema, compression=COMPRESSION,
@@ -175,7 +231,6 @@ class PartWriter:
                                                 write_statistics=STATISTICS, column_encoding=ENCODING)
             else:
                 self._writer = pq.ParquetWriter(self.path, self.schema, compression=COMPRESSION)
-        groups = rank_groups(t["rank"]) if self.kind == "events" else [(0, t.num_rows)]
         for a, b in groups:
             self._writer.write_table(t.slice(a, b - a), row_group_size=ROW_GROUP)
         self.rows += t.num_rows

@@ -245,16 +245,20 @@ def ingest(
 
 
 def _previous(target: Path):
-    """The store at target to build on: None when there is none, or when its manifest cannot be
-    read or is of another schema version (then it is rebuilt whole; its parts are ours)."""
+    """The store at target to build on: None when there is none, or when its manifest (or its
+    table of sources) cannot be read or is of another schema version (then it is rebuilt whole;
+    its parts are ours)."""
     if not is_store(target):
         return None
     try:
-        return open_store(target, verify=False)
+        run = open_store(target, verify=False)
     except ForensicsError as e:
         if e.code in (NOT_A_STORE, STORE_VERSION):
             return None
         raise
+    if run.manifest.get("sources_table", {}).get("path") in damaged_parts(target, run.manifest):
+        return None  # the table of sources is damaged: nothing says which part holds what
+    return run
 
 
 def _ours(target: Path) -> bool:
