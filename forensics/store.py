@@ -129,11 +129,13 @@ def rank_groups(ranks: pa.ChunkedArray | pa.Array, max_rows: int = ROW_GROUP) ->
     return out
 
 
-def _first_last(t: pa.Table, keys: list[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The sort keys of a table's first and last rows (nulls as the largest value)."""
-    ends = t.take([0, t.num_rows - 1])
-    cols = [_key(ends[k]) for k in keys]
-    return tuple(int(c[0]) for c in cols), tuple(int(c[1]) for c in cols)
+def _row_key(t: pa.Table, keys: list[str], i: int) -> tuple[int, ...]:
+    """The sort key of row i (nulls as the largest value), from scalars: no column is copied."""
+    out = []
+    for k in keys:
+        v = t.column(k)[i]
+        out.append(_INT_MAX if not v.is_valid else int(v.value if isinstance(v, pa.TimestampScalar) else v.as_py()))
+    return tuple(out)
 
 
 class PartWriter:
@@ -166,14 +168,14 @@ class PartWriter:
         self._tmin: Any = None
         self._tmax: Any = None
 
-    def add(self, t: pa.Table) -> None:
+    def add(self, t: pa.Table, in_order: bool = False) -> None:
+        """Add rows; `in_order`: the caller knows `t` is sorted (spares the check)."""
         if not t.num_rows:
             return
         if self._streaming:
-            first, last = _first_last(t, self.order)
-            if (self._last is not None and first < self._last) or not _sorted_by(t, self.order):
+            if (self._last is not None and _row_key(t, self.order, 0) < self._last) or not (in_order or _sorted_by(t, self.order)):
                 self._streaming = False
-            self._last = last
+            self._last = _row_key(t, self.order, t.num_rows - 1)
         self._buf.append(t)
         self._held += t.nbytes
         self._rows_held += t.num_rows

@@ -189,7 +189,7 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter) -> PieceRe
                 ev = ev.set_column(schema.get_field_index("format"), schema.field("format"), _constant(u.fmt, n))
                 if not (_in_order(ev) if block.in_order is None else block.in_order):
                     ev = ev.sort_by(_ORDER)  # nulls last (the default); the part writer merges blocks
-                ew.add(ev)
+                ew.add(ev, in_order=True)
                 res.events += n
                 ranks.update(x for x in pc.unique(ev["rank"]).to_pylist() if x is not None)
                 hosts.update(x for x in pc.unique(ev["host"]).to_pylist() if x is not None)
@@ -197,7 +197,7 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter) -> PieceRe
                 if mm["min"] is not None:
                     tmin = mm["min"] if tmin is None else min(tmin, mm["min"])
                     tmax = mm["max"] if tmax is None else max(tmax, mm["max"])
-                for item in pc.value_counts(ev["rank_source"].cast(pa.large_string())).to_pylist():
+                for item in pc.value_counts(ev["rank_source"]).to_pylist():  # dictionary values: no cast
                     srcs[item["values"]] = srcs.get(item["values"], 0) + item["counts"]
             rj = block.rejects
             if rj.height:
