@@ -159,6 +159,7 @@ class PartWriter:
         self._buf: list[pa.Table] = []
         self._held = 0
         self._rows_held = 0
+        self._pending = 0                     # tables added since the buffer was last packed
         self._streaming = kind == "events"    # rejects: few, always held and sorted
         self._last: tuple[int, ...] | None = None
         self._writer: pq.ParquetWriter | None = None
@@ -175,10 +176,18 @@ class PartWriter:
         if self._streaming:
             if (self._last is not None and _row_key(t, self.order, 0) < self._last) or not (in_order or _sorted_by(t, self.order)):
                 self._streaming = False
+                self._held = sum(b.nbytes for b in self._buf)
             self._last = _row_key(t, self.order, t.num_rows - 1)
         self._buf.append(t)
-        self._held += t.nbytes
+        if not self._streaming:           # bytes held only matter when held to sort (nbytes is not free)
+            self._held += t.nbytes
         self._rows_held += t.num_rows
+        self._pending += 1
+        if self._pending >= 256:
+            # many tiny tables (one-line files) cost far more than their rows: a few KB of
+            # buffers each; packed into one table they cost their rows
+            self._buf[-self._pending:] = [pa.concat_tables(self._buf[-self._pending:]).combine_chunks()]
+            self._pending = 0
         if self._streaming and self._rows_held > ROW_GROUP:
             self._write_ready()
         elif not self._streaming and self._held >= self.buffer_bytes:
@@ -191,12 +200,12 @@ class PartWriter:
         a = groups[-1][0]
         self._write(t.slice(0, a), groups[:-1])
         rest = t.slice(a)
-        self._buf, self._held, self._rows_held = [rest], rest.nbytes, rest.num_rows
+        self._buf, self._rows_held, self._pending = [rest], rest.num_rows, 0
 
     def _flush(self) -> None:
         if not self._buf:
             return
-        bufs, self._buf, self._held, self._rows_held = self._buf, [], 0, 0
+        bufs, self._buf, self._held, self._rows_held, self._pending = self._buf, [], 0, 0, 0
         if self.kind == "rejects":
             t = pa.concat_tables(bufs).sort_by([(k, "ascending") for k in self.order])
             self._write(t, [(0, t.num_rows)])
