@@ -227,10 +227,19 @@ def ingest(
             except BaseException:
                 writer.abort()
                 raise
+            _write_summaries(target)
     except OSError as e:
         raise _write_error(target, e) from None
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _write_summaries(target: Path) -> None:
+    """The committed store's per-(rank, step) and per-rank summaries (forensics.summaries), so
+    that every later query reads them instead of scanning the events."""
+    from ..summaries import build
+
+    build(open_store(target, verify=False))
 
 
 def _previous(target: Path):

@@ -14,7 +14,7 @@ from ..store import Run
 from .clocks import _offset_of, step_offsets
 from .inputs import TS, Events, _missing_rows, known_ranks, lazy
 from .progress import _progress
-from .steps import PHASES, _finish_steps, _sliced, _step_groups, _with_gaps, rank_slices
+from .steps import PHASES, _finish_steps, _step_groups, _with_gaps
 
 
 # --- the `ranks` table ---------------------------------------------------------------------------
@@ -35,22 +35,28 @@ def rank_summary(events: Events, ranks: Iterable[int] | None = None) -> pl.DataF
 
     Silence is compared on the common clock when offsets are known: a host whose clock runs
     250 ms behind must not look like the first to go quiet. Ranks that should exist but logged
-    nothing (`known_ranks`) get a row with events = 0. One aggregation of the events (the step
-    table's), in rank slices for a Run, and two narrow queries (host, gpu_util median).
+    nothing (`known_ranks`) get a row with events = 0. A Run is read from its summaries (the
+    (rank, step) groups and the per-rank table); other events by one aggregation (the step
+    table's) and two narrow queries (host, gpu_util median).
     """
-    lf = lazy(events)
-    # The (rank, step) groups of the step table, unranked and step-less events included, carry
-    # what the per-rank counts add up: one scan for both. A host (the first one logged) and a
-    # median are not sums of their groups' values: two narrow queries.
-    slices = rank_slices(events) if isinstance(events, Run) else []
-    if slices:
-        slices.append(lf.filter(pl.col("rank").is_null()))
-    groups_q = _sliced(lf, slices, lambda x: _step_groups(x, TS, evidence=False, per_rank=True)).select(
-        "rank", "step", "t_start", "t_end", "step_time_logged", *PHASES, "comm_end", "complete",
-        "events", "temp_max", "warn", "error")
-    host_q = lf.group_by("rank").agg(pl.col("host").first(ignore_nulls=True))
-    util_q = lf.filter(pl.col("gpu_util").is_not_null()).group_by("rank").agg(pl.col("gpu_util").median())
-    groups, hosts, util = pl.collect_all([groups_q, host_q, util_q])
+    cols = ["rank", "step", "t_start", "t_end", "step_time_logged", *PHASES, "comm_end", "complete", "events",
+            "temp_max", "warn", "error"]
+    if isinstance(events, Run):
+        # the run's summaries (forensics.summaries, written at ingest): no scan of the events
+        from ..summaries import rank_table, step_groups
+
+        groups = step_groups(events).select(cols)
+        table = rank_table(events)
+        hosts, util = table.select("rank", "host"), table.filter(pl.col("gpu_util").is_not_null()).select("rank", "gpu_util")
+    else:
+        lf = lazy(events)
+        # The (rank, step) groups of the step table, unranked and step-less events included, carry
+        # what the per-rank counts add up: one scan for both. A host (the first one logged) and a
+        # median are not sums of their groups' values: two narrow queries.
+        groups_q = _step_groups(lf, TS, evidence=False, per_rank=True).select(cols)
+        host_q = lf.group_by("rank").agg(pl.col("host").first(ignore_nulls=True))
+        util_q = lf.filter(pl.col("gpu_util").is_not_null()).group_by("rank").agg(pl.col("gpu_util").median())
+        groups, hosts, util = pl.collect_all([groups_q, host_q, util_q])
     df = (
         groups.group_by("rank")
         .agg(

@@ -94,10 +94,34 @@ def step_table(events: Events, time_col: str = TS, evidence: bool = False,
 
     `slices`: the events in slices of whole ranks (`rank_slices`, the default for a Run), read
     and aggregated one slice at a time: the same rows in a fraction of the memory. Given, they
-    are what is read, not `events`."""
+    are what is read, not `events`. A Run without `slices` is read from its summary
+    (`forensics.summaries.step_groups`), computed once."""
+    if slices is None and isinstance(events, Run) and time_col == TS:
+        from ..summaries import step_groups
+
+        return finish_groups(step_groups(events).lazy(), evidence).sort("step", "rank")
     if slices is None and isinstance(events, Run):
         slices = rank_slices(events)
     return step_rows(events, time_col, evidence, slices).sort("step", "rank")
+
+
+def group_rows(events: Events, slices: list[pl.LazyFrame] | None = None) -> pl.LazyFrame:
+    """Every (rank, step) group of the events, a null rank or step included, with the evidence
+    columns and the per-rank counts (`_step_groups(..., evidence=True, per_rank=True)`): what
+    `forensics.summaries` stores. A Run is read in slices of whole ranks (`rank_slices`), its
+    unranked events last."""
+    if slices is None and isinstance(events, Run):
+        slices = rank_slices(events)
+        if slices:
+            slices.append(lazy(events).filter(pl.col("rank").is_null()))
+    return _sliced(events, slices, lambda lf: _step_groups(lf, TS, evidence=True, per_rank=True))
+
+
+def finish_groups(groups: pl.LazyFrame, evidence: bool = False) -> pl.LazyFrame:
+    """`step_rows` from stored (rank, step) groups (`group_rows`): the ranked, stepped groups
+    with the run-wide finishing (gaps, derived step times, compute)."""
+    return _finish_steps(_with_gaps(groups.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())),
+                         evidence)
 
 
 def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
