@@ -1,7 +1,8 @@
-"""Summaries of a store, written at ingest: the per-(rank, step) groups and the per-rank table.
+"""Summaries of a store, written at ingest: the per-(rank, step) groups, the per-rank table, the
+ERROR events and the files with untimed events.
 
 Owns computing them from the events, writing them under STORE/summaries/ and reading them
-back. Every diagnosis, `ranks` and `timeline` starts from these two tables; rebuilding them from
+back. Every diagnosis, `ranks`, `timeline` and `last-10s` starts from these tables; rebuilding them from
 the events costs one scan of every part (seconds on a 4,096-rank store), reading them costs
 milliseconds.
 
@@ -11,7 +12,11 @@ milliseconds.
   times, `complete`, wait estimates, clock alignment) is done when the table is read
   (`timeline.steps.finish_groups`, `passes.context`), never stored.
 - `rank_table`: one row per rank: events, errors, warnings, first/last seen, host (the first
-  logged) and every host, median gpu_util, max temp_c, min sm_clock_mhz, last step.
+  logged) and every host, median gpu_util, max temp_c, min sm_clock_mhz, last step, whether its
+  rows are in line and time order.
+- `errors`: the ERROR events (time, rank, event, file, line): what the stop of the run is
+  judged from; `untimed`: the files holding events without a time; `layout`: the events that
+  may state the parallel layout (`topology.candidates`: rank, extra, fields, message).
 
 A summary file is named by a key over the store's event parts (`Run.event_parts()`: part names
 are unique per write) and SUMMARY_VERSION, so a changed store or a changed summary definition
@@ -36,10 +41,15 @@ SUMMARY_VERSION = 1
 SUMMARIES_DIR = "summaries"
 STEPS = "steps"
 RANKS = "ranks"
+ERRORS = "errors"
+UNTIMED = "untimed"
+LAYOUT = "layout"
 
 # The per-rank table's columns, in order (what the report's per-rank rows and `ranks` need).
 RANK_COLUMNS = ("rank", "events", "errors", "warnings", "first_seen", "last_seen", "host", "hosts", "gpu_util",
-                "temp_c_max", "sm_clock_mhz_min", "last_step")
+                "temp_c_max", "sm_clock_mhz_min", "last_step", "in_order")
+# The ERROR events, as `timeline.stoptime` reads them to find the stop.
+ERROR_COLUMNS = ("timestamp", "rank", "event", "source_file", "line")
 
 
 def key(run: Run) -> str:
@@ -59,9 +69,10 @@ def path_of(run: Run, name: str) -> Path:
 
 def rank_rows(events: pl.LazyFrame) -> pl.LazyFrame:
     """The per-rank table of `events` (RANK_COLUMNS), sorted by rank, unranked events last. One
-    group_by over eight narrow columns."""
+    group_by over nine narrow columns. `in_order`: the rank's rows, as stored, have both line and
+    time increasing (`timeline.monotonicity`'s fast path: only the others are checked)."""
     return (
-        events.select("rank", "host", "level", "timestamp", "step", "gpu_util", "temp_c", "sm_clock_mhz")
+        events.select("rank", "host", "level", "timestamp", "line", "step", "gpu_util", "temp_c", "sm_clock_mhz")
         .group_by("rank")
         .agg(
             pl.len().alias("events"),
@@ -75,6 +86,8 @@ def rank_rows(events: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("temp_c").max().alias("temp_c_max"),
             pl.col("sm_clock_mhz").min().alias("sm_clock_mhz_min"),
             pl.col("step").max().alias("last_step"),
+            ((pl.col("line").diff().min() > 0) & (pl.col("timestamp").diff().min() >= pl.duration(microseconds=0)))
+            .fill_null(True).alias("in_order"),
         )
         .sort("rank", nulls_last=True)
         .select(RANK_COLUMNS)
@@ -93,9 +106,27 @@ def compute_rank_table(run: Run) -> pl.DataFrame:
     return rank_rows(run.events()).collect()
 
 
-def _read(p: Path) -> pl.DataFrame | None:
+def compute_errors(run: Run) -> pl.DataFrame:
+    """The ERROR events of the run (ERROR_COLUMNS), in no particular order."""
+    return run.events().filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS).collect()
+
+
+def compute_untimed(run: Run) -> pl.DataFrame:
+    """The files that hold events without a time (`source_file`, sorted)."""
+    return (run.events().filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique())
+            .drop_nulls().sort("source_file").collect())
+
+
+def compute_layout(run: Run) -> pl.DataFrame:
+    """The events that may state the run's parallel layout (`topology.candidates`), in order."""
+    from .topology import candidates
+
+    return candidates(run.events()).collect()
+
+
+def _read(p: Path, columns: list[str] | None = None) -> pl.DataFrame | None:
     try:
-        return pl.read_parquet(p)
+        return pl.read_parquet(p, columns=columns)
     except (OSError, pl.exceptions.PolarsError):
         return None   # missing, or cut short by a crash of another writer: computed again
 
@@ -124,16 +155,19 @@ def _write(run: Run, name: str, df: pl.DataFrame) -> bool:
     return True
 
 
-def _load(run: Run, name: str, compute: Callable[[Run], pl.DataFrame]) -> pl.DataFrame:
+def _load(run: Run, name: str, compute: Callable[[Run], pl.DataFrame],
+          columns: list[str] | None = None) -> pl.DataFrame:
+    """The summary `name` of the run (only `columns`, when given): read, else computed and
+    written."""
     p = path_of(run, name)
     if p.is_file():
-        df = _read(p)
+        df = _read(p, columns)
         if df is not None:
             return df
     df = compute(run)
     if run.event_parts() and writable(run):
         _write(run, name, df)
-    return df
+    return df.select(columns) if columns is not None else df
 
 
 def writable(run: Run) -> bool:
@@ -142,10 +176,11 @@ def writable(run: Run) -> bool:
     return os.environ.get("FORENSICS_SUMMARIES", "1") != "0" and os.access(run.path, os.W_OK)
 
 
-def step_groups(run: Run) -> pl.DataFrame:
-    """The (rank, step) groups of the run (see the module docstring): read from the store's
-    summary, or computed (and written, when the store is writable)."""
-    return _load(run, STEPS, compute_step_groups)
+def step_groups(run: Run, columns: list[str] | None = None) -> pl.DataFrame:
+    """The (rank, step) groups of the run (see the module docstring), only `columns` when
+    given: read from the store's summary, or computed (and written, when the store is
+    writable)."""
+    return _load(run, STEPS, compute_step_groups, columns)
 
 
 def rank_table(run: Run) -> pl.DataFrame:
@@ -154,14 +189,47 @@ def rank_table(run: Run) -> pl.DataFrame:
     return _load(run, RANKS, compute_rank_table)
 
 
+def errors(run: Run) -> pl.DataFrame:
+    """The run's ERROR events (ERROR_COLUMNS): from the store's summary, or computed."""
+    return _load(run, ERRORS, compute_errors)
+
+
+def untimed(run: Run) -> list[str]:
+    """The files of the run that hold events without a time: from the store's summary, or
+    computed."""
+    return _load(run, UNTIMED, compute_untimed).get_column("source_file").to_list()
+
+
+def layout(run: Run) -> pl.DataFrame:
+    """The events of the run that may state its parallel layout: from the store's summary, or
+    computed."""
+    return _load(run, LAYOUT, compute_layout)
+
+
+COMPUTE: dict[str, Callable[[Run], pl.DataFrame]] = {
+    STEPS: compute_step_groups, RANKS: compute_rank_table, ERRORS: compute_errors, UNTIMED: compute_untimed,
+    LAYOUT: compute_layout,
+}
+
+
 def build(run: Run) -> None:
     """Compute and write both summaries (the end of an ingest); existing ones of the same key
     are kept."""
     if not run.event_parts() or not writable(run):
         return
-    for name, compute in ((STEPS, compute_step_groups), (RANKS, compute_rank_table)):
-        if not path_of(run, name).is_file():
-            _write(run, name, compute(run))
+    todo = [name for name in COMPUTE if not path_of(run, name).is_file()]
+    if ERRORS in todo and UNTIMED in todo:
+        # one scan for both: the ERROR events and the events without a time are few
+        lf = run.events()
+        rare = (lf.filter((pl.col("level") == "ERROR") | pl.col("timestamp").is_null())
+                .select(*ERROR_COLUMNS, "level").collect())
+        _write(run, ERRORS, rare.filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS))
+        _write(run, UNTIMED, rare.filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique())
+               .drop_nulls().sort("source_file"))
+        todo = [n for n in todo if n not in (ERRORS, UNTIMED)]
+    for name in todo:
+        _write(run, name, COMPUTE[name](run))
 
 
-__all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "build", "step_groups", "rank_table", "rank_rows", "key"]
+__all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "step_groups", "rank_table", "rank_rows", "errors",
+           "untimed", "layout", "key"]

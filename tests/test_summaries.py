@@ -30,10 +30,15 @@ def _files(run) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
+def _all(run) -> list[str]:
+    """Every summary's file name for the run as it is now."""
+    return sorted(f"{name}-{S.key(run)}.parquet" for name in S.COMPUTE)
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_summaries_written_at_ingest_give_the_tables_the_events_give(tmp_path: Path, scenario: str) -> None:
     run = _store(tmp_path, REPO / "sample_logs" / scenario)
-    assert _files(run) == [f"ranks-{S.key(run)}.parquet", f"steps-{S.key(run)}.parquet"]
+    assert _files(run) == _all(run)
     # the diagnosis' step table: from the summary == aggregated from the events (slices, or none)
     from_summary = C.step_table(run.events(), run)
     assert from_summary.equals(C.step_table(run.events(), run, summary=False))
@@ -42,6 +47,21 @@ def test_summaries_written_at_ingest_give_the_tables_the_events_give(tmp_path: P
     # the per-rank table and the `ranks` command
     assert S.rank_table(run).equals(S.rank_rows(run.events()).collect())
     assert tl.rank_summary(run).equals(tl.rank_summary(run.events()))
+    # the post-mortem questions: a Run (summaries, parts pruned by rank and time) == its events
+    ev = run.events()
+    assert tl.stop_time(run) == tl.stop_time(ev)
+    assert tl.untimed_files(run) == tl.untimed_files(ev)
+    assert tl.monotonicity(run).equals(tl.monotonicity(ev))
+    # (ranks named: a Run knows its ranks from the manifest, bare events only from their rows)
+    every = tl.known_ranks(ev)
+    assert tl.last_window(run, ranks=every).to_dict() == tl.last_window(ev, ranks=every).to_dict()
+    if every:
+        one = [every[-1]]
+        assert tl.last_window(run, window_s=0.5, ranks=one).to_dict() == tl.last_window(ev, window_s=0.5, ranks=one).to_dict()
+    assert tl.build_timeline(run).rows.equals(tl.build_timeline(ev).rows)
+    steps = ev.select(pl.col("step").drop_nulls().unique().sort()).collect().to_series().to_list()
+    for s in steps[:1] + steps[-1:]:
+        assert tl.parse_time_spec(f"step:{s}", run) == tl.parse_time_spec(f"step:{s}", ev)
 
 
 def test_a_stored_summary_is_what_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,10 +71,14 @@ def test_a_stored_summary_is_what_is_read(tmp_path: Path, monkeypatch: pytest.Mo
     def boom(_run):  # noqa: ANN001
         raise AssertionError("summary recomputed from the events")
 
-    monkeypatch.setattr(S, "compute_step_groups", boom)
-    monkeypatch.setattr(S, "compute_rank_table", boom)
+    ranks, snap, mono = tl.rank_summary(run), tl.last_window(run).to_dict(), tl.monotonicity(run)
+    for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed"):
+        monkeypatch.setattr(S, name, boom)
     assert diagnose(open_store(run.path)).to_json() == report
-    tl.rank_summary(run)
+    assert tl.rank_summary(run).equals(ranks)
+    assert tl.last_window(run).to_dict() == snap
+    assert tl.monotonicity(run).equals(mono)
+    tl.build_timeline(run)
 
 
 def test_an_appended_store_never_reads_the_summary_of_its_previous_version(tmp_path: Path) -> None:
@@ -72,7 +96,7 @@ def test_an_appended_store_never_reads_the_summary_of_its_previous_version(tmp_p
     assert after.equals(S.rank_rows(second.events()).collect())
     assert after.height > before.height or after["events"].sum() > before["events"].sum()
     # only the current version's files are left
-    assert _files(second) == [f"ranks-{S.key(second)}.parquet", f"steps-{S.key(second)}.parquet"]
+    assert _files(second) == _all(second)
 
 
 def test_a_store_that_cannot_be_written_computes_its_summaries_in_memory(tmp_path: Path,
@@ -84,8 +108,7 @@ def test_a_store_that_cannot_be_written_computes_its_summaries_in_memory(tmp_pat
     assert _files(run) == []           # nor did first use
     monkeypatch.delenv("FORENSICS_SUMMARIES")
     assert C.Context.from_run(open_store(run.path)).steps.equals(st)
-    assert _files(run) == [f"ranks-{S.key(run)}.parquet", f"steps-{S.key(run)}.parquet"] or \
-        _files(run) == [f"steps-{S.key(run)}.parquet"]
+    assert _files(run) == [f"steps-{S.key(run)}.parquet"]
 
 
 def test_a_damaged_summary_is_computed_again(tmp_path: Path) -> None:
@@ -105,3 +128,18 @@ def test_summaries_are_keyed_by_the_event_parts(tmp_path: Path) -> None:
     other = type(run)(path=run.path, manifest=manifest)
     assert S.key(other) != k
     assert os.path.basename(S.path_of(other, S.RANKS)) != os.path.basename(S.path_of(run, S.RANKS))
+
+
+@pytest.mark.parametrize("layout", ["events", "megatron", "deepspeed"])
+def test_the_stored_layout_rows_give_the_topology_the_events_give(tmp_path: Path, layout: str) -> None:
+    from pipeline_run import pipeline_rows, write_jsonl
+
+    from forensics import topology as T
+
+    write_jsonl(pipeline_rows(pp=2, dp=4, steps=12, layout=layout), tmp_path / "logs")
+    run = _store(tmp_path, tmp_path / "logs")
+    stored = C.Context.from_run(run).topology
+    direct = T.read(run.events(), C.Context.from_run(run).ranks)
+    assert stored is not None and direct is not None
+    assert stored.table.equals(direct.table) and (stored.sizes, stored.sources) == (direct.sizes, direct.sources)
+    assert S.layout(run).height < run.events().select(pl.len()).collect().item()   # only the rows that can state it

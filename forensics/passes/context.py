@@ -166,6 +166,10 @@ class Context:
     def topology(self) -> topo_mod.Topology | None:
         """The parallel layout the logs state (pipeline stages, data-parallel groups), None for
         plain data parallelism or when the logs say nothing about it."""
+        if self.run is not None:   # the few events that can state it, stored at ingest (forensics.summaries)
+            from ..summaries import layout
+
+            return topo_mod.read(layout(self.run).lazy(), self.ranks)
         return topo_mod.read(self._events, self.ranks)
 
     @cached_property

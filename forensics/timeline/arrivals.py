@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..store import Run
 from .clocks import align_steps, step_offsets
 from .inputs import Events, _ms, lazy
-from .steps import step_table
+from .steps import finish_groups, step_table
 
 
 def arrivals(steps: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
@@ -102,7 +103,11 @@ def build_timeline(events: Events, steps: tuple[int | None, int | None] | None =
     """Steps `steps` (inclusive bounds, None = open), default the `last` steps the run reached,
     with phases, arrival order and clock alignment. Reads only those steps (plus the one before,
     to derive a step time when none is logged)."""
-    lf = lazy(events)
+    from ..summaries import step_groups
+
+    # a Run: its (rank, step) summary, finished over the steps read (as a step filter on the events)
+    groups = step_groups(events).lazy() if isinstance(events, Run) else None
+    lf = groups if groups is not None else lazy(events)
     lo_hi = lf.select(pl.col("step").min().alias("a"), pl.col("step").max().alias("b")).collect().row(0)
     if lo_hi[0] is None:
         return Timeline(rows=pl.DataFrame(), offsets=pl.DataFrame(), span=None)
@@ -112,7 +117,10 @@ def build_timeline(events: Events, steps: tuple[int | None, int | None] | None =
         cond = cond & (pl.col("step") >= a - 1)
     if b is not None:
         cond = cond & (pl.col("step") <= b)
-    st = step_table(lf.filter(cond)).collect()
+    if groups is not None:
+        st = finish_groups(groups.filter(cond)).sort("step", "rank").collect()
+    else:
+        st = step_table(lf.filter(cond)).collect()
     if a is not None:
         st = st.filter(pl.col("step") >= a)
     offsets = step_offsets(st)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .inputs import SUMMARY_EVENT, TS, Events, _ms, lazy
+from ..store import Run
+from .inputs import SUMMARY_EVENT, TS, Events, _ms, lazy, scan
 
 
 # --- clocks ---------------------------------------------------------------------------------------
@@ -128,13 +129,19 @@ def monotonicity(events: Events) -> pl.DataFrame:
     # increasing has line order = time order. Only the others are sorted by line.
     # Grouping by rank alone (an integer; the file name is a costly string key) is exact for a
     # rank with one file in one part; other ranks only become suspects and get the exact check.
-    suspect = (
-        lf.select("rank", "line", TS).group_by("rank")
-        .agg(((pl.col("line").diff().min() > 0) & (pl.col(TS).diff().min() >= pl.duration(microseconds=0)))
-             .fill_null(True).alias("ok"))
-        .filter(~pl.col("ok"))
-        .collect()
-    )
+    # A Run's per-rank summary holds that check (`in_order`): no scan for an ordered run.
+    if isinstance(events, Run):
+        from ..summaries import rank_table
+
+        suspect = rank_table(events).filter(~pl.col("in_order")).select("rank")
+    else:
+        suspect = (
+            lf.select("rank", "line", TS).group_by("rank")
+            .agg(((pl.col("line").diff().min() > 0) & (pl.col(TS).diff().min() >= pl.duration(microseconds=0)))
+                 .fill_null(True).alias("ok"))
+            .filter(~pl.col("ok"))
+            .collect()
+        )
     if not suspect.height:
         return pl.DataFrame(schema={"source_file": pl.String, "rank": pl.Int32, "backwards": pl.Int64,
                                     "first_line": pl.Int64, "max_back_ms": pl.Float64, "lines": pl.Int64})
@@ -142,6 +149,8 @@ def monotonicity(events: Events) -> pl.DataFrame:
     scope = pl.col("rank").is_in(ranks)
     if suspect["rank"].null_count():
         scope = scope | pl.col("rank").is_null()
+    else:
+        lf = scan(events, ranks).select("source_file", "rank", "line", TS)   # only the suspects' parts
     d = pl.col(TS).sort_by("line").diff()
     back = d < pl.duration(microseconds=0)
     return (

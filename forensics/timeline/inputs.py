@@ -12,6 +12,7 @@ from typing import Iterable, Union
 import polars as pl
 
 from ..errors import BAD_ARGUMENT, ForensicsError
+from ..schema import EVENT_SCHEMA
 from ..store import Run
 
 
@@ -33,6 +34,30 @@ def lazy(events: Events) -> pl.LazyFrame:
     if isinstance(events, pl.DataFrame):
         return events.lazy()
     return events
+
+
+def scan(events: Events, ranks: Iterable[int] | None = None, since: dt.datetime | None = None) -> pl.LazyFrame:
+    """`lazy(events)`, for a Run reading only the parts that can hold events of `ranks` at or
+    after `since` (t_order included: see `windows.with_order_time`), by the manifest's
+    per-source ranks, last time and parts: `last-10s --rank 12` opens rank 12's parts, not all
+    4,096. Whole sources are kept (an untimed line is placed by its file's earlier lines). The
+    caller still filters rows; a source that lists no ranks or no end time is always read."""
+    if not isinstance(events, Run):
+        return lazy(events)
+    if (ranks is None and since is None) or not all("event_parts" in s for s in events.sources):
+        return events.events()
+    want = {int(r) for r in ranks} if ranks is not None else None
+    parts: set[str] = set()
+    for s in events.sources:
+        listed = s.get("ranks")
+        if want is not None and listed is not None and not want.intersection(int(r) for r in listed if r is not None):
+            continue
+        if since is not None and s.get("end") and _utc(dt.datetime.fromisoformat(s["end"])) < since:
+            continue
+        parts.update(s.get("event_parts") or [])
+    if not parts:
+        return pl.LazyFrame(schema=EVENT_SCHEMA)
+    return pl.scan_parquet(sorted(str(events.path / p) for p in parts), schema=EVENT_SCHEMA)
 
 
 def _ms(delta: pl.Expr) -> pl.Expr:

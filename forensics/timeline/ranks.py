@@ -39,38 +39,41 @@ def rank_summary(events: Events, ranks: Iterable[int] | None = None) -> pl.DataF
     (rank, step) groups and the per-rank table); other events by one aggregation (the step
     table's) and two narrow queries (host, gpu_util median).
     """
-    cols = ["rank", "step", "t_start", "t_end", "step_time_logged", *PHASES, "comm_end", "complete", "events",
-            "temp_max", "warn", "error"]
     if isinstance(events, Run):
         # the run's summaries (forensics.summaries, written at ingest): no scan of the events
         from ..summaries import rank_table, step_groups
 
-        groups = step_groups(events).select(cols)
-        table = rank_table(events)
-        hosts, util = table.select("rank", "host"), table.filter(pl.col("gpu_util").is_not_null()).select("rank", "gpu_util")
+        groups = step_groups(events, ["rank", "step", "t_end", "step_time_logged", *PHASES, "comm_end", "complete"])
+        df = rank_table(events).select(
+            "rank", pl.col("first_seen").alias("first_ts"), pl.col("last_seen").alias("last_ts"), "last_step",
+            pl.col("events").cast(pl.Int64), pl.col("temp_c_max").alias("temp_max"),
+            pl.col("warnings").cast(pl.Int64).alias("warn"), pl.col("errors").cast(pl.Int64).alias("error"), "host",
+            pl.col("gpu_util"))
     else:
         lf = lazy(events)
         # The (rank, step) groups of the step table, unranked and step-less events included, carry
         # what the per-rank counts add up: one scan for both. A host (the first one logged) and a
         # median are not sums of their groups' values: two narrow queries.
-        groups_q = _step_groups(lf, TS, evidence=False, per_rank=True).select(cols)
+        groups_q = _step_groups(lf, TS, evidence=False, per_rank=True).select(
+            "rank", "step", "t_start", "t_end", "step_time_logged", *PHASES, "comm_end", "complete", "events",
+            "temp_max", "warn", "error")
         host_q = lf.group_by("rank").agg(pl.col("host").first(ignore_nulls=True))
         util_q = lf.filter(pl.col("gpu_util").is_not_null()).group_by("rank").agg(pl.col("gpu_util").median())
         groups, hosts, util = pl.collect_all([groups_q, host_q, util_q])
-    df = (
-        groups.group_by("rank")
-        .agg(
-            pl.col("t_start").min().alias("first_ts"),
-            pl.col("t_end").max().alias("last_ts"),
-            pl.col("step").max().alias("last_step"),
-            pl.col("events").sum().cast(pl.Int64),
-            pl.col("temp_max").max(),
-            pl.col("warn").sum().cast(pl.Int64),
-            pl.col("error").sum().cast(pl.Int64),
+        df = (
+            groups.group_by("rank")
+            .agg(
+                pl.col("t_start").min().alias("first_ts"),
+                pl.col("t_end").max().alias("last_ts"),
+                pl.col("step").max().alias("last_step"),
+                pl.col("events").sum().cast(pl.Int64),
+                pl.col("temp_max").max(),
+                pl.col("warn").sum().cast(pl.Int64),
+                pl.col("error").sum().cast(pl.Int64),
+            )
+            .join(hosts, on="rank", how="left", nulls_equal=True)
+            .join(util, on="rank", how="left", nulls_equal=True)
         )
-        .join(hosts, on="rank", how="left", nulls_equal=True)
-        .join(util, on="rank", how="left", nulls_equal=True)
-    )
     # only what the medians and clock offsets need
     steps = _finish_steps(_with_gaps(groups.lazy().filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())),
                           evidence=False).select("step", "rank", "step_time_ms", "data_load_ms", "compute_ms",

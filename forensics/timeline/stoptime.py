@@ -10,6 +10,7 @@ import datetime as dt
 import polars as pl
 
 from ..errors import NO_INPUT, ForensicsError
+from ..store import Run
 from .inputs import TS, Events, _utc, bounds, lazy
 
 
@@ -27,12 +28,17 @@ def stop_time(events: Events, at: dt.datetime | None = None) -> tuple[dt.datetim
     if at is not None:
         return _utc(at), "given (--at)"
     lf = lazy(events)
-    errors = (
-        lf.filter(pl.col("level") == "ERROR")
-        .select(TS, "rank", "event", "source_file", "line")
-        .sort(TS, "rank", nulls_last=True)
-        .collect()
-    )
+    if isinstance(events, Run):
+        from ..summaries import errors as stored_errors
+
+        errors = stored_errors(events).sort(TS, "rank", "source_file", "line", nulls_last=True)   # the store's summary
+    else:
+        errors = (
+            lf.filter(pl.col("level") == "ERROR")
+            .select(TS, "rank", "event", "source_file", "line")
+            .sort(TS, "rank", "source_file", "line", nulls_last=True)
+            .collect()
+        )
     # An ERROR without a time (a console line, a note beside the dumps) cannot be placed in time:
     # it is named, never taken for the stop.
     untimed = errors.filter(pl.col(TS).is_null())
@@ -49,6 +55,18 @@ def stop_time(events: Events, at: dt.datetime | None = None) -> tuple[dt.datetim
     return stop, how + untimed_note
 
 
+def _stepped(events: Events) -> pl.LazyFrame:
+    """(rank, step, timestamp) of the events with a rank and a step. For a Run, one row per
+    (rank, step) from its summary, at the step's last event: a step has events after a time
+    exactly when its last one is after it, which is all `_first_fatal` asks."""
+    if isinstance(events, Run):
+        from ..summaries import step_groups
+
+        return (step_groups(events).lazy().filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+                .select("rank", "step", pl.col("t_end").alias(TS)))
+    return lazy(events).filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null()).select("rank", "step", TS)
+
+
 def _first_fatal(lf: pl.LazyFrame, events: Events, errors: pl.DataFrame) -> tuple[dt.datetime, str]:
     """`stop_time` without `at`: the first fatal ERROR among `errors` (all with a time), else
     the last event."""
@@ -56,7 +74,7 @@ def _first_fatal(lf: pl.LazyFrame, events: Events, errors: pl.DataFrame) -> tupl
         # Survived = the erroring rank logged at least two different steps after the error (it
         # crossed a step boundary). Only events after the first ERROR are read.
         err_ranks = errors["rank"].drop_nulls().unique().to_list()
-        base = lf.filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null())
+        base = _stepped(events)
         # Usually the first ERROR is the fatal one: check the first few one by one, each reading
         # only its rank's events after it (pushdown on rank and time), before the bulk check.
         for i, row in enumerate(errors.head(FIRST_ERRORS_CHECKED).iter_rows(named=True)):

@@ -12,6 +12,7 @@ import re
 import polars as pl
 
 from ..errors import BAD_ARGUMENT, NO_INPUT, ForensicsError
+from ..store import Run
 from .inputs import TS, UTC, Events, _utc, bounds, lazy
 from .records import iso
 
@@ -88,7 +89,12 @@ def parse_time_spec(spec: str, events: Events) -> dt.datetime:
         except ValueError:
             raise ForensicsError(f"cannot read the time {spec!r}", reason="step:N needs an integer step",
                                  help="e.g. step:1500", code=BAD_ARGUMENT) from None
-        t = lazy(events).filter(pl.col("step") == step).select(pl.col(TS).min()).collect().item()
+        if isinstance(events, Run):   # the step's first event, from the run's (rank, step) summary
+            from ..summaries import step_groups
+
+            t = step_groups(events, ["step", "t_start"]).filter(pl.col("step") == step)["t_start"].min()
+        else:
+            t = lazy(events).filter(pl.col("step") == step).select(pl.col(TS).min()).collect().item()
         if t is None:
             raise ForensicsError(f"no rank logged step {step}", reason="no event carries that step number",
                                  help="see the steps reached with: forensics ranks STORE", code=BAD_ARGUMENT)

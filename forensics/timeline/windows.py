@@ -12,7 +12,8 @@ from typing import Any, Iterable
 import polars as pl
 
 from ..schema import EVENT_SCHEMA
-from .inputs import TS, Events, _missing_rows, _ms, check_ranks, known_ranks, lazy
+from ..store import Run
+from .inputs import TS, Events, _missing_rows, _ms, check_ranks, known_ranks, lazy, scan
 from .records import iso, records
 from .stoptime import stop_time
 
@@ -72,18 +73,25 @@ ORDER = "t_order"
 
 def untimed_files(events: Events) -> list[str]:
     """The files that hold events without a time (a Flight Recorder dump's pg_status records,
-    console lines without a time stamp)."""
+    console lines without a time stamp). A Run answers from its summary."""
+    if isinstance(events, Run):
+        from ..summaries import untimed
+
+        return untimed(events)
     return (lazy(events).filter(pl.col(TS).is_null()).select(pl.col("source_file").unique())
             .collect().to_series().drop_nulls().sort().to_list())
 
 
-def with_order_time(events: Events, files: list[str] | None = None) -> pl.LazyFrame:
+def with_order_time(events: Events, files: list[str] | None = None, ranks: Iterable[int] | None = None,
+                    since: dt.datetime | None = None) -> pl.LazyFrame:
     """The events with `t_order`, the time that places them: their timestamp, or for an event
     without one the time of the last line before it in its file that has one (a dump's
     pg_status records come after its entries, a traceback after the line that logged the error);
     null when no earlier line of the file has a time. Only `files` (default `untimed_files`) are
-    filled; `timestamp` itself is never changed."""
-    lf = lazy(events)
+    filled; `timestamp` itself is never changed. `ranks`, `since`: a Run reads only the parts
+    that can hold those ranks' events placed at or after `since` (`inputs.scan`); the rows are
+    not filtered."""
+    lf = scan(events, ranks, since)
     files = untimed_files(events) if files is None else files
     if not files:
         return lf.with_columns(pl.col(TS).alias(ORDER))
@@ -108,9 +116,11 @@ def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None =
     asked = check_ranks(events, ranks)
     stop, how = stop_time(events, at)
     start = stop - dt.timedelta(seconds=window_s)
-    lf = with_order_time(events)
+    files = untimed_files(events)
     T = pl.col(ORDER)
-    scope = lf if asked is None else lf.filter(pl.col("rank").is_in(asked))
+    # the window and after it: only the parts of the asked ranks that reach the window
+    recent = with_order_time(events, files, ranks=asked, since=start)
+    scope = recent if asked is None else recent.filter(pl.col("rank").is_in(asked))
     window = scope.filter(T.is_between(pl.lit(start), pl.lit(stop))).select(*SNAPSHOT_COLUMNS, ORDER)
     newest = pl.int_range(pl.len()).over("rank", order_by=[ORDER, "line"], descending=True)
     shown_q = window.filter(newest < max(limit, 1)).sort(ORDER, "rank", "line", nulls_last=True)
@@ -134,6 +144,7 @@ def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None =
     need_step = [r for r, s in zip(counts["rank"].to_list(), counts["w_step"].to_list()) if r is not None and s is None]
     untimed: list[int] = []
     if quiet or need_step:
+        lf = with_order_time(events, files, ranks=[*quiet, *need_step])   # only these ranks' parts
         # quiet ranks logged nothing in [start, stop], so "before start" is "by the stop" for them
         back = (
             lf.filter(pl.col("rank").is_in([*quiet, *need_step]) & (T <= pl.lit(stop)))
