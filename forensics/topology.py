@@ -166,10 +166,12 @@ def candidates(lf: pl.LazyFrame) -> pl.LazyFrame:
     """The rows `read` can take anything from (rank, extra, fields, message), in their order: a
     superset of what either reader keeps, so `read(candidates(lf), ranks)` == `read(lf, ranks)`
     (forensics.summaries stores them at ingest)."""
-    hint = (pl.col("extra").str.contains_any(EVENT_HINTS).fill_null(False)
-            | pl.col("fields").str.contains_any(EVENT_HINTS).fill_null(False)
-            | pl.col("message").str.contains_any(TEXT_HINTS).fill_null(False))
-    return lf.select("rank", "extra", "fields", "message").filter(hint)
+    text = pl.concat_str([pl.col("extra").fill_null(""), pl.col("fields").fill_null("")], separator=" ")
+    msg = pl.col("message")
+    # the two readers' own filters (`_from_events`, `_from_text`), cheap literal test first
+    keys = text.str.contains_any(EVENT_HINTS) & (text.str.contains(_ANY_AXIS) | text.str.contains(_ANY_SIZE))
+    said = msg.str.contains_any(TEXT_HINTS) & msg.str.contains(_TEXT_HINT)
+    return lf.select("rank", "extra", "fields", "message").filter(keys.fill_null(False) | said.fill_null(False))
 
 
 def _from_events(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str, int]]:

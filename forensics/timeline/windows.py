@@ -165,7 +165,8 @@ def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None =
             )
             last = pl.concat([last, found.select(last.columns)], how="vertical_relaxed")
         # a quiet rank none of whose events can be placed in time: its last line is its last event
-        lost = [r for r in quiet if r not in set(last_t["rank"].to_list())]
+        placed = set(last_t["rank"].to_list())
+        lost = [r for r in quiet if r not in placed]
         if lost:
             tail = (
                 lf.filter(pl.col("rank").is_in(lost) & T.is_null())
