@@ -143,3 +143,23 @@ def test_the_stored_layout_rows_give_the_topology_the_events_give(tmp_path: Path
     assert stored is not None and direct is not None
     assert stored.table.equals(direct.table) and (stored.sizes, stored.sources) == (direct.sizes, direct.sources)
     assert S.layout(run).height < run.events().select(pl.len()).collect().item()   # only the rows that can state it
+
+
+def test_last_10s_and_events_of_one_rank_read_only_that_ranks_parts(tmp_path: Path) -> None:
+    """With the summaries, `last-10s --rank N` and `events --rank N` open only rank N's parts:
+    the other ranks' parts are removed after the store is opened, and both still answer (and
+    answer as before)."""
+    from test_timeline import ingest
+
+    from forensics.query import filter_events
+
+    run, _ = ingest(tmp_path, ranks=6, steps=8, last_step={4: 5})
+    snap = tl.last_window(run, ranks=[2]).to_dict()
+    ev = filter_events(run, ranks=[2]).collect()
+    mine = {p for s in run.sources if 2 in (s.get("ranks") or []) for p in s["event_parts"]}
+    assert mine and len(mine) < len(run.event_parts())
+    for p in run.event_parts():
+        if os.path.relpath(p, run.path) not in mine:
+            os.remove(p)
+    assert tl.last_window(run, ranks=[2]).to_dict() == snap
+    assert filter_events(run, ranks=[2]).collect().equals(ev)
