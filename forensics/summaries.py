@@ -214,6 +214,23 @@ COMPUTE: dict[str, Callable[[Run], pl.DataFrame]] = {
 }
 
 
+def carry(previous: Run | None, staging: Path) -> None:
+    """Hard-link the summaries of the store's previous version into the next one being assembled
+    in `staging` (before it is committed): a re-ingest that keeps every part keeps its summaries
+    (same key), one that changes them gets another key, and the stale files are removed when the
+    new ones are written. Summaries are never changed in place, so a link is safe."""
+    src = previous.path / SUMMARIES_DIR if previous is not None else None
+    if src is None or not src.is_dir():
+        return
+    dst = staging / SUMMARIES_DIR
+    try:
+        dst.mkdir(exist_ok=True)
+        for f in src.glob("*.parquet"):
+            os.link(f, dst / f.name)
+    except OSError:
+        pass   # then they are computed again after the commit
+
+
 def build(run: Run) -> None:
     """Compute and write both summaries (the end of an ingest); existing ones of the same key
     are kept."""
@@ -233,5 +250,5 @@ def build(run: Run) -> None:
         _write(run, name, COMPUTE[name](run))
 
 
-__all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "step_groups", "rank_table", "rank_rows", "errors",
+__all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table", "rank_rows", "errors",
            "untimed", "layout", "key"]

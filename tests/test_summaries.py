@@ -163,3 +163,22 @@ def test_last_10s_and_events_of_one_rank_read_only_that_ranks_parts(tmp_path: Pa
             os.remove(p)
     assert tl.last_window(run, ranks=[2]).to_dict() == snap
     assert filter_events(run, ranks=[2]).collect().equals(ev)
+
+
+def test_a_re_ingest_that_keeps_every_part_keeps_its_summaries(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = REPO / "sample_logs" / "straggler"
+    run = _store(tmp_path, logs)
+    before = {p.name: p.stat().st_ino for p in (run.path / S.SUMMARIES_DIR).iterdir()}
+
+    def boom(_run):  # noqa: ANN001
+        raise AssertionError("summary recomputed on a re-ingest that changed nothing")
+
+    with monkeypatch.context() as m:
+        for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout"):
+            m.setattr(S, name, boom)
+        again = _store(tmp_path, logs)
+    assert S.key(again) == S.key(run)
+    # the same files (linked into the new version, not computed again)
+    assert {p.name: p.stat().st_ino for p in (again.path / S.SUMMARIES_DIR).iterdir()} == before
+    assert C.step_table(again.events(), again).equals(C.step_table(again.events(), again, summary=False))

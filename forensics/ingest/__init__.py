@@ -222,6 +222,7 @@ def ingest(
                     code=BAD_ARGUMENT,
                 )
             writer = StoreWriter(target, previous)
+            _carry_summaries(previous, writer.staging)
             try:
                 summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force)
             except BaseException:
@@ -232,6 +233,13 @@ def ingest(
         raise _write_error(target, e) from None
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _carry_summaries(previous, staging: Path) -> None:
+    """The previous version's summaries into the next one (kept when its parts are)."""
+    from ..summaries import carry
+
+    carry(previous, staging)
 
 
 def _write_summaries(target: Path) -> None:
