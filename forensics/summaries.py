@@ -108,15 +108,22 @@ def compute_rank_table(run: Run) -> pl.DataFrame:
     return rank_rows(run.events()).collect()
 
 
+def _rare(run: Run) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The ERROR events (ERROR_COLUMNS, in no particular order) and the files holding events
+    without a time (`source_file`, sorted): both from one scan, as both are few."""
+    rare = (run.events().filter((pl.col("level") == "ERROR") | pl.col("timestamp").is_null())
+            .select(*ERROR_COLUMNS, "level").collect())
+    return (rare.filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS),
+            rare.filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique())
+            .drop_nulls().sort("source_file"))
+
+
 def compute_errors(run: Run) -> pl.DataFrame:
-    """The ERROR events of the run (ERROR_COLUMNS), in no particular order."""
-    return run.events().filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS).collect()
+    return _rare(run)[0]
 
 
 def compute_untimed(run: Run) -> pl.DataFrame:
-    """The files that hold events without a time (`source_file`, sorted)."""
-    return (run.events().filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique())
-            .drop_nulls().sort("source_file").collect())
+    return _rare(run)[1]
 
 
 def compute_layout(run: Run) -> pl.DataFrame:
@@ -237,18 +244,15 @@ def build(run: Run) -> None:
     if not run.event_parts() or not writable(run):
         return
     todo = [name for name in COMPUTE if not path_of(run, name).is_file()]
-    if ERRORS in todo and UNTIMED in todo:
-        # one scan for both: the ERROR events and the events without a time are few
-        lf = run.events()
-        rare = (lf.filter((pl.col("level") == "ERROR") | pl.col("timestamp").is_null())
-                .select(*ERROR_COLUMNS, "level").collect())
-        _write(run, ERRORS, rare.filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS))
-        _write(run, UNTIMED, rare.filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique())
-               .drop_nulls().sort("source_file"))
-        todo = [n for n in todo if n not in (ERRORS, UNTIMED)]
+    if ERRORS in todo or UNTIMED in todo:
+        rare = dict(zip((ERRORS, UNTIMED), _rare(run)))
+        for name in (ERRORS, UNTIMED):
+            if name in todo:
+                _write(run, name, rare[name])
+        todo = [n for n in todo if n not in rare]
     for name in todo:
         _write(run, name, COMPUTE[name](run))
 
 
-__all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table", "rank_rows", "errors",
-           "untimed", "layout", "key"]
+__all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",
+           "rank_rows", "errors", "untimed", "layout", "key"]
