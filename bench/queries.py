@@ -181,6 +181,25 @@ def same_answer(store: Path) -> bool:
     return mine.equals(duck)
 
 
+def same_snapshot(store: Path, rank: int | None = None) -> bool:
+    """Whether DuckDB, given forensics' stop, gives `last-10s`'s per-rank numbers: events in the
+    10 s window, time of the last event by the stop, last step by the stop (the stop itself is
+    forensics' judgement: the first fatal ERROR)."""
+    snap = tl.last_window(open_store(store), ranks=[rank] if rank is not None else None)
+    stop = snap.stop.replace(tzinfo=None).isoformat()
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"CREATE VIEW ev AS SELECT * FROM read_parquet('{store}/events/*.parquet')")
+    only = f"AND rank = {rank}" if rank is not None else "AND rank IS NOT NULL"
+    duck = pl.from_arrow(con.sql(f"""
+        SELECT rank, count(*) FILTER (WHERE timestamp >= TIMESTAMPTZ '{stop}+00' - INTERVAL 10 SECOND) AS in_window,
+               max(timestamp) AS last_ts, max(step) AS step
+        FROM ev WHERE timestamp <= TIMESTAMPTZ '{stop}+00' {only} GROUP BY rank ORDER BY rank""").to_arrow_table())
+    mine = snap.ranks.filter(pl.col("rank").is_not_null()).select("rank", "in_window", "last_ts", "step")
+    duck = duck.cast({c: t for c, t in mine.schema.items()})  # type: ignore[arg-type]
+    return mine.equals(duck)
+
+
 CLI = {
     "events --rank N": ["events", "{store}", "--rank", "{rank}", "--format", "jsonl"],
     "last-10s": ["last-10s", "{store}", "--format", "json"],
@@ -215,6 +234,9 @@ def main() -> None:
     names = [q for q in fq if not a.only or q in a.only]
     if "ranks (same answer)" in names:
         print(f"ranks (same answer): DuckDB's numbers equal forensics': {'yes' if same_answer(store) else 'NO'}")
+    if "last-10s" in names or "last-10s --rank N" in names:
+        print(f"last-10s: DuckDB's per-rank window counts, last times and steps (given forensics' stop) equal "
+              f"forensics': {'yes' if same_snapshot(store) and same_snapshot(store, a.rank) else 'NO'}")
     head = (f"{'query':<20} {'forensics s':>11} {'CPU s':>6} {'duckdb s':>9} {'CPU s':>6} {'ratio':>6}"
             + (f" | {'CLI s':>6} {'CPU s':>6} {'RSS MB':>7}" if a.cli else "")
             + (f" | {'base s':>6} {'CPU s':>6} {'RSS MB':>7}" if a.cli and a.baseline else ""))

@@ -157,7 +157,7 @@ def lint(run: "Run") -> LintResult:
     res = dict(zip(names, pl.collect_all([qs[n] for n in names])))
     rejected_traces = (run.rejects().filter(pl.col("raw").cast(pl.String, strict=False).str.contains(TRACE_HEAD, literal=True))
                        .select("source_file", "line").collect())
-    steps = timeline.step_table(ev).select(
+    steps = timeline.step_table(run).select(
         pl.len().alias("rows"),
         (pl.col("step_time_ms").is_not_null() & pl.col("comm_ms").is_not_null()).sum().alias("both"),
         pl.col("step_time_ms").is_not_null().sum().alias("with_step"),

@@ -76,8 +76,6 @@ def filter_events(
     `parse_time_spec`: ISO, -30s, step:1500); grep: case-insensitive text in message or extra;
     limit: the first N after sorting (None or 0 = all).
     """
-    # an event without a time is placed after its file's last timed line before it
-    lf = with_order_time(events)
     conds: list[pl.Expr] = []
     rank_list = check_ranks(events, ranks) or []
     if rank_list:
@@ -88,6 +86,9 @@ def filter_events(
     if level:
         conds.append(level_at_least(level))
     t0, t1 = _time(since, events), _time(until, events)
+    # an event without a time is placed after its file's last timed line before it; a store
+    # reads only the parts that can hold the ranks and times asked for
+    lf = with_order_time(events, ranks=rank_list or None, since=t0)
     if t0 is not None:
         conds.append(pl.col(ORDER) >= pl.lit(t0))
     if t1 is not None:

@@ -157,13 +157,29 @@ def _first_int(pattern: str, col: pl.Expr) -> pl.Expr:
     return col.str.extract(pattern, 1).cast(pl.Int64, strict=False)
 
 
+# Literal pre-filters (Aho-Corasick) before the layout regexes: most rows name no layout key.
+EVENT_HINTS = ["_rank", "stage", "_size", "_id", "pipe_", "num_stages"]
+TEXT_HINTS = ["world size:", "topology:", "pipeline group:", "STAGE=", "parallel_size", "pp_size", "tp_size", " layers="]
+
+
+def candidates(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows `read` can take anything from (rank, extra, fields, message), in their order: a
+    superset of what either reader keeps, so `read(candidates(lf), ranks)` == `read(lf, ranks)`
+    (forensics.summaries stores them at ingest)."""
+    text = pl.concat_str([pl.col("extra").fill_null(""), pl.col("fields").fill_null("")], separator=" ")
+    msg = pl.col("message")
+    # the two readers' own filters (`_from_events`, `_from_text`), cheap literal test first
+    keys = text.str.contains_any(EVENT_HINTS) & (text.str.contains(_ANY_AXIS) | text.str.contains(_ANY_SIZE))
+    said = msg.str.contains_any(TEXT_HINTS) & msg.str.contains(_TEXT_HINT)
+    return lf.select("rank", "extra", "fields", "message").filter(keys.fill_null(False) | said.fill_null(False))
+
+
 def _from_events(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str, int]]:
     """Per-rank coordinates and stated sizes from `extra` / `fields` keys (one regex scan)."""
     text = pl.concat_str([pl.col("extra").fill_null(""), pl.col("fields").fill_null("")], separator=" ")
     rows = (
         lf.select("rank", text.alias("t"))
-        # a literal pre-filter (Aho-Corasick) before the regexes: most rows name no layout key
-        .filter(pl.col("t").str.contains_any(["_rank", "stage", "_size", "_id", "pipe_", "num_stages"]))
+        .filter(pl.col("t").str.contains_any(EVENT_HINTS))
         .filter(pl.col("t").str.contains(_ANY_AXIS) | pl.col("t").str.contains(_ANY_SIZE))
         .select(
             "rank",
@@ -194,8 +210,7 @@ def _from_events(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str,
 def _from_text(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str, int], list[str]]:
     """Coordinates and sizes printed by DeepSpeed / Megatron on the console (messages)."""
     msgs = (
-        lf.filter(pl.col("message").str.contains_any(["world size:", "topology:", "pipeline group:", "STAGE=",
-                                                       "parallel_size", "pp_size", "tp_size", " layers="]))
+        lf.filter(pl.col("message").str.contains_any(TEXT_HINTS))
         .filter(pl.col("message").str.contains(_TEXT_HINT))
         .select("message").collect().get_column("message").to_list()
     )

@@ -269,7 +269,7 @@ def test_stop_time_without_error_is_the_last_event(tmp_path: Path) -> None:
 @pytest.fixture(params=[8, 0], ids=["one-by-one", "bulk"])
 def error_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """stop_time checks the first ERRORs one at a time and the rest in bulk: test both paths."""
-    monkeypatch.setattr(tl, "FIRST_ERRORS_CHECKED", request.param)
+    monkeypatch.setattr(tl.stoptime, "FIRST_ERRORS_CHECKED", request.param)
 
 
 def test_stop_time_skips_errors_the_rank_survived(tmp_path: Path, error_check: None) -> None:
@@ -442,7 +442,7 @@ def test_rank_slices_cover_every_rank_once_and_change_nothing(tmp_path: Path, mo
     assert tl.step_table(run, evidence=True, slices=slices).collect().equals(whole)
     # the Run's default slicing (and rank_summary's) follows SLICE_EVENTS
     summary = tl.rank_summary(run)
-    monkeypatch.setattr(tl, "SLICE_EVENTS", 25)
+    monkeypatch.setattr(tl.steps, "SLICE_EVENTS", 25)
     assert len(tl.rank_slices(run)) == len(slices)
     assert tl.step_table(run, evidence=True).collect().equals(whole)
     assert tl.rank_summary(run).equals(summary)

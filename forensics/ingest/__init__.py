@@ -233,15 +233,32 @@ def ingest(
                     code=BAD_ARGUMENT,
                 )
             writer = StoreWriter(target, previous)
+            _carry_summaries(previous, writer.staging)
             try:
                 summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force)
             except BaseException:
                 writer.abort()
                 raise
+            _write_summaries(target)
     except OSError as e:
         raise _write_error(target, e) from None
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _carry_summaries(previous, staging: Path) -> None:
+    """The previous version's summaries into the next one (kept when its parts are)."""
+    from ..summaries import carry
+
+    carry(previous, staging)
+
+
+def _write_summaries(target: Path) -> None:
+    """The committed store's per-(rank, step) and per-rank summaries (forensics.summaries), so
+    that every later query reads them instead of scanning the events."""
+    from ..summaries import build
+
+    build(open_store(target, verify=False))
 
 
 def _previous(target: Path):

@@ -103,24 +103,14 @@ def _next_steps(ctx: Context, root: Any, findings: list[Finding], rules: list[An
 
 
 def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
-    agg = (
-        ctx.events.select("rank", "host", "level", "timestamp", "gpu_util", "temp_c", "sm_clock_mhz")
-        .group_by("rank")
-        .agg(
-            pl.len().alias("events"),
-            (pl.col("level") == "ERROR").sum().alias("errors"),
-            (pl.col("level") == "WARN").sum().alias("warnings"),
-            pl.col("timestamp").min().alias("first_seen"),
-            pl.col("timestamp").max().alias("last_seen"),
-            pl.col("host").drop_nulls().first().alias("host"),
-            pl.col("host").drop_nulls().unique().alias("hosts"),
-            pl.col("gpu_util").median().alias("gpu_util"),
-            pl.col("temp_c").max().alias("temp_c_max"),
-            pl.col("sm_clock_mhz").min().alias("sm_clock_mhz_min"),
-        )
-        .sort("rank", nulls_last=True)
-        .collect()
-    )
+    """The report's per-rank rows (events, WARN/ERROR, first/last seen, host, GPU, medians of
+    the phases) and every host: the run's per-rank summary (forensics.summaries, written at
+    ingest), or one group_by over in-memory events."""
+    from ..summaries import rank_rows, rank_table
+
+    agg = rank_table(ctx.run) if ctx.run is not None else rank_rows(ctx.events).collect()
+    agg = agg.select("rank", "events", "errors", "warnings", "first_seen", "last_seen", "host", "hosts", "gpu_util",
+                     "temp_c_max", "sm_clock_mhz_min")
     hosts = sorted({h for lst in agg.get_column("hosts") for h in lst})
     st = ctx.steps
     if not st.is_empty():

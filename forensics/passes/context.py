@@ -46,14 +46,20 @@ STEP_COLUMNS = [
 MIN_OFFSET_MS = 5.0
 
 
-def step_table(events: pl.LazyFrame, run: Run | None = None) -> pl.DataFrame:
-    """timeline.step_table with its evidence columns and wait_est, sorted by (step, rank): one
-    lazy query over the events, collected once. With the `run` the events are from, read and
-    aggregated one slice of ranks at a time (timeline.rank_slices): the same rows in a fraction
-    of the memory."""
-    slices = timeline.rank_slices(run) if run is not None else None
-    steps = timeline.step_rows(events, evidence=True, slices=slices).select(STEP_COLUMNS).with_columns(_wait_estimate())
-    return timeline.collect_sorted(steps, ["step", "rank"])
+def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = True) -> pl.DataFrame:
+    """timeline.step_table with its evidence columns and wait_est, sorted by (step, rank). With
+    the `run` the events are from, finished from the run's (rank, step) summary
+    (forensics.summaries, written at ingest; computed once when missing); with `summary=False`,
+    aggregated from the events one slice of ranks at a time (timeline.rank_slices). Without a
+    run: one lazy query over `events`, collected once."""
+    if run is not None and summary:
+        from ..summaries import step_groups
+
+        steps = timeline.steps.finish_groups(step_groups(run).lazy(), evidence=True)
+    else:
+        slices = timeline.rank_slices(run) if run is not None else None
+        steps = timeline.step_rows(events, evidence=True, slices=slices)
+    return timeline.collect_sorted(steps.select(STEP_COLUMNS).with_columns(_wait_estimate()), ["step", "rank"])
 
 
 # A fault is persistent; scheduler noise is not. On a loaded host any rank is preempted now and
@@ -160,6 +166,10 @@ class Context:
     def topology(self) -> topo_mod.Topology | None:
         """The parallel layout the logs state (pipeline stages, data-parallel groups), None for
         plain data parallelism or when the logs say nothing about it."""
+        if self.run is not None:   # the few events that can state it, stored at ingest (forensics.summaries)
+            from ..summaries import layout
+
+            return topo_mod.read(layout(self.run).lazy(), self.ranks)
         return topo_mod.read(self._events, self.ranks)
 
     @cached_property

@@ -237,20 +237,29 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _progress(ctx: Context) -> pl.LazyFrame:
-    """Per rank: last training-progress event (a step-carrying, non-ERROR line) and its seq."""
-    last = pl.col("ts_aligned").arg_max()
+    """Per rank: last training-progress event (a step-carrying, non-ERROR line) and its seq.
+
+    Reduced per (rank, host) on the logged time first (one host's events share one clock
+    offset, so its latest event is the same on either clock), then per rank on the common
+    clock: the offsets are applied to a row per (rank, host), not to every event."""
+    last = pl.col("timestamp").arg_max()
+    per_host = (
+        ctx.events.select("rank", "host", "timestamp", "level", "step", "seq", "source_file", "line")
+        .filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null() & (pl.col("level") != "ERROR"))
+        .group_by("rank", "host")
+        .agg(pl.col("timestamp").max(), pl.col("step").max(), pl.col("seq").max(),
+             pl.col("source_file").get(last), pl.col("line").get(last))
+    )
+    at = pl.col("ts_aligned").arg_max()
     return (
-        ctx.aligned(
-            ctx.events.select("rank", "host", "timestamp", "level", "step", "seq", "source_file", "line")
-            .filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null() & (pl.col("level") != "ERROR"))
-        )
+        ctx.aligned(per_host)
         .group_by("rank")
         .agg(
             pl.col("ts_aligned").max().alias("last_ts"),
             pl.col("step").max().alias("last_step"),
             pl.col("seq").max().alias("max_seq"),
-            pl.col("source_file").get(last).alias("file"),
-            pl.col("line").get(last),
+            pl.col("source_file").get(at).alias("file"),
+            pl.col("line").get(at),
         )
         .sort("rank")
     )

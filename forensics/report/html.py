@@ -409,7 +409,7 @@ def _figures(run: "Run", highlight: list[int], scrub, paths: _PathNames) -> list
 
     ev = run.events()
     t0, t1 = timeline.bounds(run)
-    steps_q = timeline.step_table(ev).select("rank", "step", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms")
+    steps_q = timeline.step_table(run).select("rank", "step", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms")
     gpu_q = _gpu_query(ev, t0, t1)
     steps, gpu = pl.collect_all([steps_q, gpu_q])
     ranks = sorted(int(r) for r in steps["rank"].unique().drop_nulls().to_list())

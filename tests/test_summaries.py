@@ -1,0 +1,184 @@
+"""forensics.summaries: the per-(rank, step) and per-rank tables written at ingest are the tables
+the events give, are read instead of the events, and are never stale."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import forensics
+from forensics import summaries as S
+from forensics import timeline as tl
+from forensics.passes import context as C
+from forensics.passes import diagnose
+from forensics.store import open_store
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted(p.name for p in (REPO / "sample_logs").iterdir() if (p / "expected.toml").is_file())
+
+
+def _store(tmp_path: Path, *logs: Path, append: bool = False):
+    forensics.ingest([str(p) for p in logs], tmp_path / "run.forensics", append=append)
+    return open_store(tmp_path / "run.forensics")
+
+
+def _files(run) -> list[str]:
+    d = run.path / S.SUMMARIES_DIR
+    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def _all(run) -> list[str]:
+    """Every summary's file name for the run as it is now."""
+    return sorted(f"{name}-{S.key(run)}.parquet" for name in S.COMPUTE)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_summaries_written_at_ingest_give_the_tables_the_events_give(tmp_path: Path, scenario: str) -> None:
+    run = _store(tmp_path, REPO / "sample_logs" / scenario)
+    assert _files(run) == _all(run)
+    # the diagnosis' step table: from the summary == aggregated from the events (slices, or none)
+    from_summary = C.step_table(run.events(), run)
+    assert from_summary.equals(C.step_table(run.events(), run, summary=False))
+    assert from_summary.equals(C.step_table(run.events()))
+    assert tl.step_table(run, evidence=True).collect().equals(tl.step_table(run.events(), evidence=True).collect())
+    # the per-rank table and the `ranks` command
+    assert S.rank_table(run).equals(S.rank_rows(run.events()).collect())
+    assert tl.rank_summary(run).equals(tl.rank_summary(run.events()))
+    # the post-mortem questions: a Run (summaries, parts pruned by rank and time) == its events
+    ev = run.events()
+    assert tl.stop_time(run) == tl.stop_time(ev)
+    assert tl.untimed_files(run) == tl.untimed_files(ev)
+    assert tl.monotonicity(run).equals(tl.monotonicity(ev))
+    # (ranks named: a Run knows its ranks from the manifest, bare events only from their rows)
+    every = tl.known_ranks(ev)
+    assert tl.last_window(run, ranks=every).to_dict() == tl.last_window(ev, ranks=every).to_dict()
+    if every:
+        one = [every[-1]]
+        assert tl.last_window(run, window_s=0.5, ranks=one).to_dict() == tl.last_window(ev, window_s=0.5, ranks=one).to_dict()
+    assert tl.build_timeline(run).rows.equals(tl.build_timeline(ev).rows)
+    steps = ev.select(pl.col("step").drop_nulls().unique().sort()).collect().to_series().to_list()
+    for s in steps[:1] + steps[-1:]:
+        assert tl.parse_time_spec(f"step:{s}", run) == tl.parse_time_spec(f"step:{s}", ev)
+
+
+def test_a_stored_summary_is_what_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _store(tmp_path, REPO / "sample_logs" / "straggler")
+    report = diagnose(run).to_json()
+
+    def boom(_run):  # noqa: ANN001
+        raise AssertionError("summary recomputed from the events")
+
+    ranks, snap, mono = tl.rank_summary(run), tl.last_window(run).to_dict(), tl.monotonicity(run)
+    for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed"):
+        monkeypatch.setattr(S, name, boom)
+    assert diagnose(open_store(run.path)).to_json() == report
+    assert tl.rank_summary(run).equals(ranks)
+    assert tl.last_window(run).to_dict() == snap
+    assert tl.monotonicity(run).equals(mono)
+    tl.build_timeline(run)
+
+
+def test_an_appended_store_never_reads_the_summary_of_its_previous_version(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    src = sorted((REPO / "sample_logs" / "straggler").glob("*.jsonl"))
+    assert len(src) >= 2
+    (logs / src[0].name).write_bytes(src[0].read_bytes())
+    first = _store(tmp_path, logs)
+    before = S.rank_table(first)
+    (logs / src[1].name).write_bytes(src[1].read_bytes())
+    second = _store(tmp_path, logs, append=True)
+    assert S.key(second) != S.key(first)
+    after = S.rank_table(second)
+    assert after.equals(S.rank_rows(second.events()).collect())
+    assert after.height > before.height or after["events"].sum() > before["events"].sum()
+    # only the current version's files are left
+    assert _files(second) == _all(second)
+
+
+def test_a_store_that_cannot_be_written_computes_its_summaries_in_memory(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORENSICS_SUMMARIES", "0")
+    run = _store(tmp_path, REPO / "sample_logs" / "data_load_skew")
+    assert _files(run) == []           # ingest wrote none
+    st = C.Context.from_run(run).steps
+    assert _files(run) == []           # nor did first use
+    monkeypatch.delenv("FORENSICS_SUMMARIES")
+    assert C.Context.from_run(open_store(run.path)).steps.equals(st)
+    assert _files(run) == [f"steps-{S.key(run)}.parquet"]
+
+
+def test_a_damaged_summary_is_computed_again(tmp_path: Path) -> None:
+    run = _store(tmp_path, REPO / "sample_logs" / "thermal_throttling")
+    want = C.step_table(run.events(), run, summary=False)
+    p = S.path_of(run, S.STEPS)
+    p.write_bytes(p.read_bytes()[:100])   # cut short (a crash of another writer, a full disk)
+    assert C.step_table(run.events(), run).equals(want)
+    assert pl.read_parquet(p).height == S.compute_step_groups(run).height   # and written again whole
+
+
+def test_summaries_are_keyed_by_the_event_parts(tmp_path: Path) -> None:
+    run = _store(tmp_path, REPO / "sample_logs" / "healthy")
+    k = S.key(run)
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    manifest["sources"][0]["event_parts"] = [*manifest["sources"][0]["event_parts"], "events/part-other.parquet"]
+    other = type(run)(path=run.path, manifest=manifest)
+    assert S.key(other) != k
+    assert os.path.basename(S.path_of(other, S.RANKS)) != os.path.basename(S.path_of(run, S.RANKS))
+
+
+@pytest.mark.parametrize("layout", ["events", "megatron", "deepspeed"])
+def test_the_stored_layout_rows_give_the_topology_the_events_give(tmp_path: Path, layout: str) -> None:
+    from pipeline_run import pipeline_rows, write_jsonl
+
+    from forensics import topology as T
+
+    write_jsonl(pipeline_rows(pp=2, dp=4, steps=12, layout=layout), tmp_path / "logs")
+    run = _store(tmp_path, tmp_path / "logs")
+    stored = C.Context.from_run(run).topology
+    direct = T.read(run.events(), C.Context.from_run(run).ranks)
+    assert stored is not None and direct is not None
+    assert stored.table.equals(direct.table) and (stored.sizes, stored.sources) == (direct.sizes, direct.sources)
+    assert S.layout(run).height < run.events().select(pl.len()).collect().item()   # only the rows that can state it
+
+
+def test_last_10s_and_events_of_one_rank_read_only_that_ranks_parts(tmp_path: Path) -> None:
+    """With the summaries, `last-10s --rank N` and `events --rank N` open only rank N's parts:
+    the other ranks' parts are removed after the store is opened, and both still answer (and
+    answer as before)."""
+    from test_timeline import ingest
+
+    from forensics.query import filter_events
+
+    run, _ = ingest(tmp_path, ranks=6, steps=8, last_step={4: 5})
+    snap = tl.last_window(run, ranks=[2]).to_dict()
+    ev = filter_events(run, ranks=[2]).collect()
+    mine = {p for s in run.sources if 2 in (s.get("ranks") or []) for p in s["event_parts"]}
+    assert mine and len(mine) < len(run.event_parts())
+    for p in run.event_parts():
+        if os.path.relpath(p, run.path) not in mine:
+            os.remove(p)
+    assert tl.last_window(run, ranks=[2]).to_dict() == snap
+    assert filter_events(run, ranks=[2]).collect().equals(ev)
+
+
+def test_a_re_ingest_that_keeps_every_part_keeps_its_summaries(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = REPO / "sample_logs" / "straggler"
+    run = _store(tmp_path, logs)
+    before = {p.name: p.stat().st_ino for p in (run.path / S.SUMMARIES_DIR).iterdir()}
+
+    def boom(_run):  # noqa: ANN001
+        raise AssertionError("summary recomputed on a re-ingest that changed nothing")
+
+    with monkeypatch.context() as m:
+        for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout"):
+            m.setattr(S, name, boom)
+        again = _store(tmp_path, logs)
+    assert S.key(again) == S.key(run)
+    # the same files (linked into the new version, not computed again)
+    assert {p.name: p.stat().st_ino for p in (again.path / S.SUMMARIES_DIR).iterdir()} == before
+    assert C.step_table(again.events(), again).equals(C.step_table(again.events(), again, summary=False))
