@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import polars as pl
 
@@ -172,15 +173,38 @@ def columns_of(node: Node) -> set[str]:
     return set()
 
 
-def to_polars(node: Node, per: str) -> pl.Expr:
-    """Compile to a polars expression; aggregates are taken over the rows of the same `per` key."""
+def aggregated_columns(node: Node) -> set[str]:
+    """The columns read through an aggregate (the baselines)."""
+    if isinstance(node, Agg):
+        return {node.col}
+    if isinstance(node, Neg):
+        return aggregated_columns(node.arg)
+    if isinstance(node, BinOp):
+        return aggregated_columns(node.left) | aggregated_columns(node.right)
+    return set()
+
+
+def row_columns(node: Node) -> set[str]:
+    """The columns read from the row itself (not through an aggregate)."""
+    if isinstance(node, Col):
+        return {node.name}
+    if isinstance(node, Neg):
+        return row_columns(node.arg)
+    if isinstance(node, BinOp):
+        return row_columns(node.left) | row_columns(node.right)
+    return set()
+
+
+def to_polars(node: Node, per: str, ref: Callable[[str], pl.Expr] = pl.col) -> pl.Expr:
+    """Compile to a polars expression; aggregates are taken over the rows of the same `per` key.
+    `ref` names where a column's value is (a census reads per-step values under other names)."""
     if isinstance(node, Num):
         return pl.lit(node.value, dtype=pl.Float64)
     if isinstance(node, Col):
-        return pl.col(node.name).cast(pl.Float64)
+        return ref(node.name).cast(pl.Float64)
     if isinstance(node, Agg):
-        c = pl.col(node.col).cast(pl.Float64)
+        c = ref(node.col).cast(pl.Float64)
         return getattr(c, node.func)().over(per)
     if isinstance(node, Neg):
-        return -to_polars(node.arg, per)
-    return _ARITH[node.op](to_polars(node.left, per), to_polars(node.right, per))
+        return -to_polars(node.arg, per, ref)
+    return _ARITH[node.op](to_polars(node.left, per, ref), to_polars(node.right, per, ref))
