@@ -47,23 +47,15 @@ def _from_other_rows(lf: Leaf) -> bool:
     return lf.expr is not None and bool(X.aggregated_columns(lf.expr))
 
 
-def _operands_known(lf: Leaf, ref: Callable[[str], pl.Expr] = pl.col) -> pl.Expr:
+def _operands_known(lf: Leaf) -> pl.Expr:
     """The row holds every value the condition reads from it (its baselines aside)."""
     cols = sorted(X.row_columns(lf.expr)) if lf.expr is not None else []
-    return pl.all_horizontal([_lhs(lf, ref).is_not_null(), *[ref(c).is_not_null() for c in cols]])
+    return pl.all_horizontal([_lhs(lf).is_not_null(), *[pl.col(c).is_not_null() for c in cols]])
 
 
-def _bound(lf: Leaf) -> pl.Expr:
-    """At least as true as the condition: true wherever it can be known, else unknown. The
-    condition tree is monotone in false < unknown < true (all/any, no negation of groups), so a
-    row it makes true is true under the bound as well."""
-    return pl.when(_operands_known(lf)).then(pl.lit(True))
-
-
-def _row_bound(clause: Clause) -> pl.Expr:
-    if clause.cond is None:
-        return pl.lit(True)
-    return compile_cond(clause.cond, clause.per, lambda lf: _bound(lf) if _from_other_rows(lf) else compile_leaf(lf, clause.per))
+def _row_cond(clause: Clause) -> pl.Expr:
+    """The clause's condition on a row (a baseline is taken over the rows it is evaluated on)."""
+    return compile_cond(clause.cond, clause.per) if clause.cond is not None else pl.lit(True)
 
 
 def _known(clause: Clause) -> pl.Expr:
@@ -74,6 +66,13 @@ def _known(clause: Clause) -> pl.Expr:
     parts = [_operands_known(lf) if _from_other_rows(lf) else compile_leaf(lf, clause.per).is_not_null()
              for lf in clause.leaves()]
     return pl.any_horizontal(parts)
+
+
+def _reads(clause: Clause) -> pl.Expr:
+    """The rows a (not per-step) clause's result depends on: where its condition may be known,
+    and where a column it takes a per-rank baseline of has a value."""
+    aggs = sorted({a for lf in clause.leaves() if lf.expr is not None for a in X.aggregated_columns(lf.expr)})
+    return pl.any_horizontal([_known(clause), *[pl.col(a).is_not_null() for a in aggs]]) if aggs else _known(clause)
 
 
 def _step_bound(clause: Clause, s: str) -> pl.Expr:
@@ -126,13 +125,11 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
     raw: list[str] = []
     for sl in based:
         c = sl.clause
-        aggs = [a for lf in c.leaves() if lf.expr is not None for a in sorted(X.aggregated_columns(lf.expr))]
-        cols.append((row_filter(c) & pl.any_horizontal([_known(c), *[pl.col(a).is_not_null() for a in aggs]]))
-                    .fill_null(False).alias(f"{sl.name}_k"))
+        cols.append((row_filter(c) & _reads(c)).fill_null(False).alias(f"{sl.name}_k"))
         raw += [*c.columns(), "timestamp", *(["step"] if c.sustain is not None and c.sustain.unit == "steps" else [])]
     for sl in rows:
         c, s = sl.clause, sl.name
-        t = (row_filter(c) & _row_bound(c)).fill_null(False)
+        t = (row_filter(c) & _row_cond(c)).fill_null(False)
         cols.append(t.alias(f"{s}_t"))
         if c.sustain is not None:
             cols.append(pl.when(t).then(pl.col("timestamp" if c.sustain.unit == "s" else "step")).alias(f"{s}_at"))
@@ -163,7 +160,7 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
     for sl in based:
         # the rows the clause reads, in memory (its baseline over them, as compile.episodes takes it)
         c = sl.clause
-        t = compile_cond(c.cond, c.per).fill_null(False)   # type: ignore[arg-type]
+        t = _row_cond(c).fill_null(False)
         at = [pl.col("timestamp" if c.sustain.unit == "s" else "step").alias(f"{sl.name}_at")] if c.sustain is not None else []
         mine = (base.filter(pl.col(f"{sl.name}_k")).select("rank", *[x for x in raw if x in c.columns()], *at)
                 .with_columns(t.alias(f"{sl.name}_t")).filter(pl.col(f"{sl.name}_t")))
@@ -228,7 +225,7 @@ def candidate_rows(events: pl.LazyFrame, rules: list[Rule]) -> list[Rows | None]
     flags: list[pl.Expr] = []
     for sl in live:
         c = sl.clause
-        keep = row_filter(c) if c.by_step else row_filter(c) & _known(c)
+        keep = row_filter(c) if c.by_step else row_filter(c) & _reads(c)
         keep = keep & pl.col("rank").is_in(cand[sl.rule])
         flags.append(keep.fill_null(False).alias(f"{sl.name}_in"))
     lf = events
