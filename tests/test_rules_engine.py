@@ -470,11 +470,13 @@ import random  # noqa: E402
 # One rule of each shape the engine evaluates differently: per row, baselines, per step, joins,
 # text and JSON keys, sustain in time and in steps, gaps, conditions true on missing values.
 CENSUS_RULES = {
-    "util": '[threshold]\nevent = "GPU_STATS"\nmetric = "gpu_util"\nop = "<"\nvalue = 60\nsustain = "30s"\n',
+    "util": '[threshold]\nevent = "GPU_STATS"\nmetric = "gpu_util"\nop = "<"\nvalue = 60\nsustain = "10s"\n',
     "gap": '[threshold]\nmetric = "gpu_util"\nop = "<"\nvalue = 90\nsustain = "10s"\nmax_gap = "8s"\n',
     "hot": '[match]\nany = [{ col = "temp_c", op = ">=", value = 90 }, { col = "throttle_reasons", op = "bits", value = 0x40 }]\n',
     "clock": ('[match]\nall = [{ col = "sm_clock_mhz", op = "<", expr = "0.9 * median(sm_clock_mhz)" },\n'
               '       { col = "sm_clock_mhz", op = ">=", expr = "0.5 * median(sm_clock_mhz)" }]\nsustain = "1s"\n'),
+    "clock_hot": '[match]\nall = [{ col = "sm_clock_mhz", op = "<", expr = "0.95 * median(sm_clock_mhz)" }, { col = "temp_c", op = ">", value = 80 }]\n',
+    "util_clock_hot": '[match]\nall = [{ col = "gpu_util", op = "<", expr = "0.05 * max(sm_clock_mhz)" }, { col = "temp_c", op = ">", value = 80 }]\n',
     "util_vs_clock": '[match]\nevent = "GPU_STATS"\nall = [{ col = "gpu_util", op = "<", expr = "0.05 * max(sm_clock_mhz)" }]\n',
     "clock_or": '[match]\nany = [{ col = "sm_clock_mhz", op = "<", expr = "0.95 * max(sm_clock_mhz)" }, { col = "temp_c", op = "<", value = 75 }]\n',
     "share": ('[match]\nby = "step"\nsum = ["comm_ms"]\nall = [{ col = "comm_ms", op = ">", expr = "0.4 * step_time_ms" }]\n'
@@ -511,7 +513,7 @@ def random_run(seed: int) -> pl.LazyFrame:
             maybe = lambda p: rnd.random() < p  # noqa: E731
             if ev == "GPU_STATS":
                 r |= {"gpu_util": rnd.choice([None, rnd.uniform(0, 100) if maybe(bad) else rnd.uniform(80, 100)]),
-                      "temp_c": rnd.uniform(70, 100) if maybe(hot) else rnd.uniform(60, 85),
+                      "temp_c": None if maybe(0.2) else rnd.uniform(70, 100) if maybe(hot) else rnd.uniform(60, 85),
                       "sm_clock_mhz": rnd.choice([None, 1400.0, 1400.0, rnd.uniform(500, 1500)]),
                       "throttle_reasons": rnd.choice([0, 0x40, 0x44, None])}
             elif ev == "ALLREDUCE":
@@ -564,3 +566,14 @@ def test_census_bounds_per_rank_baselines_and_per_step_values(census_rules: list
     n = dict(zip(got["rank"].to_list(), zip(got["_c0_0_n"].to_list(), got["_c1_0_n"].to_list())))
     assert n[0][0] == 1 and n.get(1, (0, 0))[0] == 0       # the rank's own max, not every row with a clock
     assert n[2][1] == 1                                     # 60 > 0.4 * 100 only once the step's rows are summed
+
+
+def test_census_keeps_the_rows_that_end_an_episode_through_a_baseline(census_rules: list) -> None:
+    """A row where the baseline comparison is false and the other condition unknown is false
+    (Kleene), so it ends the episode: the rows the census fetches must include it."""
+    rule_ = next(r for r in census_rules if r.id == "util_clock_hot")
+    hit = {"event": "GPU_STATS", "gpu_util": 10.0, "sm_clock_mhz": 1400.0, "temp_c": 90.0}
+    rows = [{"t": 0, **hit}, {"t": 1, "event": "GPU_STATS", "gpu_util": 90.0}, {"t": 2, **hit}]
+    for census in (False, True):
+        (f,) = evaluate(events(rows), [rule_], census=census)
+        assert f.evidence["episodes"] == 2

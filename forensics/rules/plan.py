@@ -24,7 +24,7 @@ import polars as pl
 
 from . import expr as X
 from .compile import _lhs, compile_cond, compile_leaf, dyn_columns, needed_columns, row_filter, step_values
-from .spec import Clause, Leaf, Rule, column_kind
+from .spec import Clause, Cond, Leaf, Rule, column_kind
 
 Rows = Callable[[Clause], pl.LazyFrame]
 
@@ -58,14 +58,29 @@ def _row_cond(clause: Clause) -> pl.Expr:
     return compile_cond(clause.cond, clause.per) if clause.cond is not None else pl.lit(True)
 
 
+def _can_be(c: Cond, per: str) -> tuple[pl.Expr, pl.Expr]:
+    """Whether the condition can be true, and whether it can be false, on a row (never null).
+    Exact without baselines; with one, a comparison whose row values are there can be either."""
+    if isinstance(c, Leaf):
+        if _from_other_rows(c):
+            k = _operands_known(c)
+            return k, k
+        v = compile_leaf(c, per)
+        return v.fill_null(False), (~v).fill_null(False)
+    parts = [_can_be(i, per) for i in c.items]
+    t, f = [p[0] for p in parts], [p[1] for p in parts]
+    if c.mode == "all":    # Kleene: true if every part is, false if one is
+        return pl.all_horizontal(t), pl.any_horizontal(f)
+    return pl.any_horizontal(t), pl.all_horizontal(f)
+
+
 def _known(clause: Clause) -> pl.Expr:
     """True on every row where the clause's condition may be known (true or false): the rows that
-    decide where its episodes begin and end. A condition is unknown when all of its parts are."""
+    decide where its episodes begin and end (an `any` of unknown and false is unknown)."""
     if clause.cond is None:
         return pl.lit(True)
-    parts = [_operands_known(lf) if _from_other_rows(lf) else compile_leaf(lf, clause.per).is_not_null()
-             for lf in clause.leaves()]
-    return pl.any_horizontal(parts)
+    t, f = _can_be(clause.cond, clause.per)
+    return t | f
 
 
 def _reads(clause: Clause) -> pl.Expr:
