@@ -577,3 +577,19 @@ def test_census_keeps_the_rows_that_end_an_episode_through_a_baseline(census_rul
     for census in (False, True):
         (f,) = evaluate(events(rows), [rule_], census=census)
         assert f.evidence["episodes"] == 2
+
+
+@pytest.mark.parametrize("op, value", [("==", "WARN"), ("!=", "WARN"), ("==", "FATAL"), ("!=", "FATAL"),
+                                       ("in", ["WARN", "ERROR"]), ("not_in", ["WARN", "ERROR"]),
+                                       ("in", ["FATAL", "INFO"]), ("not_in", ["FATAL"]), ("in", ["FATAL"])])
+def test_level_is_compared_as_the_text_it_stands_for(op: str, value: Any) -> None:
+    """`level` is a fixed vocabulary (an Enum): compared without casting every row to text, with
+    the same answers as the text, a value outside the vocabulary included, null kept unknown."""
+    from forensics.rules.compile import compile_leaf
+    from forensics.rules.spec import Leaf
+
+    df = conform(pl.DataFrame({"level": ["DEBUG", "INFO", "WARN", "ERROR", None]}).lazy()).collect()
+    as_text = Leaf("message", op, value)        # the same test on a text column holding the same words
+    got = df.select(compile_leaf(Leaf("level", op, value)).alias("x"))["x"].to_list()
+    want = df.select(pl.col("level").cast(pl.String).alias("message")).select(compile_leaf(as_text).alias("x"))["x"].to_list()
+    assert got == want and got[-1] is None

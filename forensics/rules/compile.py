@@ -20,6 +20,7 @@ import polars as pl
 
 from ..report.fmt import clock, duration, iso, num, rank_phrase
 from ..report.model import Evidence, Finding
+from ..schema import EVENT_SCHEMA
 from . import expr as X
 from .spec import (
     EQ_OPS,
@@ -88,8 +89,10 @@ def compile_cond(c: Cond, per: str = "rank", leaf: Callable[[Leaf], pl.Expr] | N
 
 def compile_leaf(c: Leaf, per: str = "rank", ref: Ref = pl.col) -> pl.Expr:
     """One condition as a boolean expression: null where the row does not say (a missing value)."""
-    lhs = _lhs(c, ref)
     op = c.op
+    if (cats := _categories(c)) is not None:
+        return _enum_leaf(c, ref(c.col), cats)
+    lhs = _lhs(c, ref)
     if op in ORDER_OPS or op in EQ_OPS:
         rhs = _rhs(c, per, ref)
         return {
@@ -114,6 +117,25 @@ def compile_leaf(c: Leaf, per: str = "rank", ref: Ref = pl.col) -> pl.Expr:
     if op == "not_finite":
         return ~lhs.is_finite()
     raise AssertionError(op)
+
+
+def _categories(c: Leaf) -> list[str] | None:
+    """The categories of a fixed-vocabulary column (level) compared for (in)equality with text."""
+    dt = EVENT_SCHEMA.get(c.col)
+    if not isinstance(dt, pl.Enum) or c.op not in EQ_OPS + LIST_OPS or c.expr is not None:
+        return None
+    vals = c.value if c.op in LIST_OPS else [c.value]
+    return list(dt.categories) if all(isinstance(v, str) for v in vals) else None
+
+
+def _enum_leaf(c: Leaf, col: pl.Expr, cats: list[str]) -> pl.Expr:
+    """As the same test on the column cast to text, without casting every row: a value outside the
+    vocabulary is never equal, a null stays unknown."""
+    dtype = pl.Enum(cats)
+    vals = [v for v in (c.value if c.op in LIST_OPS else [c.value]) if v in cats]
+    inside = col.is_in(pl.lit(pl.Series(vals, dtype=dtype)).implode()) if vals else pl.lit(False)
+    inside = pl.when(col.is_null()).then(None).otherwise(inside)
+    return inside if c.op in ("==", "in") else ~inside
 
 
 def _margin(lf: Leaf | None, per: str) -> pl.Expr:
@@ -362,18 +384,33 @@ def _headline(rule: Rule, worst_ep: dict[str, Any], eps: list[dict[str, Any]]) -
 def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
     if df.is_empty():
         return None
-    eps = df.to_dicts()
     primary = rule.clause.primary()
     vcols = _value_columns(rule.clause)
-    worst_ep = max(eps, key=lambda e: (e["margin"] is not None, e["margin"] or 0.0)) if primary else eps[0]
-    by_rank: dict[int, list[dict[str, Any]]] = {}
-    for e in eps:                     # each rank's episodes, in the order of `eps` (by start)
-        by_rank.setdefault(e["rank"], []).append(e)
+    # Every episode's numbers, but the rows (first, worst, joined) only of the few cited: a rule
+    # matching on thousands of ranks would otherwise turn thousands of rows into dicts.
+    light = [c for c in df.columns if c not in ("first", "worst") and not c.startswith("join")]
+    fields = {f.name for f in df.schema["worst"].fields}  # type: ignore[attr-defined]
+    wv = (pl.col("worst").struct.field(primary.col) if primary is not None and primary.col in fields
+          else pl.lit(None)).alias("_worst_value")
+    eps = df.select(*light, wv).to_dicts()
+    rows: dict[int, dict[str, Any]] = {}
+
+    def full(i: int) -> dict[str, Any]:
+        if i not in rows:
+            rows[i] = df.row(i, named=True)
+        return rows[i]
+
+    def worst_of(idx: list[int]) -> int:
+        return max(idx, key=lambda i: (eps[i]["margin"] is not None, eps[i]["margin"] or 0.0)) if primary else idx[0]
+
+    worst_ep = full(worst_of(list(range(len(eps)))))
+    by_rank: dict[int, list[int]] = {}
+    for i, e in enumerate(eps):       # each rank's episodes, in the order of `eps` (by start)
+        by_rank.setdefault(e["rank"], []).append(i)
     ranks = sorted(by_rank)
     per_rank: list[dict[str, Any]] = []
     for r in ranks:
-        mine = by_rank[r]
-        w = max(mine, key=lambda e: (e["margin"] is not None, e["margin"] or 0.0)) if primary else mine[0]
+        mine = [eps[i] for i in by_rank[r]]
         item: dict[str, Any] = {
             "rank": r, "episodes": len(mine), "samples": sum(e["n"] for e in mine),
             "first_seen": iso(_earliest(mine)), "last_seen": iso(_latest(mine)),
@@ -381,7 +418,7 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
         if rule.clause.sustain is not None:
             item["longest_s"] = round(max(_span_s(e) for e in mine), 3)
         if primary is not None:
-            item["worst"] = (w.get("worst") or {}).get(primary.col)
+            item["worst"] = eps[worst_of(by_rank[r])]["_worst_value"]
         per_rank.append(item)
 
     lines: list[Evidence] = []
@@ -393,7 +430,7 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
             seen.add((ev.source_file, ev.line))
             lines.append(ev)
 
-    first_ep = eps[0]
+    first_ep = full(0)
     cite(first_ep["first"], first_ep["rank"], vcols)
     cite(worst_ep["worst"], worst_ep["rank"], vcols)
     joined: list[dict[str, Any]] = []
@@ -407,8 +444,8 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
     for r in ranks:
         if len(lines) >= MAX_LINES:
             break
-        cite(by_rank[r][0]["first"], r, vcols)
-    cite(eps[-1]["first"], eps[-1]["rank"], vcols)   # and the latest occurrence
+        cite(full(by_rank[r][0])["first"], r, vcols)
+    cite(full(len(eps) - 1)["first"], eps[-1]["rank"], vcols)   # and the latest occurrence
 
     evidence: dict[str, Any] = {"condition": describe(rule.clause)}
     if primary is not None and primary.expr is not None and X.constant(primary.expr) is not None:
