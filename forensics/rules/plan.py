@@ -147,7 +147,7 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
         t = (row_filter(c) & _row_cond(c)).fill_null(False)
         cols.append(t.alias(f"{s}_t"))
         if c.sustain is not None:
-            cols.append(pl.when(t).then(pl.col("timestamp" if c.sustain.unit == "s" else "step")).alias(f"{s}_at"))
+            raw.append("timestamp" if c.sustain.unit == "s" else "step")
     for sl in steps:
         c, s = sl.clause, sl.name
         m = row_filter(c).fill_null(False)
@@ -160,11 +160,14 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
     raw = [c for c in dict.fromkeys(raw) if c != "rank" and not (c == "step" and steps)]
     base = lf.select("rank", *(["step"] if steps else []), *raw, *cols)
 
-    def totals(sl: _Slot) -> list[pl.Expr]:
-        s = sl.name
-        out = [pl.col(f"{s}_t").sum().alias(f"{s}_n")]
-        if sl.clause.sustain is not None:
-            out += [pl.col(f"{s}_at").min().alias(f"{s}_lo"), pl.col(f"{s}_at").max().alias(f"{s}_hi")]
+    def totals(sl: _Slot, at: str | None = None) -> list[pl.Expr]:
+        """How many rows (steps) hold, and the first and last of them (at `at`: when, or which step)."""
+        s, sus = sl.name, sl.clause.sustain
+        t = pl.col(f"{s}_t")
+        out = [t.sum().alias(f"{s}_n")]
+        if sus is not None:
+            when = pl.col(at or ("timestamp" if sus.unit == "s" else "step")).filter(t)
+            out += [when.min().alias(f"{s}_lo"), when.max().alias(f"{s}_hi")]
         return out
 
     branches: list[pl.LazyFrame] = []
@@ -176,21 +179,16 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
         # the rows the clause reads, in memory (its baseline over them, as compile.episodes takes it)
         c = sl.clause
         t = _row_cond(c).fill_null(False)
-        at = [pl.col("timestamp" if c.sustain.unit == "s" else "step").alias(f"{sl.name}_at")] if c.sustain is not None else []
-        mine = (base.filter(pl.col(f"{sl.name}_k")).select("rank", *[x for x in raw if x in c.columns()], *at)
+        at = ["timestamp" if c.sustain.unit == "s" else "step"] if c.sustain is not None else []
+        mine = (base.filter(pl.col(f"{sl.name}_k")).select(list(dict.fromkeys(["rank", *c.columns(), *at])))
                 .with_columns(t.alias(f"{sl.name}_t")).filter(pl.col(f"{sl.name}_t")))
         branches.append(mine.group_by("rank").agg(totals(sl)))
     if steps:
         per_step = (base.filter(pl.any_horizontal([pl.col(f"{sl.name}_m") for sl in steps]))
                     .group_by("rank", "step").agg([e for sl in steps for e in _step_aggs(sl.clause, sl.name)]))
-        marks: list[pl.Expr] = []
-        for sl in steps:
-            t = _step_bound(sl.clause, sl.name)
-            marks.append(t.alias(f"{sl.name}_t"))
-            if sl.clause.sustain is not None:
-                at = pl.col(f"{sl.name}_ts") if sl.clause.sustain.unit == "s" else pl.col("step")
-                marks.append(pl.when(t).then(at).alias(f"{sl.name}_at"))
-        branches.append(per_step.with_columns(marks).group_by("rank").agg([e for sl in steps for e in totals(sl)]))
+        marks = [_step_bound(sl.clause, sl.name).alias(f"{sl.name}_t") for sl in steps]
+        totals_ = [e for sl in steps for e in totals(sl, f"{sl.name}_ts" if sl.clause.sustain and sl.clause.sustain.unit == "s" else "step")]
+        branches.append(per_step.with_columns(marks).group_by("rank").agg(totals_))
     # collected together, the branches share one scan of the events
     frames = pl.collect_all(branches, engine="streaming")
     out = frames[0]
