@@ -163,36 +163,31 @@ def constant(node: Node) -> float | None:
     return None
 
 
-def columns_of(node: Node) -> set[str]:
-    if isinstance(node, (Col, Agg)):
-        return {node.col if isinstance(node, Agg) else node.name}
+def _columns(node: Node, row: bool, agg: bool) -> set[str]:
+    """The columns the expression reads from the row itself (`row`) and/or through an aggregate."""
+    if isinstance(node, Col):
+        return {node.name} if row else set()
+    if isinstance(node, Agg):
+        return {node.col} if agg else set()
     if isinstance(node, Neg):
-        return columns_of(node.arg)
+        return _columns(node.arg, row, agg)
     if isinstance(node, BinOp):
-        return columns_of(node.left) | columns_of(node.right)
+        return _columns(node.left, row, agg) | _columns(node.right, row, agg)
     return set()
+
+
+def columns_of(node: Node) -> set[str]:
+    return _columns(node, True, True)
 
 
 def aggregated_columns(node: Node) -> set[str]:
-    """The columns read through an aggregate (the baselines)."""
-    if isinstance(node, Agg):
-        return {node.col}
-    if isinstance(node, Neg):
-        return aggregated_columns(node.arg)
-    if isinstance(node, BinOp):
-        return aggregated_columns(node.left) | aggregated_columns(node.right)
-    return set()
+    """The columns read through an aggregate (the per-rank baselines)."""
+    return _columns(node, False, True)
 
 
 def row_columns(node: Node) -> set[str]:
     """The columns read from the row itself (not through an aggregate)."""
-    if isinstance(node, Col):
-        return {node.name}
-    if isinstance(node, Neg):
-        return row_columns(node.arg)
-    if isinstance(node, BinOp):
-        return row_columns(node.left) | row_columns(node.right)
-    return set()
+    return _columns(node, True, False)
 
 
 def to_polars(node: Node, per: str, ref: Callable[[str], pl.Expr] = pl.col) -> pl.Expr:
