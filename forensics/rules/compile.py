@@ -6,7 +6,8 @@ unknown, e.g. a GPU_STATS line without the metric, neither extend nor break anyt
 each rank's time-ordered rows into *episodes*: maximal runs of consecutive rows that satisfy the
 condition. `sustain` keeps only episodes whose first-to-last sample span is long enough; a join
 keeps the primary episodes that, on the same rank, lie within `within` of an episode of every
-joined clause. Rules are collected one after another (their memory peaks would add up).
+joined clause. A clause's query runs over the rows forensics.rules.plan fetched for it (every row
+it reads on the ranks where it can match), in memory; with `census=False` over all the events.
 
 One rule gives at most one Finding, naming every rank it matched with the first and the worst
 evidence line. Must not reason across ranks (that is a pass) nor format reports.
@@ -14,12 +15,13 @@ evidence line. Must not reason across ranks (that is a pass) nor format reports.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 import polars as pl
 
 from ..report.fmt import clock, duration, iso, num, rank_phrase
 from ..report.model import Evidence, Finding
+from ..schema import EVENT_SCHEMA
 from . import expr as X
 from .spec import (
     EQ_OPS,
@@ -54,8 +56,11 @@ def _numeric_use(lf: Leaf) -> bool:
     return _is_num(lf.value)
 
 
-def _lhs(lf: Leaf) -> pl.Expr:
-    c = pl.col(lf.col)
+Ref = Callable[[str], pl.Expr]     # where a column's value is read from (pl.col, or a census's per-step value)
+
+
+def _lhs(lf: Leaf, ref: Ref = pl.col) -> pl.Expr:
+    c = ref(lf.col)
     kind = column_kind(lf.col)
     if lf.op == "bits":
         return c.cast(pl.Int64, strict=False)
@@ -66,23 +71,31 @@ def _lhs(lf: Leaf) -> pl.Expr:
     return c
 
 
-def _rhs(lf: Leaf, per: str) -> pl.Expr:
+def _rhs(lf: Leaf, per: str, ref: Ref = pl.col) -> pl.Expr:
     if lf.expr is not None:
-        return X.to_polars(lf.expr, per)
+        return X.to_polars(lf.expr, per, ref)
     return pl.lit(float(lf.value) if _numeric_use(lf) else lf.value)
 
 
-def compile_cond(c: Cond, per: str = "rank") -> pl.Expr:
-    """A condition tree as one boolean expression (Kleene logic: unknown stays unknown)."""
+def compile_cond(c: Cond, per: str = "rank", leaf: Callable[[Leaf], pl.Expr] | None = None) -> pl.Expr:
+    """A condition tree as one boolean expression (Kleene logic: unknown stays unknown).
+    `leaf` compiles the leaves instead of `compile_leaf` (the census bounds some of them)."""
     if isinstance(c, Group):
-        parts = [compile_cond(i, per) for i in c.items]
+        parts = [compile_cond(i, per, leaf) for i in c.items]
         if len(parts) == 1:
             return parts[0]
         return pl.all_horizontal(parts) if c.mode == "all" else pl.any_horizontal(parts)
-    lhs = _lhs(c)
+    return leaf(c) if leaf is not None else compile_leaf(c, per)
+
+
+def compile_leaf(c: Leaf, per: str = "rank", ref: Ref = pl.col) -> pl.Expr:
+    """One condition as a boolean expression: null where the row does not say (a missing value)."""
     op = c.op
+    if (cats := _categories(c)) is not None:
+        return _enum_leaf(c, ref(c.col), cats)
+    lhs = _lhs(c, ref)
     if op in ORDER_OPS or op in EQ_OPS:
-        rhs = _rhs(c, per)
+        rhs = _rhs(c, per, ref)
         return {
             "<": lhs < rhs, "<=": lhs <= rhs, ">": lhs > rhs, ">=": lhs >= rhs, "==": lhs == rhs, "!=": lhs != rhs,
         }[op]
@@ -107,6 +120,25 @@ def compile_cond(c: Cond, per: str = "rank") -> pl.Expr:
     raise AssertionError(op)
 
 
+def _categories(c: Leaf) -> list[str] | None:
+    """The categories of a fixed-vocabulary column (level) compared for (in)equality with text."""
+    dt = EVENT_SCHEMA.get(c.col)
+    if not isinstance(dt, pl.Enum) or c.op not in EQ_OPS + LIST_OPS or c.expr is not None:
+        return None
+    vals = c.value if c.op in LIST_OPS else [c.value]
+    return list(dt.categories) if all(isinstance(v, str) for v in vals) else None
+
+
+def _enum_leaf(c: Leaf, col: pl.Expr, cats: list[str]) -> pl.Expr:
+    """As the same test on the column cast to text, without casting every row: a value outside the
+    vocabulary is never equal, a null stays unknown."""
+    dtype = pl.Enum(cats)
+    vals = [v for v in (c.value if c.op in LIST_OPS else [c.value]) if v in cats]
+    inside = col.is_in(pl.lit(pl.Series(vals, dtype=dtype)).implode()) if vals else pl.lit(False)
+    inside = pl.when(col.is_null()).then(None).otherwise(inside)
+    return inside if c.op in ("==", "in") else ~inside
+
+
 def _margin(lf: Leaf | None, per: str) -> pl.Expr:
     """How far a row is past the threshold, relative to it: ranks the 'worst' row."""
     if lf is None:
@@ -120,36 +152,58 @@ def _value_columns(clause: Clause) -> list[str]:
     return [c for c in clause.columns() if c not in BASE]
 
 
+def uses_step(clause: Clause) -> bool:
+    return clause.by_step or (clause.sustain is not None and clause.sustain.unit == "steps")
+
+
+def step_values(clause: Clause) -> list[str]:
+    """The numeric columns a `by = "step"` clause combines per step."""
+    return [c for c in clause.columns() if c not in BASE and c != "step" and column_kind(c) in ("int", "float")]
+
+
+def dyn_columns(clause: Clause) -> dict[str, pl.Expr]:
+    """extra.KEY / fields.KEY columns of the clause, each read out of its JSON column."""
+    return {c: pl.col(src[0]).str.json_path_match(f"$.{src[1]}").alias(c)
+            for c in clause.columns() if (src := dyn_source(c)) is not None}
+
+
+def needed_columns(clause: Clause) -> list[str]:
+    """The stored columns a clause reads (JSON columns for its extra.KEY / fields.KEY)."""
+    cols = clause.columns()
+    real = [c for c in cols if dyn_source(c) is None]
+    sources = sorted({src[0] for c in cols if (src := dyn_source(c)) is not None})
+    need = list(dict.fromkeys(BASE + (["step"] if uses_step(clause) else []) + real + sources))
+    if clause.by_step and "message" not in real:
+        need.remove("message")
+    return need
+
+
+def row_filter(clause: Clause) -> pl.Expr:
+    """Whether a row is one the clause looks at (over rows holding its extra.KEY columns):
+    the one place that says it, for the rule's own query and for the census (forensics.rules.plan)."""
+    # An event without a rank cannot be placed on a rank's timeline; the log-hygiene pass
+    # reports such events, a per-rank rule must not guess one.
+    keep = [pl.col("rank").is_not_null()]
+    if clause.events:
+        keep.append(pl.col("event").is_in(list(clause.events)))
+    if uses_step(clause):
+        keep.append(pl.col("step").is_not_null())
+    if clause.by_step or clause.sustain is not None or clause.key.startswith("join"):
+        # A line without a time (console text) cannot be placed in a window or a step's span.
+        keep.append(pl.col("timestamp").is_not_null())
+    if clause.by_step and (values := step_values(clause)):
+        # a line of the step that carries none of the values adds nothing, and is not cited
+        keep.append(pl.any_horizontal([pl.col(c).is_not_null() for c in values]))
+    return pl.all_horizontal(keep) if len(keep) > 1 else keep[0]
+
+
 def _prepared(events: pl.LazyFrame, clause: Clause) -> pl.LazyFrame:
     """The rows a clause looks at, with only the columns it needs (and per-step sums)."""
     cols = clause.columns()
-    uses_step = clause.by_step or (clause.sustain is not None and clause.sustain.unit == "steps")
-    real = [c for c in cols if dyn_source(c) is None]
-    sources = sorted({dyn_source(c)[0] for c in cols if dyn_source(c) is not None})  # type: ignore[index]
-    need = list(dict.fromkeys(BASE + (["step"] if uses_step else []) + real + sources))
-    if clause.by_step and "message" not in real:
-        need.remove("message")
-    lf = events
-    if clause.events:
-        lf = lf.filter(pl.col("event").is_in(list(clause.events)))
-    # An event without a rank cannot be placed on a rank's timeline; the log-hygiene pass
-    # reports such events, a per-rank rule must not guess one.
-    lf = lf.filter(pl.col("rank").is_not_null()).select(need)
-    dyn = [c for c in cols if dyn_source(c) is not None]
-    if dyn:
-        lf = lf.with_columns(
-            [pl.col(dyn_source(c)[0]).str.json_path_match(f"$.{dyn_source(c)[1]}").alias(c) for c in dyn]  # type: ignore[index]
-        )
-    if uses_step:
-        lf = lf.filter(pl.col("step").is_not_null())
-    if clause.by_step or clause.sustain is not None or clause.key.startswith("join"):
-        # A line without a time (console text) cannot be placed in a window or a step's span.
-        lf = lf.filter(pl.col("timestamp").is_not_null())
+    lf = events.select(needed_columns(clause)).filter(row_filter(clause))
+    if dyn := dyn_columns(clause):
+        lf = lf.with_columns(list(dyn.values()))
     if clause.by_step:
-        values = [c for c in cols if c not in BASE and c != "step" and column_kind(c) in ("int", "float")]
-        if values:
-            # a line of the step that carries none of the values adds nothing, and is not cited
-            lf = lf.filter(pl.any_horizontal([pl.col(c).is_not_null() for c in values]))
         last = pl.col("timestamp").arg_max()
         aggs: list[pl.Expr] = [pl.col("timestamp").max()]
         for c in ["event", "source_file", "line"]:
@@ -176,11 +230,13 @@ def episodes(events: pl.LazyFrame, clause: Clause) -> pl.LazyFrame:
     """One row per episode: rank, start, end, n, first and worst row (structs), steps."""
     per = clause.per
     primary = clause.primary()
-    has_step = clause.by_step or (clause.sustain is not None and clause.sustain.unit == "steps")
+    has_step = uses_step(clause)
     cond = compile_cond(clause.cond, per) if clause.cond is not None else pl.lit(True)
     rhs = _rhs(primary, per).cast(pl.Float64) if primary is not None else pl.lit(None, dtype=pl.Float64)
     lf = _prepared(events, clause).with_columns(_cond=cond, _margin=_margin(primary, per), _rhs=rhs)
-    lf = lf.filter(pl.col("_cond").is_not_null()).sort(per, "timestamp", "line", nulls_last=True)
+    # Two files of one rank can hold the same line number at the same time (or both none, console
+    # text): the file name decides, so that the order never depends on how rows were read.
+    lf = lf.filter(pl.col("_cond").is_not_null()).sort(per, "timestamp", "line", "source_file", nulls_last=True)
     brk = (pl.col(per) != pl.col(per).shift(1)) | (pl.col("_cond") != pl.col("_cond").shift(1))
     if clause.max_gap_s is not None:
         gap = (pl.col("timestamp") - pl.col("timestamp").shift(1)).dt.total_microseconds()
@@ -193,8 +249,9 @@ def episodes(events: pl.LazyFrame, clause: Clause) -> pl.LazyFrame:
         pl.col("timestamp").min().alias("start"),
         pl.col("timestamp").max().alias("end"),
         pl.len().alias("n"),
-        row.sort_by("timestamp", "line", nulls_last=True).first().alias("first"),
-        row.sort_by("_margin", "timestamp", "line", descending=[True, False, False], nulls_last=True).first().alias("worst"),
+        row.sort_by("timestamp", "line", "source_file", nulls_last=True).first().alias("first"),
+        row.sort_by("_margin", "timestamp", "line", "source_file", descending=[True, False, False, False],
+                    nulls_last=True).first().alias("worst"),
         pl.col("_margin").max().alias("margin"),
     ]
     if has_step:
@@ -208,10 +265,11 @@ def episodes(events: pl.LazyFrame, clause: Clause) -> pl.LazyFrame:
     return eps.rename({per: "rank"}) if per != "rank" else eps
 
 
-def _rule_query(events: pl.LazyFrame, rule: Rule) -> pl.LazyFrame:
-    eps = episodes(events, rule.clause).with_row_index("_ep")
+def rule_query(rule: Rule, rows: Callable[[Clause], pl.LazyFrame]) -> pl.LazyFrame:
+    """The rule's episodes (joined), over `rows(clause)`: the events each clause reads."""
+    eps = episodes(rows(rule.clause), rule.clause).with_row_index("_ep")
     for j, jc in enumerate(rule.joins):
-        other = episodes(events, jc).select(
+        other = episodes(rows(jc), jc).select(
             "rank", pl.col("start").alias("j_start"), pl.col("end").alias("j_end"),
             pl.struct(first="first", worst="worst", n="n", margin="margin").alias("j"),
         )
@@ -327,15 +385,33 @@ def _headline(rule: Rule, worst_ep: dict[str, Any], eps: list[dict[str, Any]]) -
 def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
     if df.is_empty():
         return None
-    eps = df.to_dicts()
     primary = rule.clause.primary()
     vcols = _value_columns(rule.clause)
-    worst_ep = max(eps, key=lambda e: (e["margin"] is not None, e["margin"] or 0.0)) if primary else eps[0]
-    ranks = sorted({e["rank"] for e in eps})
+    # Every episode's numbers, but the rows (first, worst, joined) only of the few cited: a rule
+    # matching on thousands of ranks would otherwise turn thousands of rows into dicts.
+    light = [c for c in df.columns if c not in ("first", "worst") and not c.startswith("join")]
+    fields = {f.name for f in df.schema["worst"].fields}  # type: ignore[attr-defined]
+    wv = (pl.col("worst").struct.field(primary.col) if primary is not None and primary.col in fields
+          else pl.lit(None)).alias("_worst_value")
+    eps = df.select(*light, wv).to_dicts()
+    rows: dict[int, dict[str, Any]] = {}
+
+    def full(i: int) -> dict[str, Any]:
+        if i not in rows:
+            rows[i] = df.row(i, named=True)
+        return rows[i]
+
+    def worst_of(idx: list[int]) -> int:
+        return max(idx, key=lambda i: (eps[i]["margin"] is not None, eps[i]["margin"] or 0.0)) if primary else idx[0]
+
+    worst_ep = full(worst_of(list(range(len(eps)))))
+    by_rank: dict[int, list[int]] = {}
+    for i, e in enumerate(eps):       # each rank's episodes, in the order of `eps` (by start)
+        by_rank.setdefault(e["rank"], []).append(i)
+    ranks = sorted(by_rank)
     per_rank: list[dict[str, Any]] = []
     for r in ranks:
-        mine = [e for e in eps if e["rank"] == r]
-        w = max(mine, key=lambda e: (e["margin"] is not None, e["margin"] or 0.0)) if primary else mine[0]
+        mine = [eps[i] for i in by_rank[r]]
         item: dict[str, Any] = {
             "rank": r, "episodes": len(mine), "samples": sum(e["n"] for e in mine),
             "first_seen": iso(_earliest(mine)), "last_seen": iso(_latest(mine)),
@@ -343,7 +419,7 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
         if rule.clause.sustain is not None:
             item["longest_s"] = round(max(_span_s(e) for e in mine), 3)
         if primary is not None:
-            item["worst"] = (w.get("worst") or {}).get(primary.col)
+            item["worst"] = eps[worst_of(by_rank[r])]["_worst_value"]
         per_rank.append(item)
 
     lines: list[Evidence] = []
@@ -355,7 +431,7 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
             seen.add((ev.source_file, ev.line))
             lines.append(ev)
 
-    first_ep = eps[0]
+    first_ep = full(0)
     cite(first_ep["first"], first_ep["rank"], vcols)
     cite(worst_ep["worst"], worst_ep["rank"], vcols)
     joined: list[dict[str, Any]] = []
@@ -367,9 +443,10 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
         joined.append({"condition": describe(jc), "samples": worst_ep.get(f"join{j}_n"),
                        "worst": _values(jv.get("worst"), jcols)})
     for r in ranks:
-        e = next(e for e in eps if e["rank"] == r)
-        cite(e["first"], r, vcols)
-    cite(eps[-1]["first"], eps[-1]["rank"], vcols)   # and the latest occurrence
+        if len(lines) >= MAX_LINES:
+            break
+        cite(full(by_rank[r][0])["first"], r, vcols)
+    cite(full(len(eps) - 1)["first"], eps[-1]["rank"], vcols)   # and the latest occurrence
 
     evidence: dict[str, Any] = {"condition": describe(rule.clause)}
     if primary is not None and primary.expr is not None and X.constant(primary.expr) is not None:
@@ -397,12 +474,24 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
     )
 
 
-def evaluate(events: pl.LazyFrame, rules: list[Rule]) -> list[Finding]:
-    """Every rule over the events; findings ordered by when they were first seen."""
+def evaluate(events: pl.LazyFrame, rules: list[Rule], *, census: bool = True) -> list[Finding]:
+    """Every rule over the events; findings ordered by when they were first seen.
+
+    With `census` (always, but in tests that hold it against the direct way), one query over the
+    events finds which rules can match on which ranks (forensics.rules.plan), one more reads the
+    rows of those, and each of those rules is evaluated over them in memory. Without it, each rule
+    is one query over all the events, as the rule's definition reads."""
     if not rules:
         return []
+    if census:
+        from .plan import candidate_rows
+
+        rows = candidate_rows(events, rules)
+        todo = [(r, rule_query(r, rw)) for r, rw in zip(rules, rows) if rw is not None]
+    else:
+        todo = [(r, rule_query(r, lambda _c: events)) for r in rules]
     # One rule at a time: collected together, the queries' peaks add up (3.0 GB on a 8.4 M-event
-    # store vs 1.5 GB one after another, for ~2 CPU s more of scanning).
-    frames = [_rule_query(events, r).collect() for r in rules]
-    found = [f for r, df in zip(rules, frames) if (f := _finding(r, df)) is not None]
+    # store vs 1.5 GB one after another, when each rule scanned the store).
+    frames = [q.collect() for _, q in todo]
+    found = [f for (r, _), df in zip(todo, frames) if (f := _finding(r, df)) is not None]
     return sorted(found, key=lambda f: (f.first_seen or "", f.rule))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import polars as pl
 
@@ -162,25 +163,43 @@ def constant(node: Node) -> float | None:
     return None
 
 
-def columns_of(node: Node) -> set[str]:
-    if isinstance(node, (Col, Agg)):
-        return {node.col if isinstance(node, Agg) else node.name}
+def _columns(node: Node, row: bool, agg: bool) -> set[str]:
+    """The columns the expression reads from the row itself (`row`) and/or through an aggregate."""
+    if isinstance(node, Col):
+        return {node.name} if row else set()
+    if isinstance(node, Agg):
+        return {node.col} if agg else set()
     if isinstance(node, Neg):
-        return columns_of(node.arg)
+        return _columns(node.arg, row, agg)
     if isinstance(node, BinOp):
-        return columns_of(node.left) | columns_of(node.right)
+        return _columns(node.left, row, agg) | _columns(node.right, row, agg)
     return set()
 
 
-def to_polars(node: Node, per: str) -> pl.Expr:
-    """Compile to a polars expression; aggregates are taken over the rows of the same `per` key."""
+def columns_of(node: Node) -> set[str]:
+    return _columns(node, True, True)
+
+
+def aggregated_columns(node: Node) -> set[str]:
+    """The columns read through an aggregate (the per-rank baselines)."""
+    return _columns(node, False, True)
+
+
+def row_columns(node: Node) -> set[str]:
+    """The columns read from the row itself (not through an aggregate)."""
+    return _columns(node, True, False)
+
+
+def to_polars(node: Node, per: str, ref: Callable[[str], pl.Expr] = pl.col) -> pl.Expr:
+    """Compile to a polars expression; aggregates are taken over the rows of the same `per` key.
+    `ref` names where a column's value is (a census reads per-step values under other names)."""
     if isinstance(node, Num):
         return pl.lit(node.value, dtype=pl.Float64)
     if isinstance(node, Col):
-        return pl.col(node.name).cast(pl.Float64)
+        return ref(node.name).cast(pl.Float64)
     if isinstance(node, Agg):
-        c = pl.col(node.col).cast(pl.Float64)
+        c = ref(node.col).cast(pl.Float64)
         return getattr(c, node.func)().over(per)
     if isinstance(node, Neg):
-        return -to_polars(node.arg, per)
-    return _ARITH[node.op](to_polars(node.left, per), to_polars(node.right, per))
+        return -to_polars(node.arg, per, ref)
+    return _ARITH[node.op](to_polars(node.left, per, ref), to_polars(node.right, per, ref))

@@ -151,12 +151,38 @@ class Clause:
 
 
 @dataclass(frozen=True)
+class ExampleEvent:
+    """One `events = [...]` entry of an example, checked: its columns, when, how many times."""
+
+    columns: dict[str, Any]
+    start: float                    # seconds after EXAMPLE_T0
+    every: float
+    repeat: int
+    increment: dict[str, float]
+
+
+@dataclass(frozen=True)
 class Example:
     key: str                        # "examples[0]"
     expect: str                     # "match" | "no_match"
     ranks: tuple[int, ...] | None
-    rows: tuple[dict[str, Any], ...]
+    events: tuple[ExampleEvent, ...]
     note: str = ""
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The example's events, one row per repetition: expanded when the example runs (`rules
+        check`), not each time a diagnosis loads the rules."""
+        rows: list[dict[str, Any]] = []
+        for ev in self.events:
+            for n in range(ev.repeat):
+                row = dict(ev.columns)
+                for c, d in ev.increment.items():
+                    row[c] = (row.get(c) or 0) + n * d
+                row.setdefault("timestamp", EXAMPLE_T0 + timedelta(seconds=ev.start + n * ev.every))
+                row.setdefault("rank", 0)
+                rows.append(row)
+        return rows
 
 
 @dataclass(frozen=True)
@@ -594,11 +620,11 @@ class _Parser:
             self.err("examples", "give at least one example with expect = \"match\" and one with expect = \"no_match\"")
         return tuple(out)
 
-    def example_rows(self, raw: Any, key: str) -> list[dict[str, Any]] | None:
+    def example_rows(self, raw: Any, key: str) -> list[ExampleEvent] | None:
         if not isinstance(raw, list) or not raw:
             self.err(key, "must be a non-empty list of events ({event = ..., col = value, ...})")
             return None
-        rows: list[dict[str, Any]] = []
+        rows: list[ExampleEvent] = []
         cursor = 0.0
         ok = True
         for i, ev in enumerate(raw):
@@ -635,13 +661,7 @@ class _Parser:
                 self.err(f"{k}.increment", "must be a table of numeric column = step per repetition")
                 ok = False
                 continue
-            for n in range(repeat):
-                row = dict(base)
-                for c, d in inc.items():
-                    row[c] = (row.get(c) or 0) + n * d
-                row.setdefault("timestamp", EXAMPLE_T0 + timedelta(seconds=start + n * every))
-                row.setdefault("rank", 0)
-                rows.append(row)
+            rows.append(ExampleEvent(base, start, every, repeat, inc))
             cursor = start + repeat * every
         return rows if ok else None
 

@@ -1,0 +1,258 @@
+"""Which rules can match, on which ranks, and the rows they then read: a rule set in two scans.
+
+Owns making a rule set cost two queries over the events whatever the number of rules and parts:
+1. the *census*, one aggregation over every row: per rank and per clause, how many rows satisfy
+   the condition and over what span of time / steps (by-step clauses combine each step first);
+2. for the rules that can match somewhere, one scan keeping the rows their clauses read (the
+   rows where their condition is known, or that feed a per-rank baseline or a per-step value), on
+   the ranks where they can match; evidence columns (file, message) come with those rows only.
+Each of those rules is then evaluated by forensics.rules.compile over its rows, in memory.
+
+Must not decide what a rule means: the rows given to a rule are every row its own query would
+read on those ranks (a rule looks at one rank at a time, so other ranks cannot change its
+result); the census only says where a rule CANNOT match. It is an upper bound, never a guess:
+where a value depends on other rows (a per-rank `median(...)`, a per-step text column) the
+condition is taken as true wherever it is known, and a `sustain` window is only required to fit
+between the first and last satisfying row of the rank (the episodes lie inside that span).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import polars as pl
+
+from . import expr as X
+from .compile import _lhs, compile_cond, compile_leaf, dyn_columns, needed_columns, row_filter, step_values
+from .spec import Clause, Cond, Leaf, Rule, column_kind
+
+Rows = Callable[[Clause], pl.LazyFrame]
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One clause of one rule, and the prefix of its census columns."""
+
+    name: str
+    rule: int
+    clause: Clause
+
+
+def _slots(rules: list[Rule]) -> list[_Slot]:
+    return [_Slot(f"_c{i}_{k}", i, c) for i, r in enumerate(rules) for k, c in enumerate((r.clause, *r.joins))]
+
+
+def _from_other_rows(lf: Leaf) -> bool:
+    """A condition whose value on a row depends on the rank's other rows (a per-rank baseline)."""
+    return lf.expr is not None and bool(X.aggregated_columns(lf.expr))
+
+
+def _operands_known(lf: Leaf) -> pl.Expr:
+    """The row holds every value the condition reads from it (its baselines aside)."""
+    cols = sorted(X.row_columns(lf.expr)) if lf.expr is not None else []
+    return pl.all_horizontal([_lhs(lf).is_not_null(), *[pl.col(c).is_not_null() for c in cols]])
+
+
+def _row_cond(clause: Clause) -> pl.Expr:
+    """The clause's condition on a row (a baseline is taken over the rows it is evaluated on)."""
+    return compile_cond(clause.cond, clause.per) if clause.cond is not None else pl.lit(True)
+
+
+def _can_be(c: Cond, per: str) -> tuple[pl.Expr, pl.Expr]:
+    """Whether the condition can be true, and whether it can be false, on a row (never null).
+    Exact without baselines; with one, a comparison whose row values are there can be either."""
+    if isinstance(c, Leaf):
+        if _from_other_rows(c):
+            k = _operands_known(c)
+            return k, k
+        v = compile_leaf(c, per)
+        return v.fill_null(False), (~v).fill_null(False)
+    parts = [_can_be(i, per) for i in c.items]
+    t, f = [p[0] for p in parts], [p[1] for p in parts]
+    if c.mode == "all":    # Kleene: true if every part is, false if one is
+        return pl.all_horizontal(t), pl.any_horizontal(f)
+    return pl.any_horizontal(t), pl.all_horizontal(f)
+
+
+def _known(clause: Clause) -> pl.Expr:
+    """True on every row where the clause's condition may be known (true or false): the rows that
+    decide where its episodes begin and end (an `any` of unknown and false is unknown)."""
+    if clause.cond is None:
+        return pl.lit(True)
+    t, f = _can_be(clause.cond, clause.per)
+    return t | f
+
+
+def _reads(clause: Clause) -> pl.Expr:
+    """The rows a (not per-step) clause's result depends on: where its condition may be known,
+    and where a column it takes a per-rank baseline of has a value."""
+    aggs = sorted({a for lf in clause.leaves() if lf.expr is not None for a in X.aggregated_columns(lf.expr)})
+    return pl.any_horizontal([_known(clause), *[pl.col(a).is_not_null() for a in aggs]]) if aggs else _known(clause)
+
+
+def _step_bound(clause: Clause, s: str) -> pl.Expr:
+    """A by-step clause's bound over the census's per-step values (named `{s}_v_{col}`)."""
+    exact = {"rank", "step", *step_values(clause)}
+
+    def ref(c: str) -> pl.Expr:
+        return pl.col(c) if c in ("rank", "step") else pl.col(f"{s}_v_{c}")
+
+    def leaf(lf: Leaf) -> pl.Expr:
+        cols = {lf.col, *(X.row_columns(lf.expr) if lf.expr is not None else ())}
+        if _from_other_rows(lf) or not cols <= exact:
+            # a baseline, or a value the census does not combine (a step's text, its last line)
+            return pl.lit(True)
+        return compile_leaf(lf, clause.per, ref)
+
+    cond = compile_cond(clause.cond, clause.per, leaf) if clause.cond is not None else pl.lit(True)
+    return (pl.col(f"{s}_e") & cond).fill_null(False)
+
+
+def _step_aggs(clause: Clause, s: str) -> list[pl.Expr]:
+    """Per (rank, step): whether the step has a row of the clause, and its values combined as
+    compile._prepared combines them (sums, means of floats, maxima of integers, last time)."""
+    aggs = [pl.col(f"{s}_m").any().alias(f"{s}_e"), pl.col(f"{s}_ts").max()]
+    for c in step_values(clause):
+        v = pl.col(f"{s}_v_{c}")
+        if c in clause.sums:
+            aggs.append(pl.when(v.count() > 0).then(v.sum()).alias(f"{s}_v_{c}"))
+        elif column_kind(c) == "float":
+            aggs.append(v.mean())
+        else:
+            aggs.append(v.max())
+    return aggs
+
+
+def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
+    """One row per rank where some clause can hold: for each clause `_c{rule}_{k}`, the number
+    `_n` of rows (or steps) satisfying its bound, and the first and last of them (`_lo`, `_hi`: in
+    time, or in steps for a `sustain` in steps). One scan: the per-row clauses and the per-step
+    clauses are two branches over the same rows, collected together."""
+    slots = _slots(rules)
+    dyn: dict[str, pl.Expr] = {}
+    for sl in slots:
+        dyn.update(dyn_columns(sl.clause))
+    steps = [sl for sl in slots if sl.clause.by_step]
+    # a per-rank baseline (median(...)) needs the rank's rows: such clauses get a branch of their own
+    based = [sl for sl in slots if not sl.clause.by_step and any(_from_other_rows(lf) for lf in sl.clause.leaves())]
+    rows = [sl for sl in slots if not sl.clause.by_step and sl not in based]
+    cols: list[pl.Expr] = []
+    raw: list[str] = []
+    for sl in based:
+        c = sl.clause
+        cols.append((row_filter(c) & _reads(c)).fill_null(False).alias(f"{sl.name}_k"))
+        raw += [*c.columns(), "timestamp", *(["step"] if c.sustain is not None and c.sustain.unit == "steps" else [])]
+    for sl in rows:
+        c, s = sl.clause, sl.name
+        t = (row_filter(c) & _row_cond(c)).fill_null(False)
+        cols.append(t.alias(f"{s}_t"))
+        if c.sustain is not None:
+            raw.append("timestamp" if c.sustain.unit == "s" else "step")
+    for sl in steps:
+        c, s = sl.clause, sl.name
+        m = row_filter(c).fill_null(False)
+        cols += [m.alias(f"{s}_m"), pl.when(m).then(pl.col("timestamp")).alias(f"{s}_ts")]
+        cols += [pl.when(m).then(pl.col(v)).alias(f"{s}_v_{v}") for v in step_values(c)]
+    lf = events.filter(pl.col("rank").is_not_null())
+    if dyn:
+        lf = lf.with_columns(list(dyn.values()))
+    # what the census reads of a row: its rank (and step), and a few booleans and numbers
+    raw = [c for c in dict.fromkeys(raw) if c != "rank" and not (c == "step" and steps)]
+    base = lf.select("rank", *(["step"] if steps else []), *raw, *cols)
+
+    def totals(sl: _Slot, at: str | None = None) -> list[pl.Expr]:
+        """How many rows (steps) hold, and the first and last of them (at `at`: when, or which step)."""
+        s, sus = sl.name, sl.clause.sustain
+        t = pl.col(f"{s}_t")
+        out = [t.sum().alias(f"{s}_n")]
+        if sus is not None:
+            when = pl.col(at or ("timestamp" if sus.unit == "s" else "step")).filter(t)
+            out += [when.min().alias(f"{s}_lo"), when.max().alias(f"{s}_hi")]
+        return out
+
+    branches: list[pl.LazyFrame] = []
+    if rows:
+        # only the rows where some clause holds: a few, in a run without faults
+        hits = base.filter(pl.any_horizontal([pl.col(f"{sl.name}_t") for sl in rows]))
+        branches.append(hits.group_by("rank").agg([e for sl in rows for e in totals(sl)]))
+    for sl in based:
+        # the rows the clause reads, in memory (its baseline over them, as compile.episodes takes it)
+        c = sl.clause
+        t = _row_cond(c).fill_null(False)
+        at = ["timestamp" if c.sustain.unit == "s" else "step"] if c.sustain is not None else []
+        mine = (base.filter(pl.col(f"{sl.name}_k")).select(list(dict.fromkeys(["rank", *c.columns(), *at])))
+                .with_columns(t.alias(f"{sl.name}_t")).filter(pl.col(f"{sl.name}_t")))
+        branches.append(mine.group_by("rank").agg(totals(sl)))
+    if steps:
+        per_step = (base.filter(pl.any_horizontal([pl.col(f"{sl.name}_m") for sl in steps]))
+                    .group_by("rank", "step").agg([e for sl in steps for e in _step_aggs(sl.clause, sl.name)]))
+        marks = [_step_bound(sl.clause, sl.name).alias(f"{sl.name}_t") for sl in steps]
+        totals_ = [e for sl in steps for e in totals(sl, f"{sl.name}_ts" if sl.clause.sustain and sl.clause.sustain.unit == "s" else "step")]
+        branches.append(per_step.with_columns(marks).group_by("rank").agg(totals_))
+    # collected together, the branches share one scan of the events
+    frames = pl.collect_all(branches, engine="streaming")
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.join(f, on="rank", how="full", coalesce=True)
+    return out.with_columns(pl.col(f"{sl.name}_n").fill_null(0) for sl in slots)
+
+
+def _can_match(counts: pl.DataFrame, s: str, clause: Clause) -> pl.Series:
+    """Per census row: whether the clause can have an episode on that rank."""
+    ok = counts.get_column(f"{s}_n") > 0
+    sus = clause.sustain
+    if sus is not None:
+        lo, hi = counts.get_column(f"{s}_lo"), counts.get_column(f"{s}_hi")
+        if sus.unit == "s":   # as compile.episodes compares an episode's span
+            ok = ok & ((hi - lo).dt.total_microseconds() >= int(sus.amount * 1e6))
+        else:
+            ok = ok & ((hi - lo) >= sus.amount)
+    return ok.fill_null(False)
+
+
+def candidate_rows(events: pl.LazyFrame, rules: list[Rule]) -> list[Rows | None]:
+    """For each rule: None when it cannot match anywhere, else where each of its clauses finds
+    its rows (an in-memory frame read in one scan shared by every rule that can match)."""
+    counts = census(events, rules)
+    slots = _slots(rules)
+    by_rule: dict[int, list[_Slot]] = {}
+    for sl in slots:
+        by_rule.setdefault(sl.rule, []).append(sl)
+    cand: dict[int, list[int]] = {}
+    for i, sls in by_rule.items():
+        ok = pl.Series([True] * counts.height, dtype=pl.Boolean)
+        for sl in sls:        # a joined rule matches only where every clause has an episode
+            ok = ok & _can_match(counts, sl.name, sl.clause)
+        if ranks := counts.get_column("rank").filter(ok).to_list():
+            cand[i] = ranks
+    if not cand:
+        return [None] * len(rules)
+
+    live = [sl for sl in slots if sl.rule in cand]
+    dyn: dict[str, pl.Expr] = {}
+    need: list[str] = []
+    for sl in live:
+        dyn.update(dyn_columns(sl.clause))
+        need += needed_columns(sl.clause)
+    need = list(dict.fromkeys(need))
+    flags: list[pl.Expr] = []
+    for sl in live:
+        c = sl.clause
+        keep = row_filter(c) if c.by_step else row_filter(c) & _reads(c)
+        keep = keep & pl.col("rank").is_in(cand[sl.rule])
+        flags.append(keep.fill_null(False).alias(f"{sl.name}_in"))
+    lf = events
+    if dyn:
+        lf = lf.with_columns(list(dyn.values()))
+    lf = lf.with_columns(flags).filter(pl.any_horizontal([pl.col(f"{sl.name}_in") for sl in live]))
+    texts = [pl.col(f"{sl.name}_in") for sl in live if not sl.clause.by_step]
+    if "message" in need and texts:
+        # a by-step clause never reads a line's text: keep it only for the rows that may cite it
+        lf = lf.with_columns(pl.when(pl.any_horizontal(texts)).then(pl.col("message")).alias("message"))
+    frame = lf.select(*need, *[f"{sl.name}_in" for sl in live]).collect(engine="streaming")
+
+    def rows_of(i: int) -> Rows:
+        flag = {sl.clause.key: f"{sl.name}_in" for sl in by_rule[i]}
+        return lambda c: frame.lazy().filter(pl.col(flag[c.key]))
+
+    return [rows_of(i) if i in cand else None for i in range(len(rules))]
