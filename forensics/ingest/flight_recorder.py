@@ -146,6 +146,23 @@ def loads_dump(data: bytes, where: str = "<bytes>") -> dict[str, Any]:
     return obj
 
 
+def loads_any_dump(data: bytes, where: str = "<bytes>") -> dict[str, Any]:
+    """A dump in either form the recorder writes: the pickle (`_dump_nccl_trace`, the default on
+    timeout) or the JSON (`_dump_nccl_trace_json`: the same keys). ForensicsError if neither."""
+    if data.lstrip()[:1] == b"{":
+        try:
+            obj = orjson.loads(data)
+            _check_types(obj)
+        except Exception as e:  # noqa: BLE001 - untrusted bytes: any failure is "not a dump"
+            raise ForensicsError("cannot read flight recorder dump", where=where,
+                                 reason=f"not a JSON dump: {e}", code=UNREADABLE) from None
+        if not isinstance(obj, dict):
+            raise ForensicsError("cannot read flight recorder dump", where=where,
+                                 reason=f"top level is {type(obj).__name__}, not an object", code=UNREADABLE)
+        return obj
+    return loads_dump(data, where)
+
+
 def _pg_ranks(value: Any) -> list[int]:
     """pg_config ranks: a list, or the string "[0, 1, 2]" the recorder writes."""
     if isinstance(value, (list, tuple)):
