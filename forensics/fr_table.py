@@ -200,6 +200,18 @@ def is_dump_name(path: str) -> bool:
     return DUMP_NAME.search(Path(path).name) is not None
 
 
+def dump_sources(sources: Iterable[dict[str, Any]]) -> list[str]:
+    """The dump files among a store's sources (its manifest): those read as Flight Recorder dumps,
+    and those named like a dump that were empty or unrecognised (an empty or corrupt dump), when
+    they are still on disk."""
+    out = []
+    for s in sources:
+        p, fmt = str(s.get("path")), s.get("format")
+        if (fmt == "flight_recorder" or (fmt in ("empty", "console") and is_dump_name(p))) and os.path.isfile(p):
+            out.append(p)
+    return out
+
+
 def dump_files(paths: Iterable[str]) -> list[str]:
     """The files among `paths` (files, directories, globs) that are dumps: named like one (so an
     empty or corrupt dump is still listed) or starting like a pickle."""
@@ -258,6 +270,9 @@ def read_dump(path: str) -> tuple[Dump, dict[str, Any] | None]:
         dump = loads_any_dump(data, where=path)
     except ForensicsError as e:
         return Dump(path, prank, _host(path, None), "corrupt", e.reason or e.what, rank_source="path"), None
+    if not {"entries", "pg_config", "pg_status"} & set(map(str, dump)):
+        return Dump(path, prank, _host(path, None), "corrupt", "not a Flight Recorder dump (no entries, pg_config or "
+                    "pg_status)", rank_source="path"), None
     r = dump.get("rank")
     rank, source = (r, "record") if isinstance(r, int) and not isinstance(r, bool) and r >= 0 else (prank, "path")
     entries = dump.get("entries")
@@ -383,7 +398,15 @@ def _minority(cells: list[Cell], key: Any, kind: str) -> tuple[list[int], str | 
 def build(paths: Iterable[str]) -> FrTable:
     """The table for the dump files among `paths` (files, directories, globs). A path that names
     nothing is a ForensicsError (NO_INPUT); a file that is not a usable dump is listed."""
+    paths = list(paths)
     files = dump_files(paths)
+    if not files:
+        from .errors import NO_INPUT
+
+        raise ForensicsError(f"no Flight Recorder dumps among {', '.join(paths)}", where=paths[0] if paths else None,
+                             reason="no file is named like a dump (nccl_trace_rank_N, _dump_N) or starts like a pickle",
+                             help="give the folder TORCH_NCCL_DEBUG_INFO_TEMP_FILE (or TORCH_FR_DUMP_TEMP_FILE) pointed at",
+                             code=NO_INPUT)
     loaded: list[tuple[Dump, dict[str, Any] | None]] = [read_dump(f) for f in files]
     return build_from(loaded)
 
@@ -532,5 +555,5 @@ def dumps_summary(table: FrTable) -> list[str]:
     return out
 
 
-__all__ = ["FrTable", "Line", "Cell", "Dump", "Group", "build", "build_from", "read_dump", "dump_files", "select",
+__all__ = ["FrTable", "Line", "Cell", "Dump", "Group", "build", "build_from", "read_dump", "dump_files", "dump_sources", "select",
            "fmt_sizes", "ranks_text", "op_type", "dumps_summary"]
