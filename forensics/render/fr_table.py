@@ -115,7 +115,7 @@ def render_text(table: FrTable, lines: list[Line], console: Console, *, all_line
         console.print(f"no mismatch: {len(table.lines)} line(s) in {len(table.groups)} process group(s) agree, "
                       "every member present" + ("" if all_lines else " (--all lists them)"), markup=False, highlight=False)
     for n in notes(table):
-        console.print(n, markup=False, highlight=False, soft_wrap=True)
+        console.print(n, markup=False, highlight=False)
 
 
 def report_block(report: Any) -> str | None:
@@ -138,7 +138,8 @@ def text_block(table: FrTable, width: int = 80, limit: int = 12) -> str:
     return console.export_text().rstrip("\n")
 
 
-def render_json(table: FrTable, lines: list[Line], out: TextIO = sys.stdout) -> None:
+def render_json(table: FrTable, lines: list[Line], out: TextIO | None = None) -> None:
+    out = out or sys.stdout     # looked up when called: a caller may have replaced stdout
     out.write(json.dumps(table.to_json(lines), indent=1, default=str))
     out.write("\n")
 
@@ -161,8 +162,8 @@ def csv_rows(table: FrTable, lines: list[Line]) -> list[dict[str, Any]]:
     return rows
 
 
-def render_csv(table: FrTable, lines: list[Line], out: TextIO = sys.stdout) -> None:
-    w = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+def render_csv(table: FrTable, lines: list[Line], out: TextIO | None = None) -> None:
+    w = csv.DictWriter(out or sys.stdout, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
     w.writerows(csv_rows(table, lines))
 
