@@ -376,7 +376,8 @@ def _show(kind: str, c: Cell) -> str:
     if kind == "size":
         return f"in {fmt_sizes(c.input_sizes)} out {fmt_sizes(c.output_sizes)}"
     if kind == "dtype":
-        return f"{'/'.join(sorted(set(c.input_dtypes)))} -> {'/'.join(sorted(set(c.output_dtypes)))}"
+        i, o = "/".join(sorted(set(c.input_dtypes))), "/".join(sorted(set(c.output_dtypes)))
+        return i if i == o or not o else f"{i} -> {o}"
     return str(c.state)
 
 

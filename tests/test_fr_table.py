@@ -174,3 +174,14 @@ def test_text_block_is_plain_and_bounded(tmp_path: Path) -> None:
     block = text_block(t, width=80, limit=5)
     assert "more line(s): forensics fr-table" in block and max(len(x) for x in block.splitlines()) <= 80
     assert len(csv_rows(t, t.lines)) >= 8 * 40
+
+
+def test_readme_example_is_what_the_command_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("    $ COLUMNS=80 forensics fr-table frdemo\n", 1)[1].split("\n\n", 1)[0]
+    shown = [x[4:].rstrip() for x in block.splitlines()]
+    monkeypatch.chdir(tmp_path)
+    write_set(Path("frdemo"), make_dumps(8, 12, behind={3: 1}, swap_dtype={5: 11}), per_host=4, empty={6}, corrupt={2})
+    r = runner.invoke(app, ["fr-table", "frdemo"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert [x.rstrip() for x in r.stdout.splitlines()] == shown

@@ -71,7 +71,7 @@ def _rows(lines: list[Line]) -> tuple[list[list[Any]], list[str]]:
         size = fmt_sizes(lead.input_sizes)
         if len({fmt_sizes(c.input_sizes) for c in agree}) > 1:
             size += " (varies)"
-        gone = ranks_text(ln.missing) + (f" (+{ranks_text(ln.no_dump)} no dump)" if ln.no_dump else "")
+        gone = ranks_text(ln.missing)     # ranks without a usable dump are named once, under the table
         rows.append([ln.pg, ln.desc or "", str(ln.seq) + (" p2p" if ln.p2p else ""), _short_op(lead.op), size,
                      _dtype(lead), lead.state or "", ranks_text(c.rank for c in agree), gone,
                      ln.problem or "", cite(lead)])
