@@ -30,6 +30,7 @@ Domain facts relied on:
 """
 from __future__ import annotations
 
+import gc
 import math
 import os
 import re
@@ -68,7 +69,7 @@ class Dump:
     rank_source: str | None = None   # record (the dump's own field) | path
 
 
-@dataclass
+@dataclass(slots=True)
 class Cell:
     """What one rank recorded for one line: one entry, or the entries of a coalesced collective."""
 
@@ -303,6 +304,13 @@ def _frame(e: dict[str, Any]) -> str | None:
 def _cell(rank: int, path: str, idx: int, es: list[dict[str, Any]]) -> Cell:
     """One cell of a rank's entries sharing a number (several: a coalesced collective)."""
     e0 = es[0]
+    t = e0.get("time_created_ns")
+    rid = e0.get("record_id")
+    if len(es) == 1:   # the common case: no concatenation
+        return Cell(rank, str(e0.get("profiling_name")), _list(e0.get("input_sizes")), _list(e0.get("output_sizes")),
+                    [str(x) for x in _list(e0.get("input_dtypes"))], [str(x) for x in _list(e0.get("output_dtypes"))],
+                    e0.get("state"), path, idx, rid if isinstance(rid, int) else None,
+                    t if isinstance(t, int) else None, _frame(e0))
     names = [str(e.get("profiling_name")) for e in es]
     op = names[0] if len(names) == 1 else " + ".join(names)
 
@@ -313,11 +321,13 @@ def _cell(rank: int, path: str, idx: int, es: list[dict[str, Any]]) -> Cell:
             out.extend(v if isinstance(v, list) else [] if v is None else [v])
         return out
 
-    t = e0.get("time_created_ns")
-    rid = e0.get("record_id")
     return Cell(rank, op, cat("input_sizes"), cat("output_sizes"), [str(x) for x in cat("input_dtypes")],
                 [str(x) for x in cat("output_dtypes")], es[-1].get("state"), path, idx,
                 rid if isinstance(rid, int) else None, t if isinstance(t, int) else None, _frame(e0))
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [] if v is None else [v]
 
 
 def _numel(sizes: list[Any]) -> int:
@@ -408,95 +418,119 @@ def build(paths: Iterable[str]) -> FrTable:
                              reason="no file is named like a dump (nccl_trace_rank_N, _dump_N) or starts like a pickle",
                              help="give the folder TORCH_NCCL_DEBUG_INFO_TEMP_FILE (or TORCH_FR_DUMP_TEMP_FILE) pointed at",
                              code=NO_INPUT)
-    loaded: list[tuple[Dump, dict[str, Any] | None]] = [read_dump(f) for f in files]
-    return build_from(loaded)
+    return build_from(read_dump(f) for f in files)     # one dump in memory at a time
 
 
-def build_from(loaded: list[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
-    """The table for dumps already read (read_dump); tests and the diagnose pass call this too."""
+def build_from(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
+    """The table for dumps as read_dump returns them (an iterable: each dump is reduced to its
+    cells and dropped before the next is read, so memory follows the table, not the dumps).
+    A rank dumped twice keeps its first dump; the other is listed as a duplicate."""
+    # Hundreds of thousands of small objects stay alive until the end and none of them forms a
+    # cycle: the cyclic collector would walk them all again and again (measured: most of the
+    # time on 1,024 dumps), so it is paused while the table is built.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(loaded)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
     dumps: list[Dump] = []
-    usable: dict[int, tuple[Dump, dict[str, Any]]] = {}
-    for d, dump in sorted(loaded, key=lambda x: (x[0].rank is None, x[0].rank or 0, x[0].path)):
-        if dump is not None and d.rank is not None:
-            if d.rank in usable:
-                d.status, d.reason = "duplicate", f"rank {d.rank} also dumped to {usable[d.rank][0].path}"
-            else:
-                usable[d.rank] = (d, dump)
-        dumps.append(d)
-
-    # groups: name -> ranks as each dump's own pg_config says (a name with two rank sets, as
-    # split_group can make, becomes two groups "name@first-rank")
-    sets: dict[str, set[tuple[int, ...]]] = defaultdict(set)
+    usable: set[int] = set()
+    first_path: dict[int, str] = {}
+    # a group is (name, ranks as the dump's own pg_config says): split_group can give one name
+    # two rank sets; such a name is shown as "name@first-rank"
+    # Rank sets are numbered once (rset_id): a tuple's hash is not cached, and hashing a
+    # 1,024-rank tuple for every entry made the build quadratic in the world size.
+    rset_id: dict[tuple[int, ...], int] = {(): 0}
+    rsets: list[tuple[int, ...]] = [()]
+    sets: dict[str, set[int]] = defaultdict(set)
     descs: dict[str, str | None] = {}
-    for _, dump in usable.values():
+    table: dict[tuple[str, int, bool, int], dict[int, Cell]] = defaultdict(dict)
+    last: dict[int, dict[tuple[str, int], int]] = defaultdict(dict)
+    oldest: dict[int, int] = {}
+    seen_members: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for d, dump in loaded:
+        dumps.append(d)
+        if dump is None or d.rank is None:
+            continue
+        rank = d.rank
+        if rank in usable:
+            d.status, d.reason = "duplicate", f"rank {rank} also dumped to {first_path[rank]}"
+            continue
+        usable.add(rank)
+        first_path[rank] = d.path
+        own: dict[str, int] = {}
         cfg = dump.get("pg_config")
         if isinstance(cfg, dict):
             for name, spec in cfg.items():
                 if isinstance(spec, dict):
-                    sets[str(name)].add(tuple(sorted(_pg_ranks(spec.get("ranks")))))
-                    descs.setdefault(str(name), spec.get("desc") if isinstance(spec.get("desc"), str) else None)
-
-    def gkey(name: str, rank: int) -> str:
-        opts = sets.get(name)
-        if not opts or len(opts) == 1:
-            return name
-        mine = [s for s in opts if rank in s]
-        return f"{name}@{mine[0][0]}" if mine else name
-
-    groups: dict[str, Group] = {}
-    for name, opts in sets.items():
-        for rs in opts:
-            k = name if len(opts) == 1 else f"{name}@{rs[0] if rs else '?'}"
-            groups[k] = Group(k, descs.get(name), list(rs))
-
-    # cells per (group, p2p, number) and each rank's last enqueued number per group
-    table: dict[tuple[str, bool, int], dict[int, Cell]] = defaultdict(dict)
-    last: dict[int, dict[str, int]] = defaultdict(dict)
-    oldest: dict[int, int] = {}
-    seen_members: dict[str, set[int]] = defaultdict(set)
-    for rank, (d, dump) in usable.items():
-        path = d.path
-        pg_of_id: dict[str, str] = {}
-        pending: dict[tuple[str, bool, int], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+                    rs = tuple(sorted(_pg_ranks(spec.get("ranks"))))
+                    if rs not in rset_id:
+                        rset_id[rs] = len(rsets)
+                        rsets.append(rs)
+                    own[str(name)] = rset_id[rs]
+                    sets[str(name)].add(rset_id[rs])
+                    desc = spec.get("desc")
+                    descs.setdefault(str(name), desc if isinstance(desc, str) else None)
+        pg_of_id: dict[str, tuple[str, int]] = {}
+        pending: dict[tuple[str, int, bool, int], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+        mine = last[rank]
         for i, e in enumerate(dump.get("entries") or [], start=1):
             if not isinstance(e, dict):
                 continue
             pg = e.get("process_group")
-            name = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(pg) if isinstance(pg, str) else None
+            name = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else pg if isinstance(pg, str) else None
             if name is None:
                 continue
-            key = gkey(name, rank)
-            if key not in groups:
-                desc = str(pg[1]) if isinstance(pg, (list, tuple)) and len(pg) > 1 else None
-                groups[key] = Group(key, desc, [])
-            seen_members[key].add(rank)
+            g = (name, own.get(name, 0))
+            if name not in descs and isinstance(pg, (list, tuple)) and len(pg) > 1:
+                descs[name] = str(pg[1])
+            seen_members[g].add(rank)
             if "pg_id" in e:
-                pg_of_id[str(e["pg_id"])] = key
+                pg_of_id[str(e["pg_id"])] = g
             p2p = bool(e.get("is_p2p"))
             seq = e.get("p2p_seq_id" if p2p else "collective_seq_id")
             if not isinstance(seq, int):
                 continue
-            pending[(key, p2p, seq)].append((i, e))
-            if not p2p:
-                last[rank][key] = max(last[rank].get(key, -1), seq)
+            pending[(*g, p2p, seq)].append((i, e))
+            if not p2p and seq > mine.get(g, -1):
+                mine[g] = seq
             t = e.get("time_created_ns")
-            if isinstance(t, int):
-                oldest[rank] = min(oldest.get(rank, t), t)
+            if isinstance(t, int) and (rank not in oldest or t < oldest[rank]):
+                oldest[rank] = t
         for k, es in pending.items():
-            table[k][rank] = _cell(rank, path, es[0][0], [e for _, e in es])
+            table[k][rank] = _cell(rank, d.path, es[0][0], [e for _, e in es])
         status = dump.get("pg_status")
         if isinstance(status, dict):
             for pg_id, st in status.items():
-                key = pg_of_id.get(str(pg_id))
+                g = pg_of_id.get(str(pg_id))
                 v = st.get("last_enqueued_collective") if isinstance(st, dict) else None
-                if key is not None and isinstance(v, int):
-                    last[rank][key] = max(last[rank].get(key, -1), v)
+                if g is not None and isinstance(v, int) and v > mine.get(g, -1):
+                    mine[g] = v
+        del dump, pending
 
-    expected = sorted({r for g in groups.values() for r in g.ranks} | set(usable))
+    def key_of(name: str, rid: int) -> str:
+        rs = rsets[rid]
+        return name if len(sets.get(name, ())) <= 1 else f"{name}@{rs[0] if rs else '?'}"
+
+    groups: dict[str, Group] = {}
+    for name, opts in sets.items():
+        for rid in opts:
+            groups[key_of(name, rid)] = Group(key_of(name, rid), descs.get(name), list(rsets[rid]))
+    for name, rid in seen_members:
+        groups.setdefault(key_of(name, rid), Group(key_of(name, rid), descs.get(name), []))
+    dumps.sort(key=lambda x: (x.rank is None, x.rank or 0, x.path))
+
+    expected = sorted({r for g in groups.values() for r in g.ranks} | usable)
     lines: list[Line] = []
-    for (key, p2p, seq), cells in table.items():
+    for (name, rid, p2p, seq), cells in table.items():
+        key = key_of(name, rid)
         g = groups[key]
-        members = g.ranks or sorted(seen_members[key])
+        members = g.ranks or sorted(seen_members[(name, rid)])
         ln = Line(key, g.desc, seq, p2p, [cells[r] for r in sorted(cells)], members)
         if not p2p:
             t0 = ln.time_ns
@@ -506,7 +540,7 @@ def build_from(loaded: list[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
                 if m not in usable:
                     ln.no_dump.append(m)
                     continue
-                top = last[m].get(key)
+                top = last[m].get((name, rid))
                 if top is None:
                     # nothing of this group in m's buffer: if the buffer starts after the line was
                     # created, it would not hold it anyway (clocks of different hosts may differ)
