@@ -20,20 +20,10 @@ from forensics.cli import app
 from forensics.render.fr_table import csv_rows, text_block
 
 from fr_dumps import make_dumps, write_set
+from test_realdata_diagnosis import reference   # reference_output.txt rows, read one way for all tests
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "flight_recorder"
 runner = CliRunner()
-
-
-def reference(d: Path) -> list[dict]:
-    """reference_output.txt rows: PGID | Process Group Desc | Op Type | Size | Dtype | Missing Ranks."""
-    rows = []
-    for line in (d / "reference_output.txt").read_text().splitlines()[1:]:
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) >= 6 and cells[0].isdigit():
-            rows.append({"pg": cells[0], "desc": cells[1].split(",")[0], "op": cells[2], "size": cells[3],
-                         "dtype": cells[4], "missing": sorted(int(r) for r in cells[5].split(","))})
-    return rows
 
 
 @pytest.mark.parametrize("case", ["gpu_error_1st", "lock_gil_1st"])
