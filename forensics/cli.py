@@ -595,6 +595,27 @@ def export_perfetto(
               f"host track(s), {span}, {summary.bytes / 1e6:.1f} MB", markup=False, highlight=False)
 
 
+class FrFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@app.command("fr-table")
+def fr_table(
+    paths: list[str] = typer.Argument(..., metavar="DUMPS...", help="Flight Recorder dump files, folders or quoted globs (nccl_trace_rank_N, _dump_N; pickle or JSON)."),
+    fmt: FrFormat = typer.Option(FrFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (every field) or csv (one row per line and rank)"),
+    pg: Optional[str] = typer.Option(None, "--pg", metavar="NAME", help="Only this process group (its name, e.g. 74, or its desc)."),
+    all_lines: bool = typer.Option(False, "--all", help="Every line, not only those where the ranks disagree or some never joined."),
+) -> None:
+    """Flight Recorder dumps as one table: per process group and collective number, each rank's op, sizes, dtypes and state; missing ranks; the first mismatch; dumps absent, empty or corrupt."""
+    from .fr_table import build, select
+    from .render.fr_table import render
+
+    table = build(paths)
+    render(table, select(table, pg=pg, all_lines=all_lines), fmt.value, _table_console(), all_lines=all_lines)
+
+
 def main() -> None:
     try:
         app()

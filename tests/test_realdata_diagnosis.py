@@ -59,7 +59,7 @@ def reference(d: Path) -> list[dict]:
         cells = [c.strip() for c in line.split("|")]
         if len(cells) >= 6 and cells[0].isdigit():
             rows.append({"pg": cells[0], "desc": cells[1].split(",")[0], "op": cells[2], "dtype": cells[4],
-                         "missing": sorted(int(r) for r in cells[5].split(","))})
+                         "missing": sorted(int(r) for r in cells[5].split(",")), "size": cells[3]})
     return rows
 
 

@@ -36,7 +36,6 @@ from .jsonl import Block, rejects_frame
 MAX_DUMP_BYTES = 64 << 20     # real dumps are a few MiB (a 2,000-entry ring buffer with stacks)
 MAX_VALUES = 2_000_000        # values in the dump counted as a tree (a shared value once per use)
 MAX_DEPTH = 100               # nesting (real dumps: < 10; orjson stops at 255)
-_ALLOWED = (dict, list, tuple, str, bytes, int, float, bool, type(None))
 
 # Element sizes of the dtype names the recorder writes (c10 ScalarType names).
 DTYPE_BYTES: dict[str, int] = {
@@ -57,60 +56,68 @@ class SafeUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refused persistent id")
 
 
+_SCALARS = frozenset({str, bytes, int, float, bool, type(None)})
+_CONTAINERS = (dict, list, tuple)
+
+
 def _check_types(obj: Any) -> None:
-    """Walk the loaded value (iteratively: dumps can be deep) and refuse any other type, and any
-    value that is too big or too deep *as a tree*.
+    """Walk the loaded value and refuse any other type, and any value that is too big or too deep
+    *as a tree*.
 
     Without find_class a pickle can still build sets, frozensets and bytearrays from opcodes;
     none of them belongs in a dump. The pickle memo lets a 500-byte file share one tuple 60
     levels deep: loaded it is small, but every later walk (repr, JSON, the event builder) sees
     2**60 values. So each container's tree size and depth are computed once (memoised by
     identity, post-order) and the load is refused past MAX_VALUES or MAX_DEPTH: what is
-    accepted is bounded for every walk after this one.
+    accepted is bounded for every walk after this one. The recursion is bounded by MAX_DEPTH
+    (refused on the way down); a container of scalars only (most of a dump) is checked with one
+    set of its element types rather than element by element.
     """
-    size: dict[int, int] = {}
-    depth: dict[int, int] = {}
+    if type(obj) in _SCALARS:
+        return
+    if type(obj) not in _CONTAINERS:
+        raise pickle.UnpicklingError(f"refused value of type {type(obj).__name__}")
+    memo: dict[int, tuple[int, int]] = {}
     keep: list[Any] = []  # holds the walked containers so ids stay unique during the walk
-    stack: list[tuple[Any, bool, int]] = [(obj, False, 1)]
-    while stack:
-        o, done, level = stack.pop()
-        t = type(o)
-        if t not in _ALLOWED:
-            raise pickle.UnpicklingError(f"refused value of type {t.__name__}")
-        if t not in (dict, list, tuple):
+    _walk(obj, 1, memo, keep)
+
+
+def _walk(o: Any, level: int, memo: dict[int, tuple[int, int]], keep: list[Any]) -> tuple[int, int]:
+    """(tree size, depth) of container `o`; raises UnpicklingError as _check_types says."""
+    i = id(o)
+    got = memo.get(i)
+    if got is not None:
+        if got[0] < 0:
+            raise pickle.UnpicklingError("a value that contains itself")
+        return got
+    if level > MAX_DEPTH:
+        raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
+    memo[i] = (-1, 0)  # in progress (a cycle through the memo is refused above)
+    keep.append(o)
+    parts = (o.keys(), o.values()) if type(o) is dict else (o,)
+    n, d = 1, 0
+    for kids in parts:
+        types = set(map(type, kids))
+        n += len(kids)
+        if types <= _SCALARS:
             continue
-        i = id(o)
-        kids = [*o.keys(), *o.values()] if t is dict else o
-        if not done:
-            if i in size:
-                continue
-            if level > MAX_DEPTH:  # refused on the way down: a deep chain is not walked to its end
-                raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
-            size[i] = -1  # in progress (a cycle through the memo is refused below)
-            keep.append(o)
-            stack.append((o, True, level))
-            stack.extend((k, False, level + 1) for k in kids if type(k) in (dict, list, tuple) and id(k) not in size)
-            for k in kids:
-                if type(k) not in _ALLOWED:
-                    raise pickle.UnpicklingError(f"refused value of type {type(k).__name__}")
-            if len(stack) > MAX_VALUES:
-                raise pickle.UnpicklingError(f"more than {MAX_VALUES:,} values")
-            continue
-        n, d = 1, 0
+        for t in types:
+            if t not in _SCALARS and t not in _CONTAINERS:
+                raise pickle.UnpicklingError(f"refused value of type {t.__name__}")
         for k in kids:
-            if type(k) in (dict, list, tuple):
-                ks = size[id(k)]
-                if ks < 0:
-                    raise pickle.UnpicklingError("a value that contains itself")
-                n += ks
-                d = max(d, depth[id(k)])
-            else:
-                n += 1
-        size[i], depth[i] = n, d + 1
-        if n > MAX_VALUES:
-            raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
-        if d + 1 > MAX_DEPTH:
-            raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
+            if type(k) in _CONTAINERS:
+                ks, kd = _walk(k, level + 1, memo, keep)
+                n += ks - 1
+                if kd > d:
+                    d = kd
+                if n > MAX_VALUES:
+                    raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
+    if n > MAX_VALUES:
+        raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
+    if d + 1 > MAX_DEPTH:   # a shared (memoised) deep value reached from a shallow place
+        raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
+    memo[i] = (n, d + 1)
+    return n, d + 1
 
 
 def load_dump(stream: BinaryIO, where: str = "<stream>") -> dict[str, Any]:
@@ -144,6 +151,23 @@ def loads_dump(data: bytes, where: str = "<bytes>") -> dict[str, Any]:
         raise ForensicsError("cannot read flight recorder dump", where=where,
                              reason=f"top level is {type(obj).__name__}, not a dict", code=UNREADABLE)
     return obj
+
+
+def loads_any_dump(data: bytes, where: str = "<bytes>") -> dict[str, Any]:
+    """A dump in either form the recorder writes: the pickle (`_dump_nccl_trace`, the default on
+    timeout) or the JSON (`_dump_nccl_trace_json`: the same keys). ForensicsError if neither."""
+    if data.lstrip()[:1] == b"{":
+        try:
+            obj = orjson.loads(data)
+            _check_types(obj)
+        except Exception as e:  # noqa: BLE001 - untrusted bytes: any failure is "not a dump"
+            raise ForensicsError("cannot read flight recorder dump", where=where,
+                                 reason=f"not a JSON dump: {e}", code=UNREADABLE) from None
+        if not isinstance(obj, dict):
+            raise ForensicsError("cannot read flight recorder dump", where=where,
+                                 reason=f"top level is {type(obj).__name__}, not an object", code=UNREADABLE)
+        return obj
+    return loads_dump(data, where)
 
 
 def _pg_ranks(value: Any) -> list[int]:

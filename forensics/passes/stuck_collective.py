@@ -24,18 +24,99 @@ Domain facts relied on:
   "wavefront"); the later stalls are its consequence. The title leads with that group and the
   evidence orders the groups by stall time (`stalled`, `first_stalled`).
 
-Must not: decide the root cause; read events other than COLLECTIVE and PG_STATUS.
+- When the dump files are still on disk, the Flight Recorder table (forensics.fr_table, the same
+  call as `forensics fr-table`) is attached: its first mismatch is cited first (file and entry)
+  and the table rides in the evidence (`flight_recorder`) for the report to show. A mismatch only
+  the table sees (another op, size or dtype at one number; two-rank groups) becomes the finding.
+
+Must not: decide the root cause; read events other than COLLECTIVE and PG_STATUS (and the dump
+files the run was read from, through fr_table).
 """
 from __future__ import annotations
 
 import polars as pl
 
-from ..report.model import Finding
+from ..report.model import Evidence, Finding
 from .context import Context
 from .evidence import cite, iso, pass_id, ranks_phrase
 
 
 def find(ctx: Context) -> list[Finding]:
+    found = _find(ctx)
+    table = _fr_table(ctx)
+    if table is None:
+        return found
+    head = table.first_stalled()
+    if not found and head is not None and _alarming(head):
+        found = [_from_table(head)]
+    for f in found:
+        _attach(f, table)
+    return found
+
+
+def _fr_table(ctx: Context):  # -> FrTable | None
+    """The Flight Recorder table of the dumps this run was read from, if they are still on disk."""
+    from ..fr_table import build_from, dump_sources, read_dump
+
+    run = ctx.run
+    if run is None:
+        return None
+    paths = dump_sources(run.sources)
+    if not paths:
+        return None
+    return build_from([read_dump(p) for p in paths])
+
+
+def _alarming(line) -> bool:
+    """A mismatch of op, size or dtype always is; ranks missing only when the collective is still in
+    flight somewhere (a finished one holds nobody: dumps taken on a healthy job are not a hang)."""
+    if line.problem in ("op", "size", "dtype"):
+        return True
+    return line.problem in ("missing", "ahead") and any(c.state != "completed" for c in line.cells)
+
+
+def _cell_evidence(line, text: str) -> Evidence:
+    c = line.lead()
+    return Evidence(source_file=c.file, line=c.entry, rank=c.rank, text=text)
+
+
+def _from_table(line) -> Finding:
+    """A finding for a mismatch only the table sees."""
+    lead = line.lead()
+    what = f"{lead.op} #{line.seq} on pg {line.pg}" + (f" ({line.desc})" if line.desc else "")
+    never = line.problem == "missing"
+    title = (f"{ranks_phrase(line.odd)} never joined the collective the others are stuck in: {what}" if never
+             else f"{ranks_phrase(line.odd)} disagree{'s' if len(line.odd) == 1 else ''} with the other ranks at {what}: {line.detail}")
+    lines = [Evidence(source_file=c.file, line=c.entry, rank=c.rank, text=f"rank {c.rank}: {c.op} #{line.seq} {c.state}")
+             for c in line.cells if c.rank in line.odd][:3]
+    return Finding(
+        rule=pass_id("stuck_collective"), kind="hang", layer="communication", severity="ERROR",
+        ranks=sorted(line.odd), victims=sorted(c.rank for c in line.cells if c.rank not in line.odd),
+        basis="never_joined" if never else None, title=title,
+        evidence={"how": f"flight recorder table: first {line.problem} mismatch"}, lines=lines or [_cell_evidence(line, what)],
+    )
+
+
+def _attach(f: Finding, table) -> None:
+    """The table's first mismatch, cited first, and the table itself for the report."""
+    from ..fr_table import dumps_summary, ranks_text
+    from ..render.fr_table import text_block
+
+    head = table.first_stalled()
+    ev: dict = {"table": text_block(table), "dumps": dumps_summary(table), "no_dump": table.no_dump}
+    if head is not None:
+        lead = head.lead()
+        ev["first_mismatch"] = {"pg": head.pg, "desc": head.desc, "seq": head.seq, "problem": head.problem,
+                                "ranks": head.odd, "missing": head.missing, "op": lead.op if lead else None,
+                                "detail": head.detail}
+        text = f"fr-table first mismatch: {lead.op if lead else ''} #{head.seq} pg {head.pg}: {head.detail}"
+        if head.no_dump:
+            text += f" (no dump from {ranks_text(head.no_dump)})"
+        f.lines.insert(0, _cell_evidence(head, text))
+    f.evidence["flight_recorder"] = ev
+
+
+def _find(ctx: Context) -> list[Finding]:
     j = pl.col("extra").str.json_path_match
     coll_lf = (
         ctx.events.select("rank", "event", "timestamp", "process_group", "seq", "collective", "tensor_size_mb", "extra",

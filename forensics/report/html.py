@@ -217,6 +217,10 @@ def render_html(report: Report, run: "Run | None" = None, *, redact: bool = True
         parts.extend(figures)
     else:
         parts.append('<p class="note">Plots need the run\'s events: render with the store (forensics diagnose STORE --format html).</p>')
+    from ..render.fr_table import report_block
+
+    if fr := report_block(report):     # the Flight Recorder table (forensics fr-table), when dumps were read
+        parts.append(f'<h2 id="flight-recorder">Flight Recorder</h2><pre>{esc(fr)}</pre>')
     parts.append(_per_rank(o, highlight))
     parts.append(_evidence_section(report, logged, paths))
     parts.append(f'<footer>forensics {esc(__version__)} · generated {esc(dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))}'

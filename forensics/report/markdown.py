@@ -79,6 +79,10 @@ def render_markdown(report: Report) -> str:
         for f in o.others:
             md += _finding(f)
         md.append("")
+    from ..render.fr_table import report_block
+
+    if fr := report_block(report):     # the Flight Recorder table (forensics fr-table), when dumps were read
+        md += ["## Flight Recorder", "", "```", fr, "```", ""]
     if o.rows:
         md += ["## Per rank", "", "| " + " | ".join(_cell(c) for c in o.columns) + " |",
                "|" + "|".join("---" for _ in o.columns) + "|"]

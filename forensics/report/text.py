@@ -166,6 +166,12 @@ def render_text(report: Report, *, width: int = 100, color: bool = False) -> str
         for f in o.others:
             _add_finding(t, f)
         con.print(t)
+    from ..render.fr_table import report_block
+
+    if fr := report_block(report):     # the Flight Recorder table (forensics fr-table), when dumps were read
+        con.print()
+        con.print(Text("Flight Recorder (forensics fr-table)", style="bold"))
+        con.print(Text(fr))
     if o.rows:
         con.print()
         con.print(Text("Per rank", style="bold"))
