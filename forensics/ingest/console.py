@@ -97,13 +97,33 @@ _LEAD_TS = re.compile(
     r"(?:\s+-\s+(?:[\w.\-]+\s+-\s+)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+"
     r"|\s+\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?:?\s+|\s*[|:]\s*|\s+)"
 )
+# Behind a collector's timestamp, the later lines of a launcher's multi-line block (their
+# indentation is what marks them, so the timestamp is consumed with exactly one separator):
+# rendezvous result `  group_rank=1`, launch configs `  nproc_per_node : 4`, ChildFailedError
+# table `Failures:` / `Root Cause (first observed failure):` / `  rank : 3 (local_rank: 3)` / rules.
+_LEAD_TS_BLOCK = re.compile(
+    r"\[?((?:19|20)\d\d-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\]?"
+    r"(?: - (?:[\w.\-]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - | )"
+)
+_BLOCK_BODY = re.compile(
+    r"(?:[ \t]+(?:\w+\s*[=:]|<NO_OTHER_FAILURES>)|(?:Failures:|Root Cause \(first observed failure\):)\s*$|[=\-]{20,}\s*$)"
+)
 _ROUTING = re.compile(
     r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{4} \d\d:|[\w.\-]+:\d+:\d+ \[\d+\] "
     r"|\(\w+ pid=\d+"
 )
-# Syslog / journald short format: `Mon DD HH:MM:SS host tag[pid]: ` (the host is the machine's).
+# Syslog / journald short and short-precise (`journalctl -o short-precise`, microseconds):
+# `Mon DD HH:MM:SS[.ffffff] host tag[pid]: ` (the host is the machine's).
 _SYSLOG_HDR = re.compile(
-    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d+)? "
+    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(\.\d+)? "
+    r"([A-Za-z0-9][\w.\-]*) ([\w.\-/@]+)(?:\[(\d+)\])?: "
+)
+# journald `journalctl -o short-iso` / `short-iso-precise` (systemd logs-show.c: strftime
+# "%Y-%m-%dT%H:%M:%S", ".%06u" when precise, the UTC offset as "%z" (+0000) in older systemd and
+# "+00:00" in newer), then ` host identifier[pid]: `. Only with a [pid] (or the kernel's lines),
+# so a timestamped program line `<ts> step 5: ...` is not taken for a journal header.
+_JOURNAL_ISO = re.compile(
+    r"((?:19|20)\d\d-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[+-]\d\d:?\d\d|Z)) "
     r"([A-Za-z0-9][\w.\-]*) ([\w.\-/@]+)(?:\[(\d+)\])?: "
 )
 # srun --label: `%0*d: ` (task id, zero-padded to the width of the largest); recognised only in a
@@ -466,11 +486,18 @@ class _Parser:
         # Topology the log printed: node key (host, srun task, or None) -> {local rank: global rank}
         self.topo: dict[Any, dict[int, int]] = {}
         self.topo_restart: dict[Any, int] = {}
+        self.topo_why: dict[Any, str] = {}      # node key -> what the log printed that maps it (extra.mapped_by)
         self.multi_node = False                 # a launcher said there is more than one node
         self.world: int | None = None
         self.nodes_seen: set[Any] = set()
         self.rdzv: dict[str, Any] | None = None  # torchrun "Rendezvous complete" block being read
         self.launch: dict[str, Any] | None = None  # torchrun "launch configs" block being read
+        # The blocks above (cf_section/cf, rdzv, launch) belong to one writer: the launcher of one
+        # node. Lines of other nodes and workers' own lines may be interleaved between a block's
+        # lines; each node's open blocks are parked here while another node's (or a worker's)
+        # line is read (see _switch).
+        self.block_key: Any = None
+        self.parked: dict[Any, tuple[Any, ...]] = {}
         self.ds_node_rank: int | None = None
         self.last_barrier: dict[Any, _Row] = {}
         self.node_key: Any = None               # node of the line being read
@@ -683,7 +710,7 @@ class _Parser:
             c = rest[:1]
             if c == "[":
                 m = _TORCHRUN.match(rest)
-                if m and (self.cf_section is None or rest[m.end():].strip()):
+                if m and (not self._cf_open() or rest[m.end():].strip()):
                     role, n = m.group(1), int(m.group(2))
                     if role == "rank" or role == "":
                         prefix_rank = n
@@ -725,6 +752,14 @@ class _Parser:
                     r.x(stream=m.group(2), partial=True if m.group(3) == "P" else None)
                     rest = rest[m.end():]
                     continue
+                if k == 0 and rest[:2] in ("19", "20"):
+                    m = _JOURNAL_ISO.match(rest)
+                    if m and (m.group(4) or m.group(3) == "kernel"):
+                        r.ts = m.group(1)
+                        r.host = m.group(2)
+                        r.x(program=m.group(3), pid=_int(m.group(4)))
+                        rest = rest[m.end():]
+                        continue
                 if rest[:2] in ("19", "20") and self._lead_ts(rest, r):
                     rest = self._rest
                     continue
@@ -739,9 +774,9 @@ class _Parser:
                 if m:
                     if self.year is not None:
                         r.ts = (f"{self.year:04d}-{_MONTHS[m.group(1)]:02d}-{int(m.group(2)):02d}"
-                                f"T{m.group(3)}:{m.group(4)}:{m.group(5)}")
-                    r.host = m.group(6)
-                    r.x(program=m.group(7), pid=_int(m.group(8)))
+                                f"T{m.group(3)}:{m.group(4)}:{m.group(5)}{m.group(6) or ''}")
+                    r.host = m.group(7)
+                    r.x(program=m.group(8), pid=_int(m.group(9)))
                     rest = rest[m.end():]
                     continue
             if c in "IWEF":
@@ -791,16 +826,20 @@ class _Parser:
                 r.x(srun_task=task)
                 if prefix_rank is None and local_from_tee is None:
                     prefix_rank = task   # srun started the ranks itself: task id = SLURM_PROCID
-        # a launcher's block ends at the first line that is not one of its fields
-        if self.launch is not None and not _LAUNCH_FIELD.match(rest):
-            self._install_launch()
-        if self.rdzv is not None and not _RDZV_FIELD.match(rest):
-            self._install_rdzv(r)
         # the node this line comes from, for the topology the launcher printed
         key = r.host or ctx.host_hint or (("task", task) if task is not None and self.srun_nodes else None)
         self.node_key = key
         if key is not None:
             self.nodes_seen.add(key)
+        # a worker's own line (it names its rank or local rank) is never part of its launcher's
+        # block: it neither continues nor ends it
+        worker = prefix_rank is not None or local_from_tee is not None or r.local_rank is not None
+        self._switch(("worker", key) if worker else key)
+        # a launcher's block ends at the first line of its node that is not one of its fields
+        if self.launch is not None and not _LAUNCH_FIELD.match(rest):
+            self.launch = None
+        if self.rdzv is not None and not _RDZV_FIELD.match(rest):
+            self._install_rdzv(r)
 
         if prefix_rank is not None:
             r.rank, r.rank_source = prefix_rank, "prefix"
@@ -816,10 +855,6 @@ class _Parser:
                 r.rank, r.rank_source = g, "mapped"
         if r.rank is None and r.local_rank is not None and self.topo:
             self._map_local(r)
-        if (r.rank is None and local_from_tee is not None and r.host is None and task is None
-                and not self.multi_node):
-            # torchrun --tee on a console that shows no second node: local rank = global rank
-            r.rank, r.rank_source = local_from_tee, "prefix"
         if r.rank is None and ctx.rank_hint is not None:
             r.rank, r.rank_source = ctx.rank_hint, "path"
         if r.host is None:
@@ -847,9 +882,11 @@ class _Parser:
         consume it (sets self._rest). Without a routing prefix behind it the line is left whole."""
         m = _LEAD_TS.match(rest)
         if not m or not _ROUTING.match(rest, m.end()):
-            return False
+            m = _LEAD_TS_BLOCK.match(rest)
+            if not m or not _BLOCK_BODY.match(rest, m.end()):
+                return False
         r.ts = m.group(1).replace(",", ".")
-        word = m.group(2) or m.group(3)
+        word = m.group(2) or (m.group(3) if m.re is _LEAD_TS else None)
         if word:
             r.level = _LEVEL_MAP[word]
             r.x(collector_level=word)
@@ -860,11 +897,14 @@ class _Parser:
         """Local rank -> global rank through the topology the launcher printed for this node.
         A mapping learned without a node name serves lines of other names only while the file
         shows a single node."""
-        m = self.topo.get(self.node_key)
-        if m is None and self.node_key is not None and len(self.nodes_seen) <= 1:
+        key = self.node_key
+        m = self.topo.get(key)
+        if m is None and key is not None and len(self.nodes_seen) <= 1:
+            key = None
             m = self.topo.get(None)
         if m and r.local_rank in m:
             r.rank, r.rank_source = m[r.local_rank], "mapped"
+            r.x(mapped_by=self.topo_why.get(key))
 
     def _glog(self, m: re.Match[str], r: _Row) -> None:
         r.level = _GLOG_LEVEL[m.group(1)]
@@ -917,14 +957,17 @@ class _Parser:
                 self.rdzv[m.group(1)] = m.group(2)
                 if m.group(1) == "global_world_sizes":
                     self._install_rdzv(r)
+                elif m.group(1) == "global_ranks":
+                    self._apply_rdzv(self.rdzv)   # a worker's line may come before the block ends
                 return
             self._install_rdzv(r)
         if self.launch is not None:
             m = _LAUNCH_FIELD.match(body)
             if m:
                 self.launch[m.group(1)] = m.group(2)
+                self._apply_launch(self.launch)
                 return
-            self._install_launch()
+            self.launch = None
         if "Rendezvous complete for workers" in body:
             self.rdzv = {"key": self.node_key}
         elif "launch configs:" in body and "elastic_operator" in body:
@@ -935,11 +978,15 @@ class _Parser:
                 return
             for h, ranks in hosts.items():
                 self.topo[h] = dict(enumerate(ranks))
+                self.topo_why[h] = "DeepSpeed global_rank_mapping"
             names = list(hosts)
             if len(names) == 1:
                 self.topo[None] = self.topo[names[0]]          # one node: local = its ranks
+                self.topo_why[None] = "DeepSpeed global_rank_mapping (one node)"
             elif self.ds_node_rank is not None and self.ds_node_rank < len(names):
-                self.topo.setdefault(self.node_key, self.topo[names[self.ds_node_rank]])
+                if self.node_key not in self.topo:
+                    self.topo[self.node_key] = self.topo[names[self.ds_node_rank]]
+                    self.topo_why[self.node_key] = f"DeepSpeed global_rank_mapping (node_rank={self.ds_node_rank})"
             self.multi_node = self.multi_node or len(names) > 1
             self.world = sum(len(v) for v in hosts.values())
             r.x(global_rank_mapping=hosts)
@@ -956,6 +1003,13 @@ class _Parser:
     def _install_rdzv(self, r: _Row) -> None:
         d, self.rdzv = self.rdzv, None
         assert d is not None
+        local, glob, gws = self._apply_rdzv(d)
+        r.x(topology={"group_rank": _int(d.get("group_rank")), "group_world_size": gws,
+                      "local_ranks": local, "global_ranks": glob})
+
+    def _apply_rdzv(self, d: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
+        """What a rendezvous result says so far: world size, more than one node, and this node's
+        local -> global map (applied once per block)."""
         local = [int(t) for t in re.findall(r"-?\d+", d.get("local_ranks", ""))]
         glob = [int(t) for t in re.findall(r"-?\d+", d.get("global_ranks", ""))]
         gws = _int(d.get("group_world_size"))
@@ -964,8 +1018,9 @@ class _Parser:
             self.world = sizes[0]
         if gws is not None and gws > 1:
             self.multi_node = True
-        if not local or len(local) != len(glob):
-            return
+        if not local or len(local) != len(glob) or d.get("applied"):
+            return local, glob, gws
+        d["applied"] = True
         key, restart = d["key"], _int(d.get("restart_count")) or 0
         new = dict(zip(local, glob))
         old = self.topo.get(key)
@@ -976,19 +1031,35 @@ class _Parser:
         else:
             self.topo[key] = new
             self.topo_restart[key] = restart
-        r.x(topology={"group_rank": _int(d.get("group_rank")), "group_world_size": gws,
-                      "local_ranks": local, "global_ranks": glob})
+            self.topo_why[key] = f"torchrun rendezvous result (group_rank={d.get('group_rank', '?')})"
+        return local, glob, gws
 
-    def _install_launch(self) -> None:
-        d, self.launch = self.launch, None
-        assert d is not None
+    def _apply_launch(self, d: dict[str, Any]) -> None:
+        """What the launch configs say so far (applied field by field: a worker's line may come
+        before the block ends)."""
         nmax, nproc = _int(d.get("max_nodes")), _int(d.get("nproc_per_node"))
         if nmax is not None and nmax > 1:
             self.multi_node = True
         elif nmax == 1 and nproc is not None:
             # a single-node launch: local rank = global rank for its workers
-            self.topo.setdefault(d["key"], {i: i for i in range(nproc)})
+            if d["key"] not in self.topo:
+                self.topo[d["key"]] = {i: i for i in range(nproc)}
+                self.topo_why[d["key"]] = f"single-node launch (max_nodes=1, nproc_per_node={nproc}): local rank = rank"
             self.world = self.world or nproc
+
+    def _switch(self, key: Any) -> None:
+        """Make `key`'s open blocks (ChildFailedError table, rendezvous result, launch configs)
+        the current ones, parking those of the node read before."""
+        if key == self.block_key:
+            return
+        cur = (self.cf_section, self.cf, self.rdzv, self.launch)
+        if cur[0] is not None or cur[2] is not None or cur[3] is not None:
+            self.parked[self.block_key] = cur
+        self.cf_section, self.cf, self.rdzv, self.launch = self.parked.pop(key, (None, {}, None, None))
+        self.block_key = key
+
+    def _cf_open(self) -> bool:
+        return self.cf_section is not None or any(p[0] is not None for p in self.parked.values())
 
     # -- torch elastic ChildFailedError table ---------------------------------------------------
     def _child_failed(self, body: str, r: _Row) -> bool:

@@ -35,7 +35,7 @@ class Template:
     yields: tuple[str, ...]         # what the reader takes: rank, local_rank, host, seq, pg, missing_ranks, kind ...
     event: str                      # event id the line becomes
     samples: tuple[Sample, ...]
-    collectors: tuple[str, ...] = ("plain", "iso", "pylog", "cri", "docker")
+    collectors: tuple[str, ...] = ("plain", "iso", "pylog", "cri", "docker", "journal_iso", "journal_iso_precise", "journal_precise")
 
 
 # What collectors put in front of a line. `iso` / `pylog`: a log shipper's or Python logging's
@@ -55,10 +55,21 @@ COLLECTORS: dict[str, tuple[str, Callable[[str], str]]] = {
     "syslog": ("syslog / journald `Nov 20 14:37:16 host tag[pid]: <line>`", lambda s: f"Nov 20 14:37:16 gpu-node7 kernel: {s}"),
     "cri": ("Kubernetes CRI `<RFC3339Nano> stderr F <line>`", lambda s: f"2024-11-20T14:37:16.123456789Z stderr F {s}"),
     "docker": ('Docker json-file `{"log": "<line>\\n", "stream": .., "time": ..}`', _docker),
+    # systemd src/shared/logs-show.c (output_timestamp_realtime, output_short): the time, " host",
+    # " identifier", "[pid]", ": ". short-iso writes the offset with %z in older systemd (+0000)
+    # and as %+03d:%02d in newer ones (+00:00); short-precise adds ".%06u" to "%b %d %H:%M:%S".
+    "journal_iso": ("journald `journalctl -o short-iso`: `2024-11-20T14:37:16+0000 host unit[pid]: <line>`",
+                    lambda s: f"2024-11-20T14:37:16+0000 gpu-node7 torchrun[4242]: {s}"),
+    "journal_iso_precise": ("journald `-o short-iso-precise`: `2024-11-20T14:37:16.123456+00:00 host unit[pid]: <line>`",
+                            lambda s: f"2024-11-20T14:37:16.123456+00:00 gpu-node7 torchrun[4242]: {s}"),
+    "journal_precise": ("journald `-o short-precise`: `Nov 20 14:37:16.123456 host unit[pid]: <line>`",
+                        lambda s: f"Nov 20 14:37:16.123456 gpu-node7 torchrun[4242]: {s}"),
 }
-# Multi-line constructs whose later lines are recognised by their indentation: a shipper's
-# timestamp in front of every line hides it, so these are verified bare and in CRI / Docker only.
-_BLOCK = ("plain", "cri", "docker")
+_JOURNAL = ("journal_iso", "journal_iso_precise", "journal_precise")
+# Multi-line constructs whose later lines are recognised by their indentation (rendezvous
+# result, launch configs, ChildFailedError table): behind a collector's timestamp the reader
+# consumes it with exactly one separator, so the indentation is kept; verified behind each.
+_BLOCK = ("plain", "iso", "pylog", "syslog", "cri", "docker", "journal_iso", "journal_iso_precise", "journal_precise")
 
 _NCCL_CPP = "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
 _TRACE_UTILS = "pytorch torch/csrc/distributed/c10d/TraceUtils.h (retrieveDesyncReport)"
@@ -70,12 +81,27 @@ TEMPLATES: list[Template] = [
         "[rank{rank}]:",
         ("rank",), "any",
         (Sample(("[rank5]:loss did not improve",), {"rank": 5, "rank_source": "prefix", "event": "LOG"}),),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "torchrun_tee_prefix", "pytorch torch/distributed/elastic/agent/server/local_elastic_agent.py (--tee, --redirects)",
-        "[${role_name}${local_rank}]:", ("local_rank", "rank if single node or mapped"), "any",
-        (Sample(("[default3]:epoch 1 done",), {"local_rank": 3, "rank": 3, "rank_source": "prefix"}),),
+        "[${role_name}${local_rank}]:", ("local_rank", "rank only where the log maps it or shows one node"), "any",
+        # the number is the LOCAL rank: with nothing else it stays local (rank null, never a guess)
+        (Sample(("[default3]:epoch 1 done",), {"local_rank": 3, "rank": None, "rank_source": "none"}),
+         # a single-node launch printed by torchrun: local rank = global rank, and mapped_by says why
+         Sample(("INFO:torch.distributed.launcher.api:Starting elastic_operator with launch configs:",
+                 "  min_nodes        : 1", "  max_nodes        : 1", "  nproc_per_node   : 4",
+                 "[default3]:epoch 1 done"),
+                {"local_rank": 3, "rank": 3, "rank_source": "mapped",
+                 "x.mapped_by": "single-node launch (max_nodes=1, nproc_per_node=4): local rank = rank"}),
+         # a one-node rendezvous result (group_world_size=1)
+         Sample(("INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers. Result:",
+                 "  restart_count=0", "  master_addr=127.0.0.1", "  master_port=29500", "  group_rank=0",
+                 "  group_world_size=1", "  local_ranks=[0, 1]", "  role_ranks=[0, 1]", "  global_ranks=[0, 1]",
+                 "  role_world_sizes=[2, 2]", "  global_world_sizes=[2, 2]", "[default1]:epoch 1 done"),
+                {"local_rank": 1, "rank": 1, "rank_source": "mapped",
+                 "x.mapped_by": "torchrun rendezvous result (group_rank=0)"})),
+        collectors=_BLOCK,
     ),
     Template(
         "torchrun_prefix_template_rank", "pytorch local_elastic_agent.py (log_line_prefix_template='[${rank}]:')",
@@ -89,7 +115,8 @@ TEMPLATES: list[Template] = [
                 {"rank": 3, "rank_source": "prefix", "x.srun_task": 3}),
          Sample(("0: [default1]:step 4", "1: [default1]:step 4", "1: [default2]:step 4"),
                 {"local_rank": 1, "rank": None, "x.srun_task": 1}, at=1)),
-        collectors=_BLOCK,
+        # srun's label is found per file (most lines carry it): checked bare and in CRI / Docker
+        collectors=("plain", "cri", "docker"),
     ),
     Template(
         "mpirun_tag_output", "open-mpi orte/mca/iof/base (prrte src/mca/iof): mpirun --tag-output",
@@ -228,7 +255,7 @@ TEMPLATES: list[Template] = [
                  "timeout: WorkNCCL(SeqNum=77, OpType=BROADCAST, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for "
                  "600012 milliseconds before timing out.",),
                 {"event": "NCCL_TIMEOUT", "rank": 4, "seq": 77, "collective": "BROADCAST", "timeout_s": 600.0}),),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "nccl_watchdog_detected", _NCCL_CPP + " (watchdogHandler)",
@@ -365,7 +392,7 @@ TEMPLATES: list[Template] = [
         (Sample(("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total capacity "
                  "of 79.10 GiB of which 120.00 MiB is free. Process 3311 has 78.90 GiB memory in use.",),
                 {"event": "CUDA_OOM", "rank": 1, "x.device": 1}),),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "kernel_oom_killer", "linux mm/oom_kill.c (__oom_kill_process)",
@@ -377,14 +404,14 @@ TEMPLATES: list[Template] = [
          Sample(("Memory cgroup out of memory: Killed process 731 (pt_main_thread) total-vm:1kB, anon-rss:1kB, file-rss:0kB, "
                  "shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0",),
                 {"event": "PROCESS_KILLED", "x.by": "oom_killer", "x.pid": 731})),
-        collectors=("plain", "iso", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "slurm_oom_kill", "slurm src/plugins/task/cgroup (task_cgroup_memory_check_oom)",
         "Detected %lu oom_kill event%s in %ps. Some of the step tasks have been OOM Killed.", ("kind host_oom",), "PROCESS_KILLED",
         (Sample(("slurmstepd: error: Detected 2 oom_kill events in StepId=88123.0. Some of the step tasks have been OOM Killed.",),
                 {"event": "PROCESS_KILLED", "x.by": "oom_killer", "x.oom_kill_events": 2}),),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "srun_task_exit", "slurm src/srun (task state messages)",
@@ -402,7 +429,7 @@ TEMPLATES: list[Template] = [
                 {"event": "JOB_CANCELLED", "host": "gpu-node9", "x.reason": "TIME LIMIT"}),
          Sample(("srun: error: *** STEP 88123.0 CANCELLED AT 2024-11-20T14:37:16 DUE TO TIME LIMIT ***",),
                 {"event": "JOB_CANCELLED", "x.kind": "step"})),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "srun_node_failure", "slurm src/srun/libsrun/launch.c (_node_fail_handler)", "Node failure on %s", ("host",),
@@ -415,7 +442,7 @@ TEMPLATES: list[Template] = [
         (Sample(("[rank3]: Traceback (most recent call last):", '[rank3]:   File "/srv/train.py", line 88, in <module>',
                  "[rank3]:     main()", "[rank3]: ValueError: batch has no tokens"),
                 {"event": "TRACEBACK", "rank": 3, "message": "ValueError: batch has no tokens", "x.exception": "ValueError"}, at=0),),
-        collectors=("plain", "iso", "pylog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "cuda_error", "pytorch c10/cuda/CUDAException.h (C10_CUDA_CHECK)", "CUDA error: {}", ("kind gpu_error",), "CUDA_ERROR",
@@ -427,7 +454,7 @@ TEMPLATES: list[Template] = [
         "GPU_XID",
         (Sample(("NVRM: Xid (PCI:0000:4e:00): 79, pid=2231, name=python3, GPU has fallen off the bus.",),
                 {"event": "GPU_XID", "x.xid": 79, "x.pci": "PCI:0000:4e:00"}),),
-        collectors=("plain", "iso", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "elastic_signal", "pytorch torch/distributed/elastic/multiprocessing/api.py (_terminate_process_handler, close)",
