@@ -68,6 +68,7 @@ from .formats import ReaderContext
 from .jsonl import Block, rejects_frame
 from .normalize import parse_timestamp
 from .sources import iter_chunks
+from .templates import DESYNC_SEQ, DESYNC_TIMEOUT_AT, FINGERPRINT, RUNNING_COLLECTIVE, desync_ranks, fingerprint, fingerprint_diff, mismatch_pairs
 
 # A traceback longer than this (or left open this many lines) is emitted as it stands.
 _MAX_PENDING = 20_000
@@ -227,15 +228,6 @@ _DUMP_SIGNAL = re.compile(
     r"Received a (?:global )?dump signal (?:due to a collective timeout )?from\s+(this local rank|rank\s*(\d+))"
     r"(?:.*?" + _LAST_WORK + ")?"
 )
-_DESYNC = re.compile(
-    r"ranks \[([\d,\s]+)\] are the lagging ranks"
-    r"|lagging/dead/mismatched ranks[^\[]*\[([\d,\s]+)\]"
-    r"|^\s*-\s*\[([\d,\s]+)\] (?:joined but didn't finish|finished collective|didn't join)"
-    r"|^\s*\[([\d,\s]+)\] finished collective #\d+, but didn't join"
-)
-_DESYNC_SEQ = re.compile(r"collective #(\d+)")
-# TORCH_NCCL_DESYNC_DEBUG report, the reporting rank's own line: `- [3] Timeout at collective: ALLREDUCE, #41`
-_DESYNC_TIMEOUT_AT = re.compile(r"-\s*\[(\d+)\] Timeout at collective: ([^,]+), #(\d+)")
 # ProcessGroupNCCL watchdog (torch >= 2.3 / >= 2.6 wordings)
 _WATCHDOG_AT = re.compile(
     r"(Exception \(either an error or timeout\)|NCCL error is|Work timeout is) detected by watchdog at work: (\d+)"
@@ -259,10 +251,6 @@ _STORE_BARRIER = re.compile(
     r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: (\S+) "
     r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([\d:.]+)\)"
 )
-_MISMATCH_PAIR = re.compile(r"Rank (\d+) is running collective: (.*?), but Rank (\d+) is running collective: (.*)")
-_FP_SEQ = re.compile(r"SequenceNumber=(\d+)")
-_FP_OP = re.compile(r"OpType=(\w+)")
-_FINGERPRINT = re.compile(r"CollectiveFingerPrint\((?:[^)]*?)SequenceNumber=(\d+)(?:,\s*OpType=(\w+))?")
 _NCCL_ERROR_IN = re.compile(r"NCCL error in: ([^,]+), (.+?)(?:, NCCL version ([\d.]+))?$")
 _NCCL_ERROR_NAME = re.compile(r"\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b")
 _NCCL_ABORTED = re.compile(r"NCCL communicator was aborted on rank (\d+)")
@@ -1168,40 +1156,25 @@ class _Parser:
             r.x(signal_from="self" if own else _int(m.group(2)),
                 last_enqueued=_int(m.group(3)), last_completed=_int(m.group(4)))
             return
-        m = _DESYNC.search(body) if "lagging" in body or "] joined" in body or "] finished" in body or "didn't join" in body else None
-        if m:
-            culprits = _ranks(next(g for g in m.groups() if g))
+        culprits = (desync_ranks(body) if "lagging" in body or "] joined" in body or "] finished" in body
+                    or "didn't join" in body else None)
+        if culprits:
             r.event, r.level = "NCCL_DESYNC", "ERROR"
-            sm = _DESYNC_SEQ.search(body)
+            sm = DESYNC_SEQ.search(body)
             r.put(seq=int(sm.group(1)) if sm else None)
             # TraceUtils' report names these as the lagging / dead / mismatched ranks
             r.x(culprit_ranks=culprits, missing_ranks=culprits)
             if len(culprits) == 1:
                 r.put(peer_rank=culprits[0])
             return
-        m = _DESYNC_TIMEOUT_AT.search(body) if "Timeout at collective" in body else None
+        m = DESYNC_TIMEOUT_AT.search(body) if "Timeout at collective" in body else None
         if m:
             r.event, r.level = "NCCL_DESYNC", "ERROR"
             r.put(seq=int(m.group(3)), collective=m.group(2).strip())
             r.x(report="timeout_at", reporting_rank=int(m.group(1)))
             return
         if "CollectiveFingerPrint" in body or "mismatch between collectives" in body:
-            m = _MISMATCH_PAIR.search(body)
-            r.event, r.level = "COLLECTIVE_MISMATCH", "ERROR"
-            if m:
-                own, peer = int(m.group(1)), int(m.group(3))
-                if r.rank is None or r.rank_source == "path":
-                    r.rank, r.rank_source = own, "record"
-                s1, s2 = _FP_SEQ.search(m.group(2)), _FP_SEQ.search(m.group(4))
-                o1, o2 = _FP_OP.search(m.group(2)), _FP_OP.search(m.group(4))
-                r.put(seq=int(s1.group(1)) if s1 else None, collective=o1.group(1) if o1 else None, peer_rank=peer)
-                seqs = {str(own): int(s1.group(1)) if s1 else None, str(peer): int(s2.group(1)) if s2 else None}
-                r.x(peer_seq=int(s2.group(1)) if s2 else None, peer_collective=o2.group(1) if o2 else None,
-                    named_ranks=[own, peer], seq_by_rank={k: v for k, v in seqs.items() if v is not None} or None)
-            else:
-                fm = _FINGERPRINT.search(body)
-                if fm:
-                    r.put(seq=int(fm.group(1)), collective=fm.group(2))
+            self._fingerprint(body, r)
             return
         # memory
         if ("memory" in body or "Memory" in body) and _OOM.search(body):
@@ -1313,6 +1286,37 @@ class _Parser:
             r.put(step=int(m.group(1)), loss=_num(lm.group(1)), lr=_num(lr.group(1)) if lr else None,
                   step_time_ms=_num(ms.group(1)) if ms else None)
             return
+
+    def _fingerprint(self, body: str, r: _Row) -> None:
+        """TORCH_DISTRIBUTED_DEBUG=DETAIL (ProcessGroupWrapper.cpp): a rank's own fingerprint
+        ("Running collective: ..", INFO), the mismatch error naming this rank's and a peer's
+        fingerprints (COLLECTIVE_MISMATCH: seq, op, shape, dtypes of each, and what differs), and
+        a monitored barrier that failed before the check (BARRIER_TIMEOUT: the collective is kept,
+        the missing ranks come on the next line)."""
+        pairs = mismatch_pairs(body) if "is running collective" in body else []
+        if pairs:
+            own, fp, peer, pfp = pairs[0]
+            r.event, r.level = "COLLECTIVE_MISMATCH", "ERROR"
+            if r.rank is None or r.rank_source == "path":
+                r.rank, r.rank_source = own, "record"
+            r.put(seq=fp.get("seq"), collective=fp.get("op"), peer_rank=peer)
+            seqs = {str(own): fp.get("seq"), str(peer): pfp.get("seq")}
+            r.x(peer_seq=pfp.get("seq"), peer_collective=pfp.get("op"), named_ranks=[own, peer],
+                seq_by_rank={k: v for k, v in seqs.items() if v is not None} or None,
+                fingerprint=fp or None, peer_fingerprint=pfp or None, differ=fingerprint_diff(fp, pfp) or None)
+            return
+        m = RUNNING_COLLECTIVE.search(body)
+        fm = m or FINGERPRINT.search(body)
+        fp = fingerprint(fm.group(0)) if fm else {}
+        r.put(seq=fp.get("seq"), collective=fp.get("op"))
+        r.x(fingerprint=fp or None)
+        if m:
+            r.event = "LOG"             # every rank logs its own fingerprint before each collective
+        elif "Monitored Barrier encountered error" in body:
+            r.event, r.level = "BARRIER_TIMEOUT", "ERROR"
+            r.x(barrier="monitored_barrier")
+        else:
+            r.event, r.level = "COLLECTIVE_MISMATCH", "ERROR"
 
     def _barrier(self, body: str, r: _Row) -> bool:
         """monitoredBarrier and store-based barrier timeouts: BARRIER_TIMEOUT, naming the ranks

@@ -74,6 +74,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from ..ingest.templates import DESYNC_TEXT, FP_ASPECTS, MISMATCH_TEXT, desync_ranks, fingerprint_diff, mismatch_pairs
 from ..report.model import Finding, local_ranks_phrase
 from .context import Context
 from .evidence import cite, iso, pass_id, rank_ranges, ranks_phrase, shorten
@@ -93,11 +94,11 @@ GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable E
           r"unhandled cuda error|ncclUnhandledCudaError")
 # Exceptions raised by a teardown, not by the program: not a crash of their own.
 TEARDOWN_RE = r"SignalException|KeyboardInterrupt|SystemExit|got signal|ChildFailedError"
-DESYNC_RE = (r"(?i)lagging/dead/mismatched|joined but didn't finish collective|but didn't join collective|have not joined|"
-             r"Detected mismatch between collectives")
+# the desync report's and the fingerprint mismatch's text: forensics/ingest/templates.py
+DESYNC_RE = DESYNC_TEXT
 COMPLETED_RE = r"(?i)last completed (?:\w+ )?work:\s*(-?\d+)"
 ENQUEUED_RE = r"(?i)last enqueued (?:\w+ )?work:\s*(-?\d+)"
-MISMATCH_RE = r"(?i)Detected mismatch between collectives"
+MISMATCH_RE = MISMATCH_TEXT
 # Events whose name says they may be a failure (besides every WARN/ERROR line).
 NAMED_RE = r"(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC|DUMP_SIGNAL|CHILD_FAILED|KILLED|CANCELLED|MISMATCH|XID|CUDA_ERROR"
 # Typed events whose `extra` the pass reads (only these rows' extra is kept, and any row whose
@@ -112,9 +113,6 @@ SAME_SIZE_RE = re.compile(r"(?i)all_?reduce|broadcast")
 
 _SEQ = re.compile(r"(?i)(?:SeqNum=|seq(?:uence)?(?: id)?[=: ]\s*#?|collective #)(\d+)")
 _PEER = re.compile(r"(?i)waiting (?:on|for) rank[= ]?(\d+)")
-_DESYNC_LIST = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]\s*(?:joined but didn't finish|finished collective #\d+, but didn't join|have not joined|didn't join)")
-_DESYNC_AFTER = re.compile(r"(?is)lagging/dead/mismatched ranks[^:]*:(.*)")
-_MISMATCH = re.compile(r"(?is)Rank (\d+) is running collective:.*?but Rank (\d+) is running collective")
 _TRIED = re.compile(r"(?i)Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 _IN_USE = re.compile(r"(?i)this process has ([\d.]+ ?[KMGT]i?B) memory in use")
 _OP = re.compile(r"OpType=(\w+)")
@@ -282,14 +280,13 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], str, set[int]]
     n_pairs = 0
     for r in rows:
         text = r.get("message") or ""
-        m = _DESYNC_AFTER.search(text)
-        scope = m.group(1) if m else text
-        for lst in _DESYNC_LIST.findall(scope):
-            out.update(int(x) for x in lst.split(","))
+        named = desync_ranks(text)
+        if named:
+            out.update(named)
             if r.get("rank") is not None:
                 reporters.add(int(r["rank"]))
-        for a, b in _MISMATCH.findall(text):
-            pairs.update({int(a), int(b)})
+        for a, _fa, b, _fb in mismatch_pairs(text):
+            pairs.update({a, b})
             n_pairs += 1
             if r.get("rank") is not None:
                 pair_reporters.add(int(r["rank"]))
@@ -301,6 +298,32 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], str, set[int]]
             odd = {k for k, c in pairs.items() if c == top}
             return sorted(odd), "fingerprint", (pair_reporters - odd) or pair_reporters
     return [], "", set()
+
+
+def _fingerprint_how(rows: list[dict[str, Any]], odd: list[int]) -> tuple[str, dict[str, Any] | None]:
+    """How the odd rank's collective differs, from the first mismatch error that compares it with
+    a rank of the majority: "rank 2's ALLREDUCE #40 has tensor dtype Half where rank 0's has
+    Float" (op type, sequence number, shape or dtype, as compute_collective_diff lists them)."""
+    for r in rows:
+        for a, fa, b, fb in mismatch_pairs(r.get("message") or ""):
+            if (a in odd) == (b in odd):
+                continue
+            (o, fo), (p, fp) = ((a, fa), (b, fb)) if a in odd else ((b, fb), (a, fa))
+            diff = fingerprint_diff(fo, fp)
+            if not diff:
+                continue
+            names = dict(FP_ASPECTS)
+
+            def show(k: str, fpr: dict[str, Any]) -> str:
+                v = fpr[k]
+                return ", ".join(map(str, v)) if k == "dtypes" else (f"[{', '.join(map(str, v))}]" if k == "shape" else str(v))
+
+            what = f"rank {o}'s {fo.get('op', 'collective')}" + (f" #{fo['seq']}" if "seq" in fo else "")
+            parts = [f"{names[k]} {show(k, fo)} where rank {p}'s has {show(k, fp)}" for k in diff]
+            return (f"collective fingerprints differ: {what} has {'; '.join(parts)}",
+                    {"rank": o, "fingerprint": fo, "peer": p, "peer_fingerprint": fp, "differ": diff,
+                     "where": f"{r.get('source_file')}:{r.get('line')}"})
+    return "collective fingerprints differ", None
 
 
 def _missing_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], set[int]]:
@@ -869,7 +892,9 @@ def find(ctx: Context) -> list[Finding]:
             culprits, how, mode = sorted({d["rank"] for d in dead}), "killed by SIGKILL (host OOM killer suspected)", "killed"
         elif named:
             culprits, mode = named, named_src
-            how = "desync report" if named_src == "report" else "collective fingerprints differ"
+            how = "desync report"
+            if named_src == "fingerprint":
+                how, detail["fingerprint"] = _fingerprint_how(desync, named)
             weak = len(reporters) <= 1
         elif missing:
             culprits, how, mode = missing, "named as missing by the others' errors", "missing"
@@ -1094,7 +1119,8 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
             ranks=culprits, victims=victims, basis=basis, basis_weak=weak,
             title=(f"{ranks_phrase(culprits)} issued a different collective than the others ({how})"
                    + (f"; {ranks_phrase(victims)} waited for it until the watchdog fired" if victims else "") + first_note),
-            evidence={"how": how, "failing_seq": seq, "victims": victims, "first_timeout_rank": first_rank},
+            evidence={"how": how, "failing_seq": seq, "victims": victims, "first_timeout_rank": first_rank,
+                      **({"fingerprints": detail["fingerprint"]} if detail.get("fingerprint") else {})},
             lines=cite([_ev_row(r) for r in mismatch[:2]] + [_ev_row(r) for r in desync[:1]] + [_ev_row(r) for r in to_sorted[:2]],
                        text="text"),
             first_seen=iso(t_first_to), last_seen=iso(t_last_to),
