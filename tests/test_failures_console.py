@@ -436,3 +436,45 @@ def test_each_ranks_own_fingerprint_log_line_is_not_an_error(tmp_path: Path) -> 
     lines += progress([0, 1], step=88, t="20:17:17")
     report = diagnosed(tmp_path, lines)
     assert report.root_cause is None and not any(f.kind in ("collective_mismatch", "nccl_timeout") for f in report.findings)
+
+
+# --- a hang where no line names a global rank ------------------------------------------------------
+# journald short-iso lines of torchrun services on two nodes, --tee prefixes (local ranks only),
+# no rendezvous result or launch configs printed; gloo's timeout (unbound_buffer.cc:
+# GLOO_ERROR_MSG("Timed out waiting ", timeout.count(), "ms for recv operation to complete")).
+JOURNAL = "2024-11-20T14:{m:02d}:{s:02d}+0000 {h} torchrun[42{n}]: [default{lr}]:"
+GLOO_TIMEOUT = ["Traceback (most recent call last):", '  File "/srv/train.py", line 88, in <module>', "    dist.all_reduce(grad)",
+                "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+                "60000ms for recv operation to complete"]
+
+
+def _local_only_run(silent_times_out: bool) -> list[str]:
+    lines = []
+    for step in range(1, 7):
+        for h, n in (("node-a", 1), ("node-b", 2)):
+            for lr in (0, 1):
+                if h == "node-b" and lr == 1 and step > 4:
+                    continue        # local rank 1 of node-b stops after step 4
+                lines.append(JOURNAL.format(m=37, s=step * 4 + 2 * n + lr, h=h, n=n, lr=lr)
+                             + f"step {step} | loss 2.{step}{lr} | 500.0 ms/step")
+    procs = [("node-a", 1, 0), ("node-a", 1, 1), ("node-b", 2, 0)] + ([("node-b", 2, 1)] if silent_times_out else [])
+    for h, n, lr in procs:
+        lines += [JOURNAL.format(m=38, s=40 + lr, h=h, n=n, lr=lr) + ln for ln in GLOO_TIMEOUT]
+    return lines
+
+
+def test_a_hang_known_only_by_local_rank_and_host_is_named_so(tmp_path: Path) -> None:
+    report = diagnosed(tmp_path, _local_only_run(silent_times_out=False))
+    rc = report.root_cause
+    assert rc is not None and rc.kind == "hang", rc
+    assert rc.ranks == [] and rc.local_ranks == [{"host": "node-b", "local_rank": 1}]
+    assert rc.basis == "never_joined" and "local rank 1 on host node-b" in rc.summary
+    f = finding(report, "hang")
+    assert "after step 4" in f.title and "the logs do not say" in f.title
+    assert "rank 1 " not in f.title.replace("local rank 1 ", "")      # never a guessed global rank
+
+
+def test_a_local_only_hang_where_everyone_timed_out_names_who_stopped_first(tmp_path: Path) -> None:
+    rc = diagnosed(tmp_path, _local_only_run(silent_times_out=True)).root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [], rc
+    assert rc.local_ranks == [{"host": "node-b", "local_rank": 1}] and rc.basis == "last_to_log"

@@ -1009,11 +1009,77 @@ def find(ctx: Context) -> list[Finding]:
     if cancels:
         out.append(_cancel_finding(cancels, rows))
 
+    if not first_to and not first_oom and not crashes and not gpus and not killed and not cancels:
+        out += _local_hang(ctx, rows)
     if first_to:
         out.extend(_timeout_findings(first_to, to_sorted, culprits, how, mode, weak, victims, failed_ranks, progress,
                                      desync, tos, fail_seq, detail))
     _launcher_first_observed(out, rows)
     return out
+
+
+def _local_hang(ctx: Context, rows: list[dict[str, Any]]) -> list[Finding]:
+    """A hang where no line names a global rank (torchrun --tee `[default1]:` on several nodes,
+    no topology printed): processes are known only as (host, local rank). The culprit is the
+    process that logged progress but no timeout of its own while the others timed out (it never
+    joined the collective they wait in) [never_joined], else the one whose progress stopped first
+    [last_to_log]. The finding names "local rank N on host X", never a guessed global rank."""
+    local_to: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        if r["kind"] == "timeout" and r["rank"] is None and r["local_rank"] is not None:
+            who = _owner(r)
+            if who not in local_to or _key(r) < _key(local_to[who]):
+                local_to[who] = r
+    if not local_to:
+        return []
+    last = pl.col("ts_aligned").arg_max()
+    prog = (
+        ctx.aligned(ctx.events.select("rank", "host", "local_rank", "timestamp", "level", "step", "source_file", "line")
+                    .filter(pl.col("rank").is_null() & pl.col("local_rank").is_not_null() & pl.col("step").is_not_null()
+                            & (pl.col("level") != "ERROR")))
+        .group_by("host", "local_rank")
+        .agg(pl.col("ts_aligned").max().alias("last_ts"), pl.col("step").max().alias("last_step"),
+             pl.col("source_file").get(last).alias("file"), pl.col("line").get(last))
+        .collect()
+    )
+    progress = {("local", p["host"], int(p["local_rank"])): p for p in prog.iter_rows(named=True)}
+    quiet = sorted((k for k in progress if k not in local_to), key=str)
+    weak = False
+    if quiet and len(quiet) < len(local_to):
+        culprits, basis = quiet, "never_joined"
+        how = "logged progress but no timeout of its own while the others timed out: never joined the collective they wait in"
+        weak = len(quiet) > 1
+    else:
+        timed = [(p["last_ts"], k) for k, p in progress.items() if p["last_ts"] is not None]
+        if len(timed) < 2:
+            return []
+        timed.sort(key=lambda x: x[0])
+        t_min = timed[0][0]
+        culprits = sorted((k for t, k in timed if t == t_min), key=str)
+        if len(culprits) == len(timed):
+            return []
+        nxt = min(t for t, _ in timed if t != t_min)
+        basis, how = "last_to_log", "its progress stopped first"
+        weak = (nxt - t_min).total_seconds() < max(SILENT_MARGIN_S, (ctx.median_step_ms or 0.0) / 2000)
+    loc = [{"host": k[1], "local_rank": k[2]} for k in culprits]
+    waiting = [{"host": k[1], "local_rank": k[2]} for k in sorted(local_to, key=str) if k not in culprits]
+    steps = ", ".join(str(progress[k]["last_step"]) for k in culprits if k in progress)
+    title = (f"{local_ranks_phrase(loc)} went silent" + (f" after step {steps}" if steps else "") + f" ({how})"
+             + (f"; {local_ranks_phrase(waiting)} timed out waiting" if waiting else "")
+             + "; which global ranks these are, the logs do not say")
+    tos = sorted(local_to.values(), key=_key)
+    lines = [_ev_row({**progress[k], "rank": None, "timestamp": progress[k]["last_ts"], "source_file": progress[k]["file"]},
+                     f"last progress line of {local_ranks_phrase([{'host': k[1], 'local_rank': k[2]}])} (step {progress[k]['last_step']})")
+             for k in culprits if k in progress]
+    t_silent = min((progress[k]["last_ts"] for k in culprits if k in progress), default=None)
+    return [Finding(
+        rule=pass_id("failures"), kind="hang", layer="communication", severity="ERROR",
+        ranks=[], local_ranks=loc, basis=basis, basis_weak=weak, title=title,
+        evidence={"how": how, "local_victims": waiting, "global_ranks_known": False,
+                  "last_step": {f"{k[1]}/{k[2]}": progress[k]["last_step"] for k in culprits if k in progress}},
+        lines=cite(lines + [_ev_row(r) for r in tos[:2]], text="text"),
+        first_seen=iso(t_silent or tos[0]["t_show"]), last_seen=iso(max((r["t_show"] for r in tos if r["t_show"]), default=None)),
+    )]
 
 
 def _laggards(statuses: list[dict[str, Any]], first_to: dict[int, dict[str, Any]]) -> tuple[list[int], str, set[int]]:
