@@ -299,3 +299,11 @@ def test_child_failed_table_behind_a_collector_with_ranks_interleaved(collector)
     assert got == [(14, 6, "gpu-node4", 1, False), (13, 5, "gpu-node4", -6, True)]
     # the interleaved worker lines keep their own rank and are not records
     assert sorted(ev.filter(pl.col("message").str.contains("still waiting"))["rank"].to_list()) == [5, 9, 15]
+
+
+def test_two_nodes_tee_and_rank_prefixes_merged_without_host_names_map_nobody() -> None:
+    # local rank 1 is rank 1 on one node and rank 5 on the other: nothing says which line is whose
+    text = "[default1]:[rank1]: warming up\n[default1]:[rank5]: warming up\n[default1]:step 3 loss 1.0\n"
+    ev, _, _ = _read(text)
+    row = ev.row(2, named=True)
+    assert (row["rank"], row["local_rank"], row["rank_source"]) == (None, 1, "none")

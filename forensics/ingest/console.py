@@ -475,6 +475,7 @@ class _Parser:
         self.topo: dict[Any, dict[int, int]] = {}
         self.topo_restart: dict[Any, int] = {}
         self.topo_why: dict[Any, str] = {}      # node key -> what the log printed that maps it (extra.mapped_by)
+        self.unmapped: list[tuple[_Row, Any]] = []  # this block's rows known only by local rank, with their node
         self.multi_node = False                 # a launcher said there is more than one node
         self.world: int | None = None
         self.nodes_seen: set[Any] = set()
@@ -572,6 +573,8 @@ class _Parser:
                                   for t in rests)
 
     def _ready(self, final: bool) -> list[_Row]:
+        if self.unmapped:
+            self._map_unmapped()
         if final or not self.open_tb:
             for tb in self.open_tb.values():
                 self._close_tb(tb, None)
@@ -841,8 +844,14 @@ class _Parser:
             g = self.pid_rank.get((r.host, r.extra["pid"]))
             if g is not None:
                 r.rank, r.rank_source = g, "mapped"
+        if prefix_rank is not None and local_from_tee is not None:
+            # `[default1]:[rank1]:`: torchrun's local-rank tee prefix and PyTorch's global-rank
+            # prefix on one line of one process: that local rank of this node is that rank
+            self._learn(key, local_from_tee, prefix_rank, "its own lines carry both [defaultN]: and [rankM]:")
         if r.rank is None and r.local_rank is not None and self.topo:
             self._map_local(r)
+        if r.rank is None and r.local_rank is not None and ctx.rank_hint is None and len(self.unmapped) < _MAX_PENDING:
+            self.unmapped.append((r, key))      # a mapping printed later in this block still applies
         if r.rank is None and ctx.rank_hint is not None:
             r.rank, r.rank_source = ctx.rank_hint, "path"
         if r.host is None:
@@ -881,11 +890,39 @@ class _Parser:
         self._rest = rest[m.end():]
         return True
 
-    def _map_local(self, r: _Row) -> None:
+    def _learn(self, key: Any, local: int, rank: int, why: str) -> None:
+        """A (node, local rank) -> rank pair the log states outside a launcher's topology block
+        (a line with both prefixes, a ChildFailedError record). Two different ranks for one local
+        rank of one node (consoles of several nodes merged without host names) map nobody."""
+        if key in self.topo_restart:
+            return                      # the rendezvous result of this node already says it all
+        m = self.topo.setdefault(key, {})
+        if self.topo_why.get(key) == "conflict":
+            return
+        if m.get(local, rank) != rank:
+            self.topo[key] = {}
+            self.topo_why[key] = "conflict"
+            return
+        m[local] = rank
+        self.topo_why.setdefault(key, why)
+
+    def _map_unmapped(self) -> None:
+        """Rows of this block that named only a local rank, mapped by what the block printed after
+        them (a ChildFailedError table, a line with both prefixes). Rows of earlier blocks are
+        already written: they keep their local rank only."""
+        if not self.topo:
+            return
+        for r, key in self.unmapped:
+            if r.rank is None:
+                self._map_local(r, key)
+        self.unmapped = []
+
+    def _map_local(self, r: _Row, key: Any = ...) -> None:
         """Local rank -> global rank through the topology the launcher printed for this node.
         A mapping learned without a node name serves lines of other names only while the file
         shows a single node."""
-        key = self.node_key
+        if key is ...:
+            key = self.node_key
         m = self.topo.get(key)
         if m is None and key is not None and len(self.nodes_seen) <= 1:
             key = None
@@ -1100,6 +1137,9 @@ class _Parser:
             r.host = self.cf.get("host") or r.host
             r.ts = self.cf.get("ts", r.ts)
             r.put(exit_code=code)
+            if rank is not None and rank >= 0 and r.local_rank is not None:
+                # the agent reports its own node's workers: this node's local rank -> rank
+                self._learn(self.node_key, r.local_rank, rank, "torch elastic's ChildFailedError record (rank, local_rank)")
             sig = _signal_name(-code) if code is not None and code < 0 else None
             r.x(pid=_int(em.group(2)) if em else None, signal=sig, first_observed=self.cf_section == "root")
             self.cf["emitted"] = r

@@ -182,7 +182,22 @@ TEMPLATES: list[Template] = [
                  "  group_world_size=1", "  local_ranks=[0, 1]", "  role_ranks=[0, 1]", "  global_ranks=[0, 1]",
                  "  role_world_sizes=[2, 2]", "  global_world_sizes=[2, 2]", "[default1]:epoch 1 done"),
                 {"local_rank": 1, "rank": 1, "rank_source": "mapped",
-                 "x.mapped_by": "torchrun rendezvous result (group_rank=0)"})),
+                 "x.mapped_by": "torchrun rendezvous result (group_rank=0)"}),
+         # the same process writes `[default1]:[rank1]:` later (PyTorch >= 2.3 prefixes a failing
+         # rank's lines with its global rank): its earlier lines of this block are mapped too
+         Sample(("[default1]:step 0 loss 2.01", "[default0]:step 0 loss 2.00",
+                 "[default1]:[rank1]: RuntimeError: Detected mismatch between collectives on ranks."),
+                {"local_rank": 1, "rank": 1, "rank_source": "mapped",
+                 "x.mapped_by": "its own lines carry both [defaultN]: and [rankM]:"}, at=0),
+         # the agent's ChildFailedError record of this node's worker: rank 2 (local_rank: 2)
+         Sample(("[default2]:step 5 loss 1.9", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+                 "============================================================", "train.py FAILED",
+                 "------------------------------------------------------------", "Failures:", "  <NO_OTHER_FAILURES>",
+                 "------------------------------------------------------------", "Root Cause (first observed failure):",
+                 "[0]:", "  time      : 2024-11-20_14:37:16", "  host      : gpu-node4", "  rank      : 2 (local_rank: 2)",
+                 "  exitcode  : 1 (pid: 2211)", "  error_file: <N/A>"),
+                {"local_rank": 2, "rank": 2, "rank_source": "mapped",
+                 "x.mapped_by": "torch elastic's ChildFailedError record (rank, local_rank)"}, at=0)),
         collectors=_BLOCK,
     ),
     Template(

@@ -1184,7 +1184,8 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
             rule=pass_id("failures"), kind="collective_mismatch", layer="communication", severity="ERROR",
             ranks=culprits, victims=victims, basis=basis, basis_weak=weak,
             title=(f"{ranks_phrase(culprits)} issued a different collective than the others ({how})"
-                   + (f"; {ranks_phrase(victims)} waited for it until the watchdog fired" if victims else "") + first_note),
+                   + ((f"; {ranks_phrase(victims)} found the mismatch in their own pre-collective check" if mode == "fingerprint"
+                       else f"; {ranks_phrase(victims)} waited for it until the watchdog fired") if victims else "") + first_note),
             evidence={"how": how, "failing_seq": seq, "victims": victims, "first_timeout_rank": first_rank,
                       **({"fingerprints": detail["fingerprint"]} if detail.get("fingerprint") else {})},
             lines=cite([_ev_row(r) for r in mismatch[:2]] + [_ev_row(r) for r in desync[:1]] + [_ev_row(r) for r in to_sorted[:2]],
