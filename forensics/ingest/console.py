@@ -11,8 +11,13 @@ forensics/ingest/binary.py, are rejected). The forms it reads are listed, with t
 sources and samples, in forensics/ingest/templates.py.
 
 What collectors put in front of a line is consumed first: Kubernetes CRI (`<ts> stderr F`),
-Docker json-file (`{"log": ..}` per line, unwrapped in `_unwrap_docker`), syslog headers (give
-the host), and a shipper's ISO timestamp / Python logging `- LEVEL -` when a routing prefix follows.
+Docker json-file (`{"log": ..}` per line, unwrapped in `_unwrap_docker`), syslog and journald
+headers (short, short-precise, short-iso, short-iso-precise; they give the host), and a
+shipper's ISO timestamp / Python logging `- LEVEL -` when a routing prefix follows, or the later
+line of a launcher's block (consumed with one separator, so the block's indentation is kept).
+Launcher blocks (rendezvous result, launch configs, ChildFailedError table) are tracked per node
+(host): another node's lines and workers' own lines (a rank or local-rank prefix) between a
+block's lines neither continue nor end it.
 
 Rank attribution, first match wins (rank_source in parentheses):
 - `[rank3]:` (PyTorch >= 2.3 prefixes every line of a failing rank with its GLOBAL rank),
@@ -26,10 +31,12 @@ Rank attribution, first match wins (rank_source in parentheses):
   (prefix), unless the tasks are launchers (their lines carry torchrun prefixes): then it is
   extra.srun_task, a node.
 - `[default3]:` / `[trainer3]:` torchrun --tee: the number is the LOCAL rank (local_rank always
-  set). ctx.gpu_map[(host, 3)] wins when given (gpu_map); else the topology the log printed
-  for this node (torchrun's "Rendezvous complete" local_ranks/global_ranks, a single-node
-  launch config, DeepSpeed's global_rank_mapping) maps it (mapped); else it becomes the rank
-  (prefix) only on a console that shows no host and no second node.
+  set). ctx.gpu_map[(host, 3)] wins when given (gpu_map); else what the log printed for this
+  node maps it (mapped, extra.mapped_by says what): torchrun's "Rendezvous complete"
+  local_ranks/global_ranks, a single-node launch config, DeepSpeed's global_rank_mapping, a line
+  carrying both `[default3]:` and `[rank11]:`, the agent's ChildFailedError record "rank 11
+  (local_rank: 3)" (these two also map the earlier lines of the same block); else rank stays
+  null: never local = global by assumption.
 - `host:pid:tid [3] NCCL INFO`: the number is NCCL's cudaDev, a device index: local_rank 3 and
   host; rank only through ctx.gpu_map or the printed topology.
 - `hostname: ` (pdsh, DeepSpeed multi-node) and Ray's `(RayTrainWorker pid=.., ip=..)` give host

@@ -35,6 +35,13 @@ Domain facts relied on:
 - Ranks that issued DIFFERENT collectives (fingerprints differ, another op or size at one
   SeqNum, waiting in another SeqNum) are a `collective_mismatch`; a culprit that simply never
   arrived, silent without an error of its own, is a `hang`.
+- Where no line names a global rank (torchrun --tee `[default1]:` on several nodes, nothing
+  printed that maps local ranks), a hang is still found among processes known as (host, local
+  rank): the one that logged progress but no timeout of its own [never_joined], else the one
+  whose progress stopped first [last_to_log]; it is reported as "local rank 1 on host X".
+- A fingerprint mismatch (TORCH_DISTRIBUTED_DEBUG=DETAIL) says how the odd rank's collective
+  differs: op type, sequence number, tensor shape or dtype (forensics/ingest/templates.py reads
+  the text for console and structured sources alike).
 - Exit code -9 / SIGKILL / "Killed" with no Python traceback means something outside Python
   killed the process; unless the launcher (its teardown after another failure), the scheduler
   (scancel, time limit) sent it, that is most often the kernel's OOM killer (host RAM, not GPU
