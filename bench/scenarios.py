@@ -41,7 +41,8 @@ def scenarios(bases: list[Path]) -> list[Path]:
 def main(argv: list[str]) -> None:
     bases = [Path(a) for a in argv] or [REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun",
                                          REPO / "tests" / "fixtures" / "realrun_moved",
-                                         REPO / "tests" / "fixtures" / "realrun_varied"]
+                                         REPO / "tests" / "fixtures" / "realrun_varied",
+                                         REPO / "tests" / "fixtures" / "realrun_torchrun"]
     tp: Counter[str] = Counter()
     fp: Counter[str] = Counter()
     fn: Counter[str] = Counter()

@@ -170,3 +170,29 @@ def test_verdict_states_the_cost(tmp_path: Path) -> None:
     assert all("cost" in f for f in d["findings"])
     md = render(report, "md")
     assert "cost" in md.splitlines()[4]
+
+
+# --- with a parallel topology: peers are the ranks that do the same work --------------------------
+
+def test_a_slow_whole_pipeline_stage_is_priced_against_the_runs_own_earlier_steps() -> None:
+    """Stage 1 of a 4-stage pipeline computes twice as long from step 15 on: the straggler pass
+    names both its ranks. They have no healthy peer in their stage, and the other stages do other
+    work (the last one computes more by design): the time lost is what the step time lay above its
+    own earlier median (measured from the generated run: ~185 ms x 25 steps), not a comparison
+    with ranks of other stages (which priced it at 3.75 s)."""
+    from pipeline_run import pipeline_rows
+    from forensics.passes import straggler
+
+    ctx = Context.from_frame(pipeline_rows(pp=4, dp=2, factor=lambda s, d, step: 2.0 if (s == 1 and step >= 15) else 1.0).frame())
+    [f] = straggler.find(ctx)
+    assert f.ranks == [2, 3]
+    cost.attach_costs([f], ctx)
+    per = ctx.steps.group_by("step").agg(pl.col("step_time_ms").median()).sort("step")
+    lost = float(per.filter(pl.col("step") >= 15)["step_time_ms"].sum()
+                 - per.filter(pl.col("step").is_between(2, 14))["step_time_ms"].median() * 25) / 1000
+    assert f.cost is not None and f.cost["method"] == "own_steps_outside" and f.cost["steps"] == 25
+    assert f.cost["seconds"] == pytest.approx(lost, rel=0.05)
+    # the replay itself finds no peer of stage 1's ranks in their stage
+    assert cost.peer_replay(ctx.steps, [2, 3], ("compute_ms",), topo=ctx.topology).is_empty()
+    assert not cost.peer_replay(ctx.steps, [2, 3], ("compute_ms",)).is_empty()   # without topology: other stages
+

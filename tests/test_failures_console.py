@@ -380,3 +380,101 @@ def test_the_rank_without_a_timeout_of_its_own_held_up_the_collective(tmp_path: 
     rc = diagnosed(tmp_path, lines).root_cause
     assert rc is not None and rc.kind == "hang" and rc.ranks == [2], rc
     assert rc.basis == "never_joined" and not rc.basis_weak
+
+
+# --- TORCH_DISTRIBUTED_DEBUG=DETAIL: a collective whose dtype or size differs on one rank --------
+# ProcessGroupWrapper.cpp (CollectiveFingerPrint::verify): each rank compares its fingerprint with
+# every rank's, in rank order, and raises at the first that differs; operator<< of a fingerprint;
+# compute_collective_diff appends what differs. Lines written here in that format.
+FP = "CollectiveFingerPrint(SequenceNumber={seq}, OpType={op}, TensorShape=[{shape}], TensorDtypes={dt}, TensorDeviceTypes=cpu)"
+MISMATCH = [
+    "[rank{r}]: Traceback (most recent call last):",
+    '[rank{r}]:   File "/workspace/train.py", line 120, in <module>',
+    "[rank{r}]:     dist.all_reduce(grad)",
+    "[rank{r}]: RuntimeError: Detected mismatch between collectives on ranks. Rank {r} is running collective: {mine}, "
+    "but Rank {peer} is running collective: {theirs}.Collectives differ in the following aspects: {diff}",
+]
+
+
+def _mismatch_run(odd: int, odd_fp: dict, good_fp: dict, diff: str, world: int = 4) -> list[str]:
+    lines = progress(list(range(world)))
+    for r in range(world):
+        # the first rank (in rank order) whose fingerprint differs from this rank's own
+        peer = odd if r != odd else next(k for k in range(world) if k != odd)
+        mine, theirs = (odd_fp, good_fp) if r == odd else (good_fp, odd_fp)
+        lines += expand(MISMATCH, r=r, peer=peer, mine=FP.format(**mine), theirs=FP.format(**theirs), diff=diff)
+    return lines
+
+
+def test_a_dtype_mismatch_names_the_odd_rank_as_collective_mismatch(tmp_path: Path) -> None:
+    good = {"seq": 40, "op": "ALLREDUCE", "shape": "1024", "dt": "Float"}
+    lines = _mismatch_run(2, dict(good, dt="Half"), good, "  Tensor Tensor dtypes: Halfvs Float")
+    report = diagnosed(tmp_path, lines)
+    rc = report.root_cause
+    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("collective_mismatch", [2], "named_by_peers"), rc
+    f = finding(report, "collective_mismatch")
+    assert "tensor dtype Half where rank 0's has Float" in f.evidence["how"], f.evidence["how"]
+    assert f.evidence["fingerprints"]["differ"] == ["dtypes"]
+
+
+def test_a_size_mismatch_names_the_odd_rank_as_collective_mismatch(tmp_path: Path) -> None:
+    good = {"seq": 7, "op": "BROADCAST", "shape": "16, 512", "dt": "Float"}
+    lines = _mismatch_run(1, dict(good, shape="16, 256"), good, "  Tensor Tensor shapes: [16, 256]vs [16, 512]", world=3)
+    report = diagnosed(tmp_path, lines)
+    rc = report.root_cause
+    assert rc is not None and (rc.kind, rc.ranks) == ("collective_mismatch", [1]), rc
+    how = finding(report, "collective_mismatch").evidence["how"]
+    assert "BROADCAST #7 has tensor shape [16, 256] where rank 0's has [16, 512]" in how, how
+
+
+def test_each_ranks_own_fingerprint_log_line_is_not_an_error(tmp_path: Path) -> None:
+    """runCollectiveChecks logs every rank's fingerprint at INFO before each collective: these are
+    not mismatches (they were typed COLLECTIVE_MISMATCH / ERROR before)."""
+    lines = progress([0, 1])
+    lines += [f"[rank{r}]:[I1218 20:17:16.000000000 ProcessGroupWrapper.cpp:560] [Rank {r}] Running collective: "
+              + FP.format(seq=s, op="ALLREDUCE", shape="8", dt="Float") for s in (1, 2) for r in (0, 1)]
+    lines += progress([0, 1], step=88, t="20:17:17")
+    report = diagnosed(tmp_path, lines)
+    assert report.root_cause is None and not any(f.kind in ("collective_mismatch", "nccl_timeout") for f in report.findings)
+
+
+# --- a hang where no line names a global rank ------------------------------------------------------
+# journald short-iso lines of torchrun services on two nodes, --tee prefixes (local ranks only),
+# no rendezvous result or launch configs printed; gloo's timeout (unbound_buffer.cc:
+# GLOO_ERROR_MSG("Timed out waiting ", timeout.count(), "ms for recv operation to complete")).
+JOURNAL = "2024-11-20T14:{m:02d}:{s:02d}+0000 {h} torchrun[42{n}]: [default{lr}]:"
+GLOO_TIMEOUT = ["Traceback (most recent call last):", '  File "/srv/train.py", line 88, in <module>', "    dist.all_reduce(grad)",
+                "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+                "60000ms for recv operation to complete"]
+
+
+def _local_only_run(silent_times_out: bool) -> list[str]:
+    lines = []
+    for step in range(1, 7):
+        for h, n in (("node-a", 1), ("node-b", 2)):
+            for lr in (0, 1):
+                if h == "node-b" and lr == 1 and step > 4:
+                    continue        # local rank 1 of node-b stops after step 4
+                lines.append(JOURNAL.format(m=37, s=step * 4 + 2 * n + lr, h=h, n=n, lr=lr)
+                             + f"step {step} | loss 2.{step}{lr} | 500.0 ms/step")
+    procs = [("node-a", 1, 0), ("node-a", 1, 1), ("node-b", 2, 0)] + ([("node-b", 2, 1)] if silent_times_out else [])
+    for h, n, lr in procs:
+        lines += [JOURNAL.format(m=38, s=40 + lr, h=h, n=n, lr=lr) + ln for ln in GLOO_TIMEOUT]
+    return lines
+
+
+def test_a_hang_known_only_by_local_rank_and_host_is_named_so(tmp_path: Path) -> None:
+    report = diagnosed(tmp_path, _local_only_run(silent_times_out=False))
+    rc = report.root_cause
+    assert rc is not None and rc.kind == "hang", rc
+    assert rc.ranks == [] and rc.local_ranks == [{"host": "node-b", "local_rank": 1}]
+    assert rc.basis == "never_joined" and "local rank 1 on host node-b" in rc.summary
+    f = finding(report, "hang")
+    assert "after step 4" in f.title and "the logs do not say" in f.title
+    assert "rank 1 " not in f.title.replace("local rank 1 ", "")      # never a guessed global rank
+
+
+def test_a_local_only_hang_where_everyone_timed_out_names_who_stopped_first(tmp_path: Path) -> None:
+    rc = diagnosed(tmp_path, _local_only_run(silent_times_out=True)).root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [], rc
+    assert rc.local_ranks == [{"host": "node-b", "local_rank": 1}] and rc.basis == "last_to_log"

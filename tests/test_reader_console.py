@@ -59,8 +59,9 @@ def test_torchrun_rank_prefix_is_global_rank():
 
 
 def test_torchrun_tee_prefix_is_local_rank():
+    # no host, no topology: the number is torchrun's LOCAL rank; the global one is not known
     r = _one("[default5]:loading data\n")
-    assert (r["rank"], r["local_rank"], r["rank_source"], r["message"]) == (5, 5, "prefix", "loading data")
+    assert (r["rank"], r["local_rank"], r["rank_source"], r["message"]) == (None, 5, "none", "loading data")
 
 
 def test_tee_prefix_behind_a_host_is_not_a_global_rank():

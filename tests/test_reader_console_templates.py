@@ -18,7 +18,7 @@ from forensics.ingest.formats import ReaderContext, sniff
 from forensics.ingest.templates import COLLECTORS, TEMPLATES, inventory_markdown
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-TIMESTAMPED = {"iso", "pylog", "cri", "docker"}
+TIMESTAMPED = {"iso", "pylog", "cri", "docker", "journal_iso", "journal_iso_precise"}
 
 
 def _read(text: str, **ctx_kw) -> tuple[pl.DataFrame, pl.DataFrame, int]:
@@ -209,3 +209,101 @@ def _read_bytes(data: bytes) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     blocks = list(read_console(ctx.path, io.BytesIO(data), ctx))
     return (pl.concat([b.events for b in blocks], how="diagonal_relaxed"), pl.concat([b.rejects for b in blocks]),
             sum(b.lines for b in blocks))
+
+
+# --- multi-line launcher blocks behind collectors, with other writers' lines interleaved ------
+
+_RDZV = ["INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers. Result:",
+         "  restart_count=0", "  master_addr=gpu-node1", "  master_port=29500", "  group_rank={g}",
+         "  group_world_size=2", "  local_ranks=[0, 1]", "  role_ranks={r}", "  global_ranks={r}",
+         "  role_world_sizes=[4, 4]", "  global_world_sizes=[4, 4]"]
+
+
+def _interleave(a: list[str], b: list[str]) -> list[str]:
+    out: list[str] = []
+    for i in range(max(len(a), len(b))):
+        out += a[i:i + 1] + b[i:i + 1]
+    return out
+
+
+@pytest.mark.parametrize("header", ["2024-11-20T14:37:16+0000 {host} torchrun[4242]: ",
+                                    "2024-11-20T14:37:16.123456+00:00 {host} torchrun[4242]: ",
+                                    "Nov 20 14:37:16.123456 {host} torchrun[4242]: ",
+                                    "Nov 20 14:37:16 {host} torchrun[4242]: "])
+def test_rendezvous_blocks_of_two_nodes_interleaved_with_worker_lines(header) -> None:
+    """Two nodes' agents print their rendezvous result at once (journald / syslog names the node
+    on each line), and their workers' --tee lines land between the fields: each node's local
+    ranks map through its own block, and no worker line ends a block."""
+    def on(host: str, line: str) -> str:
+        return header.format(host=host) + line
+
+    a = [on("node-a", ln.format(g=0, r="[0, 1]")) for ln in _RDZV]
+    b = [on("node-b", ln.format(g=1, r="[2, 3]")) for ln in _RDZV]
+    mixed = _interleave(a, b)
+    # workers already talking while the agents print (their own prefixes: never block lines)
+    mixed.insert(5, on("node-b", "[default1]:loading shard 3"))
+    mixed.insert(19, on("node-a", "[default0]:loading shard 0"))
+    mixed += [on("node-b", "[default1]:step 9 loss 1.7"), on("node-a", "[default1]:step 9 loss 1.8")]
+    ev, rej, _ = _read("".join(ln + "\n" for ln in mixed))
+    assert rej.height == 0
+    last = ev.tail(2).select("host", "local_rank", "rank", "rank_source").rows()
+    assert last == [("node-b", 1, 3, "mapped"), ("node-a", 1, 1, "mapped")]
+    mid = ev.filter(pl.col("message") == "loading shard 0").row(0, named=True)
+    assert (mid["host"], mid["local_rank"], mid["rank"]) == ("node-a", 0, 0)   # node-a's global_ranks already read
+    topo = [json.loads(x)["topology"]["global_ranks"] for x in ev["extra"].drop_nulls() if "topology" in x]
+    assert sorted(topo) == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("collector", ["iso", "pylog", "cri", "docker", "journal_iso", "journal_precise"])
+def test_rendezvous_block_behind_a_collector_with_worker_lines_between_its_fields(collector) -> None:
+    wrap = COLLECTORS[collector][1]
+    lines = [wrap(ln.format(g=1, r="[2, 3]")) for ln in _RDZV]
+    lines.insert(3, wrap("[default0]:warming up"))
+    lines.insert(8, wrap("[rank3]:[I1120 14:37:16.0 ProcessGroupNCCL.cpp:1] init"))
+    lines.append(wrap("[default1]:step 9 loss 1.7"))
+    ev, rej, _ = _read("".join(ln + "\n" for ln in lines))
+    assert rej.height == 0
+    row = ev.row(ev.height - 1, named=True)
+    assert (row["local_rank"], row["rank"], row["rank_source"]) == (1, 3, "mapped")
+    x = [json.loads(e) for e in ev["extra"].drop_nulls() if "topology" in e]
+    assert len(x) == 1 and x[0]["topology"]["local_ranks"] == [0, 1] and x[0]["topology"]["group_world_size"] == 2
+
+
+@pytest.mark.parametrize("collector", ["iso", "pylog", "journal_iso", "journal_iso_precise", "journal_precise", "syslog"])
+def test_child_failed_table_behind_a_collector_with_ranks_interleaved(collector) -> None:
+    """torch elastic's ChildFailedError table (errors/__init__.py: _MSG_FORMAT_TEMPLATE and
+    _FAILURE_FORMAT_TEMPLATE) with every line behind a collector's prefix and the still-running
+    workers' `[rankN]:` lines between its lines: each record is one CHILD_FAILED with its rank,
+    local rank, host and exit code; the root cause record is marked first_observed."""
+    wrap = COLLECTORS[collector][1]
+    table = ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+             "============================================================", "train.py FAILED",
+             "------------------------------------------------------------", "Failures:", "[1]:",
+             "  time      : 2024-11-20_14:37:18", "  host      : gpu-node4", "  rank      : 14 (local_rank: 6)",
+             "  exitcode  : 1 (pid: 2212)", "  error_file: <N/A>",
+             "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+             "------------------------------------------------------------", "Root Cause (first observed failure):",
+             "[0]:", "  time      : 2024-11-20_14:37:16", "  host      : gpu-node4", "  rank      : 13 (local_rank: 5)",
+             "  exitcode  : -6 (pid: 2211)", "  error_file: <N/A>", "  traceback : Signal 6 (SIGABRT) received by PID 2211",
+             "============================================================"]
+    lines = []
+    for i, ln in enumerate(table):
+        lines.append(wrap(ln))
+        if i in (5, 9, 15):
+            lines.append(wrap(f"[rank{i}]:[W1120 14:37:17.0 ProcessGroupNCCL.cpp:1] still waiting"))
+    ev, rej, _ = _read("".join(ln + "\n" for ln in lines))
+    assert rej.height == 0
+    cf = ev.filter(pl.col("event") == "CHILD_FAILED")
+    got = [(r["rank"], r["local_rank"], r["host"], r["exit_code"], json.loads(r["extra"])["first_observed"])
+           for r in cf.iter_rows(named=True)]
+    assert got == [(14, 6, "gpu-node4", 1, False), (13, 5, "gpu-node4", -6, True)]
+    # the interleaved worker lines keep their own rank and are not records
+    assert sorted(ev.filter(pl.col("message").str.contains("still waiting"))["rank"].to_list()) == [5, 9, 15]
+
+
+def test_two_nodes_tee_and_rank_prefixes_merged_without_host_names_map_nobody() -> None:
+    # local rank 1 is rank 1 on one node and rank 5 on the other: nothing says which line is whose
+    text = "[default1]:[rank1]: warming up\n[default1]:[rank5]: warming up\n[default1]:step 3 loss 1.0\n"
+    ev, _, _ = _read(text)
+    row = ev.row(2, named=True)
+    assert (row["rank"], row["local_rank"], row["rank_source"]) == (None, 1, "none")

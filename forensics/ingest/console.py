@@ -11,8 +11,13 @@ forensics/ingest/binary.py, are rejected). The forms it reads are listed, with t
 sources and samples, in forensics/ingest/templates.py.
 
 What collectors put in front of a line is consumed first: Kubernetes CRI (`<ts> stderr F`),
-Docker json-file (`{"log": ..}` per line, unwrapped in `_unwrap_docker`), syslog headers (give
-the host), and a shipper's ISO timestamp / Python logging `- LEVEL -` when a routing prefix follows.
+Docker json-file (`{"log": ..}` per line, unwrapped in `_unwrap_docker`), syslog and journald
+headers (short, short-precise, short-iso, short-iso-precise; they give the host), and a
+shipper's ISO timestamp / Python logging `- LEVEL -` when a routing prefix follows, or the later
+line of a launcher's block (consumed with one separator, so the block's indentation is kept).
+Launcher blocks (rendezvous result, launch configs, ChildFailedError table) are tracked per node
+(host): another node's lines and workers' own lines (a rank or local-rank prefix) between a
+block's lines neither continue nor end it.
 
 Rank attribution, first match wins (rank_source in parentheses):
 - `[rank3]:` (PyTorch >= 2.3 prefixes every line of a failing rank with its GLOBAL rank),
@@ -26,10 +31,12 @@ Rank attribution, first match wins (rank_source in parentheses):
   (prefix), unless the tasks are launchers (their lines carry torchrun prefixes): then it is
   extra.srun_task, a node.
 - `[default3]:` / `[trainer3]:` torchrun --tee: the number is the LOCAL rank (local_rank always
-  set). ctx.gpu_map[(host, 3)] wins when given (gpu_map); else the topology the log printed
-  for this node (torchrun's "Rendezvous complete" local_ranks/global_ranks, a single-node
-  launch config, DeepSpeed's global_rank_mapping) maps it (mapped); else it becomes the rank
-  (prefix) only on a console that shows no host and no second node.
+  set). ctx.gpu_map[(host, 3)] wins when given (gpu_map); else what the log printed for this
+  node maps it (mapped, extra.mapped_by says what): torchrun's "Rendezvous complete"
+  local_ranks/global_ranks, a single-node launch config, DeepSpeed's global_rank_mapping, a line
+  carrying both `[default3]:` and `[rank11]:`, the agent's ChildFailedError record "rank 11
+  (local_rank: 3)" (these two also map the earlier lines of the same block); else rank stays
+  null: never local = global by assumption.
 - `host:pid:tid [3] NCCL INFO`: the number is NCCL's cudaDev, a device index: local_rank 3 and
   host; rank only through ctx.gpu_map or the printed topology.
 - `hostname: ` (pdsh, DeepSpeed multi-node) and Ray's `(RayTrainWorker pid=.., ip=..)` give host
@@ -68,6 +75,7 @@ from .formats import ReaderContext
 from .jsonl import Block, rejects_frame
 from .normalize import parse_timestamp
 from .sources import iter_chunks
+from .templates import DESYNC_SEQ, DESYNC_TIMEOUT_AT, FINGERPRINT, RUNNING_COLLECTIVE, desync_ranks, fingerprint, fingerprint_diff, mismatch_pairs
 
 # A traceback longer than this (or left open this many lines) is emitted as it stands.
 _MAX_PENDING = 20_000
@@ -97,13 +105,33 @@ _LEAD_TS = re.compile(
     r"(?:\s+-\s+(?:[\w.\-]+\s+-\s+)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+"
     r"|\s+\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?:?\s+|\s*[|:]\s*|\s+)"
 )
+# Behind a collector's timestamp, the later lines of a launcher's multi-line block (their
+# indentation is what marks them, so the timestamp is consumed with exactly one separator):
+# rendezvous result `  group_rank=1`, launch configs `  nproc_per_node : 4`, ChildFailedError
+# table `Failures:` / `Root Cause (first observed failure):` / `  rank : 3 (local_rank: 3)` / rules.
+_LEAD_TS_BLOCK = re.compile(
+    r"\[?((?:19|20)\d\d-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\]?"
+    r"(?: - (?:[\w.\-]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - | )"
+)
+_BLOCK_BODY = re.compile(
+    r"(?:[ \t]+(?:\w+\s*[=:]|<NO_OTHER_FAILURES>)|(?:Failures:|Root Cause \(first observed failure\):)\s*$|[=\-]{20,}\s*$)"
+)
 _ROUTING = re.compile(
     r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{4} \d\d:|[\w.\-]+:\d+:\d+ \[\d+\] "
     r"|\(\w+ pid=\d+"
 )
-# Syslog / journald short format: `Mon DD HH:MM:SS host tag[pid]: ` (the host is the machine's).
+# Syslog / journald short and short-precise (`journalctl -o short-precise`, microseconds):
+# `Mon DD HH:MM:SS[.ffffff] host tag[pid]: ` (the host is the machine's).
 _SYSLOG_HDR = re.compile(
-    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d+)? "
+    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(\.\d+)? "
+    r"([A-Za-z0-9][\w.\-]*) ([\w.\-/@]+)(?:\[(\d+)\])?: "
+)
+# journald `journalctl -o short-iso` / `short-iso-precise` (systemd logs-show.c: strftime
+# "%Y-%m-%dT%H:%M:%S", ".%06u" when precise, the UTC offset as "%z" (+0000) in older systemd and
+# "+00:00" in newer), then ` host identifier[pid]: `. Only with a [pid] (or the kernel's lines),
+# so a timestamped program line `<ts> step 5: ...` is not taken for a journal header.
+_JOURNAL_ISO = re.compile(
+    r"((?:19|20)\d\d-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:[+-]\d\d:?\d\d|Z)) "
     r"([A-Za-z0-9][\w.\-]*) ([\w.\-/@]+)(?:\[(\d+)\])?: "
 )
 # srun --label: `%0*d: ` (task id, zero-padded to the width of the largest); recognised only in a
@@ -207,15 +235,6 @@ _DUMP_SIGNAL = re.compile(
     r"Received a (?:global )?dump signal (?:due to a collective timeout )?from\s+(this local rank|rank\s*(\d+))"
     r"(?:.*?" + _LAST_WORK + ")?"
 )
-_DESYNC = re.compile(
-    r"ranks \[([\d,\s]+)\] are the lagging ranks"
-    r"|lagging/dead/mismatched ranks[^\[]*\[([\d,\s]+)\]"
-    r"|^\s*-\s*\[([\d,\s]+)\] (?:joined but didn't finish|finished collective|didn't join)"
-    r"|^\s*\[([\d,\s]+)\] finished collective #\d+, but didn't join"
-)
-_DESYNC_SEQ = re.compile(r"collective #(\d+)")
-# TORCH_NCCL_DESYNC_DEBUG report, the reporting rank's own line: `- [3] Timeout at collective: ALLREDUCE, #41`
-_DESYNC_TIMEOUT_AT = re.compile(r"-\s*\[(\d+)\] Timeout at collective: ([^,]+), #(\d+)")
 # ProcessGroupNCCL watchdog (torch >= 2.3 / >= 2.6 wordings)
 _WATCHDOG_AT = re.compile(
     r"(Exception \(either an error or timeout\)|NCCL error is|Work timeout is) detected by watchdog at work: (\d+)"
@@ -239,10 +258,6 @@ _STORE_BARRIER = re.compile(
     r"Timed out initializing process group in store based barrier on rank:? (\d+), for key: (\S+) "
     r"\(world_size=(\d+), (?:worker_count|num_workers_joined)=(\d+), timeout=([\d:.]+)\)"
 )
-_MISMATCH_PAIR = re.compile(r"Rank (\d+) is running collective: (.*?), but Rank (\d+) is running collective: (.*)")
-_FP_SEQ = re.compile(r"SequenceNumber=(\d+)")
-_FP_OP = re.compile(r"OpType=(\w+)")
-_FINGERPRINT = re.compile(r"CollectiveFingerPrint\((?:[^)]*?)SequenceNumber=(\d+)(?:,\s*OpType=(\w+))?")
 _NCCL_ERROR_IN = re.compile(r"NCCL error in: ([^,]+), (.+?)(?:, NCCL version ([\d.]+))?$")
 _NCCL_ERROR_NAME = re.compile(r"\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b")
 _NCCL_ABORTED = re.compile(r"NCCL communicator was aborted on rank (\d+)")
@@ -466,11 +481,19 @@ class _Parser:
         # Topology the log printed: node key (host, srun task, or None) -> {local rank: global rank}
         self.topo: dict[Any, dict[int, int]] = {}
         self.topo_restart: dict[Any, int] = {}
+        self.topo_why: dict[Any, str] = {}      # node key -> what the log printed that maps it (extra.mapped_by)
+        self.unmapped: list[tuple[_Row, Any]] = []  # this block's rows known only by local rank, with their node
         self.multi_node = False                 # a launcher said there is more than one node
         self.world: int | None = None
         self.nodes_seen: set[Any] = set()
         self.rdzv: dict[str, Any] | None = None  # torchrun "Rendezvous complete" block being read
         self.launch: dict[str, Any] | None = None  # torchrun "launch configs" block being read
+        # The blocks above (cf_section/cf, rdzv, launch) belong to one writer: the launcher of one
+        # node. Lines of other nodes and workers' own lines may be interleaved between a block's
+        # lines; each node's open blocks are parked here while another node's (or a worker's)
+        # line is read (see _switch).
+        self.block_key: Any = None
+        self.parked: dict[Any, tuple[Any, ...]] = {}
         self.ds_node_rank: int | None = None
         self.last_barrier: dict[Any, _Row] = {}
         self.node_key: Any = None               # node of the line being read
@@ -557,6 +580,8 @@ class _Parser:
                                   for t in rests)
 
     def _ready(self, final: bool) -> list[_Row]:
+        if self.unmapped:
+            self._map_unmapped()
         if final or not self.open_tb:
             for tb in self.open_tb.values():
                 self._close_tb(tb, None)
@@ -683,7 +708,7 @@ class _Parser:
             c = rest[:1]
             if c == "[":
                 m = _TORCHRUN.match(rest)
-                if m and (self.cf_section is None or rest[m.end():].strip()):
+                if m and (not self._cf_open() or rest[m.end():].strip()):
                     role, n = m.group(1), int(m.group(2))
                     if role == "rank" or role == "":
                         prefix_rank = n
@@ -725,6 +750,14 @@ class _Parser:
                     r.x(stream=m.group(2), partial=True if m.group(3) == "P" else None)
                     rest = rest[m.end():]
                     continue
+                if k == 0 and rest[:2] in ("19", "20"):
+                    m = _JOURNAL_ISO.match(rest)
+                    if m and (m.group(4) or m.group(3) == "kernel"):
+                        r.ts = m.group(1)
+                        r.host = m.group(2)
+                        r.x(program=m.group(3), pid=_int(m.group(4)))
+                        rest = rest[m.end():]
+                        continue
                 if rest[:2] in ("19", "20") and self._lead_ts(rest, r):
                     rest = self._rest
                     continue
@@ -739,9 +772,9 @@ class _Parser:
                 if m:
                     if self.year is not None:
                         r.ts = (f"{self.year:04d}-{_MONTHS[m.group(1)]:02d}-{int(m.group(2)):02d}"
-                                f"T{m.group(3)}:{m.group(4)}:{m.group(5)}")
-                    r.host = m.group(6)
-                    r.x(program=m.group(7), pid=_int(m.group(8)))
+                                f"T{m.group(3)}:{m.group(4)}:{m.group(5)}{m.group(6) or ''}")
+                    r.host = m.group(7)
+                    r.x(program=m.group(8), pid=_int(m.group(9)))
                     rest = rest[m.end():]
                     continue
             if c in "IWEF":
@@ -791,16 +824,20 @@ class _Parser:
                 r.x(srun_task=task)
                 if prefix_rank is None and local_from_tee is None:
                     prefix_rank = task   # srun started the ranks itself: task id = SLURM_PROCID
-        # a launcher's block ends at the first line that is not one of its fields
-        if self.launch is not None and not _LAUNCH_FIELD.match(rest):
-            self._install_launch()
-        if self.rdzv is not None and not _RDZV_FIELD.match(rest):
-            self._install_rdzv(r)
         # the node this line comes from, for the topology the launcher printed
         key = r.host or ctx.host_hint or (("task", task) if task is not None and self.srun_nodes else None)
         self.node_key = key
         if key is not None:
             self.nodes_seen.add(key)
+        # a worker's own line (it names its rank or local rank) is never part of its launcher's
+        # block: it neither continues nor ends it
+        worker = prefix_rank is not None or local_from_tee is not None or r.local_rank is not None
+        self._switch(("worker", key) if worker else key)
+        # a launcher's block ends at the first line of its node that is not one of its fields
+        if self.launch is not None and not _LAUNCH_FIELD.match(rest):
+            self.launch = None
+        if self.rdzv is not None and not _RDZV_FIELD.match(rest):
+            self._install_rdzv(r)
 
         if prefix_rank is not None:
             r.rank, r.rank_source = prefix_rank, "prefix"
@@ -814,12 +851,14 @@ class _Parser:
             g = self.pid_rank.get((r.host, r.extra["pid"]))
             if g is not None:
                 r.rank, r.rank_source = g, "mapped"
+        if prefix_rank is not None and local_from_tee is not None:
+            # `[default1]:[rank1]:`: torchrun's local-rank tee prefix and PyTorch's global-rank
+            # prefix on one line of one process: that local rank of this node is that rank
+            self._learn(key, local_from_tee, prefix_rank, "its own lines carry both [defaultN]: and [rankM]:")
         if r.rank is None and r.local_rank is not None and self.topo:
             self._map_local(r)
-        if (r.rank is None and local_from_tee is not None and r.host is None and task is None
-                and not self.multi_node):
-            # torchrun --tee on a console that shows no second node: local rank = global rank
-            r.rank, r.rank_source = local_from_tee, "prefix"
+        if r.rank is None and r.local_rank is not None and ctx.rank_hint is None and len(self.unmapped) < _MAX_PENDING:
+            self.unmapped.append((r, key))      # a mapping printed later in this block still applies
         if r.rank is None and ctx.rank_hint is not None:
             r.rank, r.rank_source = ctx.rank_hint, "path"
         if r.host is None:
@@ -847,24 +886,57 @@ class _Parser:
         consume it (sets self._rest). Without a routing prefix behind it the line is left whole."""
         m = _LEAD_TS.match(rest)
         if not m or not _ROUTING.match(rest, m.end()):
-            return False
+            m = _LEAD_TS_BLOCK.match(rest)
+            if not m or not _BLOCK_BODY.match(rest, m.end()):
+                return False
         r.ts = m.group(1).replace(",", ".")
-        word = m.group(2) or m.group(3)
+        word = m.group(2) or (m.group(3) if m.re is _LEAD_TS else None)
         if word:
             r.level = _LEVEL_MAP[word]
             r.x(collector_level=word)
         self._rest = rest[m.end():]
         return True
 
-    def _map_local(self, r: _Row) -> None:
+    def _learn(self, key: Any, local: int, rank: int, why: str) -> None:
+        """A (node, local rank) -> rank pair the log states outside a launcher's topology block
+        (a line with both prefixes, a ChildFailedError record). Two different ranks for one local
+        rank of one node (consoles of several nodes merged without host names) map nobody."""
+        if key in self.topo_restart:
+            return                      # the rendezvous result of this node already says it all
+        m = self.topo.setdefault(key, {})
+        if self.topo_why.get(key) == "conflict":
+            return
+        if m.get(local, rank) != rank:
+            self.topo[key] = {}
+            self.topo_why[key] = "conflict"
+            return
+        m[local] = rank
+        self.topo_why.setdefault(key, why)
+
+    def _map_unmapped(self) -> None:
+        """Rows of this block that named only a local rank, mapped by what the block printed after
+        them (a ChildFailedError table, a line with both prefixes). Rows of earlier blocks are
+        already written: they keep their local rank only."""
+        if not self.topo:
+            return
+        for r, key in self.unmapped:
+            if r.rank is None:
+                self._map_local(r, key)
+        self.unmapped = []
+
+    def _map_local(self, r: _Row, key: Any = ...) -> None:
         """Local rank -> global rank through the topology the launcher printed for this node.
         A mapping learned without a node name serves lines of other names only while the file
         shows a single node."""
-        m = self.topo.get(self.node_key)
-        if m is None and self.node_key is not None and len(self.nodes_seen) <= 1:
+        if key is ...:
+            key = self.node_key
+        m = self.topo.get(key)
+        if m is None and key is not None and len(self.nodes_seen) <= 1:
+            key = None
             m = self.topo.get(None)
         if m and r.local_rank in m:
             r.rank, r.rank_source = m[r.local_rank], "mapped"
+            r.x(mapped_by=self.topo_why.get(key))
 
     def _glog(self, m: re.Match[str], r: _Row) -> None:
         r.level = _GLOG_LEVEL[m.group(1)]
@@ -917,14 +989,17 @@ class _Parser:
                 self.rdzv[m.group(1)] = m.group(2)
                 if m.group(1) == "global_world_sizes":
                     self._install_rdzv(r)
+                elif m.group(1) == "global_ranks":
+                    self._apply_rdzv(self.rdzv)   # a worker's line may come before the block ends
                 return
             self._install_rdzv(r)
         if self.launch is not None:
             m = _LAUNCH_FIELD.match(body)
             if m:
                 self.launch[m.group(1)] = m.group(2)
+                self._apply_launch(self.launch)
                 return
-            self._install_launch()
+            self.launch = None
         if "Rendezvous complete for workers" in body:
             self.rdzv = {"key": self.node_key}
         elif "launch configs:" in body and "elastic_operator" in body:
@@ -935,11 +1010,15 @@ class _Parser:
                 return
             for h, ranks in hosts.items():
                 self.topo[h] = dict(enumerate(ranks))
+                self.topo_why[h] = "DeepSpeed global_rank_mapping"
             names = list(hosts)
             if len(names) == 1:
                 self.topo[None] = self.topo[names[0]]          # one node: local = its ranks
+                self.topo_why[None] = "DeepSpeed global_rank_mapping (one node)"
             elif self.ds_node_rank is not None and self.ds_node_rank < len(names):
-                self.topo.setdefault(self.node_key, self.topo[names[self.ds_node_rank]])
+                if self.node_key not in self.topo:
+                    self.topo[self.node_key] = self.topo[names[self.ds_node_rank]]
+                    self.topo_why[self.node_key] = f"DeepSpeed global_rank_mapping (node_rank={self.ds_node_rank})"
             self.multi_node = self.multi_node or len(names) > 1
             self.world = sum(len(v) for v in hosts.values())
             r.x(global_rank_mapping=hosts)
@@ -956,6 +1035,13 @@ class _Parser:
     def _install_rdzv(self, r: _Row) -> None:
         d, self.rdzv = self.rdzv, None
         assert d is not None
+        local, glob, gws = self._apply_rdzv(d)
+        r.x(topology={"group_rank": _int(d.get("group_rank")), "group_world_size": gws,
+                      "local_ranks": local, "global_ranks": glob})
+
+    def _apply_rdzv(self, d: dict[str, Any]) -> tuple[list[int], list[int], int | None]:
+        """What a rendezvous result says so far: world size, more than one node, and this node's
+        local -> global map (applied once per block)."""
         local = [int(t) for t in re.findall(r"-?\d+", d.get("local_ranks", ""))]
         glob = [int(t) for t in re.findall(r"-?\d+", d.get("global_ranks", ""))]
         gws = _int(d.get("group_world_size"))
@@ -964,8 +1050,9 @@ class _Parser:
             self.world = sizes[0]
         if gws is not None and gws > 1:
             self.multi_node = True
-        if not local or len(local) != len(glob):
-            return
+        if not local or len(local) != len(glob) or d.get("applied"):
+            return local, glob, gws
+        d["applied"] = True
         key, restart = d["key"], _int(d.get("restart_count")) or 0
         new = dict(zip(local, glob))
         old = self.topo.get(key)
@@ -976,19 +1063,35 @@ class _Parser:
         else:
             self.topo[key] = new
             self.topo_restart[key] = restart
-        r.x(topology={"group_rank": _int(d.get("group_rank")), "group_world_size": gws,
-                      "local_ranks": local, "global_ranks": glob})
+            self.topo_why[key] = f"torchrun rendezvous result (group_rank={d.get('group_rank', '?')})"
+        return local, glob, gws
 
-    def _install_launch(self) -> None:
-        d, self.launch = self.launch, None
-        assert d is not None
+    def _apply_launch(self, d: dict[str, Any]) -> None:
+        """What the launch configs say so far (applied field by field: a worker's line may come
+        before the block ends)."""
         nmax, nproc = _int(d.get("max_nodes")), _int(d.get("nproc_per_node"))
         if nmax is not None and nmax > 1:
             self.multi_node = True
         elif nmax == 1 and nproc is not None:
             # a single-node launch: local rank = global rank for its workers
-            self.topo.setdefault(d["key"], {i: i for i in range(nproc)})
+            if d["key"] not in self.topo:
+                self.topo[d["key"]] = {i: i for i in range(nproc)}
+                self.topo_why[d["key"]] = f"single-node launch (max_nodes=1, nproc_per_node={nproc}): local rank = rank"
             self.world = self.world or nproc
+
+    def _switch(self, key: Any) -> None:
+        """Make `key`'s open blocks (ChildFailedError table, rendezvous result, launch configs)
+        the current ones, parking those of the node read before."""
+        if key == self.block_key:
+            return
+        cur = (self.cf_section, self.cf, self.rdzv, self.launch)
+        if cur[0] is not None or cur[2] is not None or cur[3] is not None:
+            self.parked[self.block_key] = cur
+        self.cf_section, self.cf, self.rdzv, self.launch = self.parked.pop(key, (None, {}, None, None))
+        self.block_key = key
+
+    def _cf_open(self) -> bool:
+        return self.cf_section is not None or any(p[0] is not None for p in self.parked.values())
 
     # -- torch elastic ChildFailedError table ---------------------------------------------------
     def _child_failed(self, body: str, r: _Row) -> bool:
@@ -1041,6 +1144,9 @@ class _Parser:
             r.host = self.cf.get("host") or r.host
             r.ts = self.cf.get("ts", r.ts)
             r.put(exit_code=code)
+            if rank is not None and rank >= 0 and r.local_rank is not None:
+                # the agent reports its own node's workers: this node's local rank -> rank
+                self._learn(self.node_key, r.local_rank, rank, "torch elastic's ChildFailedError record (rank, local_rank)")
             sig = _signal_name(-code) if code is not None and code < 0 else None
             r.x(pid=_int(em.group(2)) if em else None, signal=sig, first_observed=self.cf_section == "root")
             self.cf["emitted"] = r
@@ -1097,40 +1203,25 @@ class _Parser:
             r.x(signal_from="self" if own else _int(m.group(2)),
                 last_enqueued=_int(m.group(3)), last_completed=_int(m.group(4)))
             return
-        m = _DESYNC.search(body) if "lagging" in body or "] joined" in body or "] finished" in body or "didn't join" in body else None
-        if m:
-            culprits = _ranks(next(g for g in m.groups() if g))
+        culprits = (desync_ranks(body) if "lagging" in body or "] joined" in body or "] finished" in body
+                    or "didn't join" in body else None)
+        if culprits:
             r.event, r.level = "NCCL_DESYNC", "ERROR"
-            sm = _DESYNC_SEQ.search(body)
+            sm = DESYNC_SEQ.search(body)
             r.put(seq=int(sm.group(1)) if sm else None)
             # TraceUtils' report names these as the lagging / dead / mismatched ranks
             r.x(culprit_ranks=culprits, missing_ranks=culprits)
             if len(culprits) == 1:
                 r.put(peer_rank=culprits[0])
             return
-        m = _DESYNC_TIMEOUT_AT.search(body) if "Timeout at collective" in body else None
+        m = DESYNC_TIMEOUT_AT.search(body) if "Timeout at collective" in body else None
         if m:
             r.event, r.level = "NCCL_DESYNC", "ERROR"
             r.put(seq=int(m.group(3)), collective=m.group(2).strip())
             r.x(report="timeout_at", reporting_rank=int(m.group(1)))
             return
         if "CollectiveFingerPrint" in body or "mismatch between collectives" in body:
-            m = _MISMATCH_PAIR.search(body)
-            r.event, r.level = "COLLECTIVE_MISMATCH", "ERROR"
-            if m:
-                own, peer = int(m.group(1)), int(m.group(3))
-                if r.rank is None or r.rank_source == "path":
-                    r.rank, r.rank_source = own, "record"
-                s1, s2 = _FP_SEQ.search(m.group(2)), _FP_SEQ.search(m.group(4))
-                o1, o2 = _FP_OP.search(m.group(2)), _FP_OP.search(m.group(4))
-                r.put(seq=int(s1.group(1)) if s1 else None, collective=o1.group(1) if o1 else None, peer_rank=peer)
-                seqs = {str(own): int(s1.group(1)) if s1 else None, str(peer): int(s2.group(1)) if s2 else None}
-                r.x(peer_seq=int(s2.group(1)) if s2 else None, peer_collective=o2.group(1) if o2 else None,
-                    named_ranks=[own, peer], seq_by_rank={k: v for k, v in seqs.items() if v is not None} or None)
-            else:
-                fm = _FINGERPRINT.search(body)
-                if fm:
-                    r.put(seq=int(fm.group(1)), collective=fm.group(2))
+            self._fingerprint(body, r)
             return
         # memory
         if ("memory" in body or "Memory" in body) and _OOM.search(body):
@@ -1242,6 +1333,37 @@ class _Parser:
             r.put(step=int(m.group(1)), loss=_num(lm.group(1)), lr=_num(lr.group(1)) if lr else None,
                   step_time_ms=_num(ms.group(1)) if ms else None)
             return
+
+    def _fingerprint(self, body: str, r: _Row) -> None:
+        """TORCH_DISTRIBUTED_DEBUG=DETAIL (ProcessGroupWrapper.cpp): a rank's own fingerprint
+        ("Running collective: ..", INFO), the mismatch error naming this rank's and a peer's
+        fingerprints (COLLECTIVE_MISMATCH: seq, op, shape, dtypes of each, and what differs), and
+        a monitored barrier that failed before the check (BARRIER_TIMEOUT: the collective is kept,
+        the missing ranks come on the next line)."""
+        pairs = mismatch_pairs(body) if "is running collective" in body else []
+        if pairs:
+            own, fp, peer, pfp = pairs[0]
+            r.event, r.level = "COLLECTIVE_MISMATCH", "ERROR"
+            if r.rank is None or r.rank_source == "path":
+                r.rank, r.rank_source = own, "record"
+            r.put(seq=fp.get("seq"), collective=fp.get("op"), peer_rank=peer)
+            seqs = {str(own): fp.get("seq"), str(peer): pfp.get("seq")}
+            r.x(peer_seq=pfp.get("seq"), peer_collective=pfp.get("op"), named_ranks=[own, peer],
+                seq_by_rank={k: v for k, v in seqs.items() if v is not None} or None,
+                fingerprint=fp or None, peer_fingerprint=pfp or None, differ=fingerprint_diff(fp, pfp) or None)
+            return
+        m = RUNNING_COLLECTIVE.search(body)
+        fm = m or FINGERPRINT.search(body)
+        fp = fingerprint(fm.group(0)) if fm else {}
+        r.put(seq=fp.get("seq"), collective=fp.get("op"))
+        r.x(fingerprint=fp or None)
+        if m:
+            r.event = "LOG"             # every rank logs its own fingerprint before each collective
+        elif "Monitored Barrier encountered error" in body:
+            r.event, r.level = "BARRIER_TIMEOUT", "ERROR"
+            r.x(barrier="monitored_barrier")
+        else:
+            r.event, r.level = "COLLECTIVE_MISMATCH", "ERROR"
 
     def _barrier(self, body: str, r: _Row) -> bool:
         """monitoredBarrier and store-based barrier timeouts: BARRIER_TIMEOUT, naming the ranks

@@ -2,8 +2,11 @@
 failure: which upstream file writes each one, what the console reader takes from it, and sample
 lines written here in that format (like lnav format definitions that carry their own samples).
 
-Owns the table (`TEMPLATES`, `COLLECTORS`) and its README rendering (`inventory_markdown`). Must
-not parse anything: forensics/ingest/console.py does; tests/test_reader_console_templates.py runs
+Owns the table (`TEMPLATES`, `COLLECTORS`), its README rendering (`inventory_markdown`) and the
+text patterns of the templates that more than one module reads (the c10d desync report and the
+collective fingerprint mismatch: console.py types the lines, passes/failures.py reads the same
+text in messages of any source), with the small functions that take their numbers out. Must not
+read files or build events: forensics/ingest/console.py does; tests/test_reader_console_templates.py runs
 every sample of every template through it, bare and behind every collector the entry lists, and
 checks what it `expect`s. The `form` column quotes the upstream format string (%d / {} / c10::str
 pieces) as read in the source named by `source`; the sample lines are ours.
@@ -15,8 +18,87 @@ last_enqueued ...). `at` is the 0-based index of the sample line the expectation
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+# ---------------------------------------------------------------------------------------------
+# Shared text patterns (the one place that knows these templates' text)
+# ---------------------------------------------------------------------------------------------
+# TraceUtils.h retrieveDesyncReport / analyzeMissingRanks / analyzeLaggingRanks (and the older
+# "lagging/dead/mismatched ranks" wording): the ranks a desync report names as the cause.
+DESYNC_LIST = re.compile(
+    r"ranks \[([\d,\s]+)\] are the lagging ranks"
+    r"|lagging/dead/mismatched ranks[^\[]*\[([\d,\s]+)\]"
+    r"|\[(\d+(?:\s*,\s*\d+)*)\]\s*(?:joined but didn't finish|finished collective #\d+, but didn't join|have not joined|didn't join)"
+)
+DESYNC_SEQ = re.compile(r"collective #(\d+)")
+# the reporting rank's own line: `- [3] Timeout at collective: ALLREDUCE, #41`
+DESYNC_TIMEOUT_AT = re.compile(r"-\s*\[(\d+)\] Timeout at collective: ([^,]+), #(\d+)")
+# ... as a (Rust / polars) regex: does a message carry a desync report or a fingerprint mismatch
+DESYNC_TEXT = (r"(?i)lagging/dead/mismatched|are the lagging ranks|joined but didn't finish collective|"
+               r"but didn't join collective|have not joined|Detected mismatch between collectives")
+MISMATCH_TEXT = r"(?i)Detected mismatch between collectives"
+
+# ProcessGroupWrapper.cpp (TORCH_DISTRIBUTED_DEBUG=DETAIL), CollectiveFingerPrint::verify:
+#   "Detected mismatch between collectives on ranks. Rank " << getRank() << " is running collective: "
+#   << *this << ", but Rank " << rank << " is running collective: " << rank_fingerprint << "."
+#   then compute_collective_diff: "Collectives differ in the following aspects: " + "\t Sequence
+#   number: {a}vs {b}", "  Op type: {a}vs {b}", "  Tensor Tensor shapes: {a}vs {b}", ".. dtypes", ".. devices"
+# operator<< of a fingerprint: "CollectiveFingerPrint(SequenceNumber=N, OpType=OP, TensorShape=[a, b],
+#   TensorDtypes=<dtypes>, TensorDeviceTypes=<devices>)", or without tensors
+#   "CollectiveFingerPrint(SequenceNumber=NOpType=OP)" (no separator upstream). Older releases
+#   printed no SequenceNumber and a TensorOptions(...) for the devices.
+# runCollectiveChecks logs each rank's own fingerprint: LOG(INFO) "[Rank N] Running collective: <fp>".
+_FP = r"CollectiveFingerPrint\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)"   # parentheses nest two deep (TensorOptions(.. (default)))
+MISMATCH_PAIR = re.compile(r"Rank (\d+) is running collective: (" + _FP + r"|[^,]*), but Rank (\d+) is running collective: ("
+                           + _FP + r"|[^.]*)")
+FINGERPRINT = re.compile(_FP)
+RUNNING_COLLECTIVE = re.compile(r"Running collective: (" + _FP + ")")
+_FP_SEQ = re.compile(r"SequenceNumber=(\d+)")
+_FP_OP = re.compile(r"OpType=(\w+)")
+_FP_SHAPE = re.compile(r"TensorShape=\[([^\]]*)\]")
+_FP_DTYPES = re.compile(r"TensorDtypes=(\[[^\]]*\]|[^,)]*)")
+
+
+def fingerprint(text: str) -> dict[str, Any]:
+    """The fields of one CollectiveFingerPrint(...): seq, op, shape (list of ints), dtypes (list)."""
+    out: dict[str, Any] = {}
+    m = _FP_SEQ.search(text)
+    if m:
+        out["seq"] = int(m.group(1))
+    m = _FP_OP.search(text)
+    if m:
+        out["op"] = m.group(1)
+    m = _FP_SHAPE.search(text)
+    if m:
+        out["shape"] = [int(t) for t in re.findall(r"-?\d+", m.group(1))]
+    m = _FP_DTYPES.search(text)
+    if m:
+        out["dtypes"] = [t for t in re.split(r"[\s,\[\]]+", m.group(1)) if t]
+    return out
+
+
+FP_ASPECTS = (("seq", "sequence number"), ("op", "op type"), ("shape", "tensor shape"), ("dtypes", "tensor dtype"))
+
+
+def fingerprint_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The aspects two fingerprints differ in (as compute_collective_diff reports them)."""
+    return [k for k, _ in FP_ASPECTS if k in a and k in b and a[k] != b[k]]
+
+
+def desync_ranks(text: str) -> list[int]:
+    """Every rank a desync report in `text` names (sorted, unique)."""
+    out: set[int] = set()
+    for groups in DESYNC_LIST.findall(text):
+        for g in groups:
+            out.update(int(t) for t in re.findall(r"\d+", g))
+    return sorted(out)
+
+
+def mismatch_pairs(text: str) -> list[tuple[int, dict[str, Any], int, dict[str, Any]]]:
+    """(rank, its fingerprint, peer rank, the peer's fingerprint) for each mismatch in `text`."""
+    return [(int(a), fingerprint(fa), int(b), fingerprint(fb)) for a, fa, b, fb in MISMATCH_PAIR.findall(text)]
 
 
 @dataclass(frozen=True)
@@ -35,7 +117,7 @@ class Template:
     yields: tuple[str, ...]         # what the reader takes: rank, local_rank, host, seq, pg, missing_ranks, kind ...
     event: str                      # event id the line becomes
     samples: tuple[Sample, ...]
-    collectors: tuple[str, ...] = ("plain", "iso", "pylog", "cri", "docker")
+    collectors: tuple[str, ...] = ("plain", "iso", "pylog", "cri", "docker", "journal_iso", "journal_iso_precise", "journal_precise")
 
 
 # What collectors put in front of a line. `iso` / `pylog`: a log shipper's or Python logging's
@@ -55,10 +137,21 @@ COLLECTORS: dict[str, tuple[str, Callable[[str], str]]] = {
     "syslog": ("syslog / journald `Nov 20 14:37:16 host tag[pid]: <line>`", lambda s: f"Nov 20 14:37:16 gpu-node7 kernel: {s}"),
     "cri": ("Kubernetes CRI `<RFC3339Nano> stderr F <line>`", lambda s: f"2024-11-20T14:37:16.123456789Z stderr F {s}"),
     "docker": ('Docker json-file `{"log": "<line>\\n", "stream": .., "time": ..}`', _docker),
+    # systemd src/shared/logs-show.c (output_timestamp_realtime, output_short): the time, " host",
+    # " identifier", "[pid]", ": ". short-iso writes the offset with %z in older systemd (+0000)
+    # and as %+03d:%02d in newer ones (+00:00); short-precise adds ".%06u" to "%b %d %H:%M:%S".
+    "journal_iso": ("journald `journalctl -o short-iso`: `2024-11-20T14:37:16+0000 host unit[pid]: <line>`",
+                    lambda s: f"2024-11-20T14:37:16+0000 gpu-node7 torchrun[4242]: {s}"),
+    "journal_iso_precise": ("journald `-o short-iso-precise`: `2024-11-20T14:37:16.123456+00:00 host unit[pid]: <line>`",
+                            lambda s: f"2024-11-20T14:37:16.123456+00:00 gpu-node7 torchrun[4242]: {s}"),
+    "journal_precise": ("journald `-o short-precise`: `Nov 20 14:37:16.123456 host unit[pid]: <line>`",
+                        lambda s: f"Nov 20 14:37:16.123456 gpu-node7 torchrun[4242]: {s}"),
 }
-# Multi-line constructs whose later lines are recognised by their indentation: a shipper's
-# timestamp in front of every line hides it, so these are verified bare and in CRI / Docker only.
-_BLOCK = ("plain", "cri", "docker")
+_JOURNAL = ("journal_iso", "journal_iso_precise", "journal_precise")
+# Multi-line constructs whose later lines are recognised by their indentation (rendezvous
+# result, launch configs, ChildFailedError table): behind a collector's timestamp the reader
+# consumes it with exactly one separator, so the indentation is kept; verified behind each.
+_BLOCK = ("plain", "iso", "pylog", "syslog", "cri", "docker", "journal_iso", "journal_iso_precise", "journal_precise")
 
 _NCCL_CPP = "pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
 _TRACE_UTILS = "pytorch torch/csrc/distributed/c10d/TraceUtils.h (retrieveDesyncReport)"
@@ -70,12 +163,42 @@ TEMPLATES: list[Template] = [
         "[rank{rank}]:",
         ("rank",), "any",
         (Sample(("[rank5]:loss did not improve",), {"rank": 5, "rank_source": "prefix", "event": "LOG"}),),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "torchrun_tee_prefix", "pytorch torch/distributed/elastic/agent/server/local_elastic_agent.py (--tee, --redirects)",
-        "[${role_name}${local_rank}]:", ("local_rank", "rank if single node or mapped"), "any",
-        (Sample(("[default3]:epoch 1 done",), {"local_rank": 3, "rank": 3, "rank_source": "prefix"}),),
+        "[${role_name}${local_rank}]:", ("local_rank", "rank only where the log maps it or shows one node"), "any",
+        # the number is the LOCAL rank: with nothing else it stays local (rank null, never a guess)
+        (Sample(("[default3]:epoch 1 done",), {"local_rank": 3, "rank": None, "rank_source": "none"}),
+         # a single-node launch printed by torchrun: local rank = global rank, and mapped_by says why
+         Sample(("INFO:torch.distributed.launcher.api:Starting elastic_operator with launch configs:",
+                 "  min_nodes        : 1", "  max_nodes        : 1", "  nproc_per_node   : 4",
+                 "[default3]:epoch 1 done"),
+                {"local_rank": 3, "rank": 3, "rank_source": "mapped",
+                 "x.mapped_by": "single-node launch (max_nodes=1, nproc_per_node=4): local rank = rank"}),
+         # a one-node rendezvous result (group_world_size=1)
+         Sample(("INFO:torch.distributed.elastic.agent.server.api:[default] Rendezvous complete for workers. Result:",
+                 "  restart_count=0", "  master_addr=127.0.0.1", "  master_port=29500", "  group_rank=0",
+                 "  group_world_size=1", "  local_ranks=[0, 1]", "  role_ranks=[0, 1]", "  global_ranks=[0, 1]",
+                 "  role_world_sizes=[2, 2]", "  global_world_sizes=[2, 2]", "[default1]:epoch 1 done"),
+                {"local_rank": 1, "rank": 1, "rank_source": "mapped",
+                 "x.mapped_by": "torchrun rendezvous result (group_rank=0)"}),
+         # the same process writes `[default1]:[rank1]:` later (PyTorch >= 2.3 prefixes a failing
+         # rank's lines with its global rank): its earlier lines of this block are mapped too
+         Sample(("[default1]:step 0 loss 2.01", "[default0]:step 0 loss 2.00",
+                 "[default1]:[rank1]: RuntimeError: Detected mismatch between collectives on ranks."),
+                {"local_rank": 1, "rank": 1, "rank_source": "mapped",
+                 "x.mapped_by": "its own lines carry both [defaultN]: and [rankM]:"}, at=0),
+         # the agent's ChildFailedError record of this node's worker: rank 2 (local_rank: 2)
+         Sample(("[default2]:step 5 loss 1.9", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+                 "============================================================", "train.py FAILED",
+                 "------------------------------------------------------------", "Failures:", "  <NO_OTHER_FAILURES>",
+                 "------------------------------------------------------------", "Root Cause (first observed failure):",
+                 "[0]:", "  time      : 2024-11-20_14:37:16", "  host      : gpu-node4", "  rank      : 2 (local_rank: 2)",
+                 "  exitcode  : 1 (pid: 2211)", "  error_file: <N/A>"),
+                {"local_rank": 2, "rank": 2, "rank_source": "mapped",
+                 "x.mapped_by": "torch elastic's ChildFailedError record (rank, local_rank)"}, at=0)),
+        collectors=_BLOCK,
     ),
     Template(
         "torchrun_prefix_template_rank", "pytorch local_elastic_agent.py (log_line_prefix_template='[${rank}]:')",
@@ -89,7 +212,8 @@ TEMPLATES: list[Template] = [
                 {"rank": 3, "rank_source": "prefix", "x.srun_task": 3}),
          Sample(("0: [default1]:step 4", "1: [default1]:step 4", "1: [default2]:step 4"),
                 {"local_rank": 1, "rank": None, "x.srun_task": 1}, at=1)),
-        collectors=_BLOCK,
+        # srun's label is found per file (most lines carry it): checked bare and in CRI / Docker
+        collectors=("plain", "cri", "docker"),
     ),
     Template(
         "mpirun_tag_output", "open-mpi orte/mca/iof/base (prrte src/mca/iof): mpirun --tag-output",
@@ -228,7 +352,7 @@ TEMPLATES: list[Template] = [
                  "timeout: WorkNCCL(SeqNum=77, OpType=BROADCAST, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for "
                  "600012 milliseconds before timing out.",),
                 {"event": "NCCL_TIMEOUT", "rank": 4, "seq": 77, "collective": "BROADCAST", "timeout_s": 600.0}),),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "nccl_watchdog_detected", _NCCL_CPP + " (watchdogHandler)",
@@ -323,7 +447,38 @@ TEMPLATES: list[Template] = [
                  "Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=41, OpType=BROADCAST, TensorShape=[16], "
                  "TensorDtypes=Float).",),
                 {"event": "COLLECTIVE_MISMATCH", "rank": 2, "seq": 40, "peer_rank": 0, "x.peer_seq": 41,
-                 "x.seq_by_rank": {"2": 40, "0": 41}, "x.named_ranks": [2, 0]}),),
+                 "x.seq_by_rank": {"2": 40, "0": 41}, "x.named_ranks": [2, 0], "x.differ": ["seq", "op"]}),
+         # same op and sequence number, another dtype; compute_collective_diff's tail appended
+         Sample(("[rank1]: RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+                 "CollectiveFingerPrint(SequenceNumber=12, OpType=ALLREDUCE, TensorShape=[64, 8], TensorDtypes=Half, "
+                 "TensorDeviceTypes=cuda), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=12, "
+                 "OpType=ALLREDUCE, TensorShape=[64, 8], TensorDtypes=Float, TensorDeviceTypes=cuda).Collectives differ "
+                 "in the following aspects:   Tensor Tensor dtypes: Halfvs Float",),
+                {"event": "COLLECTIVE_MISMATCH", "rank": 1, "seq": 12, "collective": "ALLREDUCE", "peer_rank": 0,
+                 "x.fingerprint": {"seq": 12, "op": "ALLREDUCE", "shape": [64, 8], "dtypes": ["Half"]},
+                 "x.peer_fingerprint": {"seq": 12, "op": "ALLREDUCE", "shape": [64, 8], "dtypes": ["Float"]},
+                 "x.differ": ["dtypes"]}),
+         # an older release: no SequenceNumber, devices as TensorOptions(..), a peer without tensors
+         Sample(("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+                 "CollectiveFingerPrint(OpType=ALLGATHER, TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes="
+                 "TensorOptions(dtype=float (default), device=cuda, layout=Strided (default))), but Rank 3 is running "
+                 "collective: CollectiveFingerPrint(OpType=BARRIER).",),
+                {"event": "COLLECTIVE_MISMATCH", "rank": 0, "peer_rank": 3, "collective": "ALLGATHER",
+                 "x.peer_collective": "BARRIER", "x.differ": ["op"]})),
+    ),
+    Template(
+        "collective_fingerprint_log", "pytorch torch/csrc/distributed/c10d/ProcessGroupWrapper.cpp (runCollectiveChecks)",
+        "LOG(INFO) [Rank {}] Running collective: CollectiveFingerPrint(SequenceNumber={}, OpType={}, ..) | "
+        "ProcessGroupWrapper: Monitored Barrier encountered error running collective: {}. Error: ",
+        ("rank", "seq", "collective", "shape / dtypes"), "LOG / BARRIER_TIMEOUT",
+        (Sample(("[I1120 14:37:16.000000000 ProcessGroupWrapper.cpp:560] [Rank 3] Running collective: "
+                 "CollectiveFingerPrint(SequenceNumber=9, OpType=REDUCE_SCATTER, TensorShape=[2048], TensorDtypes=BFloat16, "
+                 "TensorDeviceTypes=cuda)",),
+                {"event": "LOG", "level": "INFO", "rank": 3, "seq": 9, "collective": "REDUCE_SCATTER",
+                 "x.fingerprint": {"seq": 9, "op": "REDUCE_SCATTER", "shape": [2048], "dtypes": ["BFloat16"]}}),
+         Sample(("[rank0]: RuntimeError: ProcessGroupWrapper: Monitored Barrier encountered error running collective: "
+                 "CollectiveFingerPrint(SequenceNumber=5OpType=BARRIER). Error: ",),
+                {"event": "BARRIER_TIMEOUT", "rank": 0, "seq": 5, "collective": "BARRIER"})),
     ),
     Template(
         "monitored_barrier_failed", "pytorch torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (monitoredBarrier)",
@@ -365,7 +520,7 @@ TEMPLATES: list[Template] = [
         (Sample(("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total capacity "
                  "of 79.10 GiB of which 120.00 MiB is free. Process 3311 has 78.90 GiB memory in use.",),
                 {"event": "CUDA_OOM", "rank": 1, "x.device": 1}),),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "kernel_oom_killer", "linux mm/oom_kill.c (__oom_kill_process)",
@@ -377,14 +532,14 @@ TEMPLATES: list[Template] = [
          Sample(("Memory cgroup out of memory: Killed process 731 (pt_main_thread) total-vm:1kB, anon-rss:1kB, file-rss:0kB, "
                  "shmem-rss:0kB, UID:0 pgtables:1kB oom_score_adj:0",),
                 {"event": "PROCESS_KILLED", "x.by": "oom_killer", "x.pid": 731})),
-        collectors=("plain", "iso", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "slurm_oom_kill", "slurm src/plugins/task/cgroup (task_cgroup_memory_check_oom)",
         "Detected %lu oom_kill event%s in %ps. Some of the step tasks have been OOM Killed.", ("kind host_oom",), "PROCESS_KILLED",
         (Sample(("slurmstepd: error: Detected 2 oom_kill events in StepId=88123.0. Some of the step tasks have been OOM Killed.",),
                 {"event": "PROCESS_KILLED", "x.by": "oom_killer", "x.oom_kill_events": 2}),),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "srun_task_exit", "slurm src/srun (task state messages)",
@@ -402,7 +557,7 @@ TEMPLATES: list[Template] = [
                 {"event": "JOB_CANCELLED", "host": "gpu-node9", "x.reason": "TIME LIMIT"}),
          Sample(("srun: error: *** STEP 88123.0 CANCELLED AT 2024-11-20T14:37:16 DUE TO TIME LIMIT ***",),
                 {"event": "JOB_CANCELLED", "x.kind": "step"})),
-        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "srun_node_failure", "slurm src/srun/libsrun/launch.c (_node_fail_handler)", "Node failure on %s", ("host",),
@@ -415,7 +570,7 @@ TEMPLATES: list[Template] = [
         (Sample(("[rank3]: Traceback (most recent call last):", '[rank3]:   File "/srv/train.py", line 88, in <module>',
                  "[rank3]:     main()", "[rank3]: ValueError: batch has no tokens"),
                 {"event": "TRACEBACK", "rank": 3, "message": "ValueError: batch has no tokens", "x.exception": "ValueError"}, at=0),),
-        collectors=("plain", "iso", "pylog", "cri", "docker"),
+        collectors=("plain", "iso", "pylog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "cuda_error", "pytorch c10/cuda/CUDAException.h (C10_CUDA_CHECK)", "CUDA error: {}", ("kind gpu_error",), "CUDA_ERROR",
@@ -427,7 +582,7 @@ TEMPLATES: list[Template] = [
         "GPU_XID",
         (Sample(("NVRM: Xid (PCI:0000:4e:00): 79, pid=2231, name=python3, GPU has fallen off the bus.",),
                 {"event": "GPU_XID", "x.xid": 79, "x.pci": "PCI:0000:4e:00"}),),
-        collectors=("plain", "iso", "syslog", "cri", "docker"),
+        collectors=("plain", "iso", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
         "elastic_signal", "pytorch torch/distributed/elastic/multiprocessing/api.py (_terminate_process_handler, close)",

@@ -18,6 +18,12 @@ Domain facts relied on:
   every step of the run, is the time the fault cost. The transfer cancels out: it is not needed.
   In a step where the rank kept pace the replay gives back at most the jitter by which it
   happened to be the last to arrive (< 0.5% of a healthy run, tests/test_cost.py).
+- With a parallel topology (Context.topology) "the other ranks" are the ones that do the same
+  work, as in the passes that found the fault: compute is replayed at the median of the rank's
+  pipeline stage (the last stage computes more by design), data loading at the median of its
+  data-parallel group (`topology.with_groups`: peer, dgroup). A faulty rank with no healthy
+  peer in its group (a whole slow stage) has no peer to say what "normal" is: it is priced
+  against the run's own steps outside the finding instead (`temporal_replay` of the step time).
 - A fault of the fabric itself (comm_bound in "network" mode, low_bandwidth: a slow link slows
   every rank's transfer alike) or of the whole job (throughput_drop) has no healthy peer at the
   same step: its reference is the run's own steps outside the finding's window (median
@@ -34,10 +40,16 @@ from typing import TYPE_CHECKING, Any, Sequence
 import polars as pl
 
 from ..report.model import Finding
+from ..topology import with_groups
 from .evidence import parse_iso
 
 if TYPE_CHECKING:
+    from ..topology import Topology
     from .context import Context
+
+# The group a phase is compared in (topology.with_groups): compute within the pipeline stage,
+# data loading within the data-parallel group.
+GROUP_OF = {"compute_ms": "peer", "data_load_ms": "dgroup"}
 
 # Per kind, the phases of the faulty rank(s) that are replayed at their peers' median.
 PEER_PHASES: dict[str, tuple[str, ...]] = {
@@ -88,14 +100,16 @@ def _lit_time(t: dt.datetime, dtype: Any) -> pl.Expr:
 
 
 def peer_replay(steps: pl.DataFrame, ranks: Sequence[int], phases: Sequence[str],
-                window: pl.Expr | None = None) -> pl.DataFrame:
+                window: pl.Expr | None = None, topo: Topology | None = None) -> pl.DataFrame:
     """Per step (of the window, with >= 1 healthy peer): `actual_ms` (max over ranks of data +
-    compute), `whatif_ms` (the same with `ranks`' `phases` replaced by the peers' median at that
-    step, never made slower) and `saved_ms` = actual - whatif."""
+    compute), `whatif_ms` (the same with `ranks`' `phases` replaced by the median of their peers
+    at that step — the same stage / data-parallel group under `topo` — never made slower) and
+    `saved_ms` = actual - whatif."""
     faulty = pl.col("rank").is_in(list(ranks))
     st = steps.filter(pl.col("rank").is_not_null() & pl.col("step_time_ms").is_not_null())
     if window is not None:
         st = st.filter(window)
+    st = with_groups(st, topo)
     own = pl.col("data_load_ms").fill_null(0.0) + pl.col("compute_ms").fill_null(0.0)
     replaced = {
         p: pl.when(faulty & pl.col(f"peer_{p}").is_not_null())
@@ -105,9 +119,12 @@ def peer_replay(steps: pl.DataFrame, ranks: Sequence[int], phases: Sequence[str]
     }
     whatif = sum((replaced.get(p, pl.col(p).fill_null(0.0)) for p in ("data_load_ms", "compute_ms")), pl.lit(0.0))
     return (
-        st.with_columns(*(pl.col(p).filter(~faulty).median().over("step").alias(f"peer_{p}") for p in phases),
+        st.with_columns(*(pl.col(p).filter(~faulty).median().over("step", GROUP_OF.get(p, "peer")).alias(f"peer_{p}")
+                          for p in phases),
                         (~faulty).sum().over("step").alias("peers"))
         .filter(pl.col("peers") >= 1)
+        # a step counts only where a faulty rank has peers in its own group to be replayed at
+        .filter((faulty & pl.any_horizontal(*(pl.col(f"peer_{p}").is_not_null() for p in phases))).any().over("step"))
         .with_columns(own.alias("own"), whatif.alias("own_whatif"))
         .group_by("step")
         .agg(pl.col("own").max().alias("actual_ms"), pl.col("own_whatif").max().alias("whatif_ms"))
@@ -139,7 +156,8 @@ def temporal_replay(series: pl.DataFrame, window: pl.Expr) -> pl.DataFrame | Non
     return s.filter(pl.col("in_window")).with_columns((pl.col("q") - ref).clip(lower_bound=0.0).alias("saved_ms"))
 
 
-def finding_cost(f: Finding, steps: pl.DataFrame, wall_s: float | None, world: int) -> dict[str, Any] | None:
+def finding_cost(f: Finding, steps: pl.DataFrame, wall_s: float | None, world: int,
+                 topo: Topology | None = None) -> dict[str, Any] | None:
     """The cost of one finding, `{"seconds", "share", "gpu_hours", "steps", "method"}`, or None
     when it is not a slowdown or the logs cannot price it."""
     if f.kind not in SLOWDOWNS or steps.is_empty():
@@ -150,8 +168,13 @@ def finding_cost(f: Finding, steps: pl.DataFrame, wall_s: float | None, world: i
         # every step, not only the finding's: a finding's window starts where its evidence got
         # strong enough (a sustained episode, the first hot telemetry sample), the fault often
         # earlier; in steps where the rank kept pace the replay gives back ~nothing
-        saved = peer_replay(steps, f.ranks, PEER_PHASES[f.kind])
+        saved = peer_replay(steps, f.ranks, PEER_PHASES[f.kind], topo=topo)
         method = "peers"
+        if saved.is_empty():
+            # no healthy peer in the faulty ranks' group (a whole slow pipeline stage): the
+            # reference is the run's own steps outside the finding, as for a job-wide slowdown
+            saved = temporal_replay(per_step(steps, "step"), _window(steps, f))
+            method = "own_steps_outside"
     elif f.kind in TEMPORAL and (job_wide or f.kind not in PEER_PHASES):
         if f.kind == "comm_bound" and not f.ranks:
             return None     # waiting for random late ranks (INFO): nobody to replay
@@ -181,8 +204,9 @@ def attach_costs(findings: list[Finding], ctx: Context) -> None:
     t0, t1 = timeline.bounds(ctx.run if ctx.run is not None else ctx.events)
     wall_s = (t1 - t0).total_seconds() if t0 is not None and t1 is not None else None
     world = max(len(ctx.ranks), 1)
+    topo = ctx.topology
     for f in findings:
-        f.cost = finding_cost(f, steps, wall_s, world)
+        f.cost = finding_cost(f, steps, wall_s, world, topo)
 
 
 __all__ = ["SLOWDOWNS", "PEER_PHASES", "TEMPORAL", "peer_replay", "temporal_replay", "per_step",

@@ -35,6 +35,13 @@ Domain facts relied on:
 - Ranks that issued DIFFERENT collectives (fingerprints differ, another op or size at one
   SeqNum, waiting in another SeqNum) are a `collective_mismatch`; a culprit that simply never
   arrived, silent without an error of its own, is a `hang`.
+- Where no line names a global rank (torchrun --tee `[default1]:` on several nodes, nothing
+  printed that maps local ranks), a hang is still found among processes known as (host, local
+  rank): the one that logged progress but no timeout of its own [never_joined], else the one
+  whose progress stopped first [last_to_log]; it is reported as "local rank 1 on host X".
+- A fingerprint mismatch (TORCH_DISTRIBUTED_DEBUG=DETAIL) says how the odd rank's collective
+  differs: op type, sequence number, tensor shape or dtype (forensics/ingest/templates.py reads
+  the text for console and structured sources alike).
 - Exit code -9 / SIGKILL / "Killed" with no Python traceback means something outside Python
   killed the process; unless the launcher (its teardown after another failure), the scheduler
   (scancel, time limit) sent it, that is most often the kernel's OOM killer (host RAM, not GPU
@@ -74,6 +81,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from ..ingest.templates import DESYNC_TEXT, FP_ASPECTS, MISMATCH_TEXT, desync_ranks, fingerprint_diff, mismatch_pairs
 from ..report.model import Finding, local_ranks_phrase
 from .context import Context
 from .evidence import cite, iso, pass_id, rank_ranges, ranks_phrase, shorten
@@ -93,11 +101,11 @@ GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable E
           r"unhandled cuda error|ncclUnhandledCudaError")
 # Exceptions raised by a teardown, not by the program: not a crash of their own.
 TEARDOWN_RE = r"SignalException|KeyboardInterrupt|SystemExit|got signal|ChildFailedError"
-DESYNC_RE = (r"(?i)lagging/dead/mismatched|joined but didn't finish collective|but didn't join collective|have not joined|"
-             r"Detected mismatch between collectives")
+# the desync report's and the fingerprint mismatch's text: forensics/ingest/templates.py
+DESYNC_RE = DESYNC_TEXT
 COMPLETED_RE = r"(?i)last completed (?:\w+ )?work:\s*(-?\d+)"
 ENQUEUED_RE = r"(?i)last enqueued (?:\w+ )?work:\s*(-?\d+)"
-MISMATCH_RE = r"(?i)Detected mismatch between collectives"
+MISMATCH_RE = MISMATCH_TEXT
 # Events whose name says they may be a failure (besides every WARN/ERROR line).
 NAMED_RE = r"(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC|DUMP_SIGNAL|CHILD_FAILED|KILLED|CANCELLED|MISMATCH|XID|CUDA_ERROR"
 # Typed events whose `extra` the pass reads (only these rows' extra is kept, and any row whose
@@ -112,9 +120,6 @@ SAME_SIZE_RE = re.compile(r"(?i)all_?reduce|broadcast")
 
 _SEQ = re.compile(r"(?i)(?:SeqNum=|seq(?:uence)?(?: id)?[=: ]\s*#?|collective #)(\d+)")
 _PEER = re.compile(r"(?i)waiting (?:on|for) rank[= ]?(\d+)")
-_DESYNC_LIST = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]\s*(?:joined but didn't finish|finished collective #\d+, but didn't join|have not joined|didn't join)")
-_DESYNC_AFTER = re.compile(r"(?is)lagging/dead/mismatched ranks[^:]*:(.*)")
-_MISMATCH = re.compile(r"(?is)Rank (\d+) is running collective:.*?but Rank (\d+) is running collective")
 _TRIED = re.compile(r"(?i)Tried to allocate ([\d.]+ ?[KMGT]i?B)")
 _IN_USE = re.compile(r"(?i)this process has ([\d.]+ ?[KMGT]i?B) memory in use")
 _OP = re.compile(r"OpType=(\w+)")
@@ -291,14 +296,13 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], str, set[int]]
     n_pairs = 0
     for r in rows:
         text = r.get("message") or ""
-        m = _DESYNC_AFTER.search(text)
-        scope = m.group(1) if m else text
-        for lst in _DESYNC_LIST.findall(scope):
-            out.update(int(x) for x in lst.split(","))
+        named = desync_ranks(text)
+        if named:
+            out.update(named)
             if r.get("rank") is not None:
                 reporters.add(int(r["rank"]))
-        for a, b in _MISMATCH.findall(text):
-            pairs.update({int(a), int(b)})
+        for a, _fa, b, _fb in mismatch_pairs(text):
+            pairs.update({a, b})
             n_pairs += 1
             if r.get("rank") is not None:
                 pair_reporters.add(int(r["rank"]))
@@ -310,6 +314,32 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], str, set[int]]
             odd = {k for k, c in pairs.items() if c == top}
             return sorted(odd), "fingerprint", (pair_reporters - odd) or pair_reporters
     return [], "", set()
+
+
+def _fingerprint_how(rows: list[dict[str, Any]], odd: list[int]) -> tuple[str, dict[str, Any] | None]:
+    """How the odd rank's collective differs, from the first mismatch error that compares it with
+    a rank of the majority: "rank 2's ALLREDUCE #40 has tensor dtype Half where rank 0's has
+    Float" (op type, sequence number, shape or dtype, as compute_collective_diff lists them)."""
+    for r in rows:
+        for a, fa, b, fb in mismatch_pairs(r.get("message") or ""):
+            if (a in odd) == (b in odd):
+                continue
+            (o, fo), (p, fp) = ((a, fa), (b, fb)) if a in odd else ((b, fb), (a, fa))
+            diff = fingerprint_diff(fo, fp)
+            if not diff:
+                continue
+            names = dict(FP_ASPECTS)
+
+            def show(k: str, fpr: dict[str, Any]) -> str:
+                v = fpr[k]
+                return ", ".join(map(str, v)) if k == "dtypes" else (f"[{', '.join(map(str, v))}]" if k == "shape" else str(v))
+
+            what = f"rank {o}'s {fo.get('op', 'collective')}" + (f" #{fo['seq']}" if "seq" in fo else "")
+            parts = [f"{names[k]} {show(k, fo)} where rank {p}'s has {show(k, fp)}" for k in diff]
+            return (f"collective fingerprints differ: {what} has {'; '.join(parts)}",
+                    {"rank": o, "fingerprint": fo, "peer": p, "peer_fingerprint": fp, "differ": diff,
+                     "where": f"{r.get('source_file')}:{r.get('line')}"})
+    return "collective fingerprints differ", None
 
 
 def _missing_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], set[int]]:
@@ -878,7 +908,9 @@ def find(ctx: Context) -> list[Finding]:
             culprits, how, mode = sorted({d["rank"] for d in dead}), "killed by SIGKILL (host OOM killer suspected)", "killed"
         elif named:
             culprits, mode = named, named_src
-            how = "desync report" if named_src == "report" else "collective fingerprints differ"
+            how = "desync report"
+            if named_src == "fingerprint":
+                how, detail["fingerprint"] = _fingerprint_how(desync, named)
             weak = len(reporters) <= 1
         elif missing:
             culprits, how, mode = missing, "named as missing by the others' errors", "missing"
@@ -993,11 +1025,77 @@ def find(ctx: Context) -> list[Finding]:
     if cancels:
         out.append(_cancel_finding(cancels, rows))
 
+    if not first_to and not first_oom and not crashes and not gpus and not killed and not cancels:
+        out += _local_hang(ctx, rows)
     if first_to:
         out.extend(_timeout_findings(first_to, to_sorted, culprits, how, mode, weak, victims, failed_ranks, progress,
                                      desync, tos, fail_seq, detail))
     _launcher_first_observed(out, rows)
     return out
+
+
+def _local_hang(ctx: Context, rows: list[dict[str, Any]]) -> list[Finding]:
+    """A hang where no line names a global rank (torchrun --tee `[default1]:` on several nodes,
+    no topology printed): processes are known only as (host, local rank). The culprit is the
+    process that logged progress but no timeout of its own while the others timed out (it never
+    joined the collective they wait in) [never_joined], else the one whose progress stopped first
+    [last_to_log]. The finding names "local rank N on host X", never a guessed global rank."""
+    local_to: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        if r["kind"] == "timeout" and r["rank"] is None and r["local_rank"] is not None:
+            who = _owner(r)
+            if who not in local_to or _key(r) < _key(local_to[who]):
+                local_to[who] = r
+    if not local_to:
+        return []
+    last = pl.col("ts_aligned").arg_max()
+    prog = (
+        ctx.aligned(ctx.events.select("rank", "host", "local_rank", "timestamp", "level", "step", "source_file", "line")
+                    .filter(pl.col("rank").is_null() & pl.col("local_rank").is_not_null() & pl.col("step").is_not_null()
+                            & (pl.col("level") != "ERROR")))
+        .group_by("host", "local_rank")
+        .agg(pl.col("ts_aligned").max().alias("last_ts"), pl.col("step").max().alias("last_step"),
+             pl.col("source_file").get(last).alias("file"), pl.col("line").get(last))
+        .collect()
+    )
+    progress = {("local", p["host"], int(p["local_rank"])): p for p in prog.iter_rows(named=True)}
+    quiet = sorted((k for k in progress if k not in local_to), key=str)
+    weak = False
+    if quiet and len(quiet) < len(local_to):
+        culprits, basis = quiet, "never_joined"
+        how = "logged progress but no timeout of its own while the others timed out: never joined the collective they wait in"
+        weak = len(quiet) > 1
+    else:
+        timed = [(p["last_ts"], k) for k, p in progress.items() if p["last_ts"] is not None]
+        if len(timed) < 2:
+            return []
+        timed.sort(key=lambda x: x[0])
+        t_min = timed[0][0]
+        culprits = sorted((k for t, k in timed if t == t_min), key=str)
+        if len(culprits) == len(timed):
+            return []
+        nxt = min(t for t, _ in timed if t != t_min)
+        basis, how = "last_to_log", "its progress stopped first"
+        weak = (nxt - t_min).total_seconds() < max(SILENT_MARGIN_S, (ctx.median_step_ms or 0.0) / 2000)
+    loc = [{"host": k[1], "local_rank": k[2]} for k in culprits]
+    waiting = [{"host": k[1], "local_rank": k[2]} for k in sorted(local_to, key=str) if k not in culprits]
+    steps = ", ".join(str(progress[k]["last_step"]) for k in culprits if k in progress)
+    title = (f"{local_ranks_phrase(loc)} went silent" + (f" after step {steps}" if steps else "") + f" ({how})"
+             + (f"; {local_ranks_phrase(waiting)} timed out waiting" if waiting else "")
+             + "; which global ranks these are, the logs do not say")
+    tos = sorted(local_to.values(), key=_key)
+    lines = [_ev_row({**progress[k], "rank": None, "timestamp": progress[k]["last_ts"], "source_file": progress[k]["file"]},
+                     f"last progress line of {local_ranks_phrase([{'host': k[1], 'local_rank': k[2]}])} (step {progress[k]['last_step']})")
+             for k in culprits if k in progress]
+    t_silent = min((progress[k]["last_ts"] for k in culprits if k in progress), default=None)
+    return [Finding(
+        rule=pass_id("failures"), kind="hang", layer="communication", severity="ERROR",
+        ranks=[], local_ranks=loc, basis=basis, basis_weak=weak, title=title,
+        evidence={"how": how, "local_victims": waiting, "global_ranks_known": False,
+                  "last_step": {f"{k[1]}/{k[2]}": progress[k]["last_step"] for k in culprits if k in progress}},
+        lines=cite(lines + [_ev_row(r) for r in tos[:2]], text="text"),
+        first_seen=iso(t_silent or tos[0]["t_show"]), last_seen=iso(max((r["t_show"] for r in tos if r["t_show"]), default=None)),
+    )]
 
 
 def _laggards(statuses: list[dict[str, Any]], first_to: dict[int, dict[str, Any]]) -> tuple[list[int], str, set[int]]:
@@ -1102,8 +1200,10 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
             rule=pass_id("failures"), kind="collective_mismatch", layer="communication", severity="ERROR",
             ranks=culprits, victims=victims, basis=basis, basis_weak=weak,
             title=(f"{ranks_phrase(culprits)} issued a different collective than the others ({how})"
-                   + (f"; {ranks_phrase(victims)} waited for it until the watchdog fired" if victims else "") + first_note),
-            evidence={"how": how, "failing_seq": seq, "victims": victims, "first_timeout_rank": first_rank},
+                   + ((f"; {ranks_phrase(victims)} found the mismatch in their own pre-collective check" if mode == "fingerprint"
+                       else f"; {ranks_phrase(victims)} waited for it until the watchdog fired") if victims else "") + first_note),
+            evidence={"how": how, "failing_seq": seq, "victims": victims, "first_timeout_rank": first_rank,
+                      **({"fingerprints": detail["fingerprint"]} if detail.get("fingerprint") else {})},
             lines=cite([_ev_row(r) for r in mismatch[:2]] + [_ev_row(r) for r in desync[:1]] + [_ev_row(r) for r in to_sorted[:2]],
                        text="text"),
             first_seen=iso(t_first_to), last_seen=iso(t_last_to),
