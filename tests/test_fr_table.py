@@ -175,3 +175,10 @@ def test_readme_example_is_what_the_command_prints(tmp_path: Path, monkeypatch: 
     r = runner.invoke(app, ["fr-table", "frdemo"], env={"COLUMNS": "80"})
     assert r.exit_code == 0, r.output
     assert [x.rstrip() for x in r.stdout.splitlines()] == shown
+
+
+def test_cli_a_group_without_problems_says_so(tmp_path: Path) -> None:
+    write_set(tmp_path, make_dumps(8, 12, behind={3: 1}))
+    r = runner.invoke(app, ["fr-table", str(tmp_path), "--pg", "TENSOR_MODEL_PARALLEL_GROUP"])
+    assert r.exit_code == 0 and "no mismatch in the lines selected" in r.stdout
+    assert "first mismatch (earliest created): pg 0" in r.stdout     # the whole set's, still said

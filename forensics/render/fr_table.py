@@ -111,6 +111,9 @@ def render_text(table: FrTable, lines: list[Line], console: Console, *, all_line
     if lines:
         rows, styles = _rows(lines)
         print_fitted(console, COLUMNS, rows, row_styles=styles, hint="--format json shows every field")
+    elif table.first:      # problems, but not in the group asked for
+        console.print("no mismatch in the lines selected" + ("" if all_lines else " (--all lists them)"),
+                      markup=False, highlight=False)
     elif table.lines:
         console.print(f"no mismatch: {len(table.lines)} line(s) in {len(table.groups)} process group(s) agree, "
                       "every member present" + ("" if all_lines else " (--all lists them)"), markup=False, highlight=False)
