@@ -355,6 +355,10 @@ _METRIC_COLS: dict[str, pl.DataType] = {
 }
 
 
+# The block state (see _Parser._switch) of workers' own lines on a console that names no node.
+_WORKER = ("worker", None)
+
+
 class _Row:
     __slots__ = ("line", "event", "level", "message", "rank", "rank_source", "host", "local_rank", "ts", "extra", "m", "reason", "raw")
 
@@ -708,7 +712,7 @@ class _Parser:
             c = rest[:1]
             if c == "[":
                 m = _TORCHRUN.match(rest)
-                if m and (not self._cf_open() or rest[m.end():].strip()):
+                if m and (rest[m.end():].strip() or not self._cf_open()):
                     role, n = m.group(1), int(m.group(2))
                     if role == "rank" or role == "":
                         prefix_rank = n
@@ -750,7 +754,7 @@ class _Parser:
                     r.x(stream=m.group(2), partial=True if m.group(3) == "P" else None)
                     rest = rest[m.end():]
                     continue
-                if k == 0 and rest[:2] in ("19", "20"):
+                if k == 0 and rest[10:11] == "T" and rest[:2] in ("19", "20"):
                     m = _JOURNAL_ISO.match(rest)
                     if m and (m.group(4) or m.group(3) == "kernel"):
                         r.ts = m.group(1)
@@ -831,8 +835,12 @@ class _Parser:
             self.nodes_seen.add(key)
         # a worker's own line (it names its rank or local rank) is never part of its launcher's
         # block: it neither continues nor ends it
-        worker = prefix_rank is not None or local_from_tee is not None or r.local_rank is not None
-        self._switch(("worker", key) if worker else key)
+        if prefix_rank is not None or local_from_tee is not None or r.local_rank is not None:
+            bkey = _WORKER if key is None else ("worker", key)
+        else:
+            bkey = key
+        if bkey != self.block_key:
+            self._switch(bkey)
         # a launcher's block ends at the first line of its node that is not one of its fields
         if self.launch is not None and not _LAUNCH_FIELD.match(rest):
             self.launch = None
@@ -917,11 +925,10 @@ class _Parser:
         """Rows of this block that named only a local rank, mapped by what the block printed after
         them (a ChildFailedError table, a line with both prefixes). Rows of earlier blocks are
         already written: they keep their local rank only."""
-        if not self.topo:
-            return
-        for r, key in self.unmapped:
-            if r.rank is None:
-                self._map_local(r, key)
+        if self.topo:
+            for r, key in self.unmapped:
+                if r.rank is None:
+                    self._map_local(r, key)
         self.unmapped = []
 
     def _map_local(self, r: _Row, key: Any = ...) -> None:
@@ -1082,8 +1089,6 @@ class _Parser:
     def _switch(self, key: Any) -> None:
         """Make `key`'s open blocks (ChildFailedError table, rendezvous result, launch configs)
         the current ones, parking those of the node read before."""
-        if key == self.block_key:
-            return
         cur = (self.cf_section, self.cf, self.rdzv, self.launch)
         if cur[0] is not None or cur[2] is not None or cur[3] is not None:
             self.parked[self.block_key] = cur
