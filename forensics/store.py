@@ -406,13 +406,18 @@ def _rank_cuts(parts: list[tuple[int, int, float]], max_events: int) -> list[int
     `max_events` rows, each part's rows spread evenly over its ranks; the last rank ends no cut."""
     if not parts:
         return []
-    points = sorted({a for a, _, _ in parts} | {b + 1 for _, b, _ in parts})
+    delta: dict[int, float] = {}                        # density changes: a sweep, O(P log P)
+    for lo, hi, n in parts:
+        d = n / (hi - lo + 1)
+        delta[lo] = delta.get(lo, 0.0) + d
+        delta[hi + 1] = delta.get(hi + 1, 0.0) - d
+    points = sorted(delta)
     cuts: list[int] = []
-    acc = 0.0
+    acc = d = 0.0
     last = max(b for _, b, _ in parts)
     for a, b in zip(points[:-1], points[1:]):          # ranks a .. b-1, one density
-        d = sum(n / (hi - lo + 1) for lo, hi, n in parts if lo <= a and hi >= b - 1)
-        if d <= 0:
+        d += delta[a]
+        if d <= 1e-12:
             continue
         r = a
         while r < b:
