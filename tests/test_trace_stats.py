@@ -200,3 +200,42 @@ def test_cli_missing_path_is_an_error(tmp_path):
     res = subprocess.run([sys.executable, "-m", "forensics", "trace-stats", str(tmp_path / "none")],
                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"})
     assert res.returncode == 1 and "error[" in res.stderr and "Traceback" not in res.stderr
+
+
+def _comm_events(late_rank: int | None, n: int) -> pl.DataFrame:
+    import datetime as dt
+
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    rows = []
+    for rank in range(4):
+        for i in range(n):
+            late = 0.8 if rank == late_rank else 0.01 * rank
+            rows.append({"rank": rank, "event": "COMM_KERNEL", "collective": "AllReduce", "comm_ms": 1.0,
+                         "timestamp": t0 + dt.timedelta(milliseconds=10 * i + late),
+                         "source_file": f"rank{rank}.json", "line": i + 1})
+    return pl.DataFrame(rows)
+
+
+def test_diagnose_pass_names_the_late_rank_with_basis():
+    from forensics.passes import trace_straggler
+    from forensics.passes.context import Context
+
+    (f,) = trace_straggler.find(Context.from_frame(_comm_events(3, 25)))
+    assert f.kind == "straggler" and f.ranks == [3] and f.victims == [0, 1, 2]
+    assert f.basis == "timing_within_group" and f.severity == "WARN" and not f.basis_weak
+    assert f.lines[0].source_file == "rank3.json"
+    (f,) = trace_straggler.find(Context.from_frame(_comm_events(3, 5)))   # a few collectives: a reading
+    assert f.severity == "INFO" and f.basis_weak
+    assert trace_straggler.find(Context.from_frame(_comm_events(None, 25))) == []
+
+
+@pytest.mark.skipif(not DLRM.is_dir(), reason="shared realdata absent")
+def test_diagnose_reports_the_dlrm_late_rank(tmp_path):
+    from forensics.ingest import ingest
+    from forensics.passes import diagnose
+    from forensics.run import open_run
+
+    ingest([str(DLRM)], str(tmp_path / "s"))
+    report = diagnose(open_run([str(tmp_path / "s")]))
+    (f,) = [f for f in report.findings if f.rule.endswith("trace_straggler")]
+    assert f.ranks == [7] and f.basis == "timing_within_group" and f.lines[0].line == 1890

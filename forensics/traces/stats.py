@@ -219,7 +219,7 @@ def arrivals(k: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _late(arr: pl.DataFrame) -> pl.DataFrame:
+def late_ranks(arr: pl.DataFrame) -> pl.DataFrame:
     n = arr.height
     return (arr.group_by("late_rank").agg(
         pl.len().alias("times_last"),
@@ -229,7 +229,7 @@ def _late(arr: pl.DataFrame) -> pl.DataFrame:
         .rename({"late_rank": "rank"}).sort("times_last", "rank", descending=[True, False]))
 
 
-def _straggler(arr: pl.DataFrame, late: pl.DataFrame) -> dict[str, Any] | None:
+def straggler_of(arr: pl.DataFrame, late: pl.DataFrame) -> dict[str, Any] | None:
     if late.is_empty() or arr.height < LATE_MIN_KERNELS:
         return None
     top = late.row(0, named=True)
@@ -257,7 +257,7 @@ def stats_of(k: pl.DataFrame, steps: pl.DataFrame, infos: list[TraceInfo], top: 
     breakdown = pl.concat([whole.select(per_step.columns), per_step], how="vertical_relaxed").sort(
         "rank", "step", nulls_last=False)
     arr = arrivals(k)
-    late = _late(arr) if arr.height else pl.DataFrame(schema={"rank": pl.Int32, "times_last": pl.UInt32})
+    late = late_ranks(arr) if arr.height else pl.DataFrame(schema={"rank": pl.Int32, "times_last": pl.UInt32})
     if infos and not all(t.absolute for t in infos):
         notes.append("some traces have no absolute clock: arrivals across ranks are not compared")
         arr, late = arr.clear(), late.clear()
@@ -268,4 +268,4 @@ def stats_of(k: pl.DataFrame, steps: pl.DataFrame, infos: list[TraceInfo], top: 
     ranks = [t.rank for t in infos]
     if len(set(ranks)) < len(ranks):
         notes.append("two traces name the same rank: their activities are counted together")
-    return TraceStats(infos, breakdown, _top_kernels(window, top), arr, late, _straggler(arr, late), notes)
+    return TraceStats(infos, breakdown, _top_kernels(window, top), arr, late, straggler_of(arr, late), notes)
