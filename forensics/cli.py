@@ -576,7 +576,7 @@ class TraceFormat(str, Enum):
 
 @app.command("trace-stats")
 def trace_stats(
-    paths: list[str] = typer.Argument(..., metavar="PATH...", help="Kineto (PyTorch profiler) trace files or folders holding them (plain, gzip or zstd)."),
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help="Kineto (PyTorch profiler) trace files or folders holding them (plain, gzip or zstd), or a store they were ingested into."),
     fmt: TraceFormat = typer.Option(TraceFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (everything) or csv (the per-rank / per-step breakdown)."),
     top: int = typer.Option(10, "--top", min=1, metavar="N", help="Kernels listed per rank in the top-kernels list."),
 ) -> None:

@@ -38,6 +38,7 @@ from .schema import EVENT_SCHEMA, REJECT_SCHEMA, SCHEMA_VERSION
 MANIFEST = "manifest.json"
 EVENTS_DIR = "events"
 REJECTS_DIR = "rejects"
+KERNELS_DIR = "kernels"   # profiler traces: one row per GPU activity (schema.KERNEL_STORE_SCHEMA)
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
@@ -67,6 +68,19 @@ class Run:
     def reject_parts(self) -> list[str]:
         """Absolute paths of the reject parts, sorted (what `rejects()` scans)."""
         return self._parts("reject_parts")
+
+    def kernel_parts(self) -> list[str]:
+        """Absolute paths of the kernel parts (profiler traces' GPU activities), sorted."""
+        return self._parts("kernel_parts")
+
+    def kernels(self) -> pl.LazyFrame:
+        """The GPU activities of the run's profiler traces (empty without traces)."""
+        from .schema import KERNEL_STORE_SCHEMA
+
+        parts = self.kernel_parts()
+        if not parts:
+            return pl.LazyFrame(schema=KERNEL_STORE_SCHEMA)
+        return pl.scan_parquet(parts, schema=KERNEL_STORE_SCHEMA)
 
     def events(self) -> pl.LazyFrame:
         parts = self.event_parts()
@@ -107,7 +121,7 @@ def damaged_parts(path: str | os.PathLike[str], manifest: dict[str, Any]) -> dic
     out: dict[str, str] = {}
     for s in manifest.get("sources", []):
         sizes = s.get("part_bytes") or {}
-        for rel in s.get("event_parts", []) + s.get("reject_parts", []):
+        for rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", []):
             try:
                 n = os.stat(p / rel).st_size
             except OSError:
@@ -123,7 +137,7 @@ def damaged_sources(path: str | os.PathLike[str], manifest: dict[str, Any]) -> s
     """Source files (absolute paths) with at least one damaged part: re-read on re-ingest."""
     bad = damaged_parts(path, manifest)
     return {s["path"] for s in manifest.get("sources", [])
-            if any(rel in bad for rel in s.get("event_parts", []) + s.get("reject_parts", []))}
+            if any(rel in bad for rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", []))}
 
 
 def open_store(path: str | os.PathLike[str], verify: bool = True) -> Run:
@@ -155,7 +169,7 @@ def open_store(path: str | os.PathLike[str], verify: bool = True) -> Run:
         bad = damaged_parts(p, manifest)
         if bad:
             rel, what = next(iter(bad.items()))
-            src = next((s["path"] for s in manifest["sources"] if rel in s.get("event_parts", []) + s.get("reject_parts", [])), "?")
+            src = next((s["path"] for s in manifest["sources"] if rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", [])), "?")
             raise ForensicsError(
                 f"store {p} is damaged: {len(bad)} part(s) missing or cut short",
                 where=str(p / rel),
@@ -273,7 +287,7 @@ class StoreWriter:
         }
         for s in manifest.get("sources", []):  # what every part weighs: damage is found on open
             s["part_bytes"] = {rel: os.stat(self.staging / rel).st_size
-                               for rel in s.get("event_parts", []) + s.get("reject_parts", [])}
+                               for rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", [])}
         _failpoint("before-manifest")
         tmp = self.staging / (MANIFEST + ".tmp")
         with open(tmp, "w") as f:

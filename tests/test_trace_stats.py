@@ -239,3 +239,23 @@ def test_diagnose_reports_the_dlrm_late_rank(tmp_path):
     report = diagnose(open_run([str(tmp_path / "s")]))
     (f,) = [f for f in report.findings if f.rule.endswith("trace_straggler")]
     assert f.ranks == [7] and f.basis == "timing_within_group" and f.lines[0].line == 1890
+
+
+@pytest.mark.skipif(not DLRM.is_dir(), reason="shared realdata absent")
+def test_store_keeps_every_gpu_activity_and_trace_stats_reads_it(tmp_path):
+    from forensics.ingest import ingest
+    from forensics.run import open_run
+
+    ingest([str(DLRM)], str(tmp_path / "s"))
+    run = open_run([str(tmp_path / "s")])
+    k = run.kernels().collect()
+    files = sorted(DLRM.glob("*.json.gz"))
+    assert k.height == sum(read_trace(f).kernels.num_rows for f in files) == 2244
+    assert {Path(p).resolve() for p in k["source_file"]} == {f.resolve() for f in files} and k["rank"].null_count() == 0
+    from_files, from_store = trace_stats([DLRM]), trace_stats([tmp_path / "s"])
+    cols = ["rank", "step", "span_us", "idle_us", "compute_us", "host_wait_us", "overlap_pct"]
+    assert from_store.breakdown.select(cols).equals(from_files.breakdown.select(cols))
+    assert from_store.straggler["rank"] == from_files.straggler["rank"] == 7
+    # re-ingest with nothing new keeps the kernel parts
+    ingest([str(DLRM)], str(tmp_path / "s"), append=True)
+    assert open_run([str(tmp_path / "s")]).kernels().select(pl.len()).collect().item() == 2244

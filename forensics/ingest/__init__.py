@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ..errors import BAD_ARGUMENT, NOT_A_STORE, OTHER_RUN, STORE_VERSION, STORE_WRITE, ForensicsError
 from ..store import (
     EVENTS_DIR,
+    KERNELS_DIR,
     MANIFEST,
     REJECTS_DIR,
     StoreWriter,
@@ -362,18 +363,20 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
         for a, b, line in pieces:
             ep, erel = writer.new_part(EVENTS_DIR)
             rp, rrel = writer.new_part(REJECTS_DIR)
+            kp = writer.new_part(KERNELS_DIR)[0] if fmt == "kineto" else ""   # profiler traces: their kernels
             units.append(Unit(
                 path=info.path, fmt=fmt, compression=info.compression, start=a,
                 end=b if b >= 0 else -1, first_line=line, rank_hint=src["rank_hint"],
                 host_hint=src["host_hint"], events_part=str(ep), rejects_part=str(rp), gpu_map=gmap,
-                size=info.size,
+                size=info.size, kernels_part=str(kp),
             ))
             unit_source.append(info.path)
 
     # carry over parts of sources we keep
     for s in sources.values():
-        for rel in s.get("event_parts", []) + s.get("reject_parts", []):
+        for rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", []):
             if previous is not None and (previous.path / rel).exists() and not (writer.staging / rel).exists():
+                (writer.staging / rel).parent.mkdir(exist_ok=True)   # kernels/ exists only with traces
                 writer.keep(rel)
     for path, keep_lines in drop_rejects_after.items():
         _drop_stale_tail_rejects(writer, sources[path], keep_lines)
@@ -548,6 +551,8 @@ def _merge(s: dict[str, Any], r: UnitResult, writer: StoreWriter, u: Unit) -> No
         s["event_parts"].append(os.path.relpath(u.events_part, writer.staging))
     if r.wrote_rejects:
         s["reject_parts"].append(os.path.relpath(u.rejects_part, writer.staging))
+    if r.wrote_kernels:
+        s.setdefault("kernel_parts", []).append(os.path.relpath(u.kernels_part, writer.staging))
     if r.problem:
         s["problems"] = [*s.get("problems", []), r.problem]
 

@@ -32,9 +32,11 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 import ijson
+import polars as pl
 import pyarrow as pa
 
 from ..errors import UNREADABLE, ForensicsError
+from ..schema import KERNEL_SCHEMA as _KERNEL_COLUMNS
 
 # HTA hta/utils/utils.py: the classification by name, in this order.
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -51,22 +53,7 @@ IDLE_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset",
 CATEGORIES = ("compute", "communication", "memcpy", "memset", "other")
 BATCH_ROWS = 1 << 16
 
-KERNEL_SCHEMA = pa.schema([
-    ("rank", pa.int32()),
-    ("step", pa.int32()),               # ProfilerStep number of the launch; null: none
-    ("device", pa.int32()),
-    ("stream", pa.int32()),
-    ("category", pa.string()),          # compute | communication | memcpy | memset | other
-    ("cat", pa.string()),               # the trace's own category (kernel, gpu_memcpy, ...)
-    ("name", pa.string()),
-    ("collective", pa.string()),        # AllReduce, SendRecv, ... for NCCL kernels
-    ("start_ns", pa.int64()),           # epoch ns when the trace's clock is known, else trace clock
-    ("dur_ns", pa.int64()),
-    ("correlation", pa.int64()),
-    ("launch_ns", pa.int64()),          # start of the launching runtime call (same clock); null: not in trace
-    ("launch", pa.string()),            # cudaLaunchKernel, cudaGraphLaunch, cudaMemcpyAsync, ...
-    ("line", pa.int64()),               # 1-based index of the event in traceEvents (for citations)
-])
+KERNEL_SCHEMA = pl.DataFrame(schema=_KERNEL_COLUMNS).to_arrow().schema
 STEP_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("step", pa.int32()), ("start_ns", pa.int64()), ("dur_ns", pa.int64()),
     ("line", pa.int64()),
@@ -93,11 +80,16 @@ class TraceInfo:
     backend: str | None = None
     base_ns: int | None = None         # baseTimeNanoseconds
     absolute: bool = False             # start_ns are epoch ns
+    offset_ns: int = 0                 # added to the trace's ts to make start_ns (the base, or 0)
     trace_name: str | None = None
     device_name: str | None = None
     events: int = 0                    # trace events read
     gpu_activities: int = 0
     problems: list[str] = field(default_factory=list)   # damaged stream, bad JSON: what was read is kept
+    last_bytes: bytes = b""            # the last bytes read, when the trace is cut or damaged
+    span_ns: tuple[int, int] | None = None   # first start, last end of any "X" event (trace clock)
+    # collectives that run on the CPU (gloo): (line, name, ts_ns, dur_ns or None), trace clock
+    cpu_collectives: list[tuple[int, str, int, int | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -218,6 +210,8 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     raw = stream if stream is not None else _open(path)
     tail = _Tail(raw)
     i = 0
+    t_lo: int | None = None
+    t_hi: int | None = None
     try:
         for i, e in enumerate(ijson.items(tail, "traceEvents.item", use_float=True), start=1):
             if not isinstance(e, dict) or e.get("ph") != "X":
@@ -229,11 +223,16 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
             ts = _ns(e.get("ts"))
             if ts is None:
                 continue
+            dur = _ns(e.get("dur"))
+            if t_lo is None or ts < t_lo:
+                t_lo = ts
+            end = ts + (dur or 0)
+            if t_hi is None or end > t_hi:
+                t_hi = end
             name = e.get("name")
             name = name if isinstance(name, str) else str(name)
             st = _int(args.get("stream"))
             if st is not None and st != -1 and cat in _GPU_CATS:
-                dur = _ns(e.get("dur"))
                 if dur is None:
                     continue
                 k_name.append(names.setdefault(name, len(names)))
@@ -252,9 +251,10 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
                     launches[corr] = (ts, names.setdefault(name, len(names)))
             elif name.startswith("ProfilerStep"):
                 m = _STEP.match(name)
-                dur = _ns(e.get("dur"))
                 if m and dur is not None:
                     steps.append((int(m.group(1)), ts, dur, i))
+            elif cat in ("cpu_op", "user_annotation") and name[:5].lower() == "gloo:":
+                info.cpu_collectives.append((i, name, ts, dur))
     except (ijson.JSONError, ijson.IncompleteJSONError) as ex:
         info.problems.append(f"invalid JSON after trace event {i}: {str(ex)[:200]}")
     except (OSError, EOFError) as ex:
@@ -265,8 +265,12 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     problem = getattr(raw, "problem", None)
     if problem:
         info.problems.append(problem)
+    if info.problems:
+        info.last_bytes = tail.tail[-4096:]
     info.events = i
     info.gpu_activities = len(k_ts)
+    if t_lo is not None and t_hi is not None:
+        info.span_ns = (t_lo, t_hi)
 
     top = _top_level(tail)
     dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
@@ -285,7 +289,7 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     if isinstance(devs, list) and devs and isinstance(devs[0], dict):
         info.device_name = devs[0].get("name")
     base = top.get("baseTimeNanoseconds")
-    first = min(k_ts) if k_ts else (min(s[1] for s in steps) if steps else None)
+    first = t_lo
     offset = 0
     if isinstance(base, int) and not isinstance(base, bool) and base > 0:
         info.base_ns = base
@@ -295,6 +299,7 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
         info.absolute = True
     elif first is not None and first >= _EPOCH_US * 1000:
         info.absolute = True
+    info.offset_ns = offset
 
     step_tab = pa.table({
         "rank": pa.array([info.rank] * len(steps), pa.int32()),

@@ -100,6 +100,30 @@ def load(paths: Iterable[str | os.PathLike[str]]) -> tuple[pl.DataFrame, pl.Data
     return k, pl.concat(steps, how="vertical_relaxed"), infos
 
 
+def load_store(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFrame, list[TraceInfo]]:
+    """The same from a store: its kernels table and the steps its PROFILE_SUMMARY events keep."""
+    import orjson
+
+    from ..store import open_store
+
+    run = open_store(path)
+    k = run.kernels().collect().rename({"source_file": "file"})
+    summ = (run.events().filter(pl.col("event") == "PROFILE_SUMMARY")
+            .select("rank", "rank_source", "timestamp", "extra", "source_file").collect())
+    infos, steps = [], []
+    for r in summ.iter_rows(named=True):
+        x = orjson.loads(r["extra"] or "{}")
+        infos.append(TraceInfo(path=r["source_file"], rank=r["rank"], rank_source=str(r["rank_source"]),
+                               world_size=x.get("world_size"), backend=x.get("backend"),
+                               absolute=r["timestamp"] is not None, trace_name=x.get("trace_name"),
+                               device_name=x.get("device_name"), gpu_activities=x.get("gpu_activities") or 0))
+        steps += [{"rank": r["rank"], **s, "file": r["source_file"]} for s in x.get("profiler_steps") or []
+                  if isinstance(s, dict)]
+    st = pl.DataFrame(steps, schema={"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64,
+                                     "line": pl.Int64, "file": pl.String})
+    return k, st, infos
+
+
 def _union_ns(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Per group: the total length of the union of [start, start + dur) intervals."""
     if df.is_empty():
@@ -243,7 +267,13 @@ def straggler_of(arr: pl.DataFrame, late: pl.DataFrame) -> dict[str, Any] | None
 def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N) -> TraceStats:
     """Per rank and per profiler step: temporal breakdown, idle causes, overlap; top kernels;
     late arrivals at communication kernels and the rank the others waited for."""
-    k, steps, infos = load(paths)
+    from ..store import is_store
+
+    paths = list(paths)
+    if len(paths) == 1 and is_store(paths[0]):
+        k, steps, infos = load_store(paths[0])
+    else:
+        k, steps, infos = load(paths)
     return stats_of(k, steps, infos, top)
 
 
