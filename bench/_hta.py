@@ -31,3 +31,15 @@ def hta_numbers(trace_dir: str) -> dict[int, dict[str, Any]]:
         causes = idle.groupby("idle_category")["idle_time"].sum().to_dict()
         out[rank]["idle_causes_us"] = {k: float(v) for k, v in causes.items()}
     return out
+
+
+if __name__ == "__main__":   # `python bench/_hta.py DIR`: the numbers as JSON (bench/traces.py runs it)
+    import json
+    import sys
+
+    import resource
+
+    doc = {str(r): v for r, v in hta_numbers(sys.argv[1]).items()}
+    # HTA parses ranks in a process pool: the largest of its workers' peak RSS (reaped children)
+    doc["_pool_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps(doc))
