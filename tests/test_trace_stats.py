@@ -259,3 +259,29 @@ def test_store_keeps_every_gpu_activity_and_trace_stats_reads_it(tmp_path):
     # re-ingest with nothing new keeps the kernel parts
     ingest([str(DLRM)], str(tmp_path / "s"), append=True)
     assert open_run([str(tmp_path / "s")]).kernels().select(pl.len()).collect().item() == 2244
+
+
+def test_reader_memory_does_not_grow_with_the_trace(tmp_path):
+    """A 48 MB trace (gzip) of CPU ops and 20,000 kernels: the reader's peak RSS grows by far
+    less than the trace (json.load would hold the text and several times it in objects)."""
+    p = tmp_path / "rank0.pt.trace.json.gz"
+    pad = "y" * 300
+    with gzip.open(p, "wt", compresslevel=1) as f:
+        f.write('{"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [\n')
+        f.write(json.dumps(_step(1, 0, 10**9)))
+        for i in range(1, 120_001):
+            f.write(f',\n{{"ph": "X", "cat": "cpu_op", "name": "aten::op{i % 50}", "pid": 1, "tid": 1, "ts": {i * 10}, '
+                    f'"dur": 5, "args": {{"External id": {i}, "pad": "{pad}"}}}}')
+            if i % 6 == 0:
+                f.write(",\n" + json.dumps(_launch(i * 10 + 1, i)) + ",\n" + json.dumps(_kernel(f"k{i % 7}", i * 10 + 3, 4, i)))
+        f.write("\n]}")
+    size = len(gzip.decompress(p.read_bytes()))
+    assert size > 45e6
+    code = ("import resource, sys\nfrom forensics.traces.reader import read_trace\n"
+            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "t = read_trace(sys.argv[1])\n"
+            "print(t.kernels.num_rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)")
+    out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, check=True).stdout.split()
+    assert int(out[0]) == 20_000
+    grew_mb = int(out[1]) / 1024
+    assert grew_mb < 16, f"peak RSS grew {grew_mb:.0f} MB reading a {size / 1e6:.0f} MB trace"
