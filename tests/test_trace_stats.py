@@ -285,3 +285,16 @@ def test_reader_memory_does_not_grow_with_the_trace(tmp_path):
     assert int(out[0]) == 20_000
     grew_mb = int(out[1]) / 1024
     assert grew_mb < 16, f"peak RSS grew {grew_mb:.0f} MB reading a {size / 1e6:.0f} MB trace"
+
+
+def test_reader_finds_metadata_written_after_the_events(tmp_path):
+    """Another writer (json.dump of a dict) may put every key after traceEvents, nested lists too."""
+    doc = {"traceEvents": [_launch(1, 1), _kernel("k", 5, 5, 1)],
+           "distributedInfo": {"backend": "nccl", "rank": 5, "world_size": 8,
+                               "pg_config": [{"pg_name": "0", "ranks": [0, 1]}]},
+           "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceName": "x"}
+    p = tmp_path / "trace.json"
+    p.write_text(json.dumps(doc))
+    t = read_trace(p)
+    assert (t.info.rank, t.info.world_size, t.info.base_ns, t.info.rank_source) == (5, 8, 1_700_000_000_000_000_000, "record")
+    assert t.kernels["start_ns"].to_pylist() == [1_700_000_000_000_005_000]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 import ijson
+import orjson
 import polars as pl
 import pyarrow as pa
 
@@ -127,29 +128,40 @@ class _Tail:
 def _top_level(tail: _Tail) -> dict[str, Any]:
     """The small top-level keys (distributedInfo, deviceProperties, baseTimeNanoseconds, ...).
 
-    The head is parsed as JSON closed right after its `"traceEvents":` key; the tail's scalar
-    keys are read from the bytes after the event list."""
+    The head is parsed as JSON closed right after its `"traceEvents":` key, the tail as the
+    object that follows the event list (keys of either that are not there are just missing)."""
     out: dict[str, Any] = {}
     head = bytes(tail.head)
     m = re.search(rb'"traceEvents"\s*:', head)
     if m:
-        import orjson
-
         try:
             obj = orjson.loads(head[:m.start()] + b'"traceEvents": []}')
             if isinstance(obj, dict):
                 out.update(obj)
         except orjson.JSONDecodeError:
             pass
-    # after the list: Kineto's finalizeTrace writes traceName, displayTimeUnit, baseTimeNanoseconds
-    end = tail.tail.rfind(b"]")
-    after = tail.tail[end:] if end >= 0 else b""
-    for key, pat in (("baseTimeNanoseconds", rb'"baseTimeNanoseconds"\s*:\s*(\d+)'),
-                     ("traceName", rb'"traceName"\s*:\s*"([^"\\]*)"')):
-        found = re.findall(pat, after)
-        if found and key not in out:
-            v = found[-1].decode()
-            out[key] = int(v) if key == "baseTimeNanoseconds" else v
+    # after the list: Kineto's finalizeTrace writes traceName, displayTimeUnit and
+    # baseTimeNanoseconds; another writer may put any key there. The list ends at one of the last
+    # ']' bytes; the first from the end after which `{` + the rest parses is it.
+    t = tail.tail
+    pos = len(t)
+    for _ in range(64):
+        pos = t.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        rest = t[pos + 1:].lstrip()
+        if not rest.startswith(b","):
+            if rest.rstrip() == b"}":   # the list is the last key
+                break
+            continue
+        try:
+            obj = orjson.loads(b"{" + rest[1:])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            for key, v in obj.items():
+                out.setdefault(key, v)
+        break
     return out
 
 

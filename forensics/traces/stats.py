@@ -32,12 +32,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import polars as pl
 
 from ..errors import BAD_ARGUMENT, ForensicsError
-from .reader import IDLE_CATS, KERNEL_SCHEMA, TraceInfo, read_trace
+from ..schema import KERNEL_SCHEMA as _EMPTY_K, KERNEL_STORE_SCHEMA
+from .reader import IDLE_CATS, TraceInfo, read_trace
 
 KERNEL_WAIT_NS = 30_000      # HTA consecutive_kernel_delay = 30 (trace time units: µs)
 TOP_N = 10
@@ -89,25 +90,23 @@ def trace_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 
 def load(paths: Iterable[str | os.PathLike[str]]) -> tuple[pl.DataFrame, pl.DataFrame, list[TraceInfo]]:
-    """All GPU activities and profiler steps of the traces (one trace file at a time in memory)."""
-    kernels, steps, infos = [], [], []
-    for f in trace_files(paths):
-        t = read_trace(f)
-        infos.append(t.info)
-        kernels.append(pl.from_arrow(t.kernels).with_columns(pl.lit(str(f)).alias("file")))
-        steps.append(pl.from_arrow(t.steps).with_columns(pl.lit(str(f)).alias("file")))
-    k = pl.concat(kernels, how="vertical_relaxed") if kernels else pl.from_arrow(KERNEL_SCHEMA.empty_table())
-    return k, pl.concat(steps, how="vertical_relaxed"), infos
+    """All GPU activities and profiler steps of the traces, in one frame (notebooks; trace_stats
+    itself holds one trace at a time)."""
+    frames = [_file_frames(f) for f in trace_files(paths)]
+    if not frames:
+        return pl.DataFrame(schema=_EMPTY_K), pl.DataFrame(schema=_EMPTY_S), []
+    return (pl.concat([f[0] for f in frames], how="vertical_relaxed"),
+            pl.concat([f[1] for f in frames], how="vertical_relaxed"), [f[2] for f in frames])
 
 
-def load_store(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFrame, list[TraceInfo]]:
+def load_store(path: str | os.PathLike[str], kernels: bool = True) -> tuple[pl.DataFrame, pl.DataFrame, list[TraceInfo]]:
     """The same from a store: its kernels table and the steps its PROFILE_SUMMARY events keep."""
     import orjson
 
     from ..store import open_store
 
     run = open_store(path)
-    k = run.kernels().collect().rename({"source_file": "file"})
+    k = (run.kernels().collect() if kernels else pl.DataFrame(schema=KERNEL_STORE_SCHEMA)).rename({"source_file": "file"})
     summ = (run.events().filter(pl.col("event") == "PROFILE_SUMMARY")
             .select("rank", "rank_source", "timestamp", "extra", "source_file").collect())
     infos, steps = [], []
@@ -122,6 +121,9 @@ def load_store(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, pl.DataFrame
     st = pl.DataFrame(steps, schema={"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64,
                                      "line": pl.Int64, "file": pl.String})
     return k, st, infos
+
+
+_EMPTY_S = {"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64, "line": pl.Int64}
 
 
 def _union_ns(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -266,27 +268,72 @@ def straggler_of(arr: pl.DataFrame, late: pl.DataFrame) -> dict[str, Any] | None
 
 def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N) -> TraceStats:
     """Per rank and per profiler step: temporal breakdown, idle causes, overlap; top kernels;
-    late arrivals at communication kernels and the rank the others waited for."""
+    late arrivals at communication kernels and the rank the others waited for.
+
+    One trace (one rank of a store) is in memory at a time: per-rank answers are computed from
+    it and only its communication kernels are kept for the comparison across ranks."""
     from ..store import is_store
 
     paths = list(paths)
+    parts, infos = [], []
     if len(paths) == 1 and is_store(paths[0]):
-        k, steps, infos = load_store(paths[0])
+        chunks = _store_chunks(paths[0])
     else:
-        k, steps, infos = load(paths)
-    return stats_of(k, steps, infos, top)
+        chunks = (_file_frames(f) for f in trace_files(paths))
+    for k, steps, info in chunks:
+        if info is not None:
+            infos += info if isinstance(info, list) else [info]
+        parts.append(_per_rank(k, steps, top))
+    return _assemble(parts, infos)
 
 
-def stats_of(k: pl.DataFrame, steps: pl.DataFrame, infos: list[TraceInfo], top: int = TOP_N) -> TraceStats:
-    notes: list[str] = []
+def _file_frames(f: Path) -> tuple[pl.DataFrame, pl.DataFrame, TraceInfo]:
+    t = read_trace(f)
+    return (pl.from_arrow(t.kernels).with_columns(pl.lit(str(f)).alias("file")),
+            pl.from_arrow(t.steps).with_columns(pl.lit(str(f)).alias("file")), t.info)
+
+
+def _store_chunks(path: str | os.PathLike[str]) -> Iterator[tuple[pl.DataFrame, pl.DataFrame, Any]]:
+    from ..store import open_store
+
+    _, steps, infos = load_store(path, kernels=False)
+    run = open_store(path)
+    yield pl.DataFrame(schema=_EMPTY_K), steps.clear(), infos
+    ranks = run.kernels().select(pl.col("rank").unique()).collect()["rank"].to_list()
+    for r in sorted(ranks, key=lambda x: (x is None, x)):
+        cond = pl.col("rank").is_null() if r is None else pl.col("rank") == r
+        k = run.kernels().filter(cond).collect().rename({"source_file": "file"})
+        yield k, steps.filter(cond), None
+
+
+COMM_COLUMNS = ["rank", "collective", "name", "category", "start_ns", "step", "file", "line"]
+
+
+def _per_rank(k: pl.DataFrame, steps: pl.DataFrame, top: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Breakdown rows, top kernels and the communication kernels of one or more ranks' activities."""
     if "file" not in k.columns:
         k = k.with_columns(pl.lit(None, pl.String).alias("file"))
     window = _hta_window(k, steps)
     whole = _breakdown(window, ["rank"]).with_columns(pl.lit(None, pl.Int32).alias("step"))
     per_step = _breakdown(k.filter(pl.col("step").is_not_null()), ["rank", "step"])
-    breakdown = pl.concat([whole.select(per_step.columns), per_step], how="vertical_relaxed").sort(
-        "rank", "step", nulls_last=False)
-    arr = arrivals(k)
+    breakdown = pl.concat([whole.select(per_step.columns), per_step], how="vertical_relaxed")
+    comm = k.filter(pl.col("category") == "communication").select(COMM_COLUMNS)
+    return breakdown, _top_kernels(window, top), comm
+
+
+def stats_of(k: pl.DataFrame, steps: pl.DataFrame, infos: list[TraceInfo], top: int = TOP_N) -> TraceStats:
+    """The same from frames already in memory (all ranks at once)."""
+    return _assemble([_per_rank(k, steps, top)], infos)
+
+
+def _assemble(parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]], infos: list[TraceInfo]) -> TraceStats:
+    notes: list[str] = []
+    parts = [p for p in parts if p[0].height or p[2].height]
+    if not parts:
+        parts = [_per_rank(pl.DataFrame(schema=_EMPTY_K), pl.DataFrame(schema=_EMPTY_S), TOP_N)]
+    breakdown = pl.concat([p[0] for p in parts], how="vertical_relaxed").sort("rank", "step", nulls_last=False)
+    top_kernels = pl.concat([p[1] for p in parts], how="vertical_relaxed")
+    arr = arrivals(pl.concat([p[2] for p in parts], how="vertical_relaxed"))
     late = late_ranks(arr) if arr.height else pl.DataFrame(schema={"rank": pl.Int32, "times_last": pl.UInt32})
     if infos and not all(t.absolute for t in infos):
         notes.append("some traces have no absolute clock: arrivals across ranks are not compared")
@@ -297,5 +344,5 @@ def stats_of(k: pl.DataFrame, steps: pl.DataFrame, infos: list[TraceInfo], top: 
         notes += [f"{t.path}: {p}" for p in t.problems]
     ranks = [t.rank for t in infos]
     if len(set(ranks)) < len(ranks):
-        notes.append("two traces name the same rank: their activities are counted together")
-    return TraceStats(infos, breakdown, _top_kernels(window, top), arr, late, straggler_of(arr, late), notes)
+        notes.append("two traces name the same rank: each is listed on its own")
+    return TraceStats(infos, breakdown, top_kernels, arr, late, straggler_of(arr, late), notes)
