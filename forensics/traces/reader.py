@@ -356,30 +356,29 @@ def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: d
         inside = (l_ts >= ts) & (l_ts < ts + dur) & launched
         step_no[inside] = s
         has_step |= inside
-    for lo in range(0, max(n, 1), batch_rows):
-        hi = min(n, lo + batch_rows)
-        if hi <= lo:
-            break
-        sl = slice(lo, hi)
-        nm = k_name[sl]
-        ct = k_cat[sl]
-        catname = [cat_list[c] for c in ct]
-        categ = [cat_kind[c] or name_cat[x] for c, x in zip(catname, nm)]
-        has_l = launched[sl]
-        yield pa.RecordBatch.from_arrays([
-            pa.array(np.full(hi - lo, info.rank if info.rank is not None else 0), pa.int32(),
-                     mask=np.full(hi - lo, info.rank is None)),
-            pa.array(step_no[sl], pa.int32(), mask=~has_step[sl]),
-            pa.array(k_dev[sl], pa.int32(), mask=k_dev[sl] < 0),
-            pa.array(k_stream[sl], pa.int32()),
-            pa.array(categ, pa.string()),
-            pa.array(catname, pa.string()),
-            pa.array([name_list[x] for x in nm], pa.string()),
-            pa.array([coll_list[x] for x in nm], pa.string()),
-            pa.array(k_ts[sl] + offset, pa.int64()),
-            pa.array(k_dur[sl], pa.int64()),
-            pa.array(k_corr[sl], pa.int64(), mask=k_corr[sl] < 0),
-            pa.array(l_ts[sl] + offset, pa.int64(), mask=~has_l),
-            pa.array([name_list[x] if x >= 0 else None for x in l_name[sl]], pa.string()),
-            pa.array(k_line[sl], pa.int64()),
-        ], schema=KERNEL_SCHEMA)
+    # the columns in polars (gathers by id: one Python string per distinct name, not per row)
+    name_s = pl.Series(name_list or [""], dtype=pl.String)
+    cat_s = pl.Series(cat_list or [""], dtype=pl.String)
+    kind_s = pl.Series([cat_kind.get(c) for c in cat_list] or [None], dtype=pl.String)
+    categ_s = pl.Series(list(name_cat), dtype=pl.String)
+    coll_s = pl.Series(list(coll_list), dtype=pl.String)
+    nm = pl.Series(k_name, dtype=pl.Int64)
+    ct = pl.Series(k_cat, dtype=pl.Int64)
+    null_if = lambda v, bad: pl.Series(v).set(pl.Series(bad), None)  # noqa: E731
+    df = pl.DataFrame({
+        "rank": pl.Series([info.rank] * n, dtype=pl.Int32),
+        "step": null_if(step_no, ~has_step).cast(pl.Int32),
+        "device": null_if(k_dev, k_dev < 0).cast(pl.Int32),
+        "stream": pl.Series(k_stream).cast(pl.Int32),
+        "category": kind_s.gather(ct).fill_null(categ_s.gather(nm)),
+        "cat": cat_s.gather(ct),
+        "name": name_s.gather(nm),
+        "collective": coll_s.gather(nm),
+        "start_ns": pl.Series(k_ts + offset),
+        "dur_ns": pl.Series(k_dur),
+        "correlation": null_if(k_corr, k_corr < 0),
+        "launch_ns": null_if(l_ts + offset, ~launched),
+        "launch": name_s.gather(pl.Series(np.where(launched, l_name, 0))).set(pl.Series(~launched), None),
+        "line": pl.Series(k_line),
+    })
+    yield from df.to_arrow().cast(KERNEL_SCHEMA).to_batches(max_chunksize=batch_rows)
