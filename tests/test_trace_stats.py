@@ -298,3 +298,14 @@ def test_reader_finds_metadata_written_after_the_events(tmp_path):
     t = read_trace(p)
     assert (t.info.rank, t.info.world_size, t.info.base_ns, t.info.rank_source) == (5, 8, 1_700_000_000_000_000_000, "record")
     assert t.kernels["start_ns"].to_pylist() == [1_700_000_000_000_005_000]
+
+
+def test_table_leaves_out_thousands_of_step_rows(tmp_path):
+    ev = []
+    for s in range(70):
+        ev += [_step(s, s * 100, 100), _launch(s * 100 + 1, s + 1), _kernel("k", s * 100 + 5, 10, s + 1)]
+    p = _write(tmp_path / "rank0.json", ev, rank=0)
+    res = CliRunner().invoke(app, ["trace-stats", str(p)])
+    assert res.exit_code == 0 and "70 per-step rows are not shown" in res.stdout
+    csv = CliRunner().invoke(app, ["trace-stats", str(p), "--format", "csv"]).stdout.splitlines()
+    assert len(csv) == 1 + 1 + 70

@@ -16,6 +16,8 @@ from ..traces.stats import TraceStats
 from .events import write_rows
 from .layout import Col, print_fitted
 
+MAX_STEP_ROWS = 64
+
 BREAKDOWN = [  # key, head, format, drop order (None: key column)
     ("rank", "rank", "{}", None), ("step", "step", "{}", None), ("kernels", "kernels", "{:,}", 5),
     ("span_us", "span ms", "ms", None), ("compute_pct", "compute %", "pct", None),
@@ -47,8 +49,16 @@ def render_trace_stats(s: TraceStats, fmt: str, console: Console) -> None:
     say(f"{len(s.traces)} trace(s), {sum(t.gpu_activities for t in s.traces):,} GPU activities; "
         "step 'all' = the whole trace as HTA counts it (with 2+ profiler steps, the last is left out)")
     cols = [Col(h, "right", key=d is None, drop=d or 0) for _, h, _, d in BREAKDOWN]
-    rows = [[Text(_fmt(r[k], f)) for k, _, f, _ in BREAKDOWN] for r in s.breakdown.iter_rows(named=True)]
-    print_fitted(console, cols, rows, title="GPU time per rank and profiler step", hint="--format csv has every column")
+    shown = s.breakdown
+    per_step = shown.filter(pl.col("step").is_not_null())
+    many = per_step.height > MAX_STEP_ROWS
+    if many:   # thousands of profiled steps: the whole-trace rows here, every step in csv/json
+        shown = shown.filter(pl.col("step").is_null())
+    rows = [[Text(_fmt(r[k], f)) for k, _, f, _ in BREAKDOWN] for r in shown.iter_rows(named=True)]
+    print_fitted(console, cols, rows, title="GPU time per rank" + ("" if many else " and profiler step"),
+                 hint="--format csv has every column")
+    if many:
+        say(f"{per_step.height:,} per-step rows are not shown: --format csv or json has them")
     if s.top_kernels.height:
         top = (s.top_kernels.group_by("name", "category").agg(pl.col("count").sum(), pl.col("time_us").sum())
                .sort("time_us", descending=True).head(10))
