@@ -309,3 +309,21 @@ def test_table_leaves_out_thousands_of_step_rows(tmp_path):
     assert res.exit_code == 0 and "70 per-step rows are not shown" in res.stdout
     csv = CliRunner().invoke(app, ["trace-stats", str(p), "--format", "csv"]).stdout.splitlines()
     assert len(csv) == 1 + 1 + 70
+
+
+def test_ingest_of_a_cut_gzip_trace_keeps_its_kernels_and_one_reject(tmp_path):
+    from forensics.ingest import ingest
+    from forensics.run import open_run
+
+    ev = [_step(1, 0, 10**6)]
+    for i in range(1, 3000):
+        ev += [_launch(i * 10, i), _kernel(f"k{i % 5}", i * 10 + 2, 5, i)]
+    (tmp_path / "logs").mkdir()
+    p = _write(tmp_path / "logs" / "rank4.pt.trace.json.gz", ev, rank=4, gz=True)
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) * 2 // 3])
+    s = ingest([str(tmp_path / "logs")], str(tmp_path / "s"))
+    assert s.rejected == 1 and list(s.rejected_by_reason) == ["invalid JSON: trace ends before its last event"]
+    assert s.problems and "truncated" in s.problems[0]["problem"]
+    k = open_run([str(tmp_path / "s")]).kernels().collect()
+    assert 0 < k.height < 2999 and set(k["rank"]) == {4}

@@ -55,7 +55,8 @@ def read_kineto(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Blo
     kernel_us = (pc.sum(kernels.filter(pc.equal(kernels["cat"], "kernel"))["dur_ns"]).as_py() or 0) / 1000
     rejects: list[tuple[int, str, bytes, int]] = []
     if info.problems:
-        rejects.append((info.events + 1, f"invalid JSON: trace cut short ({info.problems[0]})", info.last_bytes,
+        # one reason for every cut trace (rejects are counted by reason); the detail is in the problems
+        rejects.append((info.events + 1, "invalid JSON: trace ends before its last event", info.last_bytes,
                         len(info.last_bytes)))
     if info.events or not rejects:
         lo, hi = info.span_ns or (None, None)

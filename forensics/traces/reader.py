@@ -268,7 +268,8 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
             elif cat in ("cpu_op", "user_annotation") and name[:5].lower() == "gloo:":
                 info.cpu_collectives.append((i, name, ts, dur))
     except (ijson.JSONError, ijson.IncompleteJSONError) as ex:
-        info.problems.append(f"invalid JSON after trace event {i}: {str(ex)[:200]}")
+        detail = " ".join(str(ex).split("\n")[0].split())[:200]   # yajl adds a caret drawing
+        info.problems.append(f"invalid JSON after trace event {i}: {detail}")
     except (OSError, EOFError) as ex:
         info.problems.append(f"stream ends early after trace event {i}: {ex}")
     finally:
