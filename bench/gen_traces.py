@@ -1,6 +1,6 @@
 """Write N ranks x M MB of Kineto (PyTorch profiler) traces, for bench/traces.py.
 
-    python bench/gen_traces.py OUT_DIR --ranks 8 --mb 50 [--gzip] [--late-rank 3] [--seed 0]
+    python bench/gen_traces.py OUT_DIR --ranks 8 --mb 50 [--gzip] [--late-rank 3] [--seed 0] [--layers 48]
 
 Layout as libkineto's output_json.cpp writes it: schemaVersion, deviceProperties and
 distributedInfo, then `traceEvents`, then traceName and baseTimeNanoseconds (ts relative to it).
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TextIO
 
 BASE_NS = 1_767_225_600_000_000_000    # 2026-01-01T00:00:00Z
-STEP_US = 20_000
-LAYERS = 48
+LAYERS = 48                             # per step (--layers); a step lasts 375 µs per layer + 2 ms
+LAYER_US = 375
 COMM_EVERY = 8
 LATE_US = 400
 PAD = "x" * 40                          # a realistic amount of args text per CPU op
@@ -32,9 +32,13 @@ def _jitter(seed: int, step: int, k: int, rank: int, span: int) -> int:
     return int.from_bytes(h, "little") % span
 
 
-def _arrival(seed: int, step: int, k: int, rank: int, late_rank: int | None) -> int:
+def _step_us(layers: int) -> int:
+    return 2000 + layers * LAYER_US
+
+
+def _arrival(seed: int, step: int, k: int, rank: int, late_rank: int | None, layers: int) -> int:
     """When `rank` launches the collective after layer k of `step` (µs from the trace's base)."""
-    t = step * STEP_US + 300 + k * (STEP_US - 2000) // LAYERS + _jitter(seed, step, k, rank, 60)
+    t = step * _step_us(layers) + 300 + k * LAYER_US + _jitter(seed, step, k, rank, 60)
     return t + (LATE_US if rank == late_rank else 0)
 
 
@@ -46,7 +50,8 @@ def _header(rank: int, ranks: int) -> str:
             f'  "record_shapes": 1,\n  "traceEvents": [\n')
 
 
-def write_rank(path: Path, rank: int, ranks: int, mb: float, gz: bool, late_rank: int | None, seed: int) -> int:
+def write_rank(path: Path, rank: int, ranks: int, mb: float, gz: bool, late_rank: int | None, seed: int,
+               layers: int = LAYERS) -> int:
     target = int(mb * 1e6)
     f: TextIO = gzip.open(path, "wt", compresslevel=1) if gz else open(path, "w")  # type: ignore[assignment]
     written = 0
@@ -64,13 +69,14 @@ def write_rank(path: Path, rank: int, ranks: int, mb: float, gz: bool, late_rank
     gpu = 0
     first = True
     while written < target:
-        t0 = step * STEP_US
+        step_us = _step_us(layers)
+        t0 = step * step_us
         put(("" if first else ",\n") + f'  {{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", '
-            f'"pid": {pid}, "tid": {tid}, "ts": {t0}, "dur": {STEP_US - 100}, "args": {{"External id": {corr}}}}}')
+            f'"pid": {pid}, "tid": {tid}, "ts": {t0}, "dur": {step_us - 100}, "args": {{"External id": {corr}}}}}')
         first = False
         gpu = max(gpu, t0 + 50)  # the compute stream: free from here (a stream runs one kernel at a time)
         cpu = t0 + 10
-        for k in range(LAYERS):
+        for k in range(layers):
             # CPU op and its launch
             put(f',\n  {{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": {pid}, "tid": {tid}, '
                 f'"ts": {cpu}, "dur": 40, "args": {{"External id": {corr}, "Record function id": 0, '
@@ -87,10 +93,10 @@ def write_rank(path: Path, rank: int, ranks: int, mb: float, gz: bool, late_rank
                 f'"block": [256, 1, 1], "est. achieved occupancy %": 12}}}}')
             corr += 1
             gpu = start + dur
-            cpu += (STEP_US - 2000) // LAYERS
+            cpu += LAYER_US
             if k % COMM_EVERY == COMM_EVERY - 1:
-                arrive = _arrival(seed, step, k, rank, late_rank)
-                last = max(_arrival(seed, step, k, r, late_rank) for r in range(ranks))
+                arrive = _arrival(seed, step, k, rank, late_rank, layers)
+                last = max(_arrival(seed, step, k, r, late_rank, layers) for r in range(ranks))
                 put(f',\n  {{"ph": "X", "cat": "cpu_op", "name": "nccl:all_reduce", "pid": {pid}, "tid": {tid}, '
                     f'"ts": {arrive - 20}, "dur": 15, "args": {{"External id": {corr}}}}}')
                 put(f',\n  {{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, "tid": {tid}, '
@@ -132,12 +138,14 @@ def main() -> None:
     ap.add_argument("--gzip", action="store_true")
     ap.add_argument("--late-rank", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=LAYERS,
+                    help="kernels per profiler step (HTA's step lookup is per event x per step: few, long steps for it)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for r in range(a.ranks):
         p = out / f"rank{r}.pt.trace.json{'.gz' if a.gzip else ''}"
-        steps = write_rank(p, r, a.ranks, a.mb, a.gzip, a.late_rank, a.seed)
+        steps = write_rank(p, r, a.ranks, a.mb, a.gzip, a.late_rank, a.seed, a.layers)
         print(f"{p}: {steps} steps, {p.stat().st_size / 1e6:.1f} MB on disk")
 
 

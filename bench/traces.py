@@ -1,7 +1,7 @@
 """HTA and `forensics trace-stats` side by side on the same Kineto traces: time, peak RSS, agreement.
 
     python bench/traces.py ../shared/realdata/kineto/dlrm_8rank          # the shared DLRM traces
-    python bench/traces.py --gen 8x50 [--gzip] [--late-rank 3] [--work /tmp/traces-bench]
+    python bench/traces.py --gen 8x50 --layers 2000 [--gzip] [--late-rank 3] [--work /tmp/traces-bench]
     python bench/traces.py DIR --no-hta                                   # forensics alone (big sets)
 
 Each tool runs in its own process (bench/_measure.py: wall and CPU seconds, peak RSS of that
@@ -75,16 +75,18 @@ def main() -> None:
     ap.add_argument("--gen", metavar="RANKSxMB", help="generate traces first (bench/gen_traces.py), e.g. 8x50")
     ap.add_argument("--gzip", action="store_true")
     ap.add_argument("--late-rank", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=48, help="kernels per profiler step of generated traces")
     ap.add_argument("--work", default="/tmp/traces-bench")
     ap.add_argument("--no-hta", action="store_true", help="forensics alone (sets HTA cannot hold in RAM)")
     a = ap.parse_args()
     dirs = list(a.dirs)
     if a.gen:
         ranks, mb = a.gen.lower().split("x")
-        out = Path(a.work) / f"{ranks}x{mb}{'-gz' if a.gzip else ''}"
+        out = Path(a.work) / f"{ranks}x{mb}-l{a.layers}{'-gz' if a.gzip else ''}"
         if not out.is_dir():
             subprocess.run([sys.executable, str(HERE / "gen_traces.py"), str(out), "--ranks", ranks, "--mb", mb,
-                            "--late-rank", str(a.late_rank), *(["--gzip"] if a.gzip else [])], check=True)
+                            "--late-rank", str(a.late_rank), "--layers", str(a.layers), *(["--gzip"] if a.gzip else [])],
+                           check=True)
         dirs.append(str(out))
     for d in dirs:
         size = sum(p.stat().st_size for p in Path(d).rglob("*") if p.is_file())
