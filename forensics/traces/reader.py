@@ -216,7 +216,8 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     # GPU activities, as parallel integer columns (-1 = null for device/stream)
     k_name, k_cat, k_dev, k_stream = array("q"), array("q"), array("q"), array("q")
     k_ts, k_dur, k_corr, k_line = array("q"), array("q"), array("q"), array("q")
-    launches: dict[int, tuple[int, int]] = {}     # correlation -> (ts_ns, name id)
+    # launches (runtime calls with a correlation id): 24 bytes each, joined to kernels at the end
+    l_corr, l_ts, l_name = array("q"), array("q"), array("q")
     steps: list[tuple[int, int, int, int]] = []   # (step, ts_ns, dur_ns, line)
 
     raw = stream if stream is not None else _open(path)
@@ -260,7 +261,9 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
             elif cat in _RUNTIME_CATS:
                 corr = _int(args.get("correlation"))
                 if corr is not None and corr > 0:
-                    launches[corr] = (ts, names.setdefault(name, len(names)))
+                    l_corr.append(corr)
+                    l_ts.append(ts)
+                    l_name.append(names.setdefault(name, len(names)))
             elif name.startswith("ProfilerStep"):
                 m = _STEP.match(name)
                 if m and dur is not None:
@@ -323,12 +326,12 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     }, schema=STEP_SCHEMA)
     if out is not None:
         out[:] = [info, step_tab]
-    yield from _kernel_batches(info, offset, names, cats, launches, steps,
+    yield from _kernel_batches(info, offset, names, cats, (l_corr, l_ts, l_name), steps,
                                (k_name, k_cat, k_dev, k_stream, k_ts, k_dur, k_corr, k_line), batch_rows)
 
 
 def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: dict[str, int],
-                    launches: dict[int, tuple[int, int]], steps: list[tuple[int, int, int, int]],
+                    launches: tuple[array, array, array], steps: list[tuple[int, int, int, int]],
                     cols: tuple[array, ...], batch_rows: int) -> Iterator[pa.RecordBatch]:
     import numpy as np
 
@@ -342,14 +345,14 @@ def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: d
     coll_list = np.array([(m.group(1) if (m := _COLLECTIVE.search(n)) else None) for n in name_list] or [None], dtype=object)
     n = len(k_ts)
     # launches of each activity, by correlation
-    l_ts = np.zeros(n, np.int64)
-    l_name = np.full(n, -1, np.int64)
-    get = launches.get
-    for j, c in enumerate(k_corr.tolist()):
-        hit = get(c)
-        if hit is not None:
-            l_ts[j], l_name[j] = hit
-    launched = l_name >= 0
+    lc, lt, ln = (np.frombuffer(c, dtype=np.int64) if len(c) else np.zeros(0, np.int64) for c in launches)
+    order = np.argsort(lc, kind="stable")        # of equal ids the last written wins (a dict would)
+    lc, lt, ln = lc[order], lt[order], ln[order]
+    at = np.searchsorted(lc, k_corr, side="right") - 1
+    launched = (at >= 0) & (k_corr >= 0)
+    launched[launched] = lc[at[launched]] == k_corr[launched]
+    l_ts = np.where(launched, lt[np.clip(at, 0, None)] if len(lt) else 0, 0)
+    l_name = np.where(launched, ln[np.clip(at, 0, None)] if len(ln) else -1, -1)
     # the step whose span holds the launch (HTA add_iteration)
     step_no = np.full(n, -1, np.int64)
     has_step = np.zeros(n, bool)
