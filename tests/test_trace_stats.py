@@ -327,3 +327,17 @@ def test_ingest_of_a_cut_gzip_trace_keeps_its_kernels_and_one_reject(tmp_path):
     assert s.problems and "truncated" in s.problems[0]["problem"]
     k = open_run([str(tmp_path / "s")]).kernels().collect()
     assert 0 < k.height < 2999 and set(k["rank"]) == {4}
+
+
+@pytest.mark.skipif(not DLRM.is_dir(), reason="shared realdata absent")
+def test_a_damaged_kernel_part_is_found_on_open(tmp_path):
+    from forensics.errors import ForensicsError
+    from forensics.ingest import ingest
+    from forensics.store import open_store
+
+    ingest([str(DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz")], str(tmp_path / "s"))
+    (part,) = open_store(tmp_path / "s").kernel_parts()
+    Path(part).write_bytes(Path(part).read_bytes()[:100])
+    with pytest.raises(ForensicsError) as e:
+        open_store(tmp_path / "s")
+    assert "kernels/" in str(e.value.render())
