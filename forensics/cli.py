@@ -568,6 +568,25 @@ def lint(
         raise typer.Exit(3)
 
 
+class TraceFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@app.command("trace-stats")
+def trace_stats(
+    paths: list[str] = typer.Argument(..., metavar="PATH...", help="Kineto (PyTorch profiler) trace files or folders holding them (plain, gzip or zstd), or a store they were ingested into."),
+    fmt: TraceFormat = typer.Option(TraceFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (everything) or csv (the per-rank / per-step breakdown)."),
+    top: int = typer.Option(10, "--top", min=1, metavar="N", help="Kernels listed per rank in the top-kernels list."),
+) -> None:
+    """GPU time in profiler traces, per rank and step. Compute / non-compute / idle shares, idle causes (host wait, kernel wait, other), communication/computation overlap, top kernels, and which rank starts communication kernels last."""
+    from .render.traces import render_trace_stats
+    from .traces.stats import trace_stats as run_trace_stats
+
+    render_trace_stats(run_trace_stats(paths, top=top), fmt.value, _table_console())
+
+
 export_app = typer.Typer(help="Write a run in another tool's format.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(export_app, name="export")
 

@@ -241,3 +241,25 @@ def _type_name(t: pl.DataType) -> str:
     if isinstance(t, pl.Enum):
         return "enum"
     return {pl.Int32: "int32", pl.Int64: "int64", pl.Float64: "float64", pl.String: "string"}.get(type(t), str(t))
+
+
+# The store's `kernels` table (STORE/kernels/*.parquet): one row per GPU activity of a profiler
+# (Kineto) trace, written by ingest/kineto.py from traces/reader.py. Its own table: a trace holds
+# millions of kernels, which are not log events.
+KERNEL_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),           # ProfilerStep number of the launch; null: none
+    "device": pl.Int32(),
+    "stream": pl.Int32(),
+    "category": pl.String(),      # compute | communication | memcpy | memset | other (HTA's rules)
+    "cat": pl.String(),           # the trace's own category (kernel, gpu_memcpy, ...)
+    "name": pl.String(),
+    "collective": pl.String(),    # AllReduce, SendRecv, ... for NCCL kernels
+    "start_ns": pl.Int64(),       # epoch ns when the trace's clock is known, else the trace's clock
+    "dur_ns": pl.Int64(),
+    "correlation": pl.Int64(),
+    "launch_ns": pl.Int64(),      # start of the launching runtime call (same clock); null: not in the trace
+    "launch": pl.String(),        # cudaLaunchKernel, cudaGraphLaunch, cudaMemcpyAsync, ...
+    "line": pl.Int64(),           # 1-based index of the event in traceEvents
+}
+KERNEL_STORE_SCHEMA: dict[str, pl.DataType] = {**KERNEL_SCHEMA, "source_file": pl.String()}

@@ -71,6 +71,7 @@ STATISTICS = ["timestamp", "rank", "host", "level", "event", "step", "line", "so
 # Sorted times and line numbers: deltas are small (12% smaller parts, same write time measured).
 ENCODING = {"timestamp": "DELTA_BINARY_PACKED", "line": "DELTA_BINARY_PACKED"}
 _INT_MAX = np.iinfo(np.int64).max
+KERNELS_DIR = "kernels"   # profiler traces: one row per GPU activity (schema.KERNEL_STORE_SCHEMA)
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
@@ -278,7 +279,7 @@ def read_part(path: str | os.PathLike[str], kind: str) -> pa.Table:
 
 _JSON_FIELDS = ("rejected_by_reason", "rank_sources")        # dicts: kept as JSON text
 _LIST_FIELDS = {"ranks": pl.List(pl.Int64), "hosts": pl.List(pl.String), "event_parts": pl.List(pl.String),
-                "reject_parts": pl.List(pl.String), "problems": pl.List(pl.String)}
+                "reject_parts": pl.List(pl.String), "kernel_parts": pl.List(pl.String), "problems": pl.List(pl.String)}
 _SCALARS = {"path": pl.String, "size": pl.Int64, "mtime": pl.Float64, "fingerprint": pl.String,
             "head_hash": pl.String, "compression": pl.String, "format": pl.String, "rank_hint": pl.Int64,
             "host_hint": pl.String, "lines_read": pl.Int64, "events": pl.Int64, "rejected": pl.Int64,
@@ -343,6 +344,19 @@ class Run:
     def reject_parts(self) -> list[str]:
         """Absolute paths of the reject parts, sorted (what `rejects()` scans)."""
         return self._parts("rejects")
+
+    def kernel_parts(self) -> list[str]:
+        """Absolute paths of the kernel parts (profiler traces' GPU activities), sorted."""
+        return self._parts("kernels")
+
+    def kernels(self) -> pl.LazyFrame:
+        """The GPU activities of the run's profiler traces (empty without traces)."""
+        from .schema import KERNEL_STORE_SCHEMA
+
+        parts = self.kernel_parts()
+        if not parts:
+            return pl.LazyFrame(schema=KERNEL_STORE_SCHEMA)
+        return pl.scan_parquet(parts, schema=KERNEL_STORE_SCHEMA)
 
     def events(self) -> pl.LazyFrame:
         parts = self.event_parts()
@@ -468,7 +482,7 @@ def damaged_sources(run: Run) -> set[str]:
     re-ingest (a part shared by many files is rebuilt from all of them)."""
     bad = damaged_parts(run.path, run.manifest)
     return {s["path"] for s in run.sources
-            if any(rel in bad for rel in s.get("event_parts", []) + s.get("reject_parts", []))}
+            if any(rel in bad for rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", []))}
 
 
 def _reingest_command(p: Path, manifest: dict[str, Any]) -> str:
@@ -513,7 +527,8 @@ def open_store(path: str | os.PathLike[str], verify: bool = True) -> Run:
             rel, what = next(iter(bad.items()))
             try:
                 src = "rows of " + (", ".join(s["path"] for s in run.sources
-                                              if rel in s.get("event_parts", []) + s.get("reject_parts", []))[:300] or "?")
+                                              if rel in s.get("event_parts", []) + s.get("reject_parts", [])
+                                              + s.get("kernel_parts", []))[:300] or "?")
             except Exception:  # the sources table itself is damaged: nothing names the files
                 src = "the table of source files"
             raise ForensicsError(
@@ -618,6 +633,7 @@ class StoreWriter:
         assert self.previous is not None
         src = self.previous.path / rel
         dst = self.staging / rel
+        dst.parent.mkdir(exist_ok=True)   # kernels/ exists only in stores with profiler traces
         try:
             os.link(src, dst)
         except OSError:

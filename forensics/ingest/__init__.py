@@ -21,10 +21,12 @@ from typing import Any, Callable
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..errors import BAD_ARGUMENT, NOT_A_STORE, OTHER_RUN, STORE_VERSION, STORE_WRITE, ForensicsError
 from ..store import (
     EVENTS_DIR,
+    KERNELS_DIR,
     MANIFEST,
     REJECTS_DIR,
     StoreWriter,
@@ -392,6 +394,7 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
         start, first_line = 0, 1
         grown = (
             old is not None and info.compression == "none" and old.get("compression") == "none"
+            and fmt != "kineto"   # one JSON document: a grown trace is read again whole
             and info.size > old["size"] and old.get("complete_end", 0) > 0
             and prefix_hash(info.path, old["size"]) == old["head_hash"]
         )
@@ -427,7 +430,9 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
         bytes_planned += info.size - start
         for a, b, line in pieces:
             piece = Piece(path=info.path, fmt=fmt, compression=info.compression, start=a, end=b if b >= 0 else -1,
-                          first_line=line, rank_hint=src["rank_hint"], host_hint=src["host_hint"], size=info.size)
+                          first_line=line, rank_hint=src["rank_hint"], host_hint=src["host_hint"], size=info.size,
+                          # profiler traces: their GPU activities go to a kernels part of their own
+                          kernels_part=str(writer.new_part(KERNELS_DIR)[0]) if fmt == "kineto" else "")
             weight = (info.size - a) * (1 if info.compression == "none" else COMPRESSED_WEIGHT)
             if len(pieces) > 1 or weight >= BATCH_BYTES:
                 big.append(piece)
@@ -453,6 +458,11 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
                 parts[rel] = {"path": rel, **entry}
         for piece, pr in zip(u.pieces, res.pieces):
             _merge(sources[piece.path], pr, writer, u)
+            if pr.wrote_kernels:   # a trace's GPU activities: one part, one source, no rank range
+                rel = os.path.relpath(piece.kernels_part, writer.staging)
+                sources[piece.path].setdefault("kernel_parts", []).append(rel)
+                parts[rel] = {"path": rel, "kind": "kernels", "rows": pq.ParquetFile(piece.kernels_part).metadata.num_rows,
+                              "rank_min": None, "rank_max": None, "ts_min": None, "ts_max": None}
     warnings: list[str] = []
     if append and previous is not None:
         fresh = [s for p, s in sources.items() if p not in prev_sources or p in damaged]
@@ -501,7 +511,7 @@ def _carry_parts(writer: StoreWriter, previous, prev_sources: dict[str, dict[str
     damaged = damaged_parts(previous.path, previous.manifest)
     holders: dict[str, set[str]] = {}
     for p, s in prev_sources.items():
-        for rel in s.get("event_parts", []) + s.get("reject_parts", []):
+        for rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", []):
             holders.setdefault(rel, set()).add(p)
     out: dict[str, dict[str, Any]] = {}
     renamed: dict[str, str | None] = {}
@@ -544,8 +554,8 @@ def _carry_parts(writer: StoreWriter, previous, prev_sources: dict[str, dict[str
                 s["rejected_by_reason"].pop(reason, None)
     for p in kept:
         s = sources[p]
-        for key in ("event_parts", "reject_parts"):
-            s[key] = [r for r in (renamed.get(rel, rel) for rel in s[key] if rel not in damaged) if r is not None]
+        for key in ("event_parts", "reject_parts", "kernel_parts"):
+            s[key] = [r for r in (renamed.get(rel, rel) for rel in s.get(key, []) if rel not in damaged) if r is not None]
     return out
 
 

@@ -39,6 +39,7 @@ class Block:
     rejects: pl.DataFrame      # REJECT_SCHEMA minus source_file
     lines: int                 # lines read in this block
     in_order: bool | None = None  # events ordered by (rank, timestamp)? None: not known
+    kernels: pa.Table | None = None  # profiler traces: GPU activities (schema.KERNEL_SCHEMA) for STORE/kernels
 
 
 def line_offsets(buf: bytes) -> np.ndarray:

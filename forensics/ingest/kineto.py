@@ -1,136 +1,89 @@
-"""PyTorch profiler (Kineto) Chrome traces -> COMM_KERNEL events + one PROFILE_SUMMARY per trace.
+"""PyTorch profiler (Kineto) Chrome traces -> COMM_KERNEL events, one PROFILE_SUMMARY per trace,
+and every GPU activity as a row of the store's `kernels` table.
 
-Owns: finding the communication kernels of a trace (NCCL kernels on the GPU; gloo collectives,
-which run on the CPU) and summarising the trace's communication time. Must not emit the
-thousands of compute ops of a trace (they are not evidence a log-forensics pass reads) nor
-interpret overlap between compute and communication (a pass may).
+Owns: turning what traces/reader.py streams out of a trace (GPU activities joined to their
+launches and profiler steps, CPU-side gloo collectives, distributedInfo) into events and kernel
+rows. Must not parse the JSON itself (the reader streams it: memory stays bounded whatever the
+trace size) nor interpret overlap or idle time (traces/stats.py, `trace-stats`).
 
 Records: line = index of the trace event in `traceEvents` (1-based), so a finding points at
 the record; PROFILE_SUMMARY is line len(traceEvents) + 1. Only emitted records are counted:
 `lines == events + rejects` over the records this reader selects, not over every trace event.
-Rank: `distributedInfo.rank` (record), else `rank<N>`/`worker<N>` in the file name (path).
-Time: `ts` is microseconds; relative to `baseTimeNanoseconds` when the trace has it, else
-absolute epoch microseconds when it looks like one, else unknown (null; extra.ts_us keeps it).
+A trace cut short (a crash while writing, a truncated gzip) keeps what was read and is one
+reject at the event after the last complete one.
+Rank: `distributedInfo.rank` (record), else the path's rank, else `rank<N>`/`worker<N>` in the
+file name (path). Time: `ts` is microseconds; relative to `baseTimeNanoseconds` when the trace
+has it, else absolute epoch microseconds when it looks like one, else unknown (null;
+extra.ts_us keeps it).
 """
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 import orjson
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..errors import UNREADABLE, ForensicsError
 from ..schema import Level, RankSource
+from ..traces.reader import KERNEL_SCHEMA, iter_kernel_batches
 from .formats import ReaderContext
 from .jsonl import Block, rejects_frame
 
-MAX_TRACE_BYTES = 4 << 30
-_NCCL_KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.I)
-_WORKER = re.compile(r"(?i)(?:worker|rank)[_\-]?(\d+)")
-# Epoch microseconds after 2001-09-09: anything smaller is a relative clock.
-_EPOCH_US = 1e15
-
-
-def _collective(name: str) -> str | None:
-    m = _NCCL_KERNEL.search(name)
-    if m:
-        return m.group(1)
-    low = name.lower()
-    if low.startswith("gloo:"):
-        return low[5:]
-    return None
-
 
 def read_kineto(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Block]:
-    data = stream.read(MAX_TRACE_BYTES + 1)
-    if len(data) > MAX_TRACE_BYTES:
-        raise ForensicsError(f"profiler trace larger than {MAX_TRACE_BYTES >> 30} GiB", where=path,
-                             help="profile fewer steps", code=UNREADABLE)
-    try:
-        trace = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        rej = rejects_frame([(1, f"invalid JSON: {e}", data, len(data))])
-        yield Block(pl.DataFrame({"line": []}, schema={"line": pl.Int64}), rej, 1)
-        return
-    if not isinstance(trace, dict):
-        trace = {"traceEvents": trace} if isinstance(trace, list) else {}
-    events = trace.get("traceEvents") if isinstance(trace.get("traceEvents"), list) else []
-
-    info = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
-    rank: int | None
-    if isinstance(info.get("rank"), int):
-        rank, source = info["rank"], "record"
-    elif ctx.rank_hint is not None:
-        rank, source = ctx.rank_hint, "path"
-    else:
-        m = _WORKER.search(Path(path).name)
-        rank, source = (int(m.group(1)), "path") if m else (None, "none")
-    base_ns = trace.get("baseTimeNanoseconds")
-    base_us = base_ns / 1000 if isinstance(base_ns, (int, float)) else None
-
-    def abs_us(ts: Any) -> int | None:
-        if not isinstance(ts, (int, float)):
-            return None
-        if base_us is not None:
-            return int(base_us + ts)
-        return int(ts) if ts >= _EPOCH_US else None
-
+    out: list[Any] = []
+    kernels = pa.Table.from_batches(list(iter_kernel_batches(path, stream, ctx.rank_hint, out)), schema=KERNEL_SCHEMA)
+    info, steps = out
     rows: list[dict[str, Any]] = []
-    comm_us = 0.0
-    kernel_us = 0.0
-    t_min: float | None = None
-    t_max: float | None = None
-    for i, e in enumerate(events, start=1):
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        ts, dur = e.get("ts"), e.get("dur")
-        if isinstance(ts, (int, float)) and isinstance(dur, (int, float)):
-            t_min = ts if t_min is None else min(t_min, ts)
-            t_max = ts + dur if t_max is None else max(t_max, ts + dur)
-        name = str(e.get("name", ""))
-        cat = e.get("cat")
-        if cat == "kernel" and isinstance(dur, (int, float)):
-            kernel_us += dur
-        coll = _collective(name) if cat in ("kernel", "cpu_op", "user_annotation") else None
-        if coll is None or (cat != "kernel" and not name.lower().startswith("gloo:")):
-            continue
-        d = float(dur) if isinstance(dur, (int, float)) else None
-        if d is not None:
-            comm_us += d
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        extra = {"kernel": name, "cat": cat, "ts_us": ts}
-        for k in ("device", "stream", "correlation", "grid", "block"):
-            if k in args:
-                extra[k] = args[k]
-        rows.append({"line": i, "event": "COMM_KERNEL", "collective": coll, "ts_us": abs_us(ts),
-                     "comm_ms": d / 1000 if d is not None else None, "local_rank": args.get("device"),
-                     "message": name[:200], "extra": extra})
-    span_ms = (t_max - t_min) / 1000 if t_min is not None and t_max is not None else None
-    summary = {
-        "comm_kernels": len(rows),
-        "kernel_ms": kernel_us / 1000,
-        "comm_fraction_of_kernel_time": (comm_us / kernel_us) if kernel_us else None,
-        "span_ms": span_ms,
-        "world_size": info.get("world_size"),
-        "backend": info.get("backend"),
-        "trace_name": trace.get("traceName"),
-    }
-    devs = trace.get("deviceProperties")
-    if isinstance(devs, list) and devs and isinstance(devs[0], dict):
-        summary["device_name"] = devs[0].get("name")
-    rows.append({"line": len(events) + 1, "event": "PROFILE_SUMMARY", "collective": None,
-                 "ts_us": abs_us(t_min), "comm_ms": comm_us / 1000, "local_rank": None,
-                 "message": f"{len(rows)} communication kernels, {comm_us / 1000:.3f} ms",
-                 "extra": summary})
+    to_us = (lambda ns: ns // 1000) if info.absolute else (lambda ns: None)  # noqa: E731
+    comm = pl.from_arrow(kernels).filter((pl.col("cat") == "kernel") & pl.col("collective").is_not_null())
+    for r in comm.iter_rows(named=True):
+        raw_ts = (r["start_ns"] - info.offset_ns) / 1000
+        extra = {"kernel": r["name"], "cat": r["cat"], "ts_us": raw_ts, "device": r["device"], "stream": r["stream"],
+                 "correlation": r["correlation"], "step": r["step"]}
+        rows.append({"line": r["line"], "event": "COMM_KERNEL", "collective": r["collective"], "ts_us": to_us(r["start_ns"]),
+                     "comm_ms": r["dur_ns"] / 1e6, "local_rank": r["device"], "message": r["name"][:200],
+                     "extra": extra})
+    for line, name, ts, dur in info.cpu_collectives:   # gloo runs its collectives on the CPU
+        rows.append({"line": line, "event": "COMM_KERNEL", "collective": name[5:].lower(),
+                     "ts_us": to_us(ts + info.offset_ns), "comm_ms": dur / 1e6 if dur is not None else None,
+                     "local_rank": None, "message": name[:200],
+                     "extra": {"kernel": name, "cat": "cpu_op", "ts_us": ts / 1000}})
+    rows.sort(key=lambda r: r["line"])
+    comm_us = sum(r["comm_ms"] or 0 for r in rows) * 1000
+    kernel_us = (pc.sum(kernels.filter(pc.equal(kernels["cat"], "kernel"))["dur_ns"]).as_py() or 0) / 1000
+    rejects: list[tuple[int, str, bytes, int]] = []
+    if info.problems:
+        # one reason for every cut trace (rejects are counted by reason); the detail is in the problems
+        rejects.append((info.events + 1, "invalid JSON: trace ends before its last event", info.last_bytes,
+                        len(info.last_bytes)))
+    if info.events or not rejects:
+        lo, hi = info.span_ns or (None, None)
+        summary = {
+            "comm_kernels": len(rows),
+            "kernel_ms": kernel_us / 1000,
+            "comm_fraction_of_kernel_time": (comm_us / kernel_us) if kernel_us else None,
+            "span_ms": (hi - lo) / 1e6 if lo is not None and hi is not None else None,
+            "world_size": info.world_size,
+            "backend": info.backend,
+            "trace_name": info.trace_name,
+            "device_name": info.device_name,
+            "gpu_activities": info.gpu_activities,
+            # the steps' spans (epoch ns when the clock is known): trace-stats on a store needs them
+            "profiler_steps": steps.select(["step", "start_ns", "dur_ns", "line"]).to_pylist(),
+        }
+        rows.append({"line": info.events + 1 + len(rejects), "event": "PROFILE_SUMMARY", "collective": None,
+                     "ts_us": to_us(lo + info.offset_ns) if lo is not None else None, "comm_ms": comm_us / 1000,
+                     "local_rank": None, "message": f"{len(rows)} communication kernels, {comm_us / 1000:.3f} ms",
+                     "extra": summary})
     n = len(rows)
-    ts_col = pl.Series([r["ts_us"] for r in rows], dtype=pl.Int64)
+    src = info.rank_source
     frame = pl.DataFrame({
         "line": pl.Series([r["line"] for r in rows], dtype=pl.Int64),
-        "timestamp": ts_col.cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
-        "rank": pl.Series([rank] * n, dtype=pl.Int32),
-        "rank_source": pl.Series([source] * n, dtype=pl.String).cast(RankSource),
+        "timestamp": pl.Series([r["ts_us"] for r in rows], dtype=pl.Int64).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+        "rank": pl.Series([info.rank] * n, dtype=pl.Int32),
+        "rank_source": pl.Series([src] * n, dtype=pl.String).cast(RankSource),
         "host": pl.Series([ctx.host_hint] * n, dtype=pl.String),
         "local_rank": pl.Series([r["local_rank"] if isinstance(r["local_rank"], int) else None for r in rows], dtype=pl.Int32),
         "level": pl.Series(["INFO"] * n, dtype=pl.String).cast(Level),
@@ -140,7 +93,7 @@ def read_kineto(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Blo
         "comm_ms": pl.Series([r["comm_ms"] for r in rows], dtype=pl.Float64),
         "extra": pl.Series([orjson.dumps(r["extra"]).decode() for r in rows], dtype=pl.String),
     })
-    yield Block(frame, rejects_frame([]), n)
+    yield Block(frame, rejects_frame(rejects), n + len(rejects), kernels=kernels)
 
 
 read = read_kineto

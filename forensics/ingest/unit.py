@@ -35,6 +35,7 @@ class Piece:
     rank_hint: int | None = None
     host_hint: str | None = None
     size: int = -1            # the file's size when it was listed (-1: unknown): a shrink check
+    kernels_part: str = ""    # profiler traces: where their GPU activities go (STORE/kernels)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class PieceResult:
     end_ts: str | None = None
     wrote_events: bool = False
     wrote_rejects: bool = False
+    wrote_kernels: bool = False
     unterminated_tail: bool = False
     problem: str | None = None  # the file could not be read to its end: truncated, shrank, vanished
 
@@ -127,6 +129,18 @@ def _events_table(block_events: pl.DataFrame | pa.Table, fmt: str) -> pa.Table:
     if fmt != "jsonl":  # other readers name events from text and structure
         ev = ev.with_columns(pl.col("event_source").fill_null("inferred"))
     return ev.to_arrow().cast(arrow_schema())
+
+
+def _write_kernels(u: Unit, kernels: pa.Table) -> None:
+    """A profiler trace's GPU activities as one part of the store's kernels table (one part per
+    trace file: the reader hands them over once, after the whole trace is read)."""
+    from ..schema import KERNEL_STORE_SCHEMA
+
+    schema = pl.DataFrame(schema=KERNEL_STORE_SCHEMA).to_arrow().schema
+    t = kernels.append_column("source_file", _constant(u.path, kernels.num_rows)).cast(schema)
+    os.makedirs(os.path.dirname(u.kernels_part), exist_ok=True)
+    pq.write_table(t.sort_by([("start_ns", "ascending")]), u.kernels_part, compression=COMPRESSION,
+                   row_group_size=ROW_GROUP)
 
 
 def run_unit(u: Unit) -> UnitResult:
@@ -199,6 +213,9 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter) -> PieceRe
                     tmax = mm["max"] if tmax is None else max(tmax, mm["max"])
                 for item in pc.value_counts(ev["rank_source"]).to_pylist():  # dictionary values: no cast
                     srcs[item["values"]] = srcs.get(item["values"], 0) + item["counts"]
+            if block.kernels is not None and block.kernels.num_rows and u.kernels_part:
+                _write_kernels(u, block.kernels)
+                res.wrote_kernels = True
             rj = block.rejects
             if rj.height:
                 rj = rj.with_columns(pl.lit(u.path).alias("source_file")).select(list(REJECT_SCHEMA))

@@ -36,6 +36,7 @@ from . import (
     telemetry_join,
     thermal,
     throughput,
+    trace_straggler,
     utilization,
 )
 from .context import Context
@@ -56,6 +57,7 @@ PASSES: list[Pass] = [
     utilization.find,        # resource: one rank's GPU idle vs peers
     data_load_skew.find,     # resource: one rank's input pipeline
     straggler.find,          # resource: one rank computes longest, waits least
+    trace_straggler.find,    # resource: one rank starts its NCCL kernels last (profiler traces)
     failures.find,           # resource/communication: OOM, timeouts, hangs, cascade
     stuck_collective.find,   # communication: ranks behind in a stuck collective (Flight Recorder)
     gradient_skew.find,      # communication: spread of gradient-ready times

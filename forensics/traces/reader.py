@@ -1,0 +1,388 @@
+"""Stream one Kineto (PyTorch profiler) Chrome trace into Arrow: GPU activities, launches, steps.
+
+Owns: parsing a trace file incrementally (plain, gzip or zstd, recognised by its bytes), the
+classification of a GPU activity (compute / communication / memcpy / memset / other, HTA's
+rules by name), joining each activity to the CPU runtime call that launched it (`correlation`)
+and to the ProfilerStep that call ran in, and the trace's `distributedInfo`. Must not compute
+breakdowns (stats.py) nor write stores (ingest/kineto.py).
+
+Memory: the JSON text is never held; the parser (ijson, C backend) yields one trace event at a
+time and only GPU activities, launches and steps are kept, as integer columns plus a table of
+distinct names (kernel names are long, distinct ones few). Peak memory grows with the number
+of GPU activities (~60 bytes each), not with the trace size (CPU ops are most of a trace).
+
+Facts taken from the sources (Kineto libkineto/src/output_json.cpp; HTA hta/common/trace.py,
+hta/utils/utils.py):
+- A GPU activity is an "X" event whose args carry an integer `stream` (HTA: stream != -1);
+  categories `kernel`, `gpu_memcpy`, `gpu_memset`, and device-side syncs. GPU annotations
+  (`gpu_user_annotation`) are spans over kernels, not work, and are not activities here.
+- Its launch is the `cuda_runtime`/`cuda_driver` event with the same `args.correlation`. All
+  kernels of a CUDA graph share the correlation of their `cudaGraphLaunch`: each is kept.
+- Its step is the ProfilerStep#N span (CPU side) that contains its launch's start (HTA
+  add_iteration); a kernel whose launch is not in the trace has no step.
+- `ts`/`dur` are microseconds (fractions = nanoseconds). Newer Kineto writes `ts` relative to
+  `baseTimeNanoseconds` (written after `traceEvents`), older ones epoch microseconds.
+"""
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+import ijson
+import orjson
+import polars as pl
+import pyarrow as pa
+
+from ..errors import UNREADABLE, ForensicsError
+from ..schema import KERNEL_SCHEMA as _KERNEL_COLUMNS
+
+# HTA hta/utils/utils.py: the classification by name, in this order.
+_COMM = re.compile(r"^nccl.*Kernel")
+_MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_COLLECTIVE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.I)
+_WORKER = re.compile(r"(?i)(?:worker|rank)[_\-]?(\d+)")
+_EPOCH_US = 1e15            # epoch microseconds after 2001-09-09: smaller is a relative clock
+_RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "hip_runtime"}
+_GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_sync", "mtia_ccp_events"}
+# HTA get_idle_time_breakdown: syncs are excluded from the per-stream gaps
+IDLE_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "mtia_ccp_events")
+CATEGORIES = ("compute", "communication", "memcpy", "memset", "other")
+BATCH_ROWS = 1 << 16
+
+KERNEL_SCHEMA = pl.DataFrame(schema=_KERNEL_COLUMNS).to_arrow().schema
+STEP_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("step", pa.int32()), ("start_ns", pa.int64()), ("dur_ns", pa.int64()),
+    ("line", pa.int64()),
+])
+
+
+def category(name: str, cat: str | None = None) -> str:
+    """compute / communication / memcpy / memset / other, by HTA's rules on the name."""
+    if _COMM.match(name):
+        return "communication"
+    if _MEMORY.match(name) or cat in ("gpu_memcpy", "gpu_memset"):
+        return "memset" if name.startswith("Memset") or cat == "gpu_memset" else "memcpy"
+    if not _NOT_COMPUTE.match(name):
+        return "compute"
+    return "other"
+
+
+@dataclass
+class TraceInfo:
+    path: str
+    rank: int | None = None
+    rank_source: str = "none"          # record | path | none
+    world_size: int | None = None
+    backend: str | None = None
+    base_ns: int | None = None         # baseTimeNanoseconds
+    absolute: bool = False             # start_ns are epoch ns
+    offset_ns: int = 0                 # added to the trace's ts to make start_ns (the base, or 0)
+    trace_name: str | None = None
+    device_name: str | None = None
+    events: int = 0                    # trace events read
+    gpu_activities: int = 0
+    problems: list[str] = field(default_factory=list)   # damaged stream, bad JSON: what was read is kept
+    last_bytes: bytes = b""            # the last bytes read, when the trace is cut or damaged
+    span_ns: tuple[int, int] | None = None   # first start, last end of any "X" event (trace clock)
+    # collectives that run on the CPU (gloo): (line, name, ts_ns, dur_ns or None), trace clock
+    cpu_collectives: list[tuple[int, str, int, int | None]] = field(default_factory=list)
+
+
+@dataclass
+class KinetoTrace:
+    info: TraceInfo
+    kernels: pa.Table                  # KERNEL_SCHEMA
+    steps: pa.Table                    # STEP_SCHEMA
+
+
+class _Tail:
+    """A stream wrapper keeping the last bytes read and the bytes before "traceEvents" (the
+    top-level keys written around the event list: distributedInfo before, baseTimeNanoseconds
+    after)."""
+
+    KEEP = 1 << 16
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.head = bytearray()
+        self.head_done = False
+        self.tail = b""
+        self.nbytes = 0
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.raw.read(n)
+        self.nbytes += len(b)
+        if not self.head_done:
+            self.head += b
+            if b'"traceEvents"' in self.head or len(self.head) > (8 << 20):
+                self.head_done = True
+        self.tail = (self.tail + b)[-self.KEEP:]
+        return b
+
+
+def _top_level(tail: _Tail) -> dict[str, Any]:
+    """The small top-level keys (distributedInfo, deviceProperties, baseTimeNanoseconds, ...).
+
+    The head is parsed as JSON closed right after its `"traceEvents":` key, the tail as the
+    object that follows the event list (keys of either that are not there are just missing)."""
+    out: dict[str, Any] = {}
+    head = bytes(tail.head)
+    m = re.search(rb'"traceEvents"\s*:', head)
+    if m:
+        try:
+            obj = orjson.loads(head[:m.start()] + b'"traceEvents": []}')
+            if isinstance(obj, dict):
+                out.update(obj)
+        except orjson.JSONDecodeError:
+            pass
+    # after the list: Kineto's finalizeTrace writes traceName, displayTimeUnit and
+    # baseTimeNanoseconds; another writer may put any key there. The list ends at one of the last
+    # ']' bytes; the first from the end after which `{` + the rest parses is it.
+    t = tail.tail
+    pos = len(t)
+    for _ in range(64):
+        pos = t.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        rest = t[pos + 1:].lstrip()
+        if not rest.startswith(b","):
+            if rest.rstrip() == b"}":   # the list is the last key
+                break
+            continue
+        try:
+            obj = orjson.loads(b"{" + rest[1:])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            for key, v in obj.items():
+                out.setdefault(key, v)
+        break
+    return out
+
+
+def _open(path: str) -> BinaryIO:
+    from ..ingest.sources import GuardedStream, compression_of, open_binary
+
+    try:
+        with open(path, "rb") as f:
+            comp = compression_of(f.read(4))
+        return GuardedStream(open_binary(path, comp), comp) if comp != "none" else open_binary(path, comp)
+    except OSError as e:
+        raise ForensicsError(f"cannot read {path}", where=path, reason=e.strerror, code=UNREADABLE) from None
+
+
+def _ns(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return int(round(v * 1000))
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            return None
+    return None
+
+
+def read_trace(path: str | Path, stream: BinaryIO | None = None, rank_hint: int | None = None) -> KinetoTrace:
+    """One trace file -> its GPU activities (joined to launches and steps), steps and info."""
+    batches = list(iter_kernel_batches(path, stream, rank_hint, _info_out := []))
+    info: TraceInfo = _info_out[0]
+    kernels = pa.Table.from_batches(batches, schema=KERNEL_SCHEMA)
+    return KinetoTrace(info, kernels, _info_out[1])
+
+
+def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_hint: int | None = None,
+                        out: list[Any] | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Parse one trace incrementally; yield its GPU activities as Arrow batches (KERNEL_SCHEMA).
+
+    The batches come after the whole file is read: a kernel's launch and step may be written
+    after it. `out`, when given, receives [TraceInfo, steps table]."""
+    path = str(path)
+    info = TraceInfo(path=path)
+    names: dict[str, int] = {}
+    cats: dict[str, int] = {}
+    # GPU activities, as parallel integer columns (-1 = null for device/stream)
+    k_name, k_cat, k_dev, k_stream = array("q"), array("q"), array("q"), array("q")
+    k_ts, k_dur, k_corr, k_line = array("q"), array("q"), array("q"), array("q")
+    # launches (runtime calls with a correlation id): 24 bytes each, joined to kernels at the end
+    l_corr, l_ts, l_name = array("q"), array("q"), array("q")
+    steps: list[tuple[int, int, int, int]] = []   # (step, ts_ns, dur_ns, line)
+
+    raw = stream if stream is not None else _open(path)
+    tail = _Tail(raw)
+    i = 0
+    t_lo: int | None = None
+    t_hi: int | None = None
+    try:
+        for i, e in enumerate(ijson.items(tail, "traceEvents.item", use_float=True), start=1):
+            if not isinstance(e, dict) or e.get("ph") != "X":
+                continue
+            cat = e.get("cat")
+            args = e.get("args")
+            if not isinstance(args, dict):
+                args = {}
+            ts = _ns(e.get("ts"))
+            if ts is None:
+                continue
+            dur = _ns(e.get("dur"))
+            if t_lo is None or ts < t_lo:
+                t_lo = ts
+            end = ts + (dur or 0)
+            if t_hi is None or end > t_hi:
+                t_hi = end
+            name = e.get("name")
+            name = name if isinstance(name, str) else str(name)
+            st = _int(args.get("stream"))
+            if st is not None and st != -1 and cat in _GPU_CATS:
+                if dur is None:
+                    continue
+                k_name.append(names.setdefault(name, len(names)))
+                k_cat.append(cats.setdefault(str(cat), len(cats)))
+                dev = _int(args.get("device"))
+                k_dev.append(-1 if dev is None else dev)
+                k_stream.append(st)
+                k_ts.append(ts)
+                k_dur.append(dur)
+                corr = _int(args.get("correlation"))
+                k_corr.append(-1 if corr is None else corr)
+                k_line.append(i)
+            elif cat in _RUNTIME_CATS:
+                corr = _int(args.get("correlation"))
+                if corr is not None and corr > 0:
+                    l_corr.append(corr)
+                    l_ts.append(ts)
+                    l_name.append(names.setdefault(name, len(names)))
+            elif name.startswith("ProfilerStep"):
+                m = _STEP.match(name)
+                if m and dur is not None:
+                    steps.append((int(m.group(1)), ts, dur, i))
+            elif cat in ("cpu_op", "user_annotation") and name[:5].lower() == "gloo:":
+                info.cpu_collectives.append((i, name, ts, dur))
+    except (ijson.JSONError, ijson.IncompleteJSONError) as ex:
+        detail = " ".join(str(ex).split("\n")[0].split())[:200]   # yajl adds a caret drawing
+        info.problems.append(f"invalid JSON after trace event {i}: {detail}")
+    except (OSError, EOFError) as ex:
+        info.problems.append(f"stream ends early after trace event {i}: {ex}")
+    finally:
+        if stream is None:
+            raw.close()
+    problem = getattr(raw, "problem", None)
+    if problem:
+        info.problems.append(problem)
+    if info.problems:
+        info.last_bytes = tail.tail[-4096:]
+    info.events = i
+    info.gpu_activities = len(k_ts)
+    if t_lo is not None and t_hi is not None:
+        info.span_ns = (t_lo, t_hi)
+
+    top = _top_level(tail)
+    dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
+    if isinstance(dist.get("rank"), int) and not isinstance(dist.get("rank"), bool):
+        info.rank, info.rank_source = dist["rank"], "record"
+    elif rank_hint is not None:
+        info.rank, info.rank_source = rank_hint, "path"
+    else:
+        m = _WORKER.search(Path(path).name)
+        if m:
+            info.rank, info.rank_source = int(m.group(1)), "path"
+    info.world_size = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+    info.backend = dist.get("backend") if isinstance(dist.get("backend"), str) else None
+    info.trace_name = top.get("traceName") if isinstance(top.get("traceName"), str) else None
+    devs = top.get("deviceProperties")
+    if isinstance(devs, list) and devs and isinstance(devs[0], dict):
+        info.device_name = devs[0].get("name")
+    base = top.get("baseTimeNanoseconds")
+    first = t_lo
+    offset = 0
+    if isinstance(base, int) and not isinstance(base, bool) and base > 0:
+        info.base_ns = base
+        # Kineto writes ts relative to the base; an epoch-looking ts already is absolute
+        if first is not None and first < _EPOCH_US * 1000:
+            offset = base
+        info.absolute = True
+    elif first is not None and first >= _EPOCH_US * 1000:
+        info.absolute = True
+    info.offset_ns = offset
+
+    step_tab = pa.table({
+        "rank": pa.array([info.rank] * len(steps), pa.int32()),
+        "step": pa.array([s[0] for s in steps], pa.int32()),
+        "start_ns": pa.array([s[1] + offset for s in steps], pa.int64()),
+        "dur_ns": pa.array([s[2] for s in steps], pa.int64()),
+        "line": pa.array([s[3] for s in steps], pa.int64()),
+    }, schema=STEP_SCHEMA)
+    if out is not None:
+        out[:] = [info, step_tab]
+    yield from _kernel_batches(info, offset, names, cats, (l_corr, l_ts, l_name), steps,
+                               (k_name, k_cat, k_dev, k_stream, k_ts, k_dur, k_corr, k_line), batch_rows)
+
+
+def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: dict[str, int],
+                    launches: tuple[array, array, array], steps: list[tuple[int, int, int, int]],
+                    cols: tuple[array, ...], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    import numpy as np
+
+    k_name, k_cat, k_dev, k_stream, k_ts, k_dur, k_corr, k_line = (np.frombuffer(c, dtype=np.int64) if len(c) else np.zeros(0, np.int64) for c in cols)
+    name_list = list(names)
+    cat_list = list(cats)
+    name_cat = np.array([category(n) for n in name_list] or [""], dtype=object)
+    # a memcpy/memset activity is one by its trace category even when its name says little
+    cat_kind = {c: ("memcpy" if c in ("gpu_memcpy", "Memcpy") else "memset" if c in ("gpu_memset", "Memset") else None)
+                for c in cat_list}
+    coll_list = np.array([(m.group(1) if (m := _COLLECTIVE.search(n)) else None) for n in name_list] or [None], dtype=object)
+    n = len(k_ts)
+    # launches of each activity, by correlation
+    lc, lt, ln = (np.frombuffer(c, dtype=np.int64) if len(c) else np.zeros(0, np.int64) for c in launches)
+    order = np.argsort(lc, kind="stable")        # of equal ids the last written wins (a dict would)
+    lc, lt, ln = lc[order], lt[order], ln[order]
+    at = np.searchsorted(lc, k_corr, side="right") - 1
+    launched = (at >= 0) & (k_corr >= 0)
+    launched[launched] = lc[at[launched]] == k_corr[launched]
+    l_ts = np.where(launched, lt[np.clip(at, 0, None)] if len(lt) else 0, 0)
+    l_name = np.where(launched, ln[np.clip(at, 0, None)] if len(ln) else -1, -1)
+    # the step whose span holds the launch (HTA add_iteration)
+    step_no = np.full(n, -1, np.int64)
+    has_step = np.zeros(n, bool)
+    for s, ts, dur, _ in sorted(steps, key=lambda s: s[1]):
+        inside = (l_ts >= ts) & (l_ts < ts + dur) & launched
+        step_no[inside] = s
+        has_step |= inside
+    # the columns in polars (gathers by id: one Python string per distinct name, not per row)
+    name_s = pl.Series(name_list or [""], dtype=pl.String)
+    cat_s = pl.Series(cat_list or [""], dtype=pl.String)
+    kind_s = pl.Series([cat_kind.get(c) for c in cat_list] or [None], dtype=pl.String)
+    categ_s = pl.Series(list(name_cat), dtype=pl.String)
+    coll_s = pl.Series(list(coll_list), dtype=pl.String)
+    nm = pl.Series(k_name, dtype=pl.Int64)
+    ct = pl.Series(k_cat, dtype=pl.Int64)
+    null_if = lambda v, bad: pl.Series(v).set(pl.Series(bad), None)  # noqa: E731
+    df = pl.DataFrame({
+        "rank": pl.Series([info.rank] * n, dtype=pl.Int32),
+        "step": null_if(step_no, ~has_step).cast(pl.Int32),
+        "device": null_if(k_dev, k_dev < 0).cast(pl.Int32),
+        "stream": pl.Series(k_stream).cast(pl.Int32),
+        "category": kind_s.gather(ct).fill_null(categ_s.gather(nm)),
+        "cat": cat_s.gather(ct),
+        "name": name_s.gather(nm),
+        "collective": coll_s.gather(nm),
+        "start_ns": pl.Series(k_ts + offset),
+        "dur_ns": pl.Series(k_dur),
+        "correlation": null_if(k_corr, k_corr < 0),
+        "launch_ns": null_if(l_ts + offset, ~launched),
+        "launch": name_s.gather(pl.Series(np.where(launched, l_name, 0))).set(pl.Series(~launched), None),
+        "line": pl.Series(k_line),
+    })
+    yield from df.to_arrow().cast(KERNEL_SCHEMA).to_batches(max_chunksize=batch_rows)
