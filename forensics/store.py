@@ -169,6 +169,8 @@ class PartWriter:
         self._rmax: int | None = None
         self._tmin: Any = None
         self._tmax: Any = None
+        self._unranked = 0                    # rows without a rank / a time: readers that prune
+        self._untimed = 0                     # parts by rank range or time must still read them
 
     def add(self, t: pa.Table, in_order: bool = False) -> None:
         """Add rows; `in_order`: the caller knows `t` is sorted (spares the check)."""
@@ -247,6 +249,8 @@ class PartWriter:
             self._writer.write_table(t.slice(a, b - a), row_group_size=ROW_GROUP)
         self.rows += t.num_rows
         if self.kind == "events":
+            self._unranked += t["rank"].null_count
+            self._untimed += t["timestamp"].null_count
             for col, lo, hi in (("rank", "_rmin", "_rmax"), ("timestamp", "_tmin", "_tmax")):
                 mm = pc.min_max(t[col]).as_py()
                 if mm["min"] is not None:
@@ -263,7 +267,8 @@ class PartWriter:
             return None
         return {"kind": self.kind, "rows": self.rows, "rank_min": self._rmin, "rank_max": self._rmax,
                 "ts_min": self._tmin.isoformat() if self._tmin is not None else None,
-                "ts_max": self._tmax.isoformat() if self._tmax is not None else None}
+                "ts_max": self._tmax.isoformat() if self._tmax is not None else None,
+                **({"unranked": self._unranked, "untimed": self._untimed} if self.kind == "events" else {})}
 
     def abort(self) -> None:
         if self._writer is not None:
@@ -331,7 +336,8 @@ class Run:
 
     @property
     def parts(self) -> list[dict[str, Any]]:
-        """The part table: {path, kind, rows, bytes, rank_min, rank_max, ts_min, ts_max} per part."""
+        """The part table: {path, kind, rows, bytes, rank_min, rank_max, ts_min, ts_max} per part
+        (event parts also: unranked, untimed — their rows without a rank / a time)."""
         return self.manifest.get("parts", [])
 
     def _parts(self, kind: str) -> list[str]:

@@ -124,7 +124,7 @@ def test_summaries_are_keyed_by_the_event_parts(tmp_path: Path) -> None:
     run = _store(tmp_path, REPO / "sample_logs" / "healthy")
     k = S.key(run)
     manifest = json.loads((run.path / "manifest.json").read_text())
-    manifest["sources"][0]["event_parts"] = [*manifest["sources"][0]["event_parts"], "events/part-other.parquet"]
+    manifest["parts"] = [*manifest["parts"], {**manifest["parts"][0], "path": "events/part-other.parquet"}]
     other = type(run)(path=run.path, manifest=manifest)
     assert S.key(other) != k
     assert os.path.basename(S.path_of(other, S.RANKS)) != os.path.basename(S.path_of(run, S.RANKS))
@@ -145,18 +145,24 @@ def test_the_stored_layout_rows_give_the_topology_the_events_give(tmp_path: Path
     assert S.layout(run).height < run.events().select(pl.len()).collect().item()   # only the rows that can state it
 
 
-def test_last_10s_and_events_of_one_rank_read_only_that_ranks_parts(tmp_path: Path) -> None:
-    """With the summaries, `last-10s --rank N` and `events --rank N` open only rank N's parts:
-    the other ranks' parts are removed after the store is opened, and both still answer (and
-    answer as before)."""
+def test_last_10s_and_events_of_one_rank_read_only_that_ranks_parts(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the summaries, `last-10s --rank N` and `events --rank N` open only the parts whose
+    rank range holds N (the part table): the other parts are removed after the store is opened,
+    and both still answer (and answer as before)."""
     from test_timeline import ingest
 
+    import forensics.ingest as ing
+    import forensics.store as store_mod
     from forensics.query import filter_events
 
+    monkeypatch.setattr(ing, "BATCH_BYTES", 1)           # one part per rank file: several parts
+    monkeypatch.setattr(ing, "BATCH_MIN", 1)
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
     run, _ = ingest(tmp_path, ranks=6, steps=8, last_step={4: 5})
     snap = tl.last_window(run, ranks=[2]).to_dict()
     ev = filter_events(run, ranks=[2]).collect()
-    mine = {p for s in run.sources if 2 in (s.get("ranks") or []) for p in s["event_parts"]}
+    mine = {p["path"] for p in run.parts if p["kind"] == "events" and p["rank_min"] <= 2 <= p["rank_max"]}
     assert mine and len(mine) < len(run.event_parts())
     for p in run.event_parts():
         if os.path.relpath(p, run.path) not in mine:

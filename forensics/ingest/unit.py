@@ -16,9 +16,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
-from ..store import PartWriter
+from ..store import COMPRESSION, ROW_GROUP, PartWriter
 from .formats import ReaderContext, reader_for
 from .sources import GuardedStream, RangeReader, open_binary, zstd_damage
 
@@ -131,7 +132,7 @@ def _events_table(block_events: pl.DataFrame | pa.Table, fmt: str) -> pa.Table:
     return ev.to_arrow().cast(arrow_schema())
 
 
-def _write_kernels(u: Unit, kernels: pa.Table) -> None:
+def _write_kernels(u: Piece, kernels: pa.Table) -> None:
     """A profiler trace's GPU activities as one part of the store's kernels table (one part per
     trace file: the reader hands them over once, after the whole trace is read)."""
     from ..schema import KERNEL_STORE_SCHEMA

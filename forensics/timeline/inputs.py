@@ -38,26 +38,30 @@ def lazy(events: Events) -> pl.LazyFrame:
 
 def scan(events: Events, ranks: Iterable[int] | None = None, since: dt.datetime | None = None) -> pl.LazyFrame:
     """`lazy(events)`, for a Run reading only the parts that can hold events of `ranks` at or
-    after `since` (t_order included: see `windows.with_order_time`), by the manifest's
-    per-source ranks, last time and parts: `last-10s --rank 12` opens rank 12's parts, not all
-    4,096. Whole sources are kept (an untimed line is placed by its file's earlier lines). The
-    caller still filters rows; a source that lists no ranks or no end time is always read."""
+    after `since` (t_order included: see `windows.with_order_time`), by the store's part table
+    (each event part's rank range and last time): `last-10s --rank 12` opens rank 12's part, not
+    all of them. A part with unranked or untimed rows is always read (an untimed line is placed
+    by its file's earlier lines); the caller still filters rows."""
     if not isinstance(events, Run):
         return lazy(events)
-    if (ranks is None and since is None) or not all("event_parts" in s for s in events.sources):
+    if ranks is None and since is None:
         return events.events()
-    want = {int(r) for r in ranks} if ranks is not None else None
-    parts: set[str] = set()
-    for s in events.sources:
-        listed = s.get("ranks")
-        if want is not None and listed is not None and not want.intersection(int(r) for r in listed if r is not None):
+    want = sorted({int(r) for r in ranks}) if ranks is not None else None
+    paths: list[str] = []
+    for p in events.parts:
+        if p["kind"] != "events":
             continue
-        if since is not None and s.get("end") and _utc(dt.datetime.fromisoformat(s["end"])) < since:
+        lo, hi = p.get("rank_min"), p.get("rank_max")
+        if want is not None and lo is not None and hi is not None and p.get("unranked", 1) == 0 \
+                and not any(lo <= r <= hi for r in want):
             continue
-        parts.update(s.get("event_parts") or [])
-    if not parts:
+        if since is not None and p.get("ts_max") and p.get("untimed", 1) == 0 \
+                and _utc(dt.datetime.fromisoformat(p["ts_max"])) < since:
+            continue
+        paths.append(str(events.path / p["path"]))
+    if not paths:
         return pl.LazyFrame(schema=EVENT_SCHEMA)
-    return pl.scan_parquet(sorted(str(events.path / p) for p in parts), schema=EVENT_SCHEMA)
+    return pl.scan_parquet(sorted(paths), schema=EVENT_SCHEMA)
 
 
 def _ms(delta: pl.Expr) -> pl.Expr:
