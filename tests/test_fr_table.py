@@ -182,3 +182,17 @@ def test_cli_a_group_without_problems_says_so(tmp_path: Path) -> None:
     r = runner.invoke(app, ["fr-table", str(tmp_path), "--pg", "TENSOR_MODEL_PARALLEL_GROUP"])
     assert r.exit_code == 0 and "no mismatch in the lines selected" in r.stdout
     assert "first mismatch (earliest created): pg 0" in r.stdout     # the whole set's, still said
+
+
+@pytest.mark.parametrize("case", ["gpu_error_1st", "lock_gil_1st"])
+def test_html_report_of_a_dump_set_renders(case: str) -> None:
+    # a dump's status events (PG_STATUS) carry no time of their own; the snapshot plot drew
+    # every event at its timestamp and raised on them
+    from forensics.passes import diagnose
+    from forensics.report import render
+
+    d = REAL / case
+    if not d.is_dir():
+        pytest.skip(f"realdata absent: {d}")
+    html = render(diagnose([str(d)]), "html")
+    assert html.lower().startswith("<!doctype html>") and html.rstrip().endswith("</html>")

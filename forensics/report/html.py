@@ -634,6 +634,8 @@ def _snapshot(run: "Run", ranks: list[int], highlight: list[int], scrub, paths: 
         ticks: list[str] = []
         marks: list[dict] = []
         for e in by_rank.get(rank, []):
+            if e["timestamp"] is None:   # placed in the window by its file's earlier lines: no x of its own
+                continue
             x = label_w + ((e["timestamp"] - start).total_seconds() / span) * pw
             if str(e["level"]) in ("ERROR", "WARN"):
                 marks.append(dict(e, x=x))
