@@ -199,15 +199,25 @@ def ingest(
     gpu_map: list[str] | None = None,
     progress: Progress | None = None,
     force: bool = False,
+    dask: Any = None,
 ) -> IngestSummary:
     """Ingest log files into the store at `out` and return what is now in it.
 
     Without `append`, the store afterwards holds exactly `inputs` (files unchanged since the last
     ingest are reused, not re-read). With `append`, files already in the store are kept, new files
     are added and grown plain files are read from where the last ingest stopped.
+    With `dask` (a scheduler address such as "tcp://host:8786", or a `distributed.Client`), the
+    units run on that cluster's workers (`ingest.distributed`); the logs and `out` must be on a
+    file system every worker mounts at the same path. The store is the same as a local ingest's.
     """
     t0 = time.perf_counter()
     target = Path(out)
+    cluster = None
+    if dask is not None:
+        from .distributed import DaskCluster
+
+        cluster = DaskCluster(dask)  # before the lock: an unreachable scheduler writes nothing
+        target = target.absolute()   # parts are written by workers whose working directory is not ours
     gmap = parse_gpu_map(gpu_map)
     files = expand(inputs)
     try:
@@ -223,12 +233,15 @@ def ingest(
                 )
             writer = StoreWriter(target, previous)
             try:
-                summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force)
+                summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force, cluster)
             except BaseException:
                 writer.abort()
                 raise
     except OSError as e:
         raise _write_error(target, e) from None
+    finally:
+        if cluster is not None:
+            cluster.close()
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -265,7 +278,7 @@ def _write_error(target: Path, e: OSError) -> ForensicsError:
 
 
 def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: bool, workers: int | None,
-                   gmap, progress: Progress | None, force: bool = False) -> IngestSummary:
+                   gmap, progress: Progress | None, force: bool = False, cluster=None) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
     damaged = damaged_sources(previous.path, previous.manifest) if previous else set()
     problems: list[dict[str, str]] = []
@@ -378,7 +391,7 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
     for path, keep_lines in drop_rejects_after.items():
         _drop_stale_tail_rejects(writer, sources[path], keep_lines)
 
-    results = _dispatch(units, workers, bytes_planned, progress)
+    results = _dispatch(units, workers, bytes_planned, progress, cluster)
     for u, res in zip(units, results):
         s = sources[u.path]
         _merge(s, res, writer, u)
@@ -499,7 +512,8 @@ def _drop_stale_tail_rejects(writer: StoreWriter, src: dict[str, Any], keep_line
         src["rejected_by_reason"].pop(reason, None)
 
 
-def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress: Progress | None) -> list[UnitResult]:
+def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress: Progress | None,
+              cluster=None) -> list[UnitResult]:
     n = workers or os.cpu_count() or 1
     results: list[UnitResult | None] = [None] * len(units)
     done_bytes = 0
@@ -513,7 +527,14 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
             progress("unit", {"path": r.path, "bytes_done": done_bytes, "lines": r.lines, "events": r.events,
                               "rejected": r.rejected})
 
-    if n <= 1 or len(units) <= 1 or total_bytes < INLINE_BYTES:
+    if cluster is not None:  # on a Dask cluster's workers (ingest/distributed.py)
+        def done(i: int, r: UnitResult) -> None:
+            results[i] = r
+            report(i, r)
+
+        needs = [((u.path,), (os.path.dirname(u.events_part), os.path.dirname(u.rejects_part))) for u in units]
+        cluster.map(run_unit, units, needs, done)
+    elif n <= 1 or len(units) <= 1 or total_bytes < INLINE_BYTES:
         for i, u in enumerate(units):
             results[i] = run_unit(u)
             report(i, results[i])  # type: ignore[arg-type]
