@@ -199,7 +199,7 @@ def table(r: dict[str, Any], reps: int) -> str:
         lines.append(f"{'ingest s (process)':28s} {fo['wall']:>12.2f} {d['wall']:>12.2f}")
         lines.append(f"{'  of it: cluster start s':28s} {'':>12s} {d['start_s']:>12.2f}")
         lines.append(f"{'  of it: ingest call s':28s} {'':>12s} {d['ingest_s']:>12.2f}")
-        lines.append(f"{"MB/s (cluster: ingest call)":28s} {fo['mb_per_s']:>12.1f} {r['bytes'] / 1e6 / d['ingest_s']:>12.1f}")
+        lines.append(f"{'MB/s (cluster: ingest call)':28s} {fo['mb_per_s']:>12.1f} {r['bytes'] / 1e6 / d['ingest_s']:>12.1f}")
         lines.append(f"{'peak RSS MiB (all processes)':28s} {fo['rss_mib']:>12.0f} {d['rss_mib']:>12.0f}")
         lines.append(f"{'events':28s} {fo['rows']:>12,} {d['rows']:>12,}")
     return "\n".join(lines)
