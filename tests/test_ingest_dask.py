@@ -214,6 +214,23 @@ def test_a_worker_that_cannot_see_a_log_folder_or_write_staging_is_named(client,
     assert got == [(0, 1)] and (tmp_path / "a").exists()
 
 
+def test_a_worker_that_loses_the_folder_after_the_check_is_named_too(client, tmp_path: Path, monkeypatch) -> None:
+    """A worker that joins after the first check (or loses its mount) checks again before its unit:
+    a log it cannot see must not be recorded as a file that vanished."""
+    from forensics.ingest.distributed import DaskCluster
+
+    cluster = DaskCluster(client)
+    monkeypatch.setattr(DaskCluster, "check", lambda self, needs: None)
+    gone = tmp_path / "not-mounted"
+    with pytest.raises(ForensicsError) as e:
+        cluster.map(_touch, [str(tmp_path / "a")], [((str(gone / "rank_0.jsonl"),), (str(tmp_path),))], lambda i, r: None)
+    assert e.value.code == "F310" and f"cannot see {gone}" in e.value.what
+    with pytest.raises(ForensicsError) as e:
+        cluster.map(_touch, [str(tmp_path / "a")], [((str(tmp_path / "x.jsonl"),), (str(gone),))], lambda i, r: None)
+    assert f"cannot write {gone}" in e.value.what
+    assert not (tmp_path / "a").exists()
+
+
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
