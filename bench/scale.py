@@ -73,6 +73,7 @@ print(open(sys.argv[2] + "/seconds.json").read())
 DUCK_RANKS = r"""
 import sys, duckdb
 con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")   # it would print to stdout
 con.execute(open(sys.argv[1]).read())
 n = con.sql(open(sys.argv[2]).read()).to_arrow_table().num_rows
 print(n)
