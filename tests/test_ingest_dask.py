@@ -68,6 +68,9 @@ def _inputs(logs: Path) -> list[str]:
     return [str(SAMPLES / "straggler"), str(SAMPLES / "hang"), str(SAMPLES / "oom_cascade"), str(logs)]
 
 
+_PART_KEYS = ("parts", "part_bytes", "part", "written")
+
+
 def _tables(store: Path) -> dict[str, pl.DataFrame]:
     """Every Parquet table of a store (events, rejects and whatever else ingest writes: per-step
     and per-rank summaries, ...), each read whole and sorted by all its sortable columns."""
@@ -77,12 +80,10 @@ def _tables(store: Path) -> dict[str, pl.DataFrame]:
         groups.setdefault(str(p.parent.relative_to(store)), []).append(p)
     for name, parts in groups.items():
         df = pl.concat([pl.read_parquet(p) for p in parts], how="diagonal_relaxed")
+        df = df.drop([c for c in df.columns if c.endswith(_PART_KEYS)])  # a part's (random) name
         keys = [c for c, t in df.schema.items() if not isinstance(t, (pl.List, pl.Struct, pl.Array, pl.Object))]
         out[name] = df.sort(keys, nulls_last=True)
     return out
-
-
-_PART_KEYS = ("parts", "part_bytes", "part", "written")
 
 
 def _manifest(store: Path) -> Any:
