@@ -9,8 +9,8 @@ run), 1,024 x 240, 4,096 x 120 and 10,240 x 100 (the issue's targets); --steps o
 logs come from bench/_gen.py's `generate` (seeded: the same bytes every time) and are kept under
 --data for later runs.
 
-Every figure is measured in a fresh process, the median of --reps runs, the tools interleaved so
-that machine noise hits them alike:
+Every figure (wall and CPU seconds: the steadier one on a shared machine) is measured in a fresh
+process, the median of --reps runs, the tools interleaved so that machine noise hits them alike:
   ingest      MB/s and peak RSS (summed over the process tree, sampled every 20 ms, as
               bench/ingest.py does): `forensics.ingest` vs DuckDB read_json -> Parquet (zstd);
               with --cluster also forensics on a LocalCluster (processes; its workers' memory
@@ -139,7 +139,8 @@ def run_size(ranks: int, steps: int, a: argparse.Namespace) -> dict[str, Any]:
         for t, (code, check) in tools.items():
             r = tree_measure(code, check, logs, scratch)
             ing[t].append(r)
-            print(f"  {ranks} ranks rep {rep + 1} ingest {t:9s} {r['wall']:7.2f} s  peak {r['rss_mib']:6.0f} MiB",
+            print(f"  {ranks} ranks rep {rep + 1} ingest {t:9s} {r['wall']:7.2f} s  cpu {r['cpu']:7.1f} s  "
+                  f"peak {r['rss_mib']:6.0f} MiB",
                   file=sys.stderr, flush=True)
     rows = {t: int(ing[t][0]["out"].split()[0]) for t in tools}
     # the store the post-mortem commands read (built once, untimed)
@@ -161,14 +162,15 @@ def run_size(ranks: int, steps: int, a: argparse.Namespace) -> dict[str, Any]:
               f"{post['last-10s'][-1].wall:.2f} s", file=sys.stderr, flush=True)
     same = Q.same_answer(store)
     fig = {t: {"mb_per_s": size / 1e6 / med([r["wall"] for r in ing[t]]), "wall": med([r["wall"] for r in ing[t]]),
-               "rss_mib": med([r["rss_mib"] for r in ing[t]]), "rows": rows[t]} for t in tools}
+               "cpu": med([r["cpu"] for r in ing[t]]), "rss_mib": med([r["rss_mib"] for r in ing[t]]),
+               "rows": rows[t]} for t in tools}
     if a.cluster:
         secs = [json.loads(r["out"].splitlines()[-1]) for r in ing["dask"]]
         fig["dask"]["start_s"] = med([s["start"] for s in secs])
         fig["dask"]["ingest_s"] = med([s["ingest"] for s in secs])
     for k, runs in post.items():
         f = M.Figures(runs)
-        fig[k] = {"wall": f.wall, "rss_mb": statistics.median(r.rss_mb for r in runs if r.rss_mb is not None)}
+        fig[k] = {"wall": f.wall, "cpu": f.cpu, "rss_mb": statistics.median(r.rss_mb for r in runs if r.rss_mb is not None)}
     fig["ranks_same_answer"] = same
     return {"ranks": ranks, "steps": steps, "bytes": size, "events": rows["forensics"], "figures": fig}
 
@@ -186,18 +188,23 @@ def table(r: dict[str, Any], reps: int) -> str:
         lines.append(f"{name:28s} {a:>12{fmt}} {rb:>12s} {ratio:>7s}{better}")
 
     row("ingest MB/s", fo["mb_per_s"], du["mb_per_s"], ",.1f", "  (goal >= 1.2x)")
+    row("ingest CPU s", fo["cpu"], du["cpu"], ",.1f")
     row("ingest peak RSS MiB", fo["rss_mib"], du["rss_mib"], ",.0f", "  (goal <= 0.5x)")
     row("diagnose s", f["diagnose"]["wall"], None, ",.2f")
+    row("diagnose CPU s", f["diagnose"]["cpu"], None, ",.2f")
     row("diagnose peak RSS MB", f["diagnose"]["rss_mb"], None, ",.0f")
     row("ranks s", f["ranks"]["wall"], f["duck ranks"]["wall"], ",.2f", "  (goal <= 1.2x)")
+    row("ranks CPU s", f["ranks"]["cpu"], f["duck ranks"]["cpu"], ",.2f")
     row("ranks peak RSS MB", f["ranks"]["rss_mb"], f["duck ranks"]["rss_mb"], ",.0f")
     lines.append(f"{'ranks: same answer':28s} {'yes' if f['ranks_same_answer'] else 'NO':>12s}")
     row("last-10s s", f["last-10s"]["wall"], None, ",.2f")
+    row("last-10s CPU s", f["last-10s"]["cpu"], None, ",.2f")
     row("last-10s peak RSS MB", f["last-10s"]["rss_mb"], None, ",.0f")
     if "dask" in f:
         d = f["dask"]
         lines.append(f"{'':28s} {'local':>12s} {'LocalCluster':>12s}")
         lines.append(f"{'ingest s (process)':28s} {fo['wall']:>12.2f} {d['wall']:>12.2f}")
+        lines.append(f"{'ingest CPU s (all processes)':28s} {fo['cpu']:>12.1f} {d['cpu']:>12.1f}")
         lines.append(f"{'  of it: cluster start s':28s} {'':>12s} {d['start_s']:>12.2f}")
         lines.append(f"{'  of it: ingest call s':28s} {'':>12s} {d['ingest_s']:>12.2f}")
         lines.append(f"{'MB/s (cluster: ingest call)':28s} {fo['mb_per_s']:>12.1f} {r['bytes'] / 1e6 / d['ingest_s']:>12.1f}")
