@@ -533,7 +533,9 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
             report(i, r)
 
         needs = [((u.path,), (os.path.dirname(u.events_part), os.path.dirname(u.rejects_part))) for u in units]
-        cluster.map(run_unit, units, needs, done)
+        weights = [max(0, (u.end if u.end >= 0 else u.size) - u.start) if u.compression == "none" else max(0, u.size)
+                   for u in units]
+        cluster.map(run_unit, units, needs, done, weights)
     elif n <= 1 or len(units) <= 1 or total_bytes < INLINE_BYTES:
         for i, u in enumerate(units):
             results[i] = run_unit(u)
