@@ -122,6 +122,8 @@ def ingest(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every file: the format recognised, lines, events, rejected lines."),
     force: bool = typer.Option(False, "--force", help="With --append: add the logs even if they look like another run."),
+    dask: Optional[str] = typer.Option(None, "--dask", envvar="FORENSICS_DASK", metavar="ADDRESS",
+                                       help="Run the ingest on the workers of this Dask scheduler (tcp://HOST:8786; default: $FORENSICS_DASK). The logs and the store must be on a file system every worker mounts at the same path. Needs: pip install 'forensics[dask]'."),
 ) -> None:
     """Read logs into a store. Every line becomes an event, or a rejected line kept with its reason; a store is a folder of Parquet files."""
     from .ingest import ingest as run_ingest
@@ -129,7 +131,8 @@ def ingest(
 
     cb, stop = _progress()
     try:
-        summary = run_ingest(paths, output, append=append, workers=workers, gpu_map=gpu_map, progress=cb, force=force)
+        summary = run_ingest(paths, output, append=append, workers=workers, gpu_map=gpu_map, progress=cb, force=force,
+                             dask=dask or None)
     finally:
         stop()
     if as_json:

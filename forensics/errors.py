@@ -42,6 +42,7 @@ STORE_DAMAGED = "F210"     # a part the manifest lists is missing or not the siz
 STORE_WRITE = "F211"       # the store (or the cache) cannot be written: disk full, read-only, denied
 OTHER_RUN = "F212"         # --append of logs that look like another run (override: --force)
 BAD_ARGUMENT = "F300"      # a value given on the command line cannot be understood
+CLUSTER = "F310"           # a Dask cluster cannot run the ingest: unreachable, no workers, no shared file system
 BAD_RULE = "F400"          # a rule file is malformed
 BAD_QUERY = "F500"         # SQL or filter expression rejected
 BAD_CONFIG = "F600"        # forensics.toml / [tool.forensics] cannot be used

@@ -212,15 +212,25 @@ def ingest(
     gpu_map: list[str] | None = None,
     progress: Progress | None = None,
     force: bool = False,
+    dask: Any = None,
 ) -> IngestSummary:
     """Ingest log files into the store at `out` and return what is now in it.
 
     Without `append`, the store afterwards holds exactly `inputs` (files unchanged since the last
     ingest are reused, not re-read). With `append`, files already in the store are kept, new files
     are added and grown plain files are read from where the last ingest stopped.
+    With `dask` (a scheduler address such as "tcp://host:8786", or a `distributed.Client`), the
+    units run on that cluster's workers (`ingest.distributed`); the logs and `out` must be on a
+    file system every worker mounts at the same path. The store is the same as a local ingest's.
     """
     t0 = time.perf_counter()
     target = Path(out)
+    cluster = None
+    if dask is not None:
+        from .distributed import DaskCluster
+
+        cluster = DaskCluster(dask)  # before the lock: an unreachable scheduler writes nothing
+        target = target.absolute()   # parts are written by workers whose working directory is not ours
     gmap = parse_gpu_map(gpu_map)
     files = expand(inputs)
     try:
@@ -237,13 +247,16 @@ def ingest(
             writer = StoreWriter(target, previous)
             _carry_summaries(previous, writer.staging)
             try:
-                summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force)
+                summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force, cluster)
             except BaseException:
                 writer.abort()
                 raise
             _write_summaries(target)
     except OSError as e:
         raise _write_error(target, e) from None
+    finally:
+        if cluster is not None:
+            cluster.close()
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -331,7 +344,7 @@ def _batches(pieces: list[tuple[Piece, int | None, int]], n_workers: int) -> lis
 
 
 def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: bool, workers: int | None,
-                   gmap, progress: Progress | None, force: bool = False) -> IngestSummary:
+                   gmap, progress: Progress | None, force: bool = False, cluster=None) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
     damaged = damaged_sources(previous) if previous else set()
     problems: list[dict[str, str]] = []
@@ -450,7 +463,7 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
     kept = {p for p, src in sources.items() if src is prev_sources.get(p)} | grown_paths
     parts = _carry_parts(writer, previous, prev_sources, sources, kept, drop_rejects_after)
 
-    results = _dispatch(units, workers, bytes_planned, progress)
+    results = _dispatch(units, workers, bytes_planned, progress, cluster)
     for u, res in zip(units, results):
         for rel, entry in ((os.path.relpath(u.events_part, writer.staging), res.events_part),
                            (os.path.relpath(u.rejects_part, writer.staging), res.rejects_part)):
@@ -627,7 +640,8 @@ def _other_run(kept: list[dict[str, Any]], fresh: list[dict[str, Any]], staging:
     return None, warnings
 
 
-def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress: Progress | None) -> list[UnitResult]:
+def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress: Progress | None,
+              cluster=None) -> list[UnitResult]:
     n = workers or os.cpu_count() or 1
     results: list[UnitResult | None] = [None] * len(units)
     done_bytes = 0
@@ -641,7 +655,17 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
             progress("unit", {"path": r.path, "bytes_done": done_bytes, "lines": r.lines, "events": r.events,
                               "rejected": r.rejected})
 
-    if n <= 1 or len(units) <= 1 or total_bytes < INLINE_BYTES:
+    if cluster is not None:  # on a Dask cluster's workers (ingest/distributed.py)
+        def done(i: int, r: UnitResult) -> None:
+            results[i] = r
+            report(i, r)
+
+        # what each unit reads (its files) and where it writes (the staging folders: kernels/
+        # sits beside events/ in the same folder)
+        needs = [(tuple(dict.fromkeys(p.path for p in u.pieces)),
+                  (os.path.dirname(u.events_part), os.path.dirname(u.rejects_part))) for u in units]
+        cluster.map(run_unit, units, needs, done, [u.weight for u in units])
+    elif n <= 1 or len(units) <= 1 or total_bytes < INLINE_BYTES:
         for i, u in enumerate(units):
             results[i] = run_unit(u)
             report(i, results[i])  # type: ignore[arg-type]
