@@ -337,3 +337,35 @@ def test_key_first_seen_in_a_late_block_of_a_later_file_survives(tmp_path: Path,
     assert json.loads(row["extra"])["only_here"] == {"a": [1, 2]}
     assert json.loads(row["fields"]) == {"pg_desc": "tp"}
     assert len(open_store(tmp_path / "st").sources[1]["event_parts"]) == 1
+
+
+def test_small_plain_file_is_opened_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning reads a small file once (fingerprint, format, rank key and complete end from
+    the same bytes), the reader once more: two opens, not five. The tail without a newline
+    still gives the right complete end (re-ingest after it grows reads the tail again)."""
+    import builtins
+    import io
+
+    d = tmp_path / "logs"
+    write_run(d, ranks=3, steps=30)
+    with open(d / "rank_2.jsonl", "ab") as f:
+        f.write(b'{"timestamp": "2025-06-12T14:59:00Z", "rank": 2, "ev')   # truncated last line
+    opens: dict[str, int] = {}
+    real_open, real_io_open = builtins.open, io.open
+
+    def counting(real):
+        def op(file, *a, **k):
+            if isinstance(file, (str, os.PathLike)) and str(file).startswith(str(d)):
+                opens[str(file)] = opens.get(str(file), 0) + 1
+            return real(file, *a, **k)
+        return op
+
+    monkeypatch.setattr(builtins, "open", counting(real_open))
+    monkeypatch.setattr(io, "open", counting(real_io_open))
+    s = forensics.ingest([str(d)], tmp_path / "store", workers=1)
+    monkeypatch.undo()
+    assert sorted(opens.values()) == [2, 2, 2], opens
+    assert s.rejected == 1 and s.events == 90
+    src = {Path(r["path"]).name: r for r in open_store(tmp_path / "store").sources}
+    assert src["rank_2.jsonl"]["complete_end"] == (d / "rank_1.jsonl").stat().st_size
+    assert src["rank_0.jsonl"]["complete_end"] == (d / "rank_0.jsonl").stat().st_size

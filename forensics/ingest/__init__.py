@@ -39,9 +39,10 @@ from ..store import (
 )
 from .formats import reader_for, sniff
 from .sources import (
+    TAIL_BYTES,
     FileInfo,
     expand,
-    file_info,
+    file_info_and_head,
     host_from_path,
     prefix_hash,
     rank_from_path,
@@ -157,14 +158,41 @@ def _stream_damage(path: str, compression: str) -> str | None:
     return g.problem
 
 
-def _file_info_or_gone(path: Path) -> FileInfo | str:
-    """file_info, or the path when the file vanished since it was listed."""
+HEAD_SNIFF = 64 * 1024   # the head sniff() and _rank_key() see (read_head's default)
+
+
+@dataclass(frozen=True)
+class _Looked:
+    """What planning needs of a plain file, taken from the bytes file_info read (one read of a
+    small file before the reader's): its format, the rank key its first line names, the offset
+    past its last newline (None: not known from those bytes)."""
+    fmt: str
+    rank_key: int | None
+    complete_end: int | None
+
+
+def _file_info_or_gone(path: Path) -> tuple[FileInfo, _Looked | None] | str:
+    """file_info (and, for a plain file, a _Looked), or the path when the file vanished since
+    it was listed."""
     try:
-        return file_info(path)
+        info, head, tail = file_info_and_head(path)
     except ForensicsError:
         if not path.exists():
             return str(path.resolve())
         raise
+    if info.compression != "none":
+        return info, None
+    first = head[:HEAD_SNIFF]   # what read_head(path, "none") returns
+    fmt = sniff(first, info.path)
+    if info.size == 0:
+        end: int | None = 0
+    elif len(head) == info.size:                       # the whole file is in `head`
+        end = head.rfind(b"\n") + 1
+    elif len(tail) == info.size - max(len(head), info.size - TAIL_BYTES) and tail.rfind(b"\n") >= 0:
+        end = info.size - len(tail) + tail.rfind(b"\n") + 1   # the last newline is in the tail read
+    else:
+        end = None
+    return info, _Looked(fmt, _rank_key(first, fmt, rank_from_path(info.path)), end)
 
 
 def _ranges(path: str, start: int, end: int, first_line: int) -> list[tuple[int, int, int]]:
@@ -371,15 +399,15 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
 
     # Fingerprints read 1 MiB per file: on all cores (hashing and reads release the GIL).
     with ThreadPoolExecutor(max_workers=min(len(files), workers or os.cpu_count() or 1) or 1) as pool:
-        listed: list[FileInfo | str] = list(pool.map(_file_info_or_gone, files))
-    infos: list[FileInfo] = []
-    for fpath, info in zip(files, listed):
-        if isinstance(info, str):
-            problems.append({"path": info, "problem": "file vanished between listing and reading: not read"})
+        listed = list(pool.map(_file_info_or_gone, files))
+    infos: list[tuple[FileInfo, _Looked | None]] = []
+    for fpath, item in zip(files, listed):
+        if isinstance(item, str):
+            problems.append({"path": item, "problem": "file vanished between listing and reading: not read"})
         else:
-            infos.append(info)
+            infos.append(item)
     repaired = 0
-    for info in infos:
+    for info, looked in infos:
         old = prev_sources.get(info.path)
         if old and info.path in damaged:
             old, repaired = None, repaired + 1  # its parts are damaged: read it again, whole
@@ -392,8 +420,11 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
         if dup and dup != info.path:
             duplicates.append({"path": info.path, "duplicate_of": dup})
             continue
-        head = read_head(info.path, info.compression)
-        fmt = sniff(head, info.path)
+        if looked is None:
+            head = read_head(info.path, info.compression)
+            fmt = sniff(head, info.path)
+        else:
+            fmt = looked.fmt
         if fmt != "empty" and reader_for(fmt) is None:
             fmt = "console" if reader_for("console") else "jsonl"
         src: dict[str, Any] = {
@@ -436,7 +467,8 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
             continue
         if info.compression == "none":
             end = info.size
-            src["complete_end"] = _complete_end(info.path, info.size)
+            src["complete_end"] = (looked.complete_end if looked is not None and looked.complete_end is not None
+                                   else _complete_end(info.path, info.size))
             pieces = _ranges(info.path, start, end, first_line) if fmt == "jsonl" and end - start > RANGE_BYTES else [(start, -1, first_line)]
         else:
             pieces = [(0, -1, 1)]
@@ -450,7 +482,8 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
             if len(pieces) > 1 or weight >= BATCH_BYTES:
                 big.append(piece)
             else:
-                small.append((piece, _rank_key(head, fmt, src["rank_hint"]), weight))
+                key = _rank_key(head, fmt, src["rank_hint"]) if looked is None else looked.rank_key
+                small.append((piece, key, weight))
 
     units: list[Unit] = []
     n_workers = workers or os.cpu_count() or 1

@@ -45,10 +45,11 @@ def sniff(head: bytes, path: str) -> str:
     if PICKLE_MAGIC.match(head):
         return "flight_recorder"
     s = head.lstrip()
-    lines = [ln.strip() for ln in head.split(b"\n")[:200] if ln.strip()]
-    json_like = sum(ln.startswith(b"{") for ln in lines)
-    if not s.startswith(b"{") and json_like * 2 > len(lines):
-        return "jsonl"  # a JSONL file whose first line is crash debris
+    if not s.startswith(b"{"):  # (counted only here: splitting the head costs per file)
+        lines = [ln.strip() for ln in head.split(b"\n")[:200] if ln.strip()]
+        json_like = sum(ln.startswith(b"{") for ln in lines)
+        if json_like * 2 > len(lines):
+            return "jsonl"  # a JSONL file whose first line is crash debris
     if s.startswith(b"{"):
         first = s.split(b"\n", 1)[0].strip()
         if first.startswith(b'{"log":') and b'"stream":' in first:

@@ -100,6 +100,13 @@ class FileInfo:
 
 
 def file_info(path: Path) -> FileInfo:
+    return file_info_and_head(path)[0]
+
+
+def file_info_and_head(path: Path) -> tuple[FileInfo, bytes, bytes]:
+    """file_info, plus the raw bytes it read (the first HEAD_BYTES, and the last TAIL_BYTES of a
+    longer file), so planning reads a small file once: its head, format and complete end come
+    from these bytes (the caller must not keep them: up to 1 MiB a file)."""
     p = path.resolve()
     try:
         st = p.stat()
@@ -114,7 +121,7 @@ def file_info(path: Path) -> FileInfo:
         raise ForensicsError(f"cannot read {path}", where=str(path), reason=e.strerror, code=UNREADABLE) from None
     hh = hashlib.blake2b(head, digest_size=16).hexdigest()
     fp = hashlib.blake2b(head + tail + str(st.st_size).encode(), digest_size=16).hexdigest()
-    return FileInfo(str(p), st.st_size, st.st_mtime, compression_of(head[:4]), fp, hh)
+    return FileInfo(str(p), st.st_size, st.st_mtime, compression_of(head[:4]), fp, hh), head, tail
 
 
 def prefix_hash(path: str, n: int) -> str:
