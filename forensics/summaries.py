@@ -96,16 +96,35 @@ def rank_rows(events: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+# Events per slice when a summary is built: each slice is collected alone (a lazy concat of
+# the slices runs them all at once), so the build's peak is about one slice's columns.
+BUILD_SLICE_EVENTS = 250_000
+
+
+def _by_slice(run: Run, query: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.DataFrame | None:
+    """`query` over each slice of whole ranks (`Run.rank_slices`) and over the unranked events,
+    each collected in turn, concatenated; None when one slice holds every ranked event."""
+    slices = run.rank_slices(BUILD_SLICE_EVENTS)
+    if not slices:
+        return None
+    slices.append(run.events().filter(pl.col("rank").is_null()))
+    return pl.concat([query(s).collect() for s in slices], rechunk=False)
+
+
 def compute_step_groups(run: Run) -> pl.DataFrame:
     """The (rank, step) groups of every event of `run`, read one slice of whole ranks at a time
     (`timeline.rank_slices`), sorted by (rank, step), nulls last."""
     from .timeline.steps import group_rows
 
-    return group_rows(run).collect().sort("rank", "step", nulls_last=True)
+    df = _by_slice(run, lambda s: group_rows(s))
+    return (group_rows(run).collect() if df is None else df).sort("rank", "step", nulls_last=True)
 
 
 def compute_rank_table(run: Run) -> pl.DataFrame:
-    return rank_rows(run.events()).collect()
+    """One rank is in one slice (and every row of it in `events()` order): per-slice tables
+    concatenated are the whole run's."""
+    df = _by_slice(run, rank_rows)
+    return rank_rows(run.events()).collect() if df is None else df.sort("rank", nulls_last=True)
 
 
 def _rare(run: Run) -> tuple[pl.DataFrame, pl.DataFrame]:
