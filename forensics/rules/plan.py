@@ -111,26 +111,22 @@ def _step_bound(clause: Clause, s: str, fill: bool = True) -> pl.Expr:
     return b.fill_null(False) if fill else b
 
 
-def _step_runs(clause: Clause, s: str) -> tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]]:
-    """Over the census's per-(rank, step) rows: the stretches of steps, in the order
-    compile.episodes takes them (by time), that hold no step where the condition is surely false
-    (an episode, consecutive true steps with unknown ones skipped, lies inside one); then per rank
-    the first and last true step (`{s}_rlo`, `{s}_rhi`) of the widest stretch, and `{s}_tie`: two
-    steps of the rank end at the same time, so that order is not known here. Three stages of
-    expressions (columns, columns, per-rank aggregates) on the one per-step frame."""
+def _step_runs(per_step: pl.LazyFrame, clause: Clause, s: str) -> pl.LazyFrame:
+    """Per rank, the first and last step (`{s}_rlo`, `{s}_rhi`) of the widest stretch of steps,
+    in the order compile.episodes takes them (by time), that holds no step where the condition
+    is surely false: an episode (consecutive true steps; unknown ones skipped) lies inside one.
+    `{s}_tie`: two steps of the rank end at the same time, so that order is not known here."""
     b = _step_bound(clause, s, fill=False)
-    ts, seg = pl.col(f"{s}_ts"), pl.col(f"{s}_seg")
-    brk = (pl.col(f"{s}_e") & (~b).fill_null(False)).cast(pl.UInt32)
-    first = [brk.cum_sum().over("rank", order_by=ts).alias(f"{s}_seg"), b.fill_null(False).alias(f"{s}_b")]
-    true_step = pl.col("step").filter(pl.col(f"{s}_b"))
-    span = (true_step.max() - true_step.min()).over("rank", seg)
-    lo = true_step.min().over("rank", seg)
-    second = [pl.when(pl.col(f"{s}_b")).then(span).alias(f"{s}_span"), pl.when(pl.col(f"{s}_b")).then(lo).alias(f"{s}_slo")]
-    best = pl.col(f"{s}_span").arg_max()
-    aggs = [pl.col(f"{s}_slo").get(best).alias(f"{s}_rlo"),
-            (pl.col(f"{s}_slo").get(best) + pl.col(f"{s}_span").get(best)).alias(f"{s}_rhi"),
-            (ts.is_duplicated() & ts.is_not_null()).any().alias(f"{s}_tie")]
-    return first, second, aggs
+    mine = per_step.filter(pl.col(f"{s}_e")).select("rank", "step", pl.col(f"{s}_ts"), b.alias("_b"))
+    ties = mine.group_by("rank").agg(pl.col(f"{s}_ts").is_duplicated().any().alias(f"{s}_tie"))
+    segs = (mine.sort("rank", f"{s}_ts")
+            .with_columns(_seg=(~pl.col("_b")).fill_null(False).cum_sum().over("rank"))
+            .filter(pl.col("_b").fill_null(False))
+            .group_by("rank", "_seg").agg(pl.col("step").min().alias("_lo"), pl.col("step").max().alias("_hi"))
+            .sort("rank", pl.col("_hi") - pl.col("_lo"), descending=[False, True])
+            .group_by("rank", maintain_order=True)
+            .agg(pl.col("_lo").first().alias(f"{s}_rlo"), pl.col("_hi").first().alias(f"{s}_rhi")))
+    return ties.join(segs, on="rank", how="left")
 
 
 def _step_aggs(clause: Clause, s: str) -> list[pl.Expr]:
@@ -213,13 +209,11 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
                     .group_by("rank", "step").agg([e for sl in steps for e in _step_aggs(sl.clause, sl.name)]))
         marks = [_step_bound(sl.clause, sl.name).alias(f"{sl.name}_t") for sl in steps]
         totals_ = [e for sl in steps for e in totals(sl, f"{sl.name}_ts" if sl.clause.sustain and sl.clause.sustain.unit == "s" else "step")]
+        branches.append(per_step.with_columns(marks).group_by("rank").agg(totals_))
         # a `sustain` in steps needs that many steps in one run, not between the first and last
-        runs = [_step_runs(sl.clause, sl.name) for sl in steps
-                if sl.clause.sustain is not None and sl.clause.sustain.unit == "steps" and sl.clause.per == "rank"]
-        ps = per_step.with_columns(marks)
-        if runs:
-            ps = ps.with_columns(e for r in runs for e in r[0]).with_columns(e for r in runs for e in r[1])
-        branches.append(ps.group_by("rank").agg(totals_ + [e for r in runs for e in r[2]]))
+        runs = [sl for sl in steps if sl.clause.sustain is not None and sl.clause.sustain.unit == "steps"
+                and sl.clause.per == "rank"]
+        branches += [_step_runs(per_step, sl.clause, sl.name) for sl in runs]
     # collected together, the branches share one scan of the events
     frames = pl.collect_all(branches, engine="streaming")
     out = frames[0]
