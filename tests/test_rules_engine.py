@@ -593,3 +593,29 @@ def test_level_is_compared_as_the_text_it_stands_for(op: str, value: Any) -> Non
     got = df.select(compile_leaf(Leaf("level", op, value)).alias("x"))["x"].to_list()
     want = df.select(pl.col("level").cast(pl.String).alias("message")).select(compile_leaf(as_text).alias("x"))["x"].to_list()
     assert got == want and got[-1] is None
+
+
+def _step(rank: int, step: int, t: float, comm: float | None, step_ms: float | None) -> list[dict[str, Any]]:
+    rows = [{"t": t, "rank": rank, "event": "ALLREDUCE", "step": step, "comm_ms": comm}] if comm is not None else []
+    return rows + [{"t": t + 0.5, "rank": rank, "event": "TRAIN_STEP", "step": step, "step_time_ms": step_ms}]
+
+
+def test_census_needs_a_run_of_steps_for_a_sustain_in_steps(census_rules: list) -> None:
+    """`sustain = "2 steps"`: steps high and low by turns span many steps from first to last high
+    one, but no run does; the census rules the rank out and fetches nothing (it fetched every
+    step of the rank before). A step whose value is unknown does not end a run, and where two
+    steps end at the same time (their order unknown to the census) the rank is kept."""
+    from forensics.rules.plan import candidate_rows
+
+    share = next(r for r in census_rules if r.id == "share")
+    turns = [row for s in range(10) for row in _step(0, s, 2.0 * s, 60.0, 100.0 if s % 2 == 0 else 1000.0)]
+    assert candidate_rows(events(turns), [share]) == [None]
+    assert evaluate(events(turns), [share], census=False) == []
+    # step 1 carries no step time: unknown, so steps 0 and 2 (both high) are one run of 2 steps
+    gap = [row for s in range(3) for row in _step(1, s, 2.0 * s, 60.0, None if s == 1 else 100.0)]
+    (f,) = evaluate(events(gap), [share])
+    assert f.ranks == [1] and [dataclasses.asdict(f)] == [dataclasses.asdict(g) for g in evaluate(events(gap), [share], census=False)]
+    # two steps ending at the same time: the census cannot order them, so it keeps the rank
+    tied = turns + _step(0, 10, 18.0, 60.0, 100.0)
+    assert candidate_rows(events(tied), [share]) != [None]
+    assert evaluate(events(tied), [share]) == evaluate(events(tied), [share], census=False)

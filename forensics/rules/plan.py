@@ -90,8 +90,10 @@ def _reads(clause: Clause) -> pl.Expr:
     return pl.any_horizontal([_known(clause), *[pl.col(a).is_not_null() for a in aggs]]) if aggs else _known(clause)
 
 
-def _step_bound(clause: Clause, s: str) -> pl.Expr:
-    """A by-step clause's bound over the census's per-step values (named `{s}_v_{col}`)."""
+def _step_bound(clause: Clause, s: str, fill: bool = True) -> pl.Expr:
+    """A by-step clause's bound over the census's per-step values (named `{s}_v_{col}`); with
+    `fill=False` null where the step's condition may be unknown (a condition has no negation, so
+    the bound is false only where the condition is)."""
     exact = {"rank", "step", *step_values(clause)}
 
     def ref(c: str) -> pl.Expr:
@@ -105,7 +107,26 @@ def _step_bound(clause: Clause, s: str) -> pl.Expr:
         return compile_leaf(lf, clause.per, ref)
 
     cond = compile_cond(clause.cond, clause.per, leaf) if clause.cond is not None else pl.lit(True)
-    return (pl.col(f"{s}_e") & cond).fill_null(False)
+    b = pl.col(f"{s}_e") & cond
+    return b.fill_null(False) if fill else b
+
+
+def _step_runs(per_step: pl.LazyFrame, clause: Clause, s: str) -> pl.LazyFrame:
+    """Per rank, the first and last step (`{s}_rlo`, `{s}_rhi`) of the widest stretch of steps,
+    in the order compile.episodes takes them (by time), that holds no step where the condition
+    is surely false: an episode (consecutive true steps; unknown ones skipped) lies inside one.
+    `{s}_tie`: two steps of the rank end at the same time, so that order is not known here."""
+    b = _step_bound(clause, s, fill=False)
+    mine = per_step.filter(pl.col(f"{s}_e")).select("rank", "step", pl.col(f"{s}_ts"), b.alias("_b"))
+    ties = mine.group_by("rank").agg(pl.col(f"{s}_ts").is_duplicated().any().alias(f"{s}_tie"))
+    segs = (mine.sort("rank", f"{s}_ts")
+            .with_columns(_seg=(~pl.col("_b")).fill_null(False).cum_sum().over("rank"))
+            .filter(pl.col("_b").fill_null(False))
+            .group_by("rank", "_seg").agg(pl.col("step").min().alias("_lo"), pl.col("step").max().alias("_hi"))
+            .sort("rank", pl.col("_hi") - pl.col("_lo"), descending=[False, True])
+            .group_by("rank", maintain_order=True)
+            .agg(pl.col("_lo").first().alias(f"{s}_rlo"), pl.col("_hi").first().alias(f"{s}_rhi")))
+    return ties.join(segs, on="rank", how="left")
 
 
 def _step_aggs(clause: Clause, s: str) -> list[pl.Expr]:
@@ -189,11 +210,22 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
         marks = [_step_bound(sl.clause, sl.name).alias(f"{sl.name}_t") for sl in steps]
         totals_ = [e for sl in steps for e in totals(sl, f"{sl.name}_ts" if sl.clause.sustain and sl.clause.sustain.unit == "s" else "step")]
         branches.append(per_step.with_columns(marks).group_by("rank").agg(totals_))
+        # a `sustain` in steps needs that many steps in one run, not between the first and last
+        runs = [sl for sl in steps if sl.clause.sustain is not None and sl.clause.sustain.unit == "steps"
+                and sl.clause.per == "rank"]
+        branches += [_step_runs(per_step, sl.clause, sl.name) for sl in runs]
     # collected together, the branches share one scan of the events
     frames = pl.collect_all(branches, engine="streaming")
     out = frames[0]
     for f in frames[1:]:
         out = out.join(f, on="rank", how="full", coalesce=True)
+    for sl in slots:
+        s = sl.name
+        if f"{s}_rlo" in out.columns:
+            # the run's span where the order of the steps is known, else first to last
+            tie = pl.col(f"{s}_tie").fill_null(True)
+            out = out.with_columns(pl.when(tie).then(pl.col(f"{s}_{k}")).otherwise(pl.col(f"{s}_r{k}")).alias(f"{s}_{k}")
+                                   for k in ("lo", "hi")).drop(f"{s}_rlo", f"{s}_rhi", f"{s}_tie")
     return out.with_columns(pl.col(f"{sl.name}_n").fill_null(0) for sl in slots)
 
 
