@@ -571,7 +571,8 @@ def lint(
         raise typer.Exit(3)
 
 
-class TraceFormat(str, Enum):
+class TableFormat(str, Enum):
+    """A table command's output forms (trace-stats, fr-table)."""
     table = "table"
     json = "json"
     csv = "csv"
@@ -580,7 +581,7 @@ class TraceFormat(str, Enum):
 @app.command("trace-stats")
 def trace_stats(
     paths: list[str] = typer.Argument(..., metavar="PATH...", help="Kineto (PyTorch profiler) trace files or folders holding them (plain, gzip or zstd), or a store they were ingested into."),
-    fmt: TraceFormat = typer.Option(TraceFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (everything) or csv (the per-rank / per-step breakdown)."),
+    fmt: TableFormat = typer.Option(TableFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (everything) or csv (the per-rank / per-step breakdown)."),
     top: int = typer.Option(10, "--top", min=1, metavar="N", help="Kernels listed per rank in the top-kernels list."),
 ) -> None:
     """GPU time in profiler traces, per rank and step. Compute / non-compute / idle shares, idle causes (host wait, kernel wait, other), communication/computation overlap, top kernels, and which rank starts communication kernels last."""
@@ -617,16 +618,10 @@ def export_perfetto(
               f"host track(s), {span}, {summary.bytes / 1e6:.1f} MB", markup=False, highlight=False)
 
 
-class FrFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
-
 @app.command("fr-table")
 def fr_table(
     paths: list[str] = typer.Argument(..., metavar="DUMPS...", help="Flight Recorder dump files, folders or quoted globs (nccl_trace_rank_N, _dump_N; pickle or JSON)."),
-    fmt: FrFormat = typer.Option(FrFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (every field) or csv (one row per line and rank)"),
+    fmt: TableFormat = typer.Option(TableFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (every field) or csv (one row per line and rank)"),
     pg: Optional[str] = typer.Option(None, "--pg", metavar="NAME", help="Only this process group (its name, e.g. 74, or its desc)."),
     all_lines: bool = typer.Option(False, "--all", help="Every line, not only those where the ranks disagree or some never joined."),
 ) -> None:

@@ -192,10 +192,12 @@ _ARROW: dict[str, object] = {}
 
 
 def arrow_schema(table: str = "events"):
-    """EVENT_SCHEMA ("events") or REJECT_SCHEMA ("rejects") as the Arrow schema polars writes
-    (the store's Parquet schema; enums keep their values in the field metadata)."""
+    """EVENT_SCHEMA ("events"), REJECT_SCHEMA ("rejects") or KERNEL_STORE_SCHEMA ("kernels") as
+    the Arrow schema polars writes (the store's Parquet schema; enums keep their values in the
+    field metadata)."""
     if table not in _ARROW:
-        _ARROW[table] = pl.DataFrame(schema=EVENT_SCHEMA if table == "events" else REJECT_SCHEMA).to_arrow().schema
+        schema = {"events": EVENT_SCHEMA, "rejects": REJECT_SCHEMA, "kernels": KERNEL_STORE_SCHEMA}[table]
+        _ARROW[table] = pl.DataFrame(schema=schema).to_arrow().schema
     return _ARROW[table]
 
 

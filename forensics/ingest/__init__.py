@@ -21,7 +21,6 @@ from typing import Any, Callable
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..errors import BAD_ARGUMENT, NOT_A_STORE, OTHER_RUN, STORE_VERSION, STORE_WRITE, ForensicsError
 from ..store import (
@@ -504,10 +503,10 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
                 parts[rel] = {"path": rel, **entry}
         for piece, pr in zip(u.pieces, res.pieces):
             _merge(sources[piece.path], pr, writer, u)
-            if pr.wrote_kernels:   # a trace's GPU activities: one part, one source, no rank range
+            if pr.kernel_rows:   # a trace's GPU activities: one part, one source, no rank range
                 rel = os.path.relpath(piece.kernels_part, writer.staging)
                 sources[piece.path].setdefault("kernel_parts", []).append(rel)
-                parts[rel] = {"path": rel, "kind": "kernels", "rows": pq.ParquetFile(piece.kernels_part).metadata.num_rows,
+                parts[rel] = {"path": rel, "kind": "kernels", "rows": pr.kernel_rows,
                               "rank_min": None, "rank_max": None, "ts_min": None, "ts_max": None}
     warnings: list[str] = []
     if append and previous is not None:

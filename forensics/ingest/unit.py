@@ -66,7 +66,7 @@ class PieceResult:
     end_ts: str | None = None
     wrote_events: bool = False
     wrote_rejects: bool = False
-    wrote_kernels: bool = False
+    kernel_rows: int = 0      # GPU activities written to the piece's kernels part (profiler traces)
     unterminated_tail: bool = False
     problem: str | None = None  # the file could not be read to its end: truncated, shrank, vanished
 
@@ -135,10 +135,7 @@ def _events_table(block_events: pl.DataFrame | pa.Table, fmt: str) -> pa.Table:
 def _write_kernels(u: Piece, kernels: pa.Table) -> None:
     """A profiler trace's GPU activities as one part of the store's kernels table (one part per
     trace file: the reader hands them over once, after the whole trace is read)."""
-    from ..schema import KERNEL_STORE_SCHEMA
-
-    schema = pl.DataFrame(schema=KERNEL_STORE_SCHEMA).to_arrow().schema
-    t = kernels.append_column("source_file", _constant(u.path, kernels.num_rows)).cast(schema)
+    t = kernels.append_column("source_file", _constant(u.path, kernels.num_rows)).cast(arrow_schema("kernels"))
     os.makedirs(os.path.dirname(u.kernels_part), exist_ok=True)
     pq.write_table(t.sort_by([("start_ns", "ascending")]), u.kernels_part, compression=COMPRESSION,
                    row_group_size=ROW_GROUP)
@@ -216,7 +213,7 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter) -> PieceRe
                     srcs[item["values"]] = srcs.get(item["values"], 0) + item["counts"]
             if block.kernels is not None and block.kernels.num_rows and u.kernels_part:
                 _write_kernels(u, block.kernels)
-                res.wrote_kernels = True
+                res.kernel_rows = block.kernels.num_rows   # one part, written once per trace
             rj = block.rejects
             if rj.height:
                 rj = rj.with_columns(pl.lit(u.path).alias("source_file")).select(list(REJECT_SCHEMA))
