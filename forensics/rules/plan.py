@@ -18,12 +18,14 @@ between the first and last satisfying row of the rank (the episodes lie inside t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
+import numpy as np
 import polars as pl
 
 from . import expr as X
 from .compile import _lhs, compile_cond, compile_leaf, dyn_columns, needed_columns, row_filter, step_values
+from ..schema import EVENT_SCHEMA
 from .spec import Clause, Cond, Leaf, Rule, column_kind
 
 Rows = Callable[[Clause], pl.LazyFrame]
@@ -111,44 +113,95 @@ def _step_bound(clause: Clause, s: str, fill: bool = True) -> pl.Expr:
     return b.fill_null(False) if fill else b
 
 
-def _step_runs(per_step: pl.LazyFrame, clause: Clause, s: str) -> pl.LazyFrame:
+def _blocks_in_order(rank: np.ndarray, key: np.ndarray) -> bool:
+    """Each rank's rows are one block, in which `key` never goes back."""
+    if len(rank) == 0:
+        return True
+    same = rank[1:] == rank[:-1]
+    starts = rank[np.flatnonzero(np.concatenate(([True], ~same)))]
+    return len(np.unique(starts)) == len(starts) and bool(np.all(~same | (key[1:] >= key[:-1])))
+
+
+def _step_runs(per_step: pl.LazyFrame, clause: Clause, s: str) -> pl.DataFrame:
     """Per rank, the first and last step (`{s}_rlo`, `{s}_rhi`) of the widest stretch of steps,
     in the order compile.episodes takes them (by time), that holds no step where the condition
     is surely false: an episode (consecutive true steps; unknown ones skipped) lies inside one.
-    `{s}_tie`: two steps of the rank end at the same time, so that order is not known here."""
+    `{s}_tie`: two steps of the rank end at the same time, so that order is not known here.
+    The steps come in (rank, step) order, mostly also in time order: sorted only when not."""
     b = _step_bound(clause, s, fill=False)
-    mine = per_step.filter(pl.col(f"{s}_e")).select("rank", "step", pl.col(f"{s}_ts"), b.alias("_b"))
-    ties = mine.group_by("rank").agg(pl.col(f"{s}_ts").is_duplicated().any().alias(f"{s}_tie"))
-    segs = (mine.sort("rank", f"{s}_ts")
-            .with_columns(_seg=(~pl.col("_b")).fill_null(False).cum_sum().over("rank"))
-            .filter(pl.col("_b").fill_null(False))
+    mine = per_step.filter(pl.col(f"{s}_e")).select("rank", "step", pl.col(f"{s}_ts"), b.alias("_b")).collect()
+    rank = mine.get_column("rank").cast(pl.Int64).to_numpy()
+    ts = mine.get_column(f"{s}_ts").to_physical().to_numpy()
+    if not _blocks_in_order(rank, ts):
+        order = np.lexsort((ts, rank))
+        mine, rank, ts = mine[order], rank[order], ts[order]
+    same = rank[1:] == rank[:-1]
+    tie = np.zeros(len(rank), dtype=bool)
+    tie[1:] = same & (ts[1:] == ts[:-1])
+    ties = pl.DataFrame({"rank": rank, f"{s}_tie": tie}).group_by("rank").agg(pl.col(f"{s}_tie").any())
+    bound = mine.get_column("_b")
+    false = (~bound).fill_null(False).to_numpy()
+    # a stretch ends at a surely false step, and at the rank's end
+    cut = false.copy()
+    cut[1:] |= ~same
+    seg = np.cumsum(cut)
+    true = bound.fill_null(False).to_numpy()
+    segs = (pl.DataFrame({"rank": rank[true], "_seg": seg[true], "step": mine.get_column("step").to_numpy()[true]})
             .group_by("rank", "_seg").agg(pl.col("step").min().alias("_lo"), pl.col("step").max().alias("_hi"))
             .sort("rank", pl.col("_hi") - pl.col("_lo"), descending=[False, True])
             .group_by("rank", maintain_order=True)
             .agg(pl.col("_lo").first().alias(f"{s}_rlo"), pl.col("_hi").first().alias(f"{s}_rhi")))
-    return ties.join(segs, on="rank", how="left")
+    return ties.join(segs, on="rank", how="left").with_columns(pl.col("rank").cast(pl.Int32))
 
 
-def _step_aggs(clause: Clause, s: str) -> list[pl.Expr]:
-    """Per (rank, step): whether the step has a row of the clause, and its values combined as
-    compile._prepared combines them (sums, means of floats, maxima of integers, last time)."""
-    aggs = [pl.col(f"{s}_m").any().alias(f"{s}_e"), pl.col(f"{s}_ts").max()]
-    for c in step_values(clause):
-        v = pl.col(f"{s}_v_{c}")
-        if c in clause.sums:
-            aggs.append(pl.when(v.count() > 0).then(v.sum()).alias(f"{s}_v_{c}"))
-        elif column_kind(c) == "float":
-            aggs.append(v.mean())
+def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
+    """Per (rank, step) of a by-step clause's rows (rank, step, timestamp and its values, in the
+    store's order): whether the step has a row of the clause (`{s}_e`), its last time (`{s}_ts`)
+    and its values combined as compile._prepared combines them (sums, means of floats, maxima of
+    integers). A store is written rank by rank in line order, so each rank's rows are one block
+    whose steps never go back: the steps are then cut where (rank, step) changes, without
+    hashing a million groups; otherwise the rows are first ordered by (rank, step) (a stable
+    sort keeps each step's rows in order)."""
+    vals = step_values(clause)
+    out = {"rank": pl.Int32, "step": pl.Int64, f"{s}_e": pl.Boolean, f"{s}_ts": EVENT_SCHEMA["timestamp"],
+           **{f"{s}_v_{c}": (pl.Float64 if c in clause.sums or column_kind(c) == "float" else EVENT_SCHEMA.get(c, pl.Float64))
+              for c in vals}}
+    if rows.is_empty():
+        return pl.DataFrame(schema=out)
+    rank = rows.get_column("rank").cast(pl.Int64).to_numpy()
+    step = rows.get_column("step").to_numpy()
+    if not _blocks_in_order(rank, step):       # (parts come in any order: blocks need not be sorted)
+        order = np.lexsort((step, rank))        # stable: a step's rows keep their order
+        rows = rows[order]
+        rank, step = rank[order], step[order]
+    same_rank = rank[1:] == rank[:-1]
+    cut = np.ones(len(rank), dtype=bool)
+    cut[1:] = ~same_rank | (step[1:] != step[:-1])
+    starts = np.flatnonzero(cut)
+    group = np.cumsum(cut) - 1
+    ts = rows.get_column("timestamp").to_physical().to_numpy()
+    cols: dict[str, Any] = {"rank": rank[starts], "step": step[starts], f"{s}_e": np.ones(len(starts), dtype=bool),
+                            f"{s}_ts": np.maximum.reduceat(ts, starts)}
+    for c in vals:
+        v = rows.get_column(c)
+        n = np.bincount(group, weights=v.is_not_null().to_numpy(), minlength=len(starts))
+        if c in clause.sums or column_kind(c) == "float":
+            # bincount adds each step's values one after another, in the rows' order
+            tot = np.bincount(group, weights=v.cast(pl.Float64).fill_null(0.0).to_numpy(), minlength=len(starts))
+            got = tot if c in clause.sums else tot / np.maximum(n, 1)
         else:
-            aggs.append(v.max())
-    return aggs
+            got = np.maximum.reduceat(v.cast(pl.Int64).fill_null(np.iinfo(np.int64).min).to_numpy(), starts)
+        # a step without any such row has no value, not zero
+        cols[f"{s}_v_{c}"] = pl.Series(got).scatter(np.flatnonzero(n == 0), None) if (n == 0).any() else got
+    return pl.DataFrame(cols).with_columns(pl.col(k).cast(t) for k, t in out.items())
 
 
 def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
     """One row per rank where some clause can hold: for each clause `_c{rule}_{k}`, the number
     `_n` of rows (or steps) satisfying its bound, and the first and last of them (`_lo`, `_hi`: in
-    time, or in steps for a `sustain` in steps). One scan: the per-row clauses and the per-step
-    clauses are two branches over the same rows, collected together."""
+    time, or in steps for a `sustain` in steps). One scan: the per-row clauses, the baselines and
+    the by-step clauses' rows are branches over the same rows, collected together; a by-step
+    clause's steps are then combined in memory (`_step_frame`)."""
     slots = _slots(rules)
     dyn: dict[str, pl.Expr] = {}
     for sl in slots:
@@ -165,26 +218,23 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
         raw += [*c.columns(), "timestamp", *(["step"] if c.sustain is not None and c.sustain.unit == "steps" else [])]
     for sl in rows:
         c, s = sl.clause, sl.name
-        t = (row_filter(c) & _row_cond(c)).fill_null(False)
-        cols.append(t.alias(f"{s}_t"))
+        cols.append((row_filter(c) & _row_cond(c)).fill_null(False).alias(f"{s}_t"))
         if c.sustain is not None:
             raw.append("timestamp" if c.sustain.unit == "s" else "step")
     for sl in steps:
-        c, s = sl.clause, sl.name
-        m = row_filter(c).fill_null(False)
-        cols += [m.alias(f"{s}_m"), pl.when(m).then(pl.col("timestamp")).alias(f"{s}_ts")]
-        cols += [pl.when(m).then(pl.col(v)).alias(f"{s}_v_{v}") for v in step_values(c)]
+        c = sl.clause
+        cols.append(row_filter(c).fill_null(False).alias(f"{sl.name}_m"))
+        raw += ["step", "timestamp", *step_values(c)]
     lf = events.filter(pl.col("rank").is_not_null())
     if dyn:
         lf = lf.with_columns(list(dyn.values()))
-    # what the census reads of a row: its rank (and step), and a few booleans and numbers
-    raw = [c for c in dict.fromkeys(raw) if c != "rank" and not (c == "step" and steps)]
-    base = lf.select("rank", *(["step"] if steps else []), *raw, *cols)
+    # what the census reads of a row: its rank, a few booleans and the values they need
+    raw = [c for c in dict.fromkeys(raw) if c != "rank"]
+    base = lf.select("rank", *raw, *cols)
 
-    def totals(sl: _Slot, at: str | None = None) -> list[pl.Expr]:
+    def totals(sl: _Slot, t: pl.Expr, at: str | None = None) -> list[pl.Expr]:
         """How many rows (steps) hold, and the first and last of them (at `at`: when, or which step)."""
         s, sus = sl.name, sl.clause.sustain
-        t = pl.col(f"{s}_t")
         out = [t.sum().alias(f"{s}_n")]
         if sus is not None:
             when = pl.col(at or ("timestamp" if sus.unit == "s" else "step")).filter(t)
@@ -195,7 +245,7 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
     if rows:
         # only the rows where some clause holds: a few, in a run without faults
         hits = base.filter(pl.any_horizontal([pl.col(f"{sl.name}_t") for sl in rows]))
-        branches.append(hits.group_by("rank").agg([e for sl in rows for e in totals(sl)]))
+        branches.append(hits.group_by("rank").agg([e for sl in rows for e in totals(sl, pl.col(f"{sl.name}_t"))]))
     for sl in based:
         # the rows the clause reads, in memory (its baseline over them, as compile.episodes takes it)
         c = sl.clause
@@ -203,30 +253,44 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
         at = ["timestamp" if c.sustain.unit == "s" else "step"] if c.sustain is not None else []
         mine = (base.filter(pl.col(f"{sl.name}_k")).select(list(dict.fromkeys(["rank", *c.columns(), *at])))
                 .with_columns(t.alias(f"{sl.name}_t")).filter(pl.col(f"{sl.name}_t")))
-        branches.append(mine.group_by("rank").agg(totals(sl)))
-    if steps:
-        per_step = (base.filter(pl.any_horizontal([pl.col(f"{sl.name}_m") for sl in steps]))
-                    .group_by("rank", "step").agg([e for sl in steps for e in _step_aggs(sl.clause, sl.name)]))
-        marks = [_step_bound(sl.clause, sl.name).alias(f"{sl.name}_t") for sl in steps]
-        totals_ = [e for sl in steps for e in totals(sl, f"{sl.name}_ts" if sl.clause.sustain and sl.clause.sustain.unit == "s" else "step")]
-        branches.append(per_step.with_columns(marks).group_by("rank").agg(totals_))
-        # a `sustain` in steps needs that many steps in one run, not between the first and last
-        runs = [sl for sl in steps if sl.clause.sustain is not None and sl.clause.sustain.unit == "steps"
-                and sl.clause.per == "rank"]
-        branches += [_step_runs(per_step, sl.clause, sl.name) for sl in runs]
+        branches.append(mine.group_by("rank").agg(totals(sl, pl.col(f"{sl.name}_t"))))
+    for sl in steps:
+        branches.append(base.filter(pl.col(f"{sl.name}_m")).select("rank", "step", "timestamp", *step_values(sl.clause)))
     # collected together, the branches share one scan of the events
     frames = pl.collect_all(branches, engine="streaming")
-    out = frames[0]
-    for f in frames[1:]:
+    by_rank = frames[:len(branches) - len(steps)]
+    for sl, got in zip(steps, frames[len(by_rank):]):
+        by_rank.append(_step_counts(sl, got))
+    if not by_rank:
+        return pl.DataFrame(schema={"rank": pl.Int32})
+    out = by_rank[0]
+    for f in by_rank[1:]:
         out = out.join(f, on="rank", how="full", coalesce=True)
-    for sl in slots:
-        s = sl.name
-        if f"{s}_rlo" in out.columns:
-            # the run's span where the order of the steps is known, else first to last
-            tie = pl.col(f"{s}_tie").fill_null(True)
-            out = out.with_columns(pl.when(tie).then(pl.col(f"{s}_{k}")).otherwise(pl.col(f"{s}_r{k}")).alias(f"{s}_{k}")
-                                   for k in ("lo", "hi")).drop(f"{s}_rlo", f"{s}_rhi", f"{s}_tie")
     return out.with_columns(pl.col(f"{sl.name}_n").fill_null(0) for sl in slots)
+
+
+def _step_counts(sl: _Slot, rows: pl.DataFrame) -> pl.DataFrame:
+    """A by-step clause's census columns from its rows: its steps combined, how many of them can
+    hold and the first and last (in time, or in steps for a `sustain` in steps)."""
+    c, s = sl.clause, sl.name
+    t = pl.col(f"{s}_t")
+    per_step = _step_frame(rows, c, s).lazy().with_columns(_step_bound(c, s).alias(f"{s}_t"))
+    aggs = [t.sum().alias(f"{s}_n")]
+    if c.sustain is not None:
+        when = pl.col(f"{s}_ts" if c.sustain.unit == "s" else "step").filter(t)
+        aggs += [when.min().alias(f"{s}_lo"), when.max().alias(f"{s}_hi")]
+    got = per_step.group_by("rank").agg(aggs).collect()
+    if c.sustain is not None and c.sustain.unit == "steps" and c.per == "rank":
+        # a `sustain` in steps needs that many steps in one run, not between the first and last:
+        # the runs are looked for on the ranks the first-to-last span leaves in
+        left = got.filter(_can_match(got, s, c)).get_column("rank")
+        runs = _step_runs(per_step.filter(pl.col("rank").is_in(left.implode())), c, s)
+        # the run's span where the order of the steps is known, else first to last
+        tie = pl.col(f"{s}_tie").fill_null(True)
+        got = (got.join(runs, on="rank", how="left")
+               .with_columns(pl.when(tie).then(pl.col(f"{s}_{k}")).otherwise(pl.col(f"{s}_r{k}")).alias(f"{s}_{k}")
+                             for k in ("lo", "hi")).drop(f"{s}_rlo", f"{s}_rhi", f"{s}_tie"))
+    return got
 
 
 def _can_match(counts: pl.DataFrame, s: str, clause: Clause) -> pl.Series:
@@ -271,12 +335,14 @@ def candidate_rows(events: pl.LazyFrame, rules: list[Rule]) -> list[Rows | None]
     for sl in live:
         c = sl.clause
         keep = row_filter(c) if c.by_step else row_filter(c) & _reads(c)
-        keep = keep & pl.col("rank").is_in(cand[sl.rule])
+        keep = pl.col("rank").is_in(cand[sl.rule]) & keep
         flags.append(keep.fill_null(False).alias(f"{sl.name}_in"))
     lf = events
     if dyn:
         lf = lf.with_columns(list(dyn.values()))
-    lf = lf.with_columns(flags).filter(pl.any_horizontal([pl.col(f"{sl.name}_in") for sl in live]))
+    # the rows some clause reads, as a filter the scan applies (row groups of other ranks are
+    # skipped by their statistics), then which clause reads each of them
+    lf = lf.filter(pl.any_horizontal(flags)).with_columns(flags)
     texts = [pl.col(f"{sl.name}_in") for sl in live if not sl.clause.by_step]
     if "message" in need and texts:
         # a by-step clause never reads a line's text: keep it only for the rows that may cite it
