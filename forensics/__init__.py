@@ -9,12 +9,15 @@ __version__ = "0.1.0"
 
 from .errors import ForensicsError  # noqa: E402
 
-# `forensics.ingest` is the ingest subpackage, made callable: `forensics.ingest(paths, out)` runs
-# the ingest function, and `import forensics.ingest.jsonl` still finds the subpackage.
-from . import ingest  # noqa: E402
 
 
-def __getattr__(name: str):  # lazy: the rest loads on first use
+def __getattr__(name: str):  # lazy: the rest loads on first use (a command pays only for its own imports)
+    if name == "ingest":
+        # the ingest subpackage, made callable: `forensics.ingest(paths, out)` runs the ingest
+        # function, and `import forensics.ingest.jsonl` still finds the subpackage
+        import importlib
+
+        return importlib.import_module(".ingest", __name__)
     if name == "open_run":
         from .run import open_run
 

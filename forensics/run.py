@@ -28,6 +28,8 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
     `gpu_map`: `HOST:GPU=RANK` items or @FILE, as `forensics ingest --gpu-map` (it joins
     telemetry and local-rank console lines to ranks at ingest, so it is part of the cache key)."""
     items = [str(p) for p in paths] if isinstance(paths, list) else [str(paths)]
+    if len(items) == 1 and not gpu_map and is_store(items[0]):
+        return open_store(items[0])       # without the ingest package (a second of imports)
     from .ingest import ingest, parse_gpu_map
 
     gmap = parse_gpu_map(gpu_map)

@@ -40,15 +40,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from . import __version__
+from ._lazy import lazy
 from .errors import NOT_A_STORE, STORE_BUSY, STORE_DAMAGED, STORE_VERSION, ForensicsError
 from .schema import EVENT_SCHEMA, REJECT_SCHEMA, SCHEMA_VERSION, arrow_schema
+
+# Only writing parts needs numpy and pyarrow: opening and reading a store (every post-mortem
+# command) does not import them.
+np = lazy("numpy")
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
+pq = lazy("pyarrow.parquet")
 
 MANIFEST = "manifest.json"
 EVENTS_DIR = "events"
@@ -70,7 +74,7 @@ DICTIONARY = ["rank_source", "host", "level", "event", "collective", "stage", "p
 STATISTICS = ["timestamp", "rank", "host", "level", "event", "step", "line", "source_file"]
 # Sorted times and line numbers: deltas are small (12% smaller parts, same write time measured).
 ENCODING = {"timestamp": "DELTA_BINARY_PACKED", "line": "DELTA_BINARY_PACKED"}
-_INT_MAX = np.iinfo(np.int64).max
+_INT_MAX = (1 << 63) - 1     # np.iinfo(np.int64).max
 KERNELS_DIR = "kernels"   # profiler traces: one row per GPU activity (schema.KERNEL_STORE_SCHEMA)
 
 

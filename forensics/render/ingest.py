@@ -4,15 +4,18 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..ingest import IngestSummary
 from ..report.fmt import ranks_text
 from ..store import Run
+
+if TYPE_CHECKING:     # the ingest package (numpy, pyarrow.compute, the scanners) only when ingesting
+    from ..ingest import IngestSummary
 
 
 def _human_bytes(n: float) -> str:
