@@ -116,7 +116,7 @@ def ingest(
     paths: list[str] = typer.Argument(..., metavar="LOGS...", help="Log files, directories or quoted globs ('logs/**/*.jsonl.gz')."),
     output: str = typer.Option(..., "-o", "--output", metavar="STORE", help="Store directory to create or update."),
     append: bool = typer.Option(False, "--append", help="Keep what the store holds; read only new files and the new end of files that grew."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, metavar="N", help="Worker processes (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, metavar="N", help="Worker processes (default: all cores; not used with --dask, where the cluster's workers read the logs)."),
     gpu_map: Optional[list[str]] = typer.Option(None, "--gpu-map", metavar="HOST:GPU=RANK",
                                                 help="Which rank used GPU number GPU on host HOST, for GPU telemetry that names no rank (node3:0=24); repeatable, or @FILE with one per line."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -129,6 +129,9 @@ def ingest(
     from .ingest import ingest as run_ingest
     from .render.ingest import render_summary
 
+    if dask and workers is not None:
+        err.print(f"note: --workers {workers} is not used with --dask: the Dask cluster's workers read the logs "
+                  "(size the cluster instead)", markup=False, highlight=False)
     cb, stop = _progress()
     try:
         summary = run_ingest(paths, output, append=append, workers=workers, gpu_map=gpu_map, progress=cb, force=force,

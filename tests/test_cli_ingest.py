@@ -86,3 +86,29 @@ def test_verbose_lists_what_was_recognised_per_file(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     rows = {line.split("│")[1].strip(): line for line in r.stdout.splitlines() if line.count("│") > 5}
     assert "console" in rows["console.log"] and "jsonl" in rows["rank_0.jsonl"]
+
+
+def test_workers_with_dask_is_said_to_be_unused(tmp_path: Path, monkeypatch) -> None:
+    """`--workers N --dask ADDR`: the Dask workers read, N is not used; the CLI says so (it used
+    to drop it silently), and says nothing without --dask."""
+    from typer.testing import CliRunner
+
+    import forensics.ingest as ingest_mod
+    from forensics.cli import app
+    from forensics.errors import ForensicsError
+
+    calls: list[dict] = []
+
+    def stub(paths, output, **kw):     # no cluster here: stop where the ingest would start
+        calls.append(kw)
+        raise ForensicsError("stub ingest", where=str(output))
+
+    monkeypatch.setattr(ingest_mod, "ingest", stub)
+    monkeypatch.delenv("FORENSICS_DASK", raising=False)
+    runner = CliRunner()
+    r = runner.invoke(app, ["ingest", str(tmp_path), "-o", str(tmp_path / "st"), "--workers", "3",
+                            "--dask", "tcp://127.0.0.1:8786"])
+    assert r.exit_code == 1 and calls[-1]["dask"] == "tcp://127.0.0.1:8786"
+    assert "--workers 3 is not used with --dask" in r.stderr
+    r = runner.invoke(app, ["ingest", str(tmp_path), "-o", str(tmp_path / "st"), "--workers", "3"])
+    assert r.exit_code == 1 and calls[-1]["workers"] == 3 and "not used" not in r.stderr
