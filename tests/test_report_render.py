@@ -320,3 +320,21 @@ def test_markdown_escapes_html_in_log_text() -> None:
         prose = re.sub(r"`[^`]*`", "", md)          # code spans show their text, never a tag
         assert "<" not in prose
         assert "node&lt;script>alert(1)&lt;/script>&x" in prose
+
+
+@pytest.mark.parametrize("kind, ending", [("hang", "hung"), ("nccl_timeout", "ended in an NCCL timeout"),
+                                          ("oom", "ended in a crash"), ("crash", "ended in a crash")])
+def test_header_says_how_the_run_ended_by_the_kind_of_failure(kind: str, ending: str) -> None:
+    """A run that hung or timed out did not crash: the header words the ending by the failure's
+    kind (the root cause's, else the first failure found), not "ended in a crash" for all."""
+    from forensics.passes.rootcause import FAILURES
+    from forensics.report.outline import ENDINGS, header
+
+    assert set(ENDINGS) == FAILURES                     # every failure kind has its wording
+    f = Finding(kind, kind, "communication", "ERROR", [0], "t", {}, [], "2025-06-12T02:11:08.000Z", None)
+    late = Finding("crash", "crash", "resource", "ERROR", [1], "t", {}, [], "2025-06-12T02:12:00.000Z", None)
+    run = RunInfo(2, 1, "2025-06-12T00:00:00.000Z", "2025-06-12T02:12:00.000Z", 100, 0, True)
+    rc = RootCause(kind, "communication", [0], "s", [], finding=1)
+    assert header(Report(run, rc, [late, f], [])).endswith(ending)      # the root cause's failure
+    assert header(Report(run, None, [late, f], [])).endswith(ending)    # no root: the first failure
+    assert ("crash" in header(Report(run, None, [f], []))) == (ending == "ended in a crash")

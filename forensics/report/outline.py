@@ -64,8 +64,33 @@ def header(report: Report) -> str:
     if run.rejected_lines:
         parts.append(f"{run.rejected_lines:,} lines rejected")
     if run.crashed:
-        parts.append("ended in a crash")
+        parts.append(_ending(report))
     return " · ".join(parts)
+
+
+# How a run that failed ended, by the kind of its failure (every kind passes.rootcause counts as
+# one): an exception, an OOM or a GPU error kills the process (a crash); a hung or timed-out run
+# did not crash.
+ENDINGS = {
+    "crash": "ended in a crash",
+    "oom": "ended in a crash",
+    "host_oom": "ended in a crash",
+    "gpu_error": "ended in a crash",
+    "nccl_timeout": "ended in an NCCL timeout",
+    "hang": "hung",
+    "collective_mismatch": "stopped at mismatched collectives",
+}
+
+
+def _ending(report: Report) -> str:
+    """How the run ended: the root cause's failure, else the first failure found."""
+    rc = report.root_cause
+    fs = report.findings
+    root = fs[rc.finding] if rc is not None and rc.finding is not None and 0 <= rc.finding < len(fs) else None
+    if root is None or root.kind not in ENDINGS:
+        failed = sorted((f for f in fs if f.kind in ENDINGS), key=lambda f: f.first_seen or "~")
+        root = failed[0] if failed else None
+    return ENDINGS[root.kind] if root is not None else "ended in a failure"
 
 
 def covered(report: Report) -> set[int]:
