@@ -38,9 +38,9 @@ _REDACT_PATTERN = "Also mask matches of this regex (repeatable)."
 
 def _redacting(no_redact: bool, patterns: list[str] | None) -> bool:
     """Whether to mask secrets in what a command prints (report/redact.py is the one policy)."""
-    from .report.redact import add_patterns
+    from .report.redact import set_patterns
 
-    add_patterns(patterns)
+    set_patterns(patterns)
     return not no_redact
 
 

@@ -61,7 +61,7 @@ def test_every_report_format_masks_secrets_by_default(fmt: str) -> None:
 def test_redact_pattern_adds_a_site_pattern(fmt: str) -> None:
     rep = report_with_secrets()
     assert "/home/alice" in render(rep, fmt, width=200)
-    redact.add_patterns([r"/home/[^/ ]+"])
+    redact.set_patterns([r"/home/[^/ ]+"])
     assert "/home/alice" not in render(rep, fmt, width=200)
 
 
@@ -69,7 +69,21 @@ def test_bad_redact_pattern_is_a_user_error() -> None:
     from forensics.errors import ForensicsError
 
     with pytest.raises(ForensicsError):
-        redact.add_patterns(["(unclosed"])
+        redact.set_patterns(["(unclosed"])
+
+
+def test_patterns_are_the_current_commands_not_every_earlier_ones() -> None:
+    """A second command (same process) with other patterns masks its own, not the first's too:
+    the patterns were a module-level list every call appended to."""
+    redact.set_patterns([r"node\d+"])
+    assert redact.redact_text("node3 at /home/alice") == "*** at /home/alice"
+    redact.set_patterns([r"/home/[^/ ]+"])
+    assert redact.redact_text("node3 at /home/alice") == "node3 at ***"
+    with pytest.raises(Exception):
+        redact.set_patterns(["(unclosed"])
+    assert redact.redact_text("node3 at /home/alice") == "node3 at ***"     # a bad pattern changes nothing
+    redact.set_patterns(None)
+    assert redact.redact_text("node3 at /home/alice") == "node3 at /home/alice"
 
 
 def test_perfetto_export_masks_secrets(tmp_path: Path) -> None:

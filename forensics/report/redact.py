@@ -84,21 +84,26 @@ _KEEP = {"source_file", "store", "timestamp", "first_seen", "last_seen", "start"
 _USER_ONLY = {"host"}
 
 
-# Patterns a user added (--redact-pattern): every match is replaced by MASK.
+# The current command's own patterns (--redact-pattern, a config's redact-patterns): every match
+# is replaced by MASK. Set whole by each command (set_patterns), never added to across commands.
 _EXTRA: list[re.Pattern[str]] = []
 
 
-def add_patterns(patterns: list[str] | None) -> None:
-    """Also mask every match of these regular expressions (site-specific hostnames, paths ...)."""
+def set_patterns(patterns: list[str] | None) -> None:
+    """Mask every match of these regular expressions too (site-specific hostnames, paths ...),
+    instead of the patterns an earlier call set: one command's patterns never leak into the next
+    one run in the same process (a notebook, a test). A bad pattern changes nothing."""
     from ..errors import BAD_ARGUMENT, ForensicsError
 
+    compiled: list[re.Pattern[str]] = []
     for p in patterns or []:
         try:
-            _EXTRA.append(re.compile(p))
+            compiled.append(re.compile(p))
         except re.error as e:
             raise ForensicsError(f"cannot use --redact-pattern {p!r}", reason=f"not a regular expression: {e}",
                                  help="Python regex syntax, e.g. --redact-pattern '/home/[^/ ]+'",
                                  code=BAD_ARGUMENT) from None
+    _EXTRA[:] = compiled
 
 
 def redact_text(s: str) -> str:
