@@ -158,7 +158,9 @@ def _first_int(pattern: str, col: pl.Expr) -> pl.Expr:
 
 
 # Literal pre-filters (Aho-Corasick) before the layout regexes: most rows name no layout key.
-EVENT_HINTS = ["_rank", "stage", "_size", "_id", "pipe_", "num_stages"]
+# The keys themselves (every match of _ANY_AXIS / _ANY_SIZE contains one): fragments such as
+# "_size" or "_rank" also passed every collective's tensor_size_mb and peer_rank to the regexes.
+EVENT_HINTS = sorted({k for ks in (*KEYS.values(), *SIZE_KEYS.values()) for k in ks} | {f'"{STAGE_KEY}"'})
 TEXT_HINTS = ["world size:", "topology:", "pipeline group:", "STAGE=", "parallel_size", "pp_size", "tp_size", " layers="]
 
 

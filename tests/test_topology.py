@@ -196,3 +196,20 @@ def test_gradient_ready_times_are_compared_within_the_data_parallel_group() -> N
     [f] = gradient_skew.find(_ctx(pipeline_rows(pp=4, dp=2, layout="none", grad_ready=True)))
     assert f.ranks and set(f.ranks) <= {0, 1} and f.severity == "WARN"
     assert [g for g in gradient_skew.find(_ctx(pipeline_rows(pp=4, dp=2, grad_ready=True))) if g.severity != "INFO"] == []
+
+
+def test_layout_prefilter_passes_layout_keys_only() -> None:
+    """The literal pre-filter before the layout regexes: every key the regexes read passes it
+    (a superset: `candidates` keeps every row `read` takes anything from), a collective's
+    tensor_size_mb / peer_rank do not (they reached the regexes on every collective: wasted
+    work, never a wrong size, as the last check shows)."""
+    keys = [k for ks in (*T.KEYS.values(), *T.SIZE_KEYS.values()) for k in ks]
+    texts = pl.Series([json.dumps({k: 2}) for k in keys] + ['{"stage": 1}'])
+    assert texts.str.contains_any(T.EVENT_HINTS).all()
+    noise = pl.Series(['{"comm_ms": 229.8, "collective": "allreduce", "tensor_size_mb": 512}',
+                       '{"peer_rank": 3, "seq": 17, "group_id": 0}'])
+    assert not noise.str.contains_any(T.EVENT_HINTS).any()
+    rows = Rows()
+    for r in range(4):
+        rows.add(0.0, r, "ALLREDUCE", step=0, extra=json.dumps({"tensor_size_mb": 512, "pp_size": 2, "world_size": 4}))
+    assert _ctx(rows).topology.stages() == {0: [0, 1], 1: [2, 3]}
