@@ -168,6 +168,7 @@ def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
               for c in vals}}
     if rows.is_empty():
         return pl.DataFrame(schema=out)
+    rows = rows.rechunk()      # one copy here, not one per column read out below
     rank = rows.get_column("rank").cast(pl.Int64).to_numpy()
     step = rows.get_column("step").to_numpy()
     if not _blocks_in_order(rank, step):       # (parts come in any order: blocks need not be sorted)
