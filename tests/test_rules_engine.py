@@ -619,3 +619,21 @@ def test_census_needs_a_run_of_steps_for_a_sustain_in_steps(census_rules: list) 
     tied = turns + _step(0, 10, 18.0, 60.0, 100.0)
     assert candidate_rows(events(tied), [share]) != [None]
     assert evaluate(events(tied), [share]) == evaluate(events(tied), [share], census=False)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_census_per_step_values_do_not_depend_on_the_row_order(census_rules: list, seed: int) -> None:
+    """The census cuts a by-step clause's steps where (rank, step) changes when each rank's rows
+    are one block with steps never going back (a store's order), and sorts them first otherwise:
+    rows in any order (parts of one rank interleaved, a restarted step count) give the same
+    census, and the same findings as every rule over all the events."""
+    from forensics.rules.plan import census
+
+    by_step = [r for r in census_rules if r.clause.by_step]
+    run = random_run(seed).collect()
+    shuffled = run.sample(fraction=1.0, shuffle=True, seed=seed).lazy()
+    key = ["rank"]
+    a, b = census(run.lazy(), by_step).sort(key), census(shuffled, by_step).sort(key)
+    assert a.equals(b)
+    direct = evaluate(shuffled, by_step, census=False)
+    assert [dataclasses.asdict(f) for f in evaluate(shuffled, by_step)] == [dataclasses.asdict(f) for f in direct]
