@@ -23,6 +23,8 @@ class _Lazy:
         self._mod: ModuleType | None = None
 
     def __getattr__(self, attr: str) -> Any:
+        if attr in _Lazy.__slots__:        # not set yet (a copy being built): never recurse
+            raise AttributeError(attr)
         mod = self._mod
         if mod is None:
             mod = self._mod = importlib.import_module(self._name)
