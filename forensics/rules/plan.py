@@ -168,7 +168,6 @@ def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
               for c in vals}}
     if rows.is_empty():
         return pl.DataFrame(schema=out)
-    rows = rows.rechunk()      # one copy here, not one per column read out below
     rank = rows.get_column("rank").cast(pl.Int64).to_numpy()
     step = rows.get_column("step").to_numpy()
     if not _blocks_in_order(rank, step):       # (parts come in any order: blocks need not be sorted)
@@ -260,8 +259,11 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
     # collected together, the branches share one scan of the events
     frames = pl.collect_all(branches, engine="streaming")
     by_rank = frames[:len(branches) - len(steps)]
-    for sl, got in zip(steps, frames[len(by_rank):]):
-        by_rank.append(_step_counts(sl, got))
+    step_rows = frames[len(by_rank):]
+    del frames
+    for sl in steps:
+        # one clause's rows at a time (millions of them): dropped once its steps are combined
+        by_rank.append(_step_counts(sl, step_rows.pop(0)))
     if not by_rank:
         return pl.DataFrame(schema={"rank": pl.Int32})
     out = by_rank[0]
@@ -276,6 +278,7 @@ def _step_counts(sl: _Slot, rows: pl.DataFrame) -> pl.DataFrame:
     c, s = sl.clause, sl.name
     t = pl.col(f"{s}_t")
     per_step = _step_frame(rows, c, s).lazy().with_columns(_step_bound(c, s).alias(f"{s}_t"))
+    del rows
     aggs = [t.sum().alias(f"{s}_n")]
     if c.sustain is not None:
         when = pl.col(f"{s}_ts" if c.sustain.unit == "s" else "step").filter(t)
