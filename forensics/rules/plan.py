@@ -2,7 +2,8 @@
 
 Owns making a rule set cost two queries over the events whatever the number of rules and parts:
 1. the *census*, one aggregation over every row: per rank and per clause, how many rows satisfy
-   the condition and over what span of time / steps (by-step clauses combine each step first);
+   the condition and over what span of time / steps (by-step clauses combine each step first,
+   in memory: a store's rows of one step are contiguous, no hash table of a million steps);
 2. for the rules that can match somewhere, one scan keeping the rows their clauses read (the
    rows where their condition is known, or that feed a per-rank baseline or a per-step value), on
    the ranks where they can match; evidence columns (file, message) come with those rows only.
