@@ -24,8 +24,8 @@ def test_steps_are_sorted_and_carry_what_the_passes_cite(tmp_path: Path) -> None
     run = _store(tmp_path, "data_load_skew")
     st = C.Context.from_run(run).steps
     assert st.columns == [*C.STEP_COLUMNS, "wait_est", "clock_offset_ms"]
-    assert st.select(pl.struct("step", "rank").is_sorted()).item()
-    assert st.select(pl.struct("step", "rank").is_unique().all()).item()
+    assert st.select(pl.struct("rank", "step").is_sorted()).item()
+    assert st.select(pl.struct("rank", "step").is_unique().all()).item()
     # every step row of a rank that logged its data load cites that line, in that rank's file
     loads = (run.events().filter(pl.col("event") == "DATA_LOAD_TIME")
              .group_by("rank", "step").agg(pl.col("line").min().alias("data_line"), pl.col("source_file").first())

@@ -487,6 +487,21 @@ def test_collect_sorted_is_a_sort() -> None:
     assert tl.collect_sorted(lf, ["step", "rank"]).equals(df.sort("step", "rank"))
 
 
+def test_collect_sorted_keeps_a_table_already_in_order() -> None:
+    """A table already in key order (a stored summary) comes back as it is; one that is almost
+    in order (a later key equal or below the one before it, a null key) is sorted."""
+    df = pl.DataFrame({"rank": [0, 0, 1, 1, 2], "step": [1, 2, 0, 5, 1], "x": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    assert tl.collect_sorted(df.lazy(), ["rank", "step"]).equals(df)
+    for bad in ({"rank": [0, 0, 1, 1, 2], "step": [1, 2, 5, 0, 1]},        # step goes back within rank 1
+                {"rank": [0, 1, 0, 1, 2], "step": [1, 0, 2, 5, 1]},        # rank goes back
+                {"rank": [0, 0, 1, 1, 2], "step": [1, 1, 0, 5, 1]}):       # a duplicate key
+        d = df.with_columns(pl.Series("rank", bad["rank"]), pl.Series("step", bad["step"]))
+        got = tl.collect_sorted(d.lazy(), ["rank", "step"])
+        assert got.equals(d.sort("rank", "step", maintain_order=True))
+    d = df.with_columns(pl.Series("step", [1, None, 0, 5, 1], dtype=pl.Int64))
+    assert tl.collect_sorted(d.lazy(), ["rank", "step"]).equals(d.sort("rank", "step", maintain_order=True))
+
+
 # --- sample_logs ------------------------------------------------------------------------------------
 
 def test_sample_hang(tmp_path: Path) -> None:

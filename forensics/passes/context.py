@@ -9,8 +9,8 @@ lazy query over the events (one row per (rank, step): t_start, t_end, step_time_
 data_load_ms, compute_ms, comm_ms, wait_ms, grad_ready_ts, comm_end, loss, samples_per_s, the
 lines to cite: file, train_line, data_line, comm_line, ready_line, and disk_read_mbps), plus
 wait_est (wait_ms, or estimated from comm_ms where it is not logged: see `_wait_estimate`).
-Passes select the columns they use before they filter or sort it: on the bench store the table
-has 2 M rows, and each copy of a column is 16 MB.
+Sorted by (rank, step). Passes select the columns they use before they filter or sort it: on
+the bench store the table has 2 M rows, and each copy of a column is 16 MB.
 
 `compute_ms` is the rank's forward/backward/optimizer time, the quantity a straggler has too
 much of: the logged per-op durations when the logs carry them (FORWARD / BACKWARD / OPTIMIZER
@@ -42,12 +42,20 @@ STEP_COLUMNS = [
     "rank", "step", "host", "t_start", "t_end", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
     "wait_ms", "grad_ready_ts", "comm_end", "loss", "samples_per_s", *timeline.EVIDENCE_COLUMNS,
 ]
+# The columns of the stored (rank, step) summary that STEP_COLUMNS are finished from
+# (timeline.steps.finish_groups): the others (per-rank counts, lr, stage) are not read.
+GROUP_COLUMNS = [
+    "rank", "step", "host", "t_start", "t_end", "step_time_logged", "op_compute_ms", "data_load_ms", "comm_ms",
+    "wait_ms", "grad_ready_ts", "comm_end", "loss", "samples_per_s", "complete", *timeline.EVIDENCE_COLUMNS,
+]
 # Host clock offsets below this are jitter, not skew: they are not applied.
 MIN_OFFSET_MS = 5.0
 
 
 def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = True) -> pl.DataFrame:
-    """timeline.step_table with its evidence columns and wait_est, sorted by (step, rank). With
+    """timeline.step_table with its evidence columns and wait_est, sorted by (rank, step): the
+    order the run's summary is stored in (so it is not moved) and the one the passes' per-rank
+    episodes (`sustained`) need (a sort of 2 M rows by two keys costs a second or more). With
     the `run` the events are from, finished from the run's (rank, step) summary
     (forensics.summaries, written at ingest; computed once when missing); with `summary=False`,
     aggregated from the events one slice of ranks at a time (timeline.rank_slices). Without a
@@ -55,11 +63,11 @@ def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = 
     if run is not None and summary:
         from ..summaries import step_groups
 
-        steps = timeline.steps.finish_groups(step_groups(run).lazy(), evidence=True)
+        steps = timeline.steps.finish_groups(step_groups(run, GROUP_COLUMNS).lazy(), evidence=True)
     else:
         slices = timeline.rank_slices(run) if run is not None else None
         steps = timeline.step_rows(events, evidence=True, slices=slices)
-    return timeline.collect_sorted(steps.select(STEP_COLUMNS).with_columns(_wait_estimate()), ["step", "rank"])
+    return timeline.collect_sorted(steps.select(STEP_COLUMNS).with_columns(_wait_estimate()), ["rank", "step"])
 
 
 # A fault is persistent; scheduler noise is not. On a loaded host any rank is preempted now and
@@ -142,7 +150,7 @@ class Context:
 
     @cached_property
     def steps(self) -> pl.DataFrame:
-        """The per-(rank, step) table, collected once; times and grad_ready_ts on the common clock
+        """The per-(rank, step) table, collected once, sorted by (rank, step); times and grad_ready_ts on the common clock
         when hosts' clocks disagree (`clock_offset_ms` says by how much)."""
         raw = self._raw_steps
         off = self.clock_offsets

@@ -95,13 +95,27 @@ def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
     sorting the collected frame would hold the table twice at its peak (the bench store's step
     table is 330 MB), this holds it once plus one column."""
     cols = lf.collect().get_columns()
+    keys = pl.DataFrame([c for c in cols if c.name in by])
+    if keys.height < 2 or keys.select(_increasing(by)).item():
+        return pl.DataFrame(cols)   # already in order (a summary is stored sorted): no copy at all
     # gathering from a contiguous column is several times faster than from the slices' chunks
-    order = pl.DataFrame([c for c in cols if c.name in by]).rechunk().select(pl.arg_sort_by(by)).to_series()
+    order = keys.rechunk().select(pl.arg_sort_by(by)).to_series()
     out: list[pl.Series] = []
     for i in range(len(cols)):
         out.append(cols[i].rechunk().gather(order))
         cols[i] = cols[i].clear()   # drop this column's data before moving the next one
     return pl.DataFrame(out)
+
+
+def _increasing(by: list[str]) -> pl.Expr:
+    """Whether every row's key `by` is above the previous row's (lexicographic; a null key is not
+    in order). A few diffs: 20 ms on 2 M rows, where an arg_sort_by of two columns takes 1 s."""
+    def above(i: int) -> pl.Expr:
+        d = pl.col(by[i]).diff()
+        return (d > 0) if i == len(by) - 1 else (d > 0) | ((d == 0) & above(i + 1))
+
+    nulls = pl.any_horizontal([pl.col(c).is_null() for c in by]).any()
+    return above(0).fill_null(False).slice(1).all() & ~nulls
 
 
 def _sliced(events: Events, slices: list[pl.LazyFrame] | None,
