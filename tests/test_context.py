@@ -56,3 +56,13 @@ def test_the_step_query_reads_only_the_columns_it_needs(tmp_path: Path) -> None:
     q = tl.step_rows(run.events(), evidence=True).select(C.STEP_COLUMNS).with_columns(C._wait_estimate())
     projected = [int(n) for n in re.findall(r"PROJECT (\d+)/\d+ COLUMNS", q.explain())]
     assert projected == [len(needed)]
+
+
+def test_rank_major_sorts_only_what_is_out_of_order() -> None:
+    """The passes' per-rank episodes need (rank, step) order: a table in that order is returned as
+    it is (no copy), any other is sorted."""
+    df = pl.DataFrame({"rank": [0, 0, 1, 2], "step": [3, 4, 1, 0], "x": [1, 2, 3, 4]})
+    assert C.rank_major(df) is df
+    shuffled = df.sort("step")
+    assert C.rank_major(shuffled).equals(df)
+    assert C.step_peers(None, "dgroup") == ["step"]
