@@ -615,3 +615,16 @@ def test_a_run_without_any_time_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ForensicsError) as e:
         tl.last_window(run)
     assert e.value.what == "no event of the run carries a time"
+
+
+def test_offsets_of_named_hosts_leave_rows_without_a_host_at_the_default() -> None:
+    """A row without a host is on its rank's own clock ("rank:N"): with offsets for named hosts
+    only it gets the default, whichever way the offset is looked up."""
+    from forensics.timeline.clocks import _offset_of
+
+    df = pl.DataFrame({"host": ["a", None, "b", "c", None], "rank": [0, 1, 2, 3, None]})
+    hosts = pl.DataFrame({"clock": ["a", "b"], "offset_ms": [5.0, -3.0]})
+    assert df.select(_offset_of(hosts, 0.0)).to_series().to_list() == [5.0, 0.0, -3.0, 0.0, 0.0]
+    assert df.select(_offset_of(hosts, None)).to_series().to_list() == [5.0, None, -3.0, None, None]
+    with_rank = pl.DataFrame({"clock": ["a", "rank:1"], "offset_ms": [5.0, 7.0]})
+    assert df.select(_offset_of(with_rank, 0.0)).to_series().to_list() == [5.0, 7.0, 0.0, 0.0, 0.0]

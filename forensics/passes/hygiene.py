@@ -69,8 +69,8 @@ def _sampling(ctx: Context) -> pl.LazyFrame:
     Times only: the line to cite is fetched for the flagged ranks alone (`_first_lines`)."""
     has = pl.any_horizontal([pl.col(c).is_not_null() for c in RESOURCE])
     return (
-        ctx.events.select("rank", "timestamp", *RESOURCE)
-        .filter(pl.col("rank").is_not_null() & has)
+        ctx.telemetry.lazy().select("rank", "timestamp", *RESOURCE)
+        .filter(has)
         .select("rank", "timestamp")
         .unique()
         .sort("rank", "timestamp")
@@ -86,7 +86,7 @@ def _first_lines(ctx: Context, firsts: pl.DataFrame) -> pl.DataFrame:
     that sample (the first such line in store order)."""
     has = pl.any_horizontal([pl.col(c).is_not_null() for c in RESOURCE])
     lines = (
-        ctx.events.select("rank", "timestamp", "source_file", "line", *RESOURCE)
+        ctx.telemetry.lazy().select("rank", "timestamp", "source_file", "line", *RESOURCE)
         .filter(pl.col("rank").is_in(firsts.get_column("rank").implode()) & has)
         .join(firsts.lazy().select("rank", "timestamp"), on=["rank", "timestamp"], maintain_order="left")
         .group_by("rank", "timestamp", maintain_order=True)
