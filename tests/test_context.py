@@ -66,3 +66,20 @@ def test_rank_major_sorts_only_what_is_out_of_order() -> None:
     shuffled = df.sort("step")
     assert C.rank_major(shuffled).equals(df)
     assert C.step_peers(None, "dgroup") == ["step"]
+
+
+def test_telemetry_is_every_ranked_metric_event_in_store_order() -> None:
+    """Context.telemetry, read once for thermal, hot_gpu, utilization and hygiene: the ranked
+    events with any GPU metric, in the order of the events (the passes' first/last citations
+    depend on it), nothing else."""
+    ev = pl.DataFrame({
+        "rank": [1, 0, None, 1, 0, 2],
+        "event": ["GPU_STATS", "TRAIN_STEP", "GPU_STATS", "GPU_STATS", "GPU_STATS", "THROTTLE"],
+        "gpu_util": [90.0, None, 50.0, None, 80.0, None],
+        "temp_c": [None, None, 70.0, 71.0, None, None],
+        "throttle_reasons": [None, None, None, None, None, 64],
+        "source_file": ["r1", "r0", "x", "r1", "r0", "r2"], "line": [1, 1, 1, 2, 2, 1],
+    })
+    tel = C.Context.from_frame(ev).telemetry
+    assert tel.columns == ["rank", "timestamp", *C.TELEMETRY_COLUMNS, "source_file", "line"]
+    assert tel.select("rank", "source_file", "line").rows() == [(1, "r1", 1), (1, "r1", 2), (0, "r0", 2), (2, "r2", 1)]
