@@ -83,3 +83,19 @@ def test_telemetry_is_every_ranked_metric_event_in_store_order() -> None:
     tel = C.Context.from_frame(ev).telemetry
     assert tel.columns == ["rank", "timestamp", *C.TELEMETRY_COLUMNS, "source_file", "line"]
     assert tel.select("rank", "source_file", "line").rows() == [(1, "r1", 1), (1, "r1", 2), (0, "r0", 2), (2, "r2", 1)]
+
+
+def test_gaps_of_ordered_groups_are_the_windowed_ones(tmp_path: Path) -> None:
+    """A summary in (rank, step) order is finished with a plain shift instead of a per-rank
+    window: the same step table, derived step times included (a step with no logged time,
+    the first step of each rank, a gap in a rank's steps)."""
+    from forensics.summaries import step_groups
+
+    run = _store(tmp_path, "hang")
+    g = step_groups(run).filter(~((pl.col("rank") == 1) & (pl.col("step") == 5)))    # a gap in rank 1's steps
+    g = g.with_columns(pl.when(pl.col("step") % 3 == 0).then(None).otherwise(pl.col("step_time_logged"))
+                       .alias("step_time_logged"))                                  # derived step times
+    windowed = tl.steps.finish_groups(g.lazy(), evidence=True).collect()
+    shifted = tl.steps.finish_groups(g.lazy(), evidence=True, ordered=True).collect()
+    assert windowed.equals(shifted)
+    assert shifted.get_column("step_time_source").to_list().count("derived") > 0

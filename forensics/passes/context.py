@@ -65,7 +65,10 @@ def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = 
     if run is not None and summary:
         from ..summaries import step_groups
 
-        steps = timeline.steps.finish_groups(step_groups(run, GROUP_COLUMNS).lazy(), evidence=True)
+        groups = step_groups(run, GROUP_COLUMNS).lazy()
+        ordered = groups.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null()).select(
+            timeline.steps.in_key_order(["rank", "step"])).collect().item()
+        steps = timeline.steps.finish_groups(groups, evidence=True, ordered=bool(ordered))
     else:
         slices = timeline.rank_slices(run) if run is not None else None
         steps = timeline.step_rows(events, evidence=True, slices=slices)

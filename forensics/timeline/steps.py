@@ -83,11 +83,12 @@ def group_rows(events: Events, slices: list[pl.LazyFrame] | None = None) -> pl.L
     return _sliced(events, slices, lambda lf: _step_groups(lf, TS, evidence=True, per_rank=True))
 
 
-def finish_groups(groups: pl.LazyFrame, evidence: bool = False) -> pl.LazyFrame:
+def finish_groups(groups: pl.LazyFrame, evidence: bool = False, ordered: bool = False) -> pl.LazyFrame:
     """`step_rows` from stored (rank, step) groups (`group_rows`): the ranked, stepped groups
-    with the run-wide finishing (gaps, derived step times, compute)."""
-    return _finish_steps(_with_gaps(groups.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())),
-                         evidence)
+    with the run-wide finishing (gaps, derived step times, compute). `ordered`: the ranked,
+    stepped groups are in (rank, step) order (see `in_key_order`; a stored summary is)."""
+    return _finish_steps(_with_gaps(groups.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null()),
+                                    ordered), evidence)
 
 
 def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
@@ -187,14 +188,17 @@ def _op_compute_inputs() -> tuple[list[pl.Expr], list[pl.Expr]]:
     return masked, aggs
 
 
-def _with_gaps(groups: pl.LazyFrame) -> pl.LazyFrame:
+def _with_gaps(groups: pl.LazyFrame, ordered: bool = False) -> pl.LazyFrame:
     """`gap_ms`: the time since the rank's previous step ended, when that step is the one before
-    (what a step took when it logged no time). Per rank: computed inside each slice."""
+    (what a step took when it logged no time). Per rank: computed inside each slice. `ordered`:
+    the rows are in (rank, step) order, so a rank's previous step is the row above when that row
+    is of the same rank (a plain shift; the window sorts every rank's rows)."""
     def prev(c: str) -> pl.Expr:
-        return pl.col(c).shift(1).over("rank", order_by="step")
+        return pl.col(c).shift(1) if ordered else pl.col(c).shift(1).over("rank", order_by="step")
 
+    same = (pl.col("rank").shift(1) == pl.col("rank")) if ordered else pl.lit(True)
     return groups.with_columns(
-        pl.when(pl.col("step") - prev("step") == 1).then(_ms(pl.col("t_end") - prev("t_end"))).alias("gap_ms"))
+        pl.when(same & (pl.col("step") - prev("step") == 1)).then(_ms(pl.col("t_end") - prev("t_end"))).alias("gap_ms"))
 
 
 def _finish_steps(groups: pl.LazyFrame, evidence: bool) -> pl.LazyFrame:
