@@ -24,8 +24,8 @@ def test_steps_are_sorted_and_carry_what_the_passes_cite(tmp_path: Path) -> None
     run = _store(tmp_path, "data_load_skew")
     st = C.Context.from_run(run).steps
     assert st.columns == [*C.STEP_COLUMNS, "wait_est", "clock_offset_ms"]
-    assert st.select(pl.struct("step", "rank").is_sorted()).item()
-    assert st.select(pl.struct("step", "rank").is_unique().all()).item()
+    assert st.select(pl.struct("rank", "step").is_sorted()).item()
+    assert st.select(pl.struct("rank", "step").is_unique().all()).item()
     # every step row of a rank that logged its data load cites that line, in that rank's file
     loads = (run.events().filter(pl.col("event") == "DATA_LOAD_TIME")
              .group_by("rank", "step").agg(pl.col("line").min().alias("data_line"), pl.col("source_file").first())
@@ -56,3 +56,46 @@ def test_the_step_query_reads_only_the_columns_it_needs(tmp_path: Path) -> None:
     q = tl.step_rows(run.events(), evidence=True).select(C.STEP_COLUMNS).with_columns(C._wait_estimate())
     projected = [int(n) for n in re.findall(r"PROJECT (\d+)/\d+ COLUMNS", q.explain())]
     assert projected == [len(needed)]
+
+
+def test_rank_major_sorts_only_what_is_out_of_order() -> None:
+    """The passes' per-rank episodes need (rank, step) order: a table in that order is returned as
+    it is (no copy), any other is sorted."""
+    df = pl.DataFrame({"rank": [0, 0, 1, 2], "step": [3, 4, 1, 0], "x": [1, 2, 3, 4]})
+    assert C.rank_major(df) is df
+    shuffled = df.sort("step")
+    assert C.rank_major(shuffled).equals(df)
+    assert C.step_peers(None, "dgroup") == ["step"]
+
+
+def test_telemetry_is_every_ranked_metric_event_in_store_order() -> None:
+    """Context.telemetry, read once for thermal, hot_gpu, utilization and hygiene: the ranked
+    events with any GPU metric, in the order of the events (the passes' first/last citations
+    depend on it), nothing else."""
+    ev = pl.DataFrame({
+        "rank": [1, 0, None, 1, 0, 2],
+        "event": ["GPU_STATS", "TRAIN_STEP", "GPU_STATS", "GPU_STATS", "GPU_STATS", "THROTTLE"],
+        "gpu_util": [90.0, None, 50.0, None, 80.0, None],
+        "temp_c": [None, None, 70.0, 71.0, None, None],
+        "throttle_reasons": [None, None, None, None, None, 64],
+        "source_file": ["r1", "r0", "x", "r1", "r0", "r2"], "line": [1, 1, 1, 2, 2, 1],
+    })
+    tel = C.Context.from_frame(ev).telemetry
+    assert tel.columns == ["rank", "timestamp", *C.TELEMETRY_COLUMNS, "source_file", "line"]
+    assert tel.select("rank", "source_file", "line").rows() == [(1, "r1", 1), (1, "r1", 2), (0, "r0", 2), (2, "r2", 1)]
+
+
+def test_gaps_of_ordered_groups_are_the_windowed_ones(tmp_path: Path) -> None:
+    """A summary in (rank, step) order is finished with a plain shift instead of a per-rank
+    window: the same step table, derived step times included (a step with no logged time,
+    the first step of each rank, a gap in a rank's steps)."""
+    from forensics.summaries import step_groups
+
+    run = _store(tmp_path, "hang")
+    g = step_groups(run).filter(~((pl.col("rank") == 1) & (pl.col("step") == 5)))    # a gap in rank 1's steps
+    g = g.with_columns(pl.when(pl.col("step") % 3 == 0).then(None).otherwise(pl.col("step_time_logged"))
+                       .alias("step_time_logged"))                                  # derived step times
+    windowed = tl.steps.finish_groups(g.lazy(), evidence=True).collect()
+    shifted = tl.steps.finish_groups(g.lazy(), evidence=True, ordered=True).collect()
+    assert windowed.equals(shifted)
+    assert shifted.get_column("step_time_source").to_list().count("derived") > 0

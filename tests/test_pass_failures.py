@@ -1,6 +1,8 @@
 """The failures pass: OOM, NCCL timeouts, hangs — the culprit, never the ranks that time out."""
 from __future__ import annotations
 
+import polars as pl
+
 from forensics.passes import failures
 from pass_helpers import Rows, at, sync_run
 
@@ -115,3 +117,24 @@ def test_collective_fingerprint_mismatch_names_the_odd_rank() -> None:
                          f"TensorShape={oshape}).")
     f = by_kind(failures.find(rows.ctx()))
     assert f["nccl_timeout"].ranks == [3] and f["nccl_timeout"].victims == [0, 1, 2]
+
+
+def test_progress_cites_the_first_line_at_a_ranks_last_time_on_the_common_clock() -> None:
+    """A rank's last progress event: its last non-ERROR, step-carrying line (a later ERROR line is
+    not progress); of two lines at that time, the first; with two hosts, the latest on the common
+    clock. The cited line is fetched after the per-(rank, host) times, so each of these is checked."""
+    rows = Rows(host=lambda r: "a" if r in (0, 1) else "b")
+    for s in range(20):
+        for r in (0, 1, 2, 3):
+            rows.add(float(s), r, "ALLREDUCE", step=s, seq=s + 1, comm_ms=100.0, wait_ms=1.0)
+    rows.add(19.0, 1, "TRAIN_STEP", step=19, loss=1.0)          # same time as rank 1's last ALLREDUCE
+    rows.add(25.0, 1, "NCCL_TIMEOUT", level="ERROR", step=20, message="timed out")
+    rows.add(19.5, 2, "GPU_STATS", host="c", step=19, gpu_util=90.0)   # rank 2 on another host too
+    ctx = rows.ctx()
+    ev = ctx.events.collect()
+    per_host = failures._progress_per_host(ctx).collect()
+    prog = {p["rank"]: p for p in failures._progress(ctx, per_host).iter_rows(named=True)}
+    last_allreduce = ev.filter((pl.col("rank") == 1) & (pl.col("event") == "ALLREDUCE")).get_column("line").max()
+    assert prog[1]["last_step"] == 19 and prog[1]["line"] == last_allreduce and prog[1]["file"] == "rank_1.jsonl"
+    assert prog[2]["line"] == ev.filter((pl.col("rank") == 2) & (pl.col("event") == "GPU_STATS")).get_column("line")[0]
+    assert prog[0]["max_seq"] == 20 and prog[3]["last_step"] == 19

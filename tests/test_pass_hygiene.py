@@ -45,6 +45,20 @@ def test_gpu_metrics_polled_every_200ms() -> None:
             rows.add(0.2 * i, r, "GPU_STATS", gpu_util=97.0)
     f = checks(rows)["sampling_interval"]
     assert f.ranks == [0, 1] and f.evidence["interval_s"] == 0.2
+    # each rank's first sample is cited (fetched after the intervals are known): its file and line
+    assert [(ln.source_file, ln.line, ln.rank) for ln in f.lines] == [("rank_0.jsonl", 1, 0), ("rank_1.jsonl", 1, 1)]
+
+
+def test_sampling_cites_a_ranks_first_sample_even_when_two_lines_share_its_time() -> None:
+    rows = Rows()
+    rows.add(0.0, 0, "TRAIN_STEP", step=0, loss=2.0)              # line 1: no metric
+    for i in range(30):
+        rows.add(0.5 * i, 0, "GPU_STATS", gpu_util=97.0)
+        if i == 0:
+            rows.add(0.0, 0, "GPU_STATS", temp_c=70.0)            # the same time: one sample
+    f = checks(rows)["sampling_interval"]
+    assert f.evidence["interval_s"] == 0.5
+    assert [(ln.line, ln.rank) for ln in f.lines] == [(2, 0)]
 
 
 def test_five_second_sampling_is_fine_and_clean_logs_are_quiet() -> None:

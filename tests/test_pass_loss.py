@@ -70,3 +70,16 @@ def test_a_slow_steady_fall_on_a_long_run_is_progress_not_a_plateau() -> None:
     # 0.5% per 100 steps, but -60% over the run (the window grows to a tenth of the run)
     ctx = train_only(ranks=2, steps=20000, every=20, loss=lambda s: 2.9 * math.exp(-s / 20000), noise=0.005).ctx()
     assert loss.find(ctx) == []
+
+
+def test_series_cites_the_lowest_ranks_first_loss_line_unranked_lines_first() -> None:
+    """Each step of the loss series cites one line: the lowest rank's (an unranked line counts as
+    below every rank), its first loss line of the step; the mean is over every loss line."""
+    rows = Rows()
+    rows.add(0.0, 2, "TRAIN_STEP", step=0, loss=3.0)
+    rows.add(0.1, 1, "TRAIN_STEP", step=0, loss=1.0)
+    rows.add(0.2, 1, "EVAL", step=0, loss=2.0)
+    rows.add(1.0, 3, "TRAIN_STEP", step=1, loss=2.0)
+    rows.add(1.1, None, "METRICS", step=1, loss=4.0)
+    s = loss.loss_series(rows.ctx().events)
+    assert s.select("step", "loss", "file", "line").rows() == [(0, 2.0, "rank_1.jsonl", 1), (1, 3.0, "logging.jsonl", 1)]

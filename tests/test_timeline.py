@@ -487,6 +487,21 @@ def test_collect_sorted_is_a_sort() -> None:
     assert tl.collect_sorted(lf, ["step", "rank"]).equals(df.sort("step", "rank"))
 
 
+def test_collect_sorted_keeps_a_table_already_in_order() -> None:
+    """A table already in key order (a stored summary) comes back as it is; one that is almost
+    in order (a later key equal or below the one before it, a null key) is sorted."""
+    df = pl.DataFrame({"rank": [0, 0, 1, 1, 2], "step": [1, 2, 0, 5, 1], "x": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    assert tl.collect_sorted(df.lazy(), ["rank", "step"]).equals(df)
+    for bad in ({"rank": [0, 0, 1, 1, 2], "step": [1, 2, 5, 0, 1]},        # step goes back within rank 1
+                {"rank": [0, 1, 0, 1, 2], "step": [1, 0, 2, 5, 1]},        # rank goes back
+                {"rank": [0, 0, 1, 1, 2], "step": [1, 1, 0, 5, 1]}):       # a duplicate key
+        d = df.with_columns(pl.Series("rank", bad["rank"]), pl.Series("step", bad["step"]))
+        got = tl.collect_sorted(d.lazy(), ["rank", "step"])
+        assert got.equals(d.sort("rank", "step", maintain_order=True))
+    d = df.with_columns(pl.Series("step", [1, None, 0, 5, 1], dtype=pl.Int64))
+    assert tl.collect_sorted(d.lazy(), ["rank", "step"]).equals(d.sort("rank", "step", maintain_order=True))
+
+
 # --- sample_logs ------------------------------------------------------------------------------------
 
 def test_sample_hang(tmp_path: Path) -> None:
@@ -600,3 +615,16 @@ def test_a_run_without_any_time_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ForensicsError) as e:
         tl.last_window(run)
     assert e.value.what == "no event of the run carries a time"
+
+
+def test_offsets_of_named_hosts_leave_rows_without_a_host_at_the_default() -> None:
+    """A row without a host is on its rank's own clock ("rank:N"): with offsets for named hosts
+    only it gets the default, whichever way the offset is looked up."""
+    from forensics.timeline.clocks import _offset_of
+
+    df = pl.DataFrame({"host": ["a", None, "b", "c", None], "rank": [0, 1, 2, 3, None]})
+    hosts = pl.DataFrame({"clock": ["a", "b"], "offset_ms": [5.0, -3.0]})
+    assert df.select(_offset_of(hosts, 0.0)).to_series().to_list() == [5.0, 0.0, -3.0, 0.0, 0.0]
+    assert df.select(_offset_of(hosts, None)).to_series().to_list() == [5.0, None, -3.0, None, None]
+    with_rank = pl.DataFrame({"clock": ["a", "rank:1"], "offset_ms": [5.0, 7.0]})
+    assert df.select(_offset_of(with_rank, 0.0)).to_series().to_list() == [5.0, 7.0, 0.0, 0.0, 0.0]

@@ -9,8 +9,8 @@ lazy query over the events (one row per (rank, step): t_start, t_end, step_time_
 data_load_ms, compute_ms, comm_ms, wait_ms, grad_ready_ts, comm_end, loss, samples_per_s, the
 lines to cite: file, train_line, data_line, comm_line, ready_line, and disk_read_mbps), plus
 wait_est (wait_ms, or estimated from comm_ms where it is not logged: see `_wait_estimate`).
-Passes select the columns they use before they filter or sort it: on the bench store the table
-has 2 M rows, and each copy of a column is 16 MB.
+Sorted by (rank, step). Passes select the columns they use before they filter or sort it: on
+the bench store the table has 2 M rows, and each copy of a column is 16 MB.
 
 `compute_ms` is the rank's forward/backward/optimizer time, the quantity a straggler has too
 much of: the logged per-op durations when the logs carry them (FORWARD / BACKWARD / OPTIMIZER
@@ -42,12 +42,22 @@ STEP_COLUMNS = [
     "rank", "step", "host", "t_start", "t_end", "step_time_ms", "data_load_ms", "compute_ms", "comm_ms",
     "wait_ms", "grad_ready_ts", "comm_end", "loss", "samples_per_s", *timeline.EVIDENCE_COLUMNS,
 ]
+# The columns of the stored (rank, step) summary that STEP_COLUMNS are finished from
+# (timeline.steps.finish_groups): the others (per-rank counts, lr, stage) are not read.
+GROUP_COLUMNS = [
+    "rank", "step", "host", "t_start", "t_end", "step_time_logged", "op_compute_ms", "data_load_ms", "comm_ms",
+    "wait_ms", "grad_ready_ts", "comm_end", "loss", "samples_per_s", "complete", *timeline.EVIDENCE_COLUMNS,
+]
+# GPU metrics: the events carrying any of them are `Context.telemetry`.
+TELEMETRY_COLUMNS = ["gpu_util", "temp_c", "sm_clock_mhz", "throttle_reasons", "power_w", "mem_alloc_mb"]
 # Host clock offsets below this are jitter, not skew: they are not applied.
 MIN_OFFSET_MS = 5.0
 
 
 def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = True) -> pl.DataFrame:
-    """timeline.step_table with its evidence columns and wait_est, sorted by (step, rank). With
+    """timeline.step_table with its evidence columns and wait_est, sorted by (rank, step): the
+    order the run's summary is stored in (so it is not moved) and the one the passes' per-rank
+    episodes (`sustained`) need (a sort of 2 M rows by two keys costs a second or more). With
     the `run` the events are from, finished from the run's (rank, step) summary
     (forensics.summaries, written at ingest; computed once when missing); with `summary=False`,
     aggregated from the events one slice of ranks at a time (timeline.rank_slices). Without a
@@ -55,11 +65,17 @@ def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = 
     if run is not None and summary:
         from ..summaries import step_groups
 
-        steps = timeline.steps.finish_groups(step_groups(run).lazy(), evidence=True)
+        groups = step_groups(run, GROUP_COLUMNS).lazy()
+        ordered = groups.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null()).select(
+            timeline.steps.in_key_order(["rank", "step"])).collect().item()
+        steps = timeline.steps.finish_groups(groups, evidence=True, ordered=bool(ordered))
     else:
         slices = timeline.rank_slices(run) if run is not None else None
         steps = timeline.step_rows(events, evidence=True, slices=slices)
-    return timeline.collect_sorted(steps.select(STEP_COLUMNS).with_columns(_wait_estimate()), ["step", "rank"])
+    df = timeline.collect_sorted(steps.select(STEP_COLUMNS), ["rank", "step"])
+    # every wait logged (the usual case): the estimate is the logged wait, without its window
+    est = pl.col("wait_ms").alias("wait_est") if df.get_column("wait_ms").null_count() == 0 else _wait_estimate()
+    return df.with_columns(est)
 
 
 # A fault is persistent; scheduler noise is not. On a loaded host any rank is preempted now and
@@ -82,6 +98,21 @@ def sustained(flag: str, window: int, by: str | None = "rank") -> pl.Expr:
     fwd = f.reverse().rolling_mean(window, min_samples=window).reverse()
     e = pl.col(flag).fill_null(False) & ((back >= SUSTAIN_SHARE) | (fwd >= SUSTAIN_SHARE)).fill_null(False)
     return e.over(by) if by else e
+
+
+def rank_major(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` sorted by (rank, step): as it is when it already is (a selection of the step table),
+    which a check finds in milliseconds where sorting 2 M rows by two keys takes a second."""
+    if df.height < 2 or df.select(timeline.steps.in_key_order(["rank", "step"])).item():
+        return df
+    return df.sort("rank", "step")
+
+
+def step_peers(topo: topo_mod.Topology | None, group: str) -> list[str]:
+    """The keys of a per-step comparison among peers: the step and the `group` column of
+    `topology.with_groups`; the step alone without a topology, where every rank is in one group
+    (the same groups, hashed on one integer key instead of two)."""
+    return ["step", group] if topo is not None else ["step"]
 
 
 def _wait_estimate() -> pl.Expr:
@@ -142,17 +173,28 @@ class Context:
 
     @cached_property
     def steps(self) -> pl.DataFrame:
-        """The per-(rank, step) table, collected once; times and grad_ready_ts on the common clock
+        """The per-(rank, step) table, collected once, sorted by (rank, step); times and grad_ready_ts on the common clock
         when hosts' clocks disagree (`clock_offset_ms` says by how much)."""
         raw = self._raw_steps
         off = self.clock_offsets
         if off.is_empty():
             return raw.with_columns(pl.lit(0.0).alias("clock_offset_ms"))
-        return timeline.align_steps(raw, off).collect()
+        # in one chunk per column, as `raw` is: the streaming engine's output comes in morsels,
+        # and every pass's filter of a 2 M-row table in 20 chunks costs ten times more
+        return timeline.align_steps(raw, off).collect(engine="in-memory").rechunk()
 
     def aligned(self, lf: pl.LazyFrame) -> pl.LazyFrame:
         """`lf` (events with rank, host, timestamp) with `ts_aligned` on the common clock."""
         return timeline.with_aligned_time(lf, self.clock_offsets)
+
+    @cached_property
+    def telemetry(self) -> pl.DataFrame:
+        """The ranked events carrying a GPU metric (TELEMETRY_COLUMNS), with rank, timestamp,
+        source_file and line, in store order: what thermal, hot_gpu, utilization and hygiene's
+        sampling check read, scanned once (a few % of the events) instead of once each."""
+        has = pl.any_horizontal([pl.col(c).is_not_null() for c in TELEMETRY_COLUMNS])
+        return (self._events.select("rank", "timestamp", *TELEMETRY_COLUMNS, "source_file", "line")
+                .filter(pl.col("rank").is_not_null() & has).collect(engine="in-memory"))
 
     @cached_property
     def ranks(self) -> list[int]:
@@ -178,4 +220,4 @@ class Context:
         return float(s.median()) if len(s) else None
 
 
-__all__ = ["Context", "STEP_COLUMNS", "step_table", "wait_expr", "sustained", "window_for"]
+__all__ = ["Context", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]

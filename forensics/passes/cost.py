@@ -112,22 +112,42 @@ def peer_replay(steps: pl.DataFrame, ranks: Sequence[int], phases: Sequence[str]
     st = with_groups(st, topo)
     own = pl.col("data_load_ms").fill_null(0.0) + pl.col("compute_ms").fill_null(0.0)
     replaced = {
-        p: pl.when(faulty & pl.col(f"peer_{p}").is_not_null())
+        p: pl.when(pl.col(f"peer_{p}").is_not_null())
         .then(pl.min_horizontal(pl.col(p).fill_null(0.0), pl.col(f"peer_{p}")))
         .otherwise(pl.col(p).fill_null(0.0))
         for p in phases
     }
     whatif = sum((replaced.get(p, pl.col(p).fill_null(0.0)) for p in ("data_load_ms", "compute_ms")), pl.lit(0.0))
+
+    # Without a topology every rank is in one group: the step alone is the key.
+    def peers_of(p: str) -> list[str]:
+        return ["step", GROUP_OF.get(p, "peer")] if topo is not None else ["step"]
+
+    # Per step, aggregated once (no window over every row): the healthy ranks' count and largest
+    # own time, and per phase the healthy peers' median in each group (masked, not filtered
+    # inside the aggregation: that is polars' per-group slow path). Only the faulty ranks' rows
+    # (a few of every step's) are then replayed against their group's median.
+    healthy = st.with_columns(pl.when(~faulty).then(own).alias("own_ok"),
+                              *(pl.when(~faulty).then(pl.col(p)).alias(f"ok_{p}") for p in phases))
+    per = (healthy.group_by("step")
+           .agg((~faulty).sum().alias("peers"), pl.col("own_ok").max().alias("max_ok")))
+    bad = st.filter(faulty)
+    for p in phases:
+        med = healthy.group_by(peers_of(p)).agg(pl.col(f"ok_{p}").median().alias(f"peer_{p}"))
+        bad = bad.join(med, on=peers_of(p), how="left", nulls_equal=True)
     return (
-        st.with_columns(*(pl.col(p).filter(~faulty).median().over("step", GROUP_OF.get(p, "peer")).alias(f"peer_{p}")
-                          for p in phases),
-                        (~faulty).sum().over("step").alias("peers"))
-        .filter(pl.col("peers") >= 1)
-        # a step counts only where a faulty rank has peers in its own group to be replayed at
-        .filter((faulty & pl.any_horizontal(*(pl.col(f"peer_{p}").is_not_null() for p in phases))).any().over("step"))
-        .with_columns(own.alias("own"), whatif.alias("own_whatif"))
+        bad.select("step", own.alias("own"), whatif.alias("whatif"),
+                   pl.any_horizontal(*(pl.col(f"peer_{p}").is_not_null() for p in phases)).alias("has_peers"))
         .group_by("step")
-        .agg(pl.col("own").max().alias("actual_ms"), pl.col("own_whatif").max().alias("whatif_ms"))
+        .agg(pl.col("own").max().alias("own_bad"), pl.col("whatif").max().alias("whatif_bad"),
+             # a step counts only where a faulty rank has peers in its own group to be replayed at
+             pl.col("has_peers").any().alias("counted"))
+        .filter(pl.col("counted"))
+        .join(per, on="step", how="inner")
+        .filter(pl.col("peers") >= 1)
+        .select("step",
+                pl.max_horizontal("max_ok", "own_bad").alias("actual_ms"),
+                pl.max_horizontal("max_ok", "whatif_bad").alias("whatif_ms"))
         .with_columns((pl.col("actual_ms") - pl.col("whatif_ms")).clip(lower_bound=0.0).alias("saved_ms"))
         .sort("step")
     )

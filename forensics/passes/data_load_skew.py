@@ -28,7 +28,7 @@ import polars as pl
 
 from ..report.model import Finding
 from ..topology import with_groups
-from .context import Context, sustained, wait_expr, window_for
+from .context import Context, rank_major, step_peers, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 RATIO = 2.5
@@ -47,10 +47,11 @@ def find(ctx: Context) -> list[Finding]:
     topo = ctx.topology
     st = with_groups(st, topo)
     floor = max(ABS_EXCESS_MS, STEP_SHARE * (ctx.median_step_ms or 0.0))
-    df = (
+    by = step_peers(topo, "dgroup")
+    df = rank_major(
         st.with_columns(
-            pl.len().over("step", "dgroup").alias("n"),
-            pl.col("data_load_ms").median().over("step", "dgroup").alias("peer_dl"),
+            pl.len().over(by).alias("n"),
+            pl.col("data_load_ms").median().over(by).alias("peer_dl"),
             wait_expr().alias("wait"),
         )
         .filter(pl.col("n") >= 2)
@@ -58,7 +59,6 @@ def find(ctx: Context) -> list[Finding]:
             ((pl.col("data_load_ms") >= RATIO * pl.col("peer_dl"))
              & (pl.col("data_load_ms") - pl.col("peer_dl") >= floor)).alias("slow1")
         )
-        .sort("rank", "step")
     )
     df = df.with_columns(sustained("slow1", window_for(df.get_column("step").n_unique())).alias("slow"))
     per_rank = (

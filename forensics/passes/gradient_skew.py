@@ -31,7 +31,7 @@ import polars as pl
 
 from ..report.model import Finding
 from ..topology import with_groups
-from .context import Context, sustained, wait_expr, window_for
+from .context import Context, rank_major, step_peers, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id
 
 STEP_SHARE = 0.10
@@ -47,8 +47,8 @@ def find(ctx: Context) -> list[Finding]:
     if st.is_empty():
         return []
     thr = STEP_SHARE * ctx.median_step_ms if ctx.median_step_ms else DEFAULT_MS
-    by = ["step", "dgroup"]
-    df = (
+    by = step_peers(ctx.topology, "dgroup")
+    df = rank_major(
         with_groups(st, ctx.topology).with_columns(wait_expr().alias("wait"))
         .with_columns(
             pl.len().over(by).alias("n"),
@@ -60,14 +60,12 @@ def find(ctx: Context) -> list[Finding]:
         .filter(pl.col("n") >= 2)
         .with_columns((pl.col("spread_ms") >= thr).alias("skewed"))
         .with_columns((pl.col("skewed") & pl.col("is_last")).alias("late"))
-        .sort("rank", "step")
     )
     if df.is_empty():
         return []
     n = df.get_column("step").n_unique()
     df = df.with_columns(sustained("late", window_for(n)).alias("episode"))
-    skewed_steps = df.filter(pl.col("skewed")).get_column("step").unique()
-    k = len(skewed_steps)
+    k = df.select(pl.col("step").filter(pl.col("skewed")).n_unique()).item()
     if k < MIN_STEPS or k < MIN_SHARE * n:
         return []
     per_rank = (
@@ -78,15 +76,15 @@ def find(ctx: Context) -> list[Finding]:
         .sort("rank")
     )
     culprits = [int(r) for r in per_rank.get_column("rank")]
-    sk = df.filter(pl.col("skewed"))
+    # the steps' spreads: one value per (step, group), taken before the steps in scope are picked
+    # (filtering the whole table to them first copies nearly all of it on a skewed run)
+    per_step = df.select(*by, "spread_ms", "med_wait", "skewed").group_by(by).agg(pl.all().first())
     if culprits:
         ep = df.filter(pl.col("episode") & pl.col("rank").is_in(culprits))
-        ep_steps = ep.get_column("step").unique()
-        scope = df.filter(pl.col("step").is_in(ep_steps.implode()))
+        spread = per_step.filter(pl.col("step").is_in(ep.get_column("step").unique().implode()))
     else:
-        ep = sk.filter(pl.col("is_last"))
-        scope = sk
-    spread = scope.group_by("step", "dgroup").agg(pl.col("spread_ms").first(), pl.col("med_wait").first())
+        ep = df.filter(pl.col("skewed") & pl.col("is_last"))
+        spread = per_step.filter(pl.col("skewed"))
     med_spread = float(spread.get_column("spread_ms").median())
     max_spread = float(spread.get_column("spread_ms").max())
     med_wait = spread.get_column("med_wait").drop_nulls().median()

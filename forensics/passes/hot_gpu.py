@@ -39,7 +39,7 @@ MIN_SAMPLES = 3
 def find(ctx: Context) -> list[Finding]:
     util = pl.col("gpu_util")
     lf = (
-        ctx.events.select("rank", "timestamp", "temp_c", "gpu_util", "sm_clock_mhz", "throttle_reasons",
+        ctx.telemetry.lazy().select("rank", "timestamp", "temp_c", "gpu_util", "sm_clock_mhz", "throttle_reasons",
                           "source_file", "line")
         .filter(pl.col("rank").is_not_null() & pl.col("temp_c").is_not_null())
         # a rank that logs utilisation is judged on its busy samples; one that does not, on all

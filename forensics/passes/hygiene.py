@@ -65,18 +65,35 @@ def _levels(ctx: Context) -> pl.LazyFrame:
 
 
 def _sampling(ctx: Context) -> pl.LazyFrame:
+    """Per rank: GPU metric samples (distinct times), their median interval and first time.
+    Times only: the line to cite is fetched for the flagged ranks alone (`_first_lines`)."""
     has = pl.any_horizontal([pl.col(c).is_not_null() for c in RESOURCE])
     return (
-        ctx.events.select("rank", "timestamp", "source_file", "line", *RESOURCE)
-        .filter(pl.col("rank").is_not_null() & has)
-        .select("rank", "timestamp", "source_file", "line")
-        .unique(subset=["rank", "timestamp"])
+        ctx.telemetry.lazy().select("rank", "timestamp", *RESOURCE)
+        .filter(has)
+        .select("rank", "timestamp")
+        .unique()
         .sort("rank", "timestamp")
         .group_by("rank", maintain_order=True)
         .agg(pl.len().alias("n"),
              (pl.col("timestamp").diff().dt.total_microseconds() / 1e6).median().alias("interval_s"),
-             pl.col("source_file").first(), pl.col("line").first(), pl.col("timestamp").first())
+             pl.col("timestamp").first())
     )
+
+
+def _first_lines(ctx: Context, firsts: pl.DataFrame) -> pl.DataFrame:
+    """`firsts` (rank, timestamp: a rank's first GPU metric sample) with the file and line of
+    that sample (the first such line in store order)."""
+    has = pl.any_horizontal([pl.col(c).is_not_null() for c in RESOURCE])
+    lines = (
+        ctx.telemetry.lazy().select("rank", "timestamp", "source_file", "line", *RESOURCE)
+        .filter(pl.col("rank").is_in(firsts.get_column("rank").implode()) & has)
+        .join(firsts.lazy().select("rank", "timestamp"), on=["rank", "timestamp"], maintain_order="left")
+        .group_by("rank", "timestamp", maintain_order=True)
+        .agg(pl.col("source_file").first(), pl.col("line").first())
+        .collect()
+    )
+    return firsts.join(lines, on=["rank", "timestamp"], how="left", maintain_order="left")
 
 
 def find(ctx: Context) -> list[Finding]:
@@ -138,6 +155,6 @@ def find(ctx: Context) -> list[Finding]:
             title=(f"GPU metrics sampled every {iv:.2g} s on ranks {rank_ranges(ranks)} (keep >= {MIN_INTERVAL_S:g} s: "
                    "polling NVML too often steals throughput)"),
             evidence={"check": "sampling_interval", "interval_s": round(iv, 3), "min_interval_s": MIN_INTERVAL_S},
-            lines=cite(fast.head(3).iter_rows(named=True)),
+            lines=cite(_first_lines(ctx, fast.head(3)).iter_rows(named=True)),
         ))
     return out

@@ -56,7 +56,15 @@ def _loss_frames(events: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         events.select("rank", "step", "timestamp", "loss", "lr", "stage", "source_file", "line")
         .filter(pl.col("loss").is_not_null() & pl.col("step").is_not_null())
     )
-    first = pl.col("rank").fill_null(-1).arg_min()          # cite the lowest rank's line
+    # cite the lowest rank's (first) line: picked by a window, not by `get(arg_min)` inside the
+    # group_by (a per-group slow path: 4x the rest of the query on 2 M loss lines)
+    lowest = pl.col("rank").fill_null(-1)
+    cited = (
+        rows.select("step", "rank", "source_file", "line")
+        .filter(lowest == lowest.min().over("step"))
+        .group_by("step")
+        .agg(pl.col("source_file").first().alias("file"), pl.col("line").first())
+    )
     series = (
         rows.group_by("step")
         .agg(
@@ -66,9 +74,8 @@ def _loss_frames(events: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             pl.col("stage").str.contains("(?i)^warm").any().alias("warm"),
             pl.col("timestamp").min().alias("t0"),
             pl.col("timestamp").max().alias("t1"),
-            pl.col("source_file").get(first).alias("file"),
-            pl.col("line").get(first),
         )
+        .join(cited, on="step", how="left")
         .sort("step")
     )
     per_rank = rows.group_by("rank").agg((~pl.col("loss").is_finite()).any().alias("bad")).sort("rank")

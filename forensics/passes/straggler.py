@@ -37,7 +37,7 @@ import polars as pl
 
 from ..report.model import Finding
 from ..topology import Topology, with_groups
-from .context import Context, sustained, wait_expr, window_for
+from .context import Context, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 STAGE_SHARE = 0.75
@@ -53,7 +53,9 @@ def straggling_steps(steps: pl.DataFrame) -> pl.DataFrame:
     Peers are the ranks of the same `peer` group (the pipeline stage; all ranks without one)."""
     if "peer" not in steps.columns:
         steps = with_groups(steps, None)
-    by = ["step", "peer"]
+    # one group of peers (no topology): the step alone is the same key, hashed faster
+    peer = steps.get_column("peer")
+    by = ["step"] if peer.is_empty() or (peer.null_count() == 0 and peer.min() == peer.max()) else ["step", "peer"]
     df = (
         steps.filter(pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null())
         .with_columns(wait_expr().alias("wait"))
@@ -81,7 +83,7 @@ def straggling_steps(steps: pl.DataFrame) -> pl.DataFrame:
         & (pl.col("others_wait") >= 0.5 * pl.col("excess"))
     )
     w = window_for(df.get_column("step").n_unique()) if not df.is_empty() else 5
-    return df.sort("rank", "step").with_columns(slow.alias("slow")).with_columns(sustained("slow", w).alias("episode"))
+    return rank_major(df).with_columns(slow.alias("slow")).with_columns(sustained("slow", w).alias("episode"))
 
 
 def find(ctx: Context) -> list[Finding]:

@@ -39,7 +39,7 @@ def decode_reasons(mask: int | None) -> list[str]:
 
 def find(ctx: Context) -> list[Finding]:
     lf = (
-        ctx.events.select("rank", "timestamp", "temp_c", "sm_clock_mhz", "throttle_reasons", "gpu_util",
+        ctx.telemetry.lazy().select("rank", "timestamp", "temp_c", "sm_clock_mhz", "throttle_reasons", "gpu_util",
                           "source_file", "line")
         .filter(pl.col("rank").is_not_null()
                 & (pl.col("temp_c").is_not_null() | pl.col("sm_clock_mhz").is_not_null()

@@ -33,7 +33,7 @@ BUCKET = "10s"
 
 def find(ctx: Context) -> list[Finding]:
     lf = (
-        ctx.events.select("rank", "timestamp", "gpu_util", "source_file", "line")
+        ctx.telemetry.lazy().select("rank", "timestamp", "gpu_util", "source_file", "line")
         .filter(pl.col("rank").is_not_null() & pl.col("gpu_util").is_not_null())
         # The reference is what the peers did at the same time (a BUCKET-long window), so a phase
         # where every GPU idles together (start-up, evaluation, shutdown) blames no rank.

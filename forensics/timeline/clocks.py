@@ -92,6 +92,11 @@ def _offset_of(offsets: pl.DataFrame, default: float | None) -> pl.Expr:
     mapping = dict(zip(offsets["clock"].to_list(), offsets["offset_ms"].to_list())) if offsets.height else {}
     if not mapping:
         return pl.lit(default, dtype=pl.Float64)
+    if not any(str(k).startswith("rank:") for k in mapping):
+        # only named hosts have an offset: a row without a host (clock "rank:N") gets the
+        # default, without building the clock key of every row (a string per row)
+        by_host = pl.col("host").replace_strict(mapping, default=default, return_dtype=pl.Float64)
+        return by_host.fill_null(default) if default is not None else by_host
     return clock_key().replace_strict(mapping, default=default, return_dtype=pl.Float64)
 
 
