@@ -227,6 +227,19 @@ def _boundaries(buf: bytes, tries: int = 4) -> Iterator[int]:
                     return
 
 
+def _object_rest(rest: bytes) -> bool:
+    """Whether `rest` (what follows the event list) closes the top-level object as JSON."""
+    rest = rest.strip()
+    if rest == b"}":
+        return True
+    if not rest.startswith(b","):
+        return False
+    try:
+        return isinstance(orjson.loads(b"{" + rest[1:]), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
 def _fill(src: Any, buf: bytes, want: int) -> tuple[bytes, bool]:
     """buf and what follows it in src, up to `want` bytes; True when src has ended."""
     parts, n = [buf], len(buf)
@@ -286,6 +299,8 @@ def _iter_events(src: Any) -> Iterator[Any]:
                     break
                 except orjson.JSONDecodeError:
                     end = buf.rfind(b"]", 0, end)
+            if events is not None and not _object_rest(buf[end + 1:]):
+                events = None     # the keys after the list are cut or damaged: ijson says where
             if events is None:
                 yield from _ijson_events(_Chain(b'{"traceEvents": [' + buf, src))
             else:
