@@ -266,25 +266,45 @@ def straggler_of(arr: pl.DataFrame, late: pl.DataFrame) -> dict[str, Any] | None
     return {**top, "evidence": cites}
 
 
-def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N) -> TraceStats:
+def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N, jobs: int | None = None) -> TraceStats:
     """Per rank and per profiler step: temporal breakdown, idle causes, overlap; top kernels;
     late arrivals at communication kernels and the rank the others waited for.
 
-    One trace (one rank of a store) is in memory at a time: per-rank answers are computed from
-    it and only its communication kernels are kept for the comparison across ranks."""
+    Trace files are read in worker processes (traces/pool.py: as many as cores, files and memory
+    allow; `jobs` caps them, 1 reads here). Each worker holds one trace at a time and hands back
+    its per-rank answers and communication kernels only; results come back in file order, so
+    they do not depend on the worker count. A store is read here, one rank at a time."""
     from ..store import is_store
 
     paths = list(paths)
     parts, infos = [], []
     if len(paths) == 1 and is_store(paths[0]):
-        chunks = _store_chunks(paths[0])
-    else:
-        chunks = (_file_frames(f) for f in trace_files(paths))
-    for k, steps, info in chunks:
-        if info is not None:
-            infos += info if isinstance(info, list) else [info]
-        parts.append(_per_rank(k, steps, top))
+        for k, steps, info in _store_chunks(paths[0]):
+            if info is not None:
+                infos += info
+            parts.append(_per_rank(k, steps, top))
+        return _assemble(parts, infos)
+    from .pool import pool, workers_for
+
+    files = trace_files(paths)
+    n = workers_for(files, jobs)
+    if n <= 1:
+        done = (_file_part(f, top) for f in files)
+        for part, info in done:
+            parts.append(part)
+            infos.append(info)
+        return _assemble(parts, infos)
+    with pool(n) as ex:
+        for part, info in ex.map(_file_part, files, [top] * len(files)):
+            parts.append(part)
+            infos.append(info)
     return _assemble(parts, infos)
+
+
+def _file_part(f: Path, top: int) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], TraceInfo]:
+    """One trace file's per-rank answers (a worker's job: the kernels stay in the worker)."""
+    k, steps, info = _file_frames(f)
+    return _per_rank(k, steps, top), info
 
 
 def _file_frames(f: Path) -> tuple[pl.DataFrame, pl.DataFrame, TraceInfo]:
