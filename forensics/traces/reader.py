@@ -588,29 +588,34 @@ def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: d
         inside = (l_ts >= ts) & (l_ts < ts + dur) & launched
         step_no[inside] = s
         has_step |= inside
-    # the columns in polars (gathers by id: one Python string per distinct name, not per row)
-    name_s = pl.Series(name_list or [""], dtype=pl.String)
-    cat_s = pl.Series(cat_list or [""], dtype=pl.String)
-    kind_s = pl.Series([cat_kind.get(c) for c in cat_list] or [None], dtype=pl.String)
-    categ_s = pl.Series(list(name_cat), dtype=pl.String)
-    coll_s = pl.Series(list(coll_list), dtype=pl.String)
-    nm = pl.Series(k_name, dtype=pl.Int64)
-    ct = pl.Series(k_cat, dtype=pl.Int64)
-    null_if = lambda v, bad: pl.Series(v).set(pl.Series(bad), None)  # noqa: E731
-    df = pl.DataFrame({
-        "rank": pl.Series([info.rank] * n, dtype=pl.Int32),
-        "step": null_if(step_no, ~has_step).cast(pl.Int32),
-        "device": null_if(k_dev, k_dev < 0).cast(pl.Int32),
-        "stream": pl.Series(k_stream).cast(pl.Int32),
-        "category": kind_s.gather(ct).fill_null(categ_s.gather(nm)),
-        "cat": cat_s.gather(ct),
-        "name": name_s.gather(nm),
-        "collective": coll_s.gather(nm),
-        "start_ns": pl.Series(k_ts + offset),
-        "dur_ns": pl.Series(k_dur),
-        "correlation": null_if(k_corr, k_corr < 0),
-        "launch_ns": null_if(l_ts + offset, ~launched),
-        "launch": name_s.gather(pl.Series(np.where(launched, l_name, 0))).set(pl.Series(~launched), None),
-        "line": pl.Series(k_line),
-    })
-    yield from df.to_arrow().cast(KERNEL_SCHEMA).to_batches(max_chunksize=batch_rows)
+    # the columns straight in Arrow, each made once, in its final type (strings gathered by id
+    # from the distinct names: one Python string per distinct name, not per row; no frame in
+    # another library then a cast, each a copy of the table)
+    def strings(values: list[Any]) -> pa.Array:
+        return pa.array(values, pa.large_string())
+
+    def take(values: pa.Array, idx: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+        return values.take(pa.array(idx, pa.int64(), mask=null))
+
+    name_arr = strings(name_list or [""])
+    kind_idx = np.array([CATEGORIES.index(cat_kind[c]) if cat_kind.get(c) else -1 for c in cat_list] or [-1], np.int64)
+    categ_idx = np.array([CATEGORIES.index(c) if c in CATEGORIES else 0 for c in name_cat], np.int64)
+    by_kind = kind_idx[k_cat] if n else np.zeros(0, np.int64)
+    categ = np.where(by_kind >= 0, by_kind, categ_idx[k_name] if n else by_kind)
+    cols = {
+        "rank": pa.nulls(n, pa.int32()) if info.rank is None else pa.array(np.full(n, info.rank, np.int32)),
+        "step": pa.array(step_no.astype(np.int32), mask=~has_step),
+        "device": pa.array(k_dev.astype(np.int32), mask=k_dev < 0),
+        "stream": pa.array(k_stream.astype(np.int32)),
+        "category": take(strings(list(CATEGORIES)), categ),
+        "cat": take(strings(cat_list or [""]), k_cat),
+        "name": take(name_arr, k_name),
+        "collective": take(strings(list(coll_list)), k_name),
+        "start_ns": pa.array(k_ts + offset),
+        "dur_ns": pa.array(k_dur),
+        "correlation": pa.array(k_corr, mask=k_corr < 0),
+        "launch_ns": pa.array(l_ts + offset, mask=~launched),
+        "launch": take(name_arr, l_name, ~launched),
+        "line": pa.array(k_line),
+    }
+    yield from pa.table(cols, schema=KERNEL_SCHEMA).to_batches(max_chunksize=batch_rows)
