@@ -130,14 +130,14 @@ def _union_ns(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Per group: the total length of the union of [start, start + dur) intervals."""
     if df.is_empty():
         return pl.DataFrame(schema={**{c: df.schema[c] for c in by}, "union_ns": pl.Int64})
+    # in start order, each interval adds what reaches past the furthest end before it (all of
+    # [its start, that end] is covered already): one pass, no group per block of overlaps
+    new_part = (pl.col("end_ns") - pl.max_horizontal("start_ns", pl.col("_prev").fill_null(pl.col("start_ns"))))
     return (
         df.select(*by, "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
         .sort([*by, "start_ns"])
         .with_columns(pl.col("end_ns").cum_max().shift(1).over(by).alias("_prev"))
-        .with_columns((pl.col("_prev").is_null() | (pl.col("start_ns") > pl.col("_prev"))).cast(pl.Int64)
-                      .cum_sum().over(by).alias("_blk"))
-        .group_by([*by, "_blk"]).agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-        .group_by(by).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("union_ns"))
+        .group_by(by).agg(new_part.clip(lower_bound=0).sum().alias("union_ns"))
     )
 
 
@@ -197,9 +197,22 @@ def _idle_causes(k: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 def _hta_window(k: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The activities HTA's whole-trace numbers count (see the module docstring)."""
     last = steps.group_by("rank").agg(pl.len().alias("_n"), pl.col("start_ns").max().alias("_last"))
-    return (k.join(last, on="rank", how="left", nulls_equal=True)
-            .filter((pl.col("_n").fill_null(0) < 2) | (pl.col("launch_ns") < pl.col("_last")))
-            .drop("_n", "_last"))
+    if last.height > 64:   # many ranks at once (stats_of): a join
+        return (k.join(last, on="rank", how="left", nulls_equal=True)
+                .filter((pl.col("_n").fill_null(0) < 2) | (pl.col("launch_ns") < pl.col("_last")))
+                .drop("_n", "_last"))
+    # a trace's rank or a few: the last step's start as an expression (a join would copy the
+    # frame once more, the largest thing a worker holds)
+    cut: Any = None
+    for r, n, t in last.iter_rows():
+        if n < 2:
+            continue
+        is_r = pl.col("rank").is_null() if r is None else pl.col("rank") == r
+        cut = pl.when(is_r).then(pl.lit(t)) if cut is None else cut.when(is_r).then(pl.lit(t))
+    if cut is None:
+        return k
+    limit = cut.otherwise(None)
+    return k.filter(limit.is_null() | (pl.col("launch_ns") < limit))
 
 
 def _top_kernels(k: pl.DataFrame, n: int) -> pl.DataFrame:
@@ -303,13 +316,14 @@ def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N, jobs:
 
 def _file_part(f: Path, top: int) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], TraceInfo]:
     """One trace file's per-rank answers (a worker's job: the kernels stay in the worker)."""
-    k, steps, info = _file_frames(f)
+    k, steps, info = _file_frames(f, [c for c in USED_COLUMNS if c != "file"])
     return _per_rank(k, steps, top), info
 
 
-def _file_frames(f: Path) -> tuple[pl.DataFrame, pl.DataFrame, TraceInfo]:
+def _file_frames(f: Path, columns: list[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame, TraceInfo]:
     t = read_trace(f)
-    return (pl.from_arrow(t.kernels).with_columns(pl.lit(str(f)).alias("file")),
+    k = t.kernels.select(columns) if columns else t.kernels
+    return (pl.from_arrow(k).with_columns(pl.lit(str(f)).alias("file")),
             pl.from_arrow(t.steps).with_columns(pl.lit(str(f)).alias("file")), t.info)
 
 
@@ -327,12 +341,15 @@ def _store_chunks(path: str | os.PathLike[str]) -> Iterator[tuple[pl.DataFrame, 
 
 
 COMM_COLUMNS = ["rank", "collective", "name", "category", "start_ns", "step", "file", "line"]
+USED_COLUMNS = ["rank", "step", "stream", "category", "cat", "name", "collective", "start_ns", "dur_ns", "launch_ns",
+                "file", "line"]
 
 
 def _per_rank(k: pl.DataFrame, steps: pl.DataFrame, top: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Breakdown rows, top kernels and the communication kernels of one or more ranks' activities."""
     if "file" not in k.columns:
         k = k.with_columns(pl.lit(None, pl.String).alias("file"))
+    k = k.select(USED_COLUMNS)   # copies below carry only what the answers need
     window = _hta_window(k, steps)
     whole = _breakdown(window, ["rank"]).with_columns(pl.lit(None, pl.Int32).alias("step"))
     per_step = _breakdown(k.filter(pl.col("step").is_not_null()), ["rank", "step"])
