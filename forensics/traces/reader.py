@@ -147,19 +147,10 @@ class _Event(msgspec.Struct, gc=False):
     name: Any = None
     ts: Any = None
     dur: Any = None
-    args: Any = None          # _Args, or None when the event has none or not an object
+    args: _Args | None = None   # None too when an event parsed another way has args that are not an object
 
 
-class _RawEvent(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: _Args | None = None
-
-
-_DECODE = msgspec.json.Decoder(list[_RawEvent]).decode
+_DECODE = msgspec.json.Decoder(list[_Event]).decode
 
 
 def _event(e: Any) -> _Event | None:
