@@ -6,10 +6,13 @@ rules by name), joining each activity to the CPU runtime call that launched it (
 and to the ProfilerStep that call ran in, and the trace's `distributedInfo`. Must not compute
 breakdowns (stats.py) nor write stores (ingest/kineto.py).
 
-Memory: the JSON text is never held; the parser (ijson, C backend) yields one trace event at a
-time and only GPU activities, launches and steps are kept, as integer columns plus a table of
-distinct names (kernel names are long, distinct ones few). Peak memory grows with the number
-of GPU activities (~60 bytes each), not with the trace size (CPU ops are most of a trace).
+Memory: the JSON text is never held; about 1 MiB of the event list at a time is decoded (msgspec,
+typed: only the fields used become objects; ijson where a piece does not parse, see
+_iter_events) and only GPU activities, launches and steps are kept, as integer columns (array,
+8 bytes a value: no Python object per kernel) plus a table of distinct names (kernel names are
+long, distinct ones few). Peak memory grows with the number of GPU activities, not with the
+trace size (CPU ops are most of a trace); the Arrow table is built once at the end, when a
+kernel's launch and step (which may be written after it) are known.
 
 Facts taken from the sources (Kineto libkineto/src/output_json.cpp; HTA hta/common/trace.py,
 hta/utils/utils.py):
