@@ -10,9 +10,11 @@ parent has polars' and Arrow's thread pools running; a forked child can inherit 
 held. Each worker pays its imports (~1 s) once.
 
 Memory: a reader's peak grows with the trace's GPU activities, which grow with its size; it was
-measured at about 0.9 x the uncompressed trace size (1 GB trace with 1.08 M kernels: 0.93 GB
-peak with the per-rank analysis) plus the libraries. A gzip trace is counted at 8 x its size
-on disk (Kineto traces compress ~8-10x).
+measured on generated traces (bench/gen_traces.py, one kernel per ~0.9 KB of trace) at 0.93 GB
+for a 1 GB trace and 0.44 GB for a 250 MB one (the per-rank analysis included, in a spawned
+worker): ~200 MB of libraries plus ~0.75 x the trace size, estimated here at 0.9 x to leave room
+for traces denser in kernels. A gzip trace is counted at 8 x its size on disk (Kineto traces
+compress ~8-10x).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
-BASE_MB = 160                   # one worker's libraries (polars, pyarrow, msgspec) resident
+BASE_MB = 200                   # one spawned worker's libraries (polars, pyarrow, msgspec) resident
 PER_BYTE = 0.9                  # peak bytes per (uncompressed) trace byte
 GZIP_RATIO = 8
 DEFAULT_BUDGET = 0.5            # of the memory available when no budget is given
