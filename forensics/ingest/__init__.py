@@ -705,12 +705,22 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
         # Threads, not processes: the hot path is polars/numpy/pyarrow code that releases the GIL,
         # and one process keeps one copy of the libraries in memory (a process pool tripled the
         # peak RSS and paid ~1 s of imports per worker).
-        with ThreadPoolExecutor(max_workers=n) as pool:
-            futs = {pool.submit(run_unit, u): i for i, u in enumerate(units)}
-            for f in as_completed(futs):
-                i = futs[f]
-                results[i] = f.result()
-                report(i, results[i])  # type: ignore[arg-type]
+        # ... except units of profiler traces: their reading is Python work per trace event
+        # that holds the GIL, so they go to processes, as many as memory allows (traces/pool.py)
+        from ..traces.pool import trace_units
+
+        procs, in_procs = trace_units(units, workers)
+        try:
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                futs = {(procs.submit if procs is not None and i in in_procs else pool.submit)(run_unit, u): i
+                        for i, u in enumerate(units)}
+                for f in as_completed(futs):
+                    i = futs[f]
+                    results[i] = f.result()
+                    report(i, results[i])  # type: ignore[arg-type]
+        finally:
+            if procs is not None:
+                procs.shutdown(cancel_futures=True)
     return results  # type: ignore[return-value]
 
 

@@ -6,10 +6,13 @@ rules by name), joining each activity to the CPU runtime call that launched it (
 and to the ProfilerStep that call ran in, and the trace's `distributedInfo`. Must not compute
 breakdowns (stats.py) nor write stores (ingest/kineto.py).
 
-Memory: the JSON text is never held; the parser (ijson, C backend) yields one trace event at a
-time and only GPU activities, launches and steps are kept, as integer columns plus a table of
-distinct names (kernel names are long, distinct ones few). Peak memory grows with the number
-of GPU activities (~60 bytes each), not with the trace size (CPU ops are most of a trace).
+Memory: the JSON text is never held; about 1 MiB of the event list at a time is decoded (msgspec,
+typed: only the fields used become objects; ijson where a piece does not parse, see
+_iter_events) and only GPU activities, launches and steps are kept, as integer columns (array,
+8 bytes a value: no Python object per kernel) plus a table of distinct names (kernel names are
+long, distinct ones few). Peak memory grows with the number of GPU activities, not with the
+trace size (CPU ops are most of a trace); the Arrow table is built once at the end, when a
+kernel's launch and step (which may be written after it) are known.
 
 Facts taken from the sources (Kineto libkineto/src/output_json.cpp; HTA hta/common/trace.py,
 hta/utils/utils.py):
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 import ijson
+import msgspec
 import orjson
 import polars as pl
 import pyarrow as pa
@@ -123,6 +127,198 @@ class _Tail:
                 self.head_done = True
         self.tail = (self.tail + b)[-self.KEEP:]
         return b
+
+
+CHUNK = 1 << 20           # bytes of events decoded per call: ~2,500 events alive at a time
+# bytes per read, as ijson reads: a damaged compressed stream loses what one read had decompressed
+READ = 1 << 16
+_WS = b" \t\r\n"
+_LIST_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The args of a trace event this reader looks at; the decoder skips every other key (most
+    of a trace's bytes: shapes, pads, counters) without making objects for them."""
+    stream: Any = None
+    device: Any = None
+    correlation: Any = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _Args | None = None   # None too when an event parsed another way has args that are not an object
+
+
+_DECODE = msgspec.json.Decoder(list[_Event]).decode
+
+
+def _event(e: Any) -> _Event | None:
+    """A trace event parsed some other way (a dict) as the fast path gives it; None: not an object."""
+    if not isinstance(e, dict):
+        return None
+    a = e.get("args")
+    args = _Args(a.get("stream"), a.get("device"), a.get("correlation")) if isinstance(a, dict) else None
+    return _Event(e.get("ph"), e.get("cat"), e.get("name"), e.get("ts"), e.get("dur"), args)
+
+
+def _decode(piece: bytes) -> list[Any]:
+    """One piece of the event list (text of a JSON list) -> its events. msgspec decodes the
+    fields above only; a piece it cannot type (an event that is not an object, args that are
+    not one) is parsed by orjson and converted. Invalid JSON raises orjson.JSONDecodeError."""
+    try:
+        return _DECODE(piece)
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError as ex:      # not JSON (or an integer beyond 64 bits): say so as orjson would
+        raise orjson.JSONDecodeError(str(ex), "", 0) from None
+    return [_event(e) for e in orjson.loads(piece)]
+
+
+def _ijson_events(stream: Any) -> Iterator[_Event | None]:
+    for e in ijson.items(stream, "traceEvents.item", use_float=True):
+        yield _event(e)
+
+
+class _Chain:
+    """Bytes already read, then the rest of a stream (what ijson reads after a fallback)."""
+
+    def __init__(self, first: bytes, rest: Any) -> None:
+        self.first, self.rest = first, rest
+
+    def read(self, n: int = -1) -> bytes:
+        if self.first:
+            out = self.first if n < 0 else self.first[:n]
+            self.first = self.first[len(out):]
+            return out
+        return self.rest.read(n)
+
+
+def _boundaries(buf: bytes, tries: int = 4) -> Iterator[int]:
+    """Offsets of the last few `}` + `,` + `{` separators in buf (whitespace allowed between):
+    each may end one trace event and start the next. One inside a string or a nested list of
+    objects is not a boundary: the parse of the text before it fails and the next one is tried."""
+    q = len(buf)
+    found = 0
+    for _ in range(10_000):
+        q = buf.rfind(b"{", 0, q)
+        if q <= 0:
+            return
+        j = q - 1
+        while j >= 0 and buf[j] in _WS:
+            j -= 1
+        if j > 0 and buf[j] == 0x2C:           # ,
+            j -= 1
+            while j >= 0 and buf[j] in _WS:
+                j -= 1
+            if j >= 0 and buf[j] == 0x7D:      # }
+                yield j + 1
+                found += 1
+                if found == tries:
+                    return
+
+
+def _object_rest(rest: bytes) -> bool:
+    """Whether `rest` (what follows the event list) closes the top-level object as JSON."""
+    rest = rest.strip()
+    if rest == b"}":
+        return True
+    if not rest.startswith(b","):
+        return False
+    try:
+        return isinstance(orjson.loads(b"{" + rest[1:]), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _fill(src: Any, buf: bytes, want: int) -> tuple[bytes, bool]:
+    """buf and what follows it in src, up to `want` bytes; True when src has ended."""
+    parts, n = [buf], len(buf)
+    while n < want:
+        b = src.read(READ)
+        if not b:
+            return b"".join(parts), True
+        parts.append(b)
+        n += len(b)
+    return b"".join(parts), False
+
+
+def _iter_events(src: Any) -> Iterator[Any]:
+    """The items of the top-level `traceEvents` list, in order, one at a time (_Event-like:
+    ph, cat, name, ts, dur, args.stream/device/correlation; None for an item that is not an
+    object).
+
+    Fast path: the list's text is cut at separators between events, about CHUNK bytes at a time,
+    and each piece is decoded whole in C (msgspec, typed: only the fields above become objects).
+    A cut is only accepted when the text before it parses as a list: text cut inside a string or
+    a nested object never does, so every piece starts at a true event boundary. Whatever the fast
+    path cannot place (no top-level `traceEvents` list in the first 8 MiB, damaged or cut text)
+    goes on through ijson from where the fast path stopped, so an error is reported after the
+    same event as a plain ijson reading would."""
+    buf = b""
+    m = None
+    while True:
+        b = src.read(READ)
+        buf += b
+        m = _LIST_START.search(buf)
+        if m or not b or len(buf) > (8 << 20):
+            break
+    if m is not None:
+        try:
+            head = orjson.loads(buf[:m.start()] + b'"traceEvents": []}')
+        except orjson.JSONDecodeError:
+            head = None
+        if not isinstance(head, dict):   # not the top-level key (or no JSON object around it)
+            m = None
+    if m is None:
+        yield from _ijson_events(_Chain(buf, src))
+        return
+    buf = buf[m.end():]
+    eof = False
+    while True:
+        if not eof and len(buf) < CHUNK:
+            buf, eof = _fill(src, buf, CHUNK)
+        if eof:
+            # the end of the list, then the keys after it: cut at the list's closing bracket
+            events = None
+            end = buf.rfind(b"]")
+            for _ in range(64):
+                if end < 0:
+                    break
+                try:
+                    events = _decode(b"[" + buf[:end + 1])
+                    break
+                except orjson.JSONDecodeError:
+                    end = buf.rfind(b"]", 0, end)
+            if events is not None and not _object_rest(buf[end + 1:]):
+                events = None     # the keys after the list are cut or damaged: ijson says where
+            if events is None:
+                yield from _ijson_events(_Chain(b'{"traceEvents": [' + buf, src))
+            else:
+                yield from events
+            return
+        events = None
+        tried = False
+        for cut in _boundaries(buf):
+            tried = True
+            try:
+                events = _decode(b"[" + buf[:cut] + b"]")
+            except orjson.JSONDecodeError:
+                continue
+            buf = buf[buf.index(b"{", cut):]
+            break
+        if events is None:
+            # no separator yet (one event longer than a piece): read on; separators that all fail
+            # (damaged text): ijson from here, to say where
+            if not tried and len(buf) < (64 << 20):
+                buf, eof = _fill(src, buf, len(buf) + CHUNK)
+                continue
+            yield from _ijson_events(_Chain(b'{"traceEvents": [' + buf, src))
+            return
+        yield from events
 
 
 def _top_level(tail: _Tail) -> dict[str, Any]:
@@ -225,51 +421,77 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     i = 0
     t_lo: int | None = None
     t_hi: int | None = None
+    # the loop runs once per trace event (millions): names bound locally, the branch that most
+    # events take (CPU ops) decided with the fewest lookups
+    gpu_cats, runtime_cats = _GPU_CATS, _RUNTIME_CATS
+    name_id, cat_id = names.setdefault, cats.setdefault
+    cpu_collectives = info.cpu_collectives
     try:
-        for i, e in enumerate(ijson.items(tail, "traceEvents.item", use_float=True), start=1):
-            if not isinstance(e, dict) or e.get("ph") != "X":
+        for e in _iter_events(tail):
+            i += 1
+            if e is None or e.ph != "X":
                 continue
-            cat = e.get("cat")
-            args = e.get("args")
-            if not isinstance(args, dict):
-                args = {}
-            ts = _ns(e.get("ts"))
-            if ts is None:
-                continue
-            dur = _ns(e.get("dur"))
+            ts = e.ts
+            if type(ts) is int:
+                ts *= 1000
+            elif type(ts) is float:
+                ts = int(round(ts * 1000))
+            else:
+                ts = _ns(ts)
+                if ts is None:
+                    continue
+            dur = e.dur
+            if type(dur) is int:
+                dur *= 1000
+            elif dur is not None:
+                dur = _ns(dur)
             if t_lo is None or ts < t_lo:
                 t_lo = ts
-            end = ts + (dur or 0)
+            end = ts + dur if dur else ts
             if t_hi is None or end > t_hi:
                 t_hi = end
-            name = e.get("name")
-            name = name if isinstance(name, str) else str(name)
-            st = _int(args.get("stream"))
-            if st is not None and st != -1 and cat in _GPU_CATS:
-                if dur is None:
+            cat = e.cat
+            name = e.name
+            if type(name) is not str:
+                name = str(name)
+            if cat in gpu_cats:
+                args = e.args
+                st = None if args is None else args.stream
+                if type(st) is not int:
+                    st = _int(st)
+                if st is not None and st != -1:
+                    if dur is None:
+                        continue
+                    k_name.append(name_id(name, len(names)))
+                    k_cat.append(cat_id(str(cat), len(cats)))
+                    dev = args.device
+                    if type(dev) is not int:
+                        dev = _int(dev)
+                    k_dev.append(-1 if dev is None else dev)
+                    k_stream.append(st)
+                    k_ts.append(ts)
+                    k_dur.append(dur)
+                    corr = args.correlation
+                    if type(corr) is not int:
+                        corr = _int(corr)
+                    k_corr.append(-1 if corr is None else corr)
+                    k_line.append(i)
                     continue
-                k_name.append(names.setdefault(name, len(names)))
-                k_cat.append(cats.setdefault(str(cat), len(cats)))
-                dev = _int(args.get("device"))
-                k_dev.append(-1 if dev is None else dev)
-                k_stream.append(st)
-                k_ts.append(ts)
-                k_dur.append(dur)
-                corr = _int(args.get("correlation"))
-                k_corr.append(-1 if corr is None else corr)
-                k_line.append(i)
-            elif cat in _RUNTIME_CATS:
-                corr = _int(args.get("correlation"))
+            elif cat in runtime_cats:
+                corr = None if e.args is None else e.args.correlation
+                if type(corr) is not int:
+                    corr = _int(corr)
                 if corr is not None and corr > 0:
                     l_corr.append(corr)
                     l_ts.append(ts)
-                    l_name.append(names.setdefault(name, len(names)))
-            elif name.startswith("ProfilerStep"):
+                    l_name.append(name_id(name, len(names)))
+                continue
+            if name[:12] == "ProfilerStep":
                 m = _STEP.match(name)
                 if m and dur is not None:
                     steps.append((int(m.group(1)), ts, dur, i))
-            elif cat in ("cpu_op", "user_annotation") and name[:5].lower() == "gloo:":
-                info.cpu_collectives.append((i, name, ts, dur))
+            elif (cat == "cpu_op" or cat == "user_annotation") and name[:5].lower() == "gloo:":
+                cpu_collectives.append((i, name, ts, dur))
     except (ijson.JSONError, ijson.IncompleteJSONError) as ex:
         detail = " ".join(str(ex).split("\n")[0].split())[:200]   # yajl adds a caret drawing
         info.problems.append(f"invalid JSON after trace event {i}: {detail}")
@@ -360,29 +582,34 @@ def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: d
         inside = (l_ts >= ts) & (l_ts < ts + dur) & launched
         step_no[inside] = s
         has_step |= inside
-    # the columns in polars (gathers by id: one Python string per distinct name, not per row)
-    name_s = pl.Series(name_list or [""], dtype=pl.String)
-    cat_s = pl.Series(cat_list or [""], dtype=pl.String)
-    kind_s = pl.Series([cat_kind.get(c) for c in cat_list] or [None], dtype=pl.String)
-    categ_s = pl.Series(list(name_cat), dtype=pl.String)
-    coll_s = pl.Series(list(coll_list), dtype=pl.String)
-    nm = pl.Series(k_name, dtype=pl.Int64)
-    ct = pl.Series(k_cat, dtype=pl.Int64)
-    null_if = lambda v, bad: pl.Series(v).set(pl.Series(bad), None)  # noqa: E731
-    df = pl.DataFrame({
-        "rank": pl.Series([info.rank] * n, dtype=pl.Int32),
-        "step": null_if(step_no, ~has_step).cast(pl.Int32),
-        "device": null_if(k_dev, k_dev < 0).cast(pl.Int32),
-        "stream": pl.Series(k_stream).cast(pl.Int32),
-        "category": kind_s.gather(ct).fill_null(categ_s.gather(nm)),
-        "cat": cat_s.gather(ct),
-        "name": name_s.gather(nm),
-        "collective": coll_s.gather(nm),
-        "start_ns": pl.Series(k_ts + offset),
-        "dur_ns": pl.Series(k_dur),
-        "correlation": null_if(k_corr, k_corr < 0),
-        "launch_ns": null_if(l_ts + offset, ~launched),
-        "launch": name_s.gather(pl.Series(np.where(launched, l_name, 0))).set(pl.Series(~launched), None),
-        "line": pl.Series(k_line),
-    })
-    yield from df.to_arrow().cast(KERNEL_SCHEMA).to_batches(max_chunksize=batch_rows)
+    # the columns straight in Arrow, each made once, in its final type (strings gathered by id
+    # from the distinct names: one Python string per distinct name, not per row; no frame in
+    # another library then a cast, each a copy of the table)
+    def strings(values: list[Any]) -> pa.Array:
+        return pa.array(values, pa.large_string())
+
+    def take(values: pa.Array, idx: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+        return values.take(pa.array(idx, pa.int64(), mask=null))
+
+    name_arr = strings(name_list or [""])
+    kind_idx = np.array([CATEGORIES.index(cat_kind[c]) if cat_kind.get(c) else -1 for c in cat_list] or [-1], np.int64)
+    categ_idx = np.array([CATEGORIES.index(c) if c in CATEGORIES else 0 for c in name_cat], np.int64)
+    by_kind = kind_idx[k_cat] if n else np.zeros(0, np.int64)
+    categ = np.where(by_kind >= 0, by_kind, categ_idx[k_name] if n else by_kind)
+    cols = {
+        "rank": pa.nulls(n, pa.int32()) if info.rank is None else pa.array(np.full(n, info.rank, np.int32)),
+        "step": pa.array(step_no.astype(np.int32), mask=~has_step),
+        "device": pa.array(k_dev.astype(np.int32), mask=k_dev < 0),
+        "stream": pa.array(k_stream.astype(np.int32)),
+        "category": take(strings(list(CATEGORIES)), categ),
+        "cat": take(strings(cat_list or [""]), k_cat),
+        "name": take(name_arr, k_name),
+        "collective": take(strings(list(coll_list)), k_name),
+        "start_ns": pa.array(k_ts + offset),
+        "dur_ns": pa.array(k_dur),
+        "correlation": pa.array(k_corr, mask=k_corr < 0),
+        "launch_ns": pa.array(l_ts + offset, mask=~launched),
+        "launch": take(name_arr, l_name, ~launched),
+        "line": pa.array(k_line),
+    }
+    yield from pa.table(cols, schema=KERNEL_SCHEMA).to_batches(max_chunksize=batch_rows)

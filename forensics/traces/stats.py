@@ -130,14 +130,14 @@ def _union_ns(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Per group: the total length of the union of [start, start + dur) intervals."""
     if df.is_empty():
         return pl.DataFrame(schema={**{c: df.schema[c] for c in by}, "union_ns": pl.Int64})
+    # in start order, each interval adds what reaches past the furthest end before it (all of
+    # [its start, that end] is covered already): one pass, no group per block of overlaps
+    new_part = (pl.col("end_ns") - pl.max_horizontal("start_ns", pl.col("_prev").fill_null(pl.col("start_ns"))))
     return (
         df.select(*by, "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
         .sort([*by, "start_ns"])
         .with_columns(pl.col("end_ns").cum_max().shift(1).over(by).alias("_prev"))
-        .with_columns((pl.col("_prev").is_null() | (pl.col("start_ns") > pl.col("_prev"))).cast(pl.Int64)
-                      .cum_sum().over(by).alias("_blk"))
-        .group_by([*by, "_blk"]).agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-        .group_by(by).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("union_ns"))
+        .group_by(by).agg(new_part.clip(lower_bound=0).sum().alias("union_ns"))
     )
 
 
@@ -197,9 +197,22 @@ def _idle_causes(k: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 def _hta_window(k: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The activities HTA's whole-trace numbers count (see the module docstring)."""
     last = steps.group_by("rank").agg(pl.len().alias("_n"), pl.col("start_ns").max().alias("_last"))
-    return (k.join(last, on="rank", how="left", nulls_equal=True)
-            .filter((pl.col("_n").fill_null(0) < 2) | (pl.col("launch_ns") < pl.col("_last")))
-            .drop("_n", "_last"))
+    if last.height > 64:   # many ranks at once (stats_of): a join
+        return (k.join(last, on="rank", how="left", nulls_equal=True)
+                .filter((pl.col("_n").fill_null(0) < 2) | (pl.col("launch_ns") < pl.col("_last")))
+                .drop("_n", "_last"))
+    # a trace's rank or a few: the last step's start as an expression (a join would copy the
+    # frame once more, the largest thing a worker holds)
+    cut: Any = None
+    for r, n, t in last.iter_rows():
+        if n < 2:
+            continue
+        is_r = pl.col("rank").is_null() if r is None else pl.col("rank") == r
+        cut = pl.when(is_r).then(pl.lit(t)) if cut is None else cut.when(is_r).then(pl.lit(t))
+    if cut is None:
+        return k
+    limit = cut.otherwise(None)
+    return k.filter(limit.is_null() | (pl.col("launch_ns") < limit))
 
 
 def _top_kernels(k: pl.DataFrame, n: int) -> pl.DataFrame:
@@ -266,30 +279,51 @@ def straggler_of(arr: pl.DataFrame, late: pl.DataFrame) -> dict[str, Any] | None
     return {**top, "evidence": cites}
 
 
-def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N) -> TraceStats:
+def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N, jobs: int | None = None) -> TraceStats:
     """Per rank and per profiler step: temporal breakdown, idle causes, overlap; top kernels;
     late arrivals at communication kernels and the rank the others waited for.
 
-    One trace (one rank of a store) is in memory at a time: per-rank answers are computed from
-    it and only its communication kernels are kept for the comparison across ranks."""
+    Trace files are read in worker processes (traces/pool.py: as many as cores, files and memory
+    allow; `jobs` caps them, 1 reads here). Each worker holds one trace at a time and hands back
+    its per-rank answers and communication kernels only; results come back in file order, so
+    they do not depend on the worker count. A store is read here, one rank at a time."""
     from ..store import is_store
 
     paths = list(paths)
     parts, infos = [], []
     if len(paths) == 1 and is_store(paths[0]):
-        chunks = _store_chunks(paths[0])
-    else:
-        chunks = (_file_frames(f) for f in trace_files(paths))
-    for k, steps, info in chunks:
-        if info is not None:
-            infos += info if isinstance(info, list) else [info]
-        parts.append(_per_rank(k, steps, top))
+        for k, steps, info in _store_chunks(paths[0]):
+            if info is not None:
+                infos += info
+            parts.append(_per_rank(k, steps, top))
+        return _assemble(parts, infos)
+    from .pool import pool, workers_for
+
+    files = trace_files(paths)
+    n = workers_for(files, jobs)
+    if n <= 1:
+        done = (_file_part(f, top) for f in files)
+        for part, info in done:
+            parts.append(part)
+            infos.append(info)
+        return _assemble(parts, infos)
+    with pool(n) as ex:
+        for part, info in ex.map(_file_part, files, [top] * len(files)):
+            parts.append(part)
+            infos.append(info)
     return _assemble(parts, infos)
 
 
-def _file_frames(f: Path) -> tuple[pl.DataFrame, pl.DataFrame, TraceInfo]:
+def _file_part(f: Path, top: int) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], TraceInfo]:
+    """One trace file's per-rank answers (a worker's job: the kernels stay in the worker)."""
+    k, steps, info = _file_frames(f, [c for c in USED_COLUMNS if c != "file"])
+    return _per_rank(k, steps, top), info
+
+
+def _file_frames(f: Path, columns: list[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame, TraceInfo]:
     t = read_trace(f)
-    return (pl.from_arrow(t.kernels).with_columns(pl.lit(str(f)).alias("file")),
+    k = t.kernels.select(columns) if columns else t.kernels
+    return (pl.from_arrow(k).with_columns(pl.lit(str(f)).alias("file")),
             pl.from_arrow(t.steps).with_columns(pl.lit(str(f)).alias("file")), t.info)
 
 
@@ -307,12 +341,15 @@ def _store_chunks(path: str | os.PathLike[str]) -> Iterator[tuple[pl.DataFrame, 
 
 
 COMM_COLUMNS = ["rank", "collective", "name", "category", "start_ns", "step", "file", "line"]
+USED_COLUMNS = ["rank", "step", "stream", "category", "cat", "name", "collective", "start_ns", "dur_ns", "launch_ns",
+                "file", "line"]
 
 
 def _per_rank(k: pl.DataFrame, steps: pl.DataFrame, top: int) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Breakdown rows, top kernels and the communication kernels of one or more ranks' activities."""
     if "file" not in k.columns:
         k = k.with_columns(pl.lit(None, pl.String).alias("file"))
+    k = k.select(USED_COLUMNS)   # copies below carry only what the answers need
     window = _hta_window(k, steps)
     whole = _breakdown(window, ["rank"]).with_columns(pl.lit(None, pl.Int32).alias("step"))
     per_step = _breakdown(k.filter(pl.col("step").is_not_null()), ["rank", "step"])
