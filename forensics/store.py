@@ -301,7 +301,10 @@ def write_sources_table(sources: list[dict[str, Any]], path: Path) -> None:
     cols["more"] = [json.dumps({k: v for k, v in s.items() if k not in known}, default=str) for s in sources]
     cols["mtime"] = [float(x) if x is not None else None for x in cols["mtime"]]
     schema = {**_SCALARS, **_LIST_FIELDS, **{k: pl.String for k in _JSON_FIELDS}, "more": pl.String}
-    pl.DataFrame(cols, schema=schema).write_parquet(path, compression="zstd")
+    # built by Arrow from the lists (polars' constructor took ~5x longer for 100,000 sources);
+    # the types are the ones polars writes, so the table reads back as before
+    t = pa.table({k: pa.array(v, type=pl.Series(k, [], dtype=schema[k]).to_arrow().type) for k, v in cols.items()})
+    pq.write_table(t, path, compression="zstd")
 
 
 def read_sources_table(path: Path) -> list[dict[str, Any]]:

@@ -174,7 +174,7 @@ def _file_info_or_gone(path: Path) -> tuple[FileInfo, _Looked | None] | str:
     """file_info (and, for a plain file, a _Looked), or the path when the file vanished since
     it was listed."""
     try:
-        info, head, tail = file_info_and_head(path)
+        info, head, tail = file_info_and_head(path, resolved=True)   # expand's paths are resolved
     except ForensicsError:
         if not path.exists():
             return str(path.resolve())
@@ -377,11 +377,13 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
     problems: list[dict[str, str]] = []
     sources: dict[str, dict[str, Any]] = {}
     if append:
+        listed = {str(f) for f in files}   # expand's paths are resolved, as the sources' are
         for p, s in prev_sources.items():
             if p in damaged:  # read again below if it still exists, else dropped (and said so)
                 if os.path.isfile(p):
-                    if all(str(f.resolve()) != p for f in files):
+                    if p not in listed:
                         files = [*files, Path(p)]
+                        listed.add(p)
                 else:
                     problems.append({"path": p, "problem": "dropped from the store: its parts were damaged "
                                                             "and the file is gone"})

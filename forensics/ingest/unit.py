@@ -234,11 +234,13 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
             pl.len().alias("n"), pl.col("rank").drop_nulls().unique().sort().alias("ranks"),
             pl.col("host").drop_nulls().unique().sort().alias("hosts"),
             pl.col("timestamp").min().alias("tmin"), pl.col("timestamp").max().alias("tmax"))
-        for f, n, ranks, hosts, tmin, tmax in per.iter_rows():
+        # column lists, naive UTC times (iter_rows and zone-aware values cost ~50 us a file)
+        per = per.with_columns(pl.col("tmin", "tmax").dt.replace_time_zone(None))
+        for f, n, ranks, hosts, tmin, tmax in zip(*(per[c].to_list() for c in per.columns)):
             r = out[idx[f]]
             r.events, r.wrote_events, r.ranks, r.hosts = n, True, ranks, hosts
-            r.start_ts = tmin.isoformat() if tmin is not None else None
-            r.end_ts = tmax.isoformat() if tmax is not None else None
+            r.start_ts = tmin.isoformat() + "+00:00" if tmin is not None else None
+            r.end_ts = tmax.isoformat() + "+00:00" if tmax is not None else None
         srcs = df.group_by("file", pl.col("rank_source").cast(pl.String)).len()
         for f, src, n in srcs.iter_rows():
             out[idx[f]].rank_sources[src] = n
