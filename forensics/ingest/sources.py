@@ -114,7 +114,7 @@ def _walk(root: Path) -> Iterator[Path]:
         yield from _walk(root / d)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileInfo:
     path: str            # absolute
     size: int

@@ -27,7 +27,7 @@ from .jsonl import scan_files
 from .sources import GuardedStream, RangeReader, max_line_bytes, open_binary, zstd_damage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Piece:
     """One file, or a byte range [start, end) of a plain file, to read."""
     path: str                 # absolute path of the source file
@@ -40,9 +40,11 @@ class Piece:
     host_hint: str | None = None
     size: int = -1            # the file's size when it was listed (-1: unknown): a shrink check
     kernels_part: str = ""    # profiler traces: where their GPU activities go (STORE/kernels)
+    # a small whole file's bytes, read by planning (its fingerprint covers them): not read again
+    data: bytes | None = field(default=None, repr=False, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unit:
     """Pieces read in order into one events part and one rejects part (absolute paths)."""
     pieces: tuple[Piece, ...]
@@ -53,7 +55,7 @@ class Unit:
     weight: int = 0           # input bytes planned (progress)
 
 
-@dataclass
+@dataclass(slots=True)
 class PieceResult:
     path: str
     start: int
@@ -202,11 +204,13 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
     idx: list[int] = []
     held: dict[int, bytes] = {}
     for k, p in enumerate(pieces):
-        try:
-            with open(p.path, "rb") as f:
-                data = f.read(p.size + 1)
-        except OSError:
-            continue
+        data = p.data
+        if data is None:
+            try:
+                with open(p.path, "rb") as f:
+                    data = f.read(p.size + 1)
+            except OSError:
+                continue
         if len(data) == p.size and data.endswith(b"\n"):
             bufs.append(data)
             idx.append(k)
