@@ -672,8 +672,10 @@ def _other_run(kept: list[dict[str, Any]], fresh: list[dict[str, Any]], staging:
             return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "timestamp": pl.Datetime("us", "UTC"),
                                         "source_file": pl.String})
         return (pl.scan_parquet(parts)
+                # a step logged without a time cannot show another time (and has none to name)
                 .filter((pl.col("event") == "TRAIN_STEP") & (pl.col("event_source") == "record")
-                        & pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+                        & pl.col("rank").is_not_null() & pl.col("step").is_not_null()
+                        & pl.col("timestamp").is_not_null())
                 .select("rank", "step", "timestamp", pl.col("source_file").cast(pl.String))
                 .unique(["rank", "step", "timestamp"]).collect())
 
