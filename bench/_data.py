@@ -81,3 +81,24 @@ def dataset(root: Path, ranks: int = 64, steps: int = 2000, seed: int = 0) -> Pa
         write_rank(d / f"rank_{r:05d}.jsonl", r, steps, ranks, seed)
     done.write_text("ok")
     return d
+
+
+def one_line_files(root: Path, n: int = 100_000, per_dir: int = 1000) -> Path:
+    """Write (once) `n` files of one JSON line each (~130 bytes: ~13 MB for 100,000), `per_dir`
+    to a folder, file i the TRAIN_STEP of rank i % 4096 at step i // 4096: the many-tiny-files
+    case (an ingest cost that grows with files, not bytes)."""
+    d = root / f"one_line_n{n}"
+    done = d / ".complete"
+    if done.exists():
+        return d
+    for i in range(n):
+        sub = d / f"d{i // per_dir:04d}"
+        if i % per_dir == 0:
+            sub.mkdir(parents=True, exist_ok=True)
+        rank, step = i % 4096, i // 4096
+        line = orjson.dumps({"timestamp": _iso(T0 + step * 0.3 + rank * 1e-4), "rank": rank, "host": f"node{rank // 8}",
+                             "level": "INFO", "event": "TRAIN_STEP", "message": f"step={step}",
+                             "extra": {"step": step, "loss": 2.5}}) + b"\n"
+        (sub / f"rank_{rank:05d}_step{step:03d}.jsonl").write_bytes(line)
+    done.write_text("ok")
+    return d

@@ -2,6 +2,13 @@
 
     python bench/ingest.py                 # 64 ranks, ~1 GB, 3 repetitions
     python bench/ingest.py --steps 3000 --reps 5 --ranks 64
+    python bench/ingest.py --src /work/scale/r4096 --no-summaries     # any folder of *.jsonl (recursive)
+    python bench/ingest.py --one-line 100000 --tools forensics,duckdb  # 100,000 one-line files
+
+--src reads an existing folder (e.g. bench/_gen.py's 4,096 per-rank files in per-host folders);
+--one-line N writes N one-line files (bench/_data.one_line_files, kept under --data): the costs
+that grow with the number of files, not bytes. --no-summaries runs forensics with
+FORENSICS_SUMMARIES=0 (the ingest path alone, without the summaries built after it).
 
 Each tool runs in its own process (so its memory is its own), writing Parquet from the same
 JSONL files; a separate, untimed process then counts the rows written and checks that a key seen
@@ -35,27 +42,27 @@ DUCKDB = r"""
 import sys, duckdb
 src, out = sys.argv[1], sys.argv[2]
 con = duckdb.connect()
-con.execute(f"COPY (SELECT * FROM read_json('{src}/*.jsonl', format='newline_delimited')) TO '{out}/events.parquet' (FORMAT parquet, COMPRESSION zstd)")
+con.execute(f"COPY (SELECT * FROM read_json('{src}/GLOB', format='newline_delimited')) TO '{out}/events.parquet' (FORMAT parquet, COMPRESSION zstd)")
 """
 DUCKDB_CHECK = r"""
-import sys, duckdb
+import os, sys, duckdb
 out = sys.argv[2]
 con = duckdb.connect()
 n = con.execute(f"SELECT count(*) FROM read_parquet('{out}/events.parquet')").fetchall()[0][0]
 cols = str(con.execute(f"DESCRIBE SELECT * FROM read_parquet('{out}/events.parquet')").fetchall())
-print(n, "rare-key:" + ("kept" if "watchdog_rare_key" in cols else "LOST"))
+print(n, "rare-key:" + ("kept" if "watchdog_rare_key" in cols else "LOST") if os.environ.get("BENCH_RARE") != "0" else "")
 """
 
 POLARS = r"""
 import sys, polars as pl
 src, out = sys.argv[1], sys.argv[2]
-pl.scan_ndjson(f"{src}/*.jsonl").sink_parquet(f"{out}/events.parquet", compression="zstd")
+pl.scan_ndjson(f"{src}/GLOB").sink_parquet(f"{out}/events.parquet", compression="zstd")
 """
 POLARS_CHECK = r"""
-import sys, polars as pl
+import os, sys, polars as pl
 out = sys.argv[2]
 lf = pl.scan_parquet(f"{out}/events.parquet")
-print(lf.select(pl.len()).collect().item(), "rare-key:" + ("kept" if "watchdog_rare_key" in str(lf.collect_schema()) else "LOST"))
+print(lf.select(pl.len()).collect().item(), "rare-key:" + ("kept" if "watchdog_rare_key" in str(lf.collect_schema()) else "LOST") if os.environ.get("BENCH_RARE") != "0" else "")
 """
 
 FORENSICS = r"""
@@ -65,22 +72,28 @@ if __name__ == "__main__":
     print(json.dumps({"events": s.events, "rejected": s.rejected}))
 """
 FORENSICS_CHECK = r"""
-import sys, forensics, polars as pl
+import os, sys, forensics, polars as pl
 from forensics.ingest import native
 run = forensics.open_run(sys.argv[2] + "/store")
 n = run.events().select(pl.len()).collect().item()
 rare = run.events().filter(pl.col("extra").str.contains("watchdog_rare_key")).collect().height
-print(n, "rare-key:" + ("kept" if rare == 1 else "LOST"), "native:" + ("yes" if native.available() else "no"))
+print(n, "rare-key:" + ("kept" if rare == 1 else "LOST") if os.environ.get("BENCH_RARE") != "0" else "", "native:" + ("yes" if native.available() else "no"))
 """
 CHECKS = {"forensics": FORENSICS_CHECK, "duckdb": DUCKDB_CHECK, "polars": POLARS_CHECK}
 
 
-def measure(code: str, src: Path, out: Path, check: str) -> dict[str, float | str]:
+def with_glob(code: str, pattern: str = "*.jsonl") -> str:
+    """A tool's script reading `pattern` under the source folder."""
+    return code.replace("GLOB", pattern)
+
+
+def measure(code: str, src: Path, out: Path, check: str, env: dict[str, str] | None = None) -> dict[str, float | str]:
     script = out.parent / f"{out.name}.py"
     script.write_text(code)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, str(script), str(src), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, str(script), str(src), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, **(env or {})})
     proc = psutil.Process(p.pid)
     peak = 0
     while p.poll() is None:
@@ -112,19 +125,31 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--data", default=str(Path(__file__).resolve().parent / "out"))
     ap.add_argument("--tools", default="forensics,duckdb,polars")
+    ap.add_argument("--src", help="an existing folder of *.jsonl files (read recursively) instead of generated data")
+    ap.add_argument("--one-line", type=int, metavar="N", help="N one-line files instead (written once under --data)")
+    ap.add_argument("--no-summaries", action="store_true", help="forensics with FORENSICS_SUMMARIES=0")
     args = ap.parse_args()
 
-    src = _data.dataset(Path(args.data), args.ranks, args.steps)
-    size = sum(f.stat().st_size for f in src.glob("*.jsonl"))
-    print(f"data: {src}  {args.ranks} files, {size / 1e6:.0f} MB, cores: {os.cpu_count()}")
-    codes = {"forensics": FORENSICS, "duckdb": DUCKDB, "polars": POLARS}
+    if args.src or args.one_line:
+        src = Path(args.src) if args.src else _data.one_line_files(Path(args.data), args.one_line)
+        files = list(src.rglob("*.jsonl"))
+        pattern = "**/*.jsonl"
+        os.environ["BENCH_RARE"] = "0"   # the rare key is a line of the generated data set only
+    else:
+        src = _data.dataset(Path(args.data), args.ranks, args.steps)
+        files = list(src.glob("*.jsonl"))
+        pattern = "*.jsonl"
+    size = sum(f.stat().st_size for f in files)
+    print(f"data: {src}  {len(files):,} files, {size / 1e6:.0f} MB, cores: {os.cpu_count()}, load {os.getloadavg()[0]:.1f}")
+    codes = {"forensics": FORENSICS, "duckdb": with_glob(DUCKDB, pattern), "polars": with_glob(POLARS, pattern)}
+    envs = {"forensics": {"FORENSICS_SUMMARIES": "0"} if args.no_summaries else {}}
     tools = args.tools.split(",")
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     for rep in range(args.reps):
         for tool in tools:  # interleaved, so machine noise hits every tool alike
             tmp = Path(tempfile.mkdtemp(prefix=f"bench-{tool}-", dir=args.data))
             try:
-                r = measure(codes[tool], src, tmp, CHECKS[tool])
+                r = measure(codes[tool], src, tmp, CHECKS[tool], envs.get(tool))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
                 for f in Path(args.data).glob(f"{tmp.name}.py"):

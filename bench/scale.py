@@ -48,7 +48,7 @@ STEPS = {64: 28_750, 1024: 240, 4096: 120, 10240: 100}
 RANKS_PER_HOST = 8
 
 # bench/ingest.py's DuckDB ingest, reading the per-host folders _gen.py writes
-DUCKDB = I.DUCKDB.replace("{src}/*.jsonl", "{src}/**/*.jsonl")
+DUCKDB = I.with_glob(I.DUCKDB, "**/*.jsonl")
 assert DUCKDB != I.DUCKDB
 
 # forensics on a LocalCluster of this machine; the cluster's start and the ingest timed apart

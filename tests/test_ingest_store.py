@@ -339,12 +339,19 @@ def test_key_first_seen_in_a_late_block_of_a_later_file_survives(tmp_path: Path,
     assert len(open_store(tmp_path / "st").sources[1]["event_parts"]) == 1
 
 
-def test_small_plain_file_is_opened_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("carry", [True, False])
+def test_small_plain_file_is_opened_once_or_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, carry: bool) -> None:
     """Planning reads a small file once (fingerprint, format, rank key and complete end from
-    the same bytes), the reader once more: two opens, not five. The tail without a newline
+    the same bytes); a file up to CARRY_BYTES goes to its unit with those bytes (one open), a
+    bigger one is read once more by its unit (two opens, not five). The tail without a newline
     still gives the right complete end (re-ingest after it grows reads the tail again)."""
     import builtins
     import io
+
+    import forensics.ingest as ingest_pkg
+
+    if not carry:
+        monkeypatch.setattr(ingest_pkg, "CARRY_BYTES", 0)
 
     d = tmp_path / "logs"
     write_run(d, ranks=3, steps=30)
@@ -364,7 +371,7 @@ def test_small_plain_file_is_opened_twice(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(io, "open", counting(real_io_open))
     s = forensics.ingest([str(d)], tmp_path / "store", workers=1)
     monkeypatch.undo()
-    assert sorted(opens.values()) == [2, 2, 2], opens
+    assert sorted(opens.values()) == ([1, 1, 1] if carry else [2, 2, 2]), opens
     assert s.rejected == 1 and s.events == 90
     src = {Path(r["path"]).name: r for r in open_store(tmp_path / "store").sources}
     assert src["rank_2.jsonl"]["complete_end"] == (d / "rank_1.jsonl").stat().st_size

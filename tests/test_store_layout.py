@@ -82,7 +82,7 @@ def test_batches_are_consecutive_rank_ranges(tmp_path: Path, monkeypatch) -> Non
     """Files are ordered by the rank their first line names (not their path: node10 sorts
     before node2, and rank_3 is a local rank), so each part holds a range of ranks."""
     d = rank_files(tmp_path / "logs", range(96))
-    size = sum(f.stat().st_size for f in d.rglob("*.jsonl"))
+    size = sum(f.stat().st_size + ing.FILE_WEIGHT for f in d.rglob("*.jsonl"))   # a batch weighs bytes and files
     monkeypatch.setattr(ing, "BATCH_BYTES", size // 4 + 1)
     monkeypatch.setattr(ing, "BATCH_MIN", 1)
     monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)      # tiny parts here: keep them
@@ -192,7 +192,7 @@ def test_grown_file_in_a_shared_part_drops_its_stale_tail_reject(tmp_path: Path)
 
 def test_rank_slices_read_only_the_parts_of_their_ranks(tmp_path: Path, monkeypatch) -> None:
     d = rank_files(tmp_path / "logs", range(64), steps=20)
-    size = sum(f.stat().st_size for f in d.rglob("*.jsonl"))
+    size = sum(f.stat().st_size + ing.FILE_WEIGHT for f in d.rglob("*.jsonl"))   # a batch weighs bytes and files
     monkeypatch.setattr(ing, "BATCH_BYTES", size // 4 + 1)
     monkeypatch.setattr(ing, "BATCH_MIN", 1)
     monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)

@@ -8,6 +8,7 @@ atomically (`store.StoreWriter`). It must not parse log lines itself.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import re
 import sys
@@ -57,6 +58,14 @@ INLINE_BYTES = 48 << 20       # below this much input, a process pool costs more
 BATCH_BYTES = 64 << 20        # input per batch at most (a unit sorts its batch in memory)
 BATCH_MIN = 16 << 20          # ... and at least (unless the input is smaller)
 COMPRESSED_WEIGHT = 8         # a compressed byte weighs this many input bytes in a batch
+# A file's fixed cost (open, stat, hash, its counts and its row in the table of sources), as
+# bytes of input in a batch: 100,000 one-line files (13 MB) are ~200 MB of work, not 13 MB.
+FILE_WEIGHT = 2048
+INFO_CHUNK = 256              # files per planning task (fingerprint, format, hints)
+# A file this small goes to its unit with the bytes planning read (a second open and read cost
+# as much as the file's parse), up to CARRY_TOTAL bytes in all.
+CARRY_BYTES = 16 << 10
+CARRY_TOTAL = 64 << 20
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -160,7 +169,7 @@ def _stream_damage(path: str, compression: str) -> str | None:
 HEAD_SNIFF = 64 * 1024   # the head sniff() and _rank_key() see (read_head's default)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Looked:
     """What planning needs of a plain file, taken from the bytes file_info read (one read of a
     small file before the reader's): its format, the rank key its first line names, the offset
@@ -168,16 +177,27 @@ class _Looked:
     fmt: str
     rank_key: int | None
     complete_end: int | None
+    data: bytes | None = None   # the whole file, when it is at most CARRY_BYTES
 
 
-def _file_info_or_gone(path: Path) -> tuple[FileInfo, _Looked | None] | str:
+def _infos(paths: list[str]) -> list[tuple[FileInfo, _Looked | None, int | None, str | None] | str]:
+    """_file_info_or_gone of each path (one pool task per many files: a task per file cost more
+    in futures and locks than a small file's planning), with the path's rank and host hints."""
+    out: list[tuple[FileInfo, _Looked | None, int | None, str | None] | str] = []
+    for path in paths:
+        item = _file_info_or_gone(path)
+        out.append(item if isinstance(item, str) else (*item, rank_from_path(item[0].path), host_from_path(item[0].path)))
+    return out
+
+
+def _file_info_or_gone(path: str) -> tuple[FileInfo, _Looked | None] | str:
     """file_info (and, for a plain file, a _Looked), or the path when the file vanished since
     it was listed."""
     try:
-        info, head, tail = file_info_and_head(path)
+        info, head, tail = file_info_and_head(Path(path), resolved=True)   # expand's paths are resolved
     except ForensicsError:
-        if not path.exists():
-            return str(path.resolve())
+        if not os.path.exists(path):
+            return os.path.realpath(path)
         raise
     if info.compression != "none":
         return info, None
@@ -191,7 +211,8 @@ def _file_info_or_gone(path: Path) -> tuple[FileInfo, _Looked | None] | str:
         end = info.size - len(tail) + tail.rfind(b"\n") + 1   # the last newline is in the tail read
     else:
         end = None
-    return info, _Looked(fmt, _rank_key(first, fmt, rank_from_path(info.path)), end)
+    return info, _Looked(fmt, _rank_key(first, fmt, rank_from_path(info.path)), end,
+                         head if len(head) == info.size <= CARRY_BYTES else None)
 
 
 def _ranges(path: str, start: int, end: int, first_line: int) -> list[tuple[int, int, int]]:
@@ -259,7 +280,7 @@ def ingest(
         cluster = DaskCluster(dask)  # before the lock: an unreachable scheduler writes nothing
         target = target.absolute()   # parts are written by workers whose working directory is not ours
     gmap = parse_gpu_map(gpu_map)
-    files = expand(inputs)
+    files = [str(p) for p in expand(inputs)]   # str: a Path costs ~4x its string, per file
     try:
         with locked(target):
             recover(target)
@@ -274,7 +295,16 @@ def ingest(
             writer = StoreWriter(target, previous)
             _carry_summaries(previous, writer.staging)
             try:
-                summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force, cluster)
+                # No cyclic GC while ingesting: the per-file dicts (100,000 of them for 100,000
+                # files) hold no cycles, but each full collection walked them all (a third of
+                # the CPU at 100,000 files).
+                gc_was = gc.isenabled()
+                gc.disable()
+                try:
+                    summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force, cluster)
+                finally:
+                    if gc_was:
+                        gc.enable()
             except BaseException:
                 writer.abort()
                 raise
@@ -370,18 +400,20 @@ def _batches(pieces: list[tuple[Piece, int | None, int]], n_workers: int) -> lis
     return out
 
 
-def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: bool, workers: int | None,
+def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool, workers: int | None,
                    gmap, progress: Progress | None, force: bool = False, cluster=None) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
     damaged = damaged_sources(previous) if previous else set()
     problems: list[dict[str, str]] = []
     sources: dict[str, dict[str, Any]] = {}
     if append:
+        listed = set(files)   # expand's paths are resolved, as the sources' are
         for p, s in prev_sources.items():
             if p in damaged:  # read again below if it still exists, else dropped (and said so)
                 if os.path.isfile(p):
-                    if all(str(f.resolve()) != p for f in files):
-                        files = [*files, Path(p)]
+                    if p not in listed:
+                        files = [*files, p]
+                        listed.add(p)
                 else:
                     problems.append({"path": p, "problem": "dropped from the store: its parts were damaged "
                                                             "and the file is gone"})
@@ -398,15 +430,18 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
 
     # Fingerprints read 1 MiB per file: on all cores (hashing and reads release the GIL).
     with ThreadPoolExecutor(max_workers=min(len(files), workers or os.cpu_count() or 1) or 1) as pool:
-        listed = list(pool.map(_file_info_or_gone, files))
-    infos: list[tuple[FileInfo, _Looked | None]] = []
-    for fpath, item in zip(files, listed):
+        chunks = [files[i : i + INFO_CHUNK] for i in range(0, len(files), INFO_CHUNK)]
+        listed = [item for chunk in pool.map(_infos, chunks) for item in chunk]
+    del chunks
+    infos: list[tuple[FileInfo, _Looked | None, int | None, str | None]] = []
+    for item in listed:
         if isinstance(item, str):
             problems.append({"path": item, "problem": "file vanished between listing and reading: not read"})
         else:
             infos.append(item)
-    repaired = 0
-    for info, looked in infos:
+    del listed
+    repaired = carried = 0
+    for info, looked, rank_hint, host_hint in infos:
         old = prev_sources.get(info.path)
         if old and info.path in damaged:
             old, repaired = None, repaired + 1  # its parts are damaged: read it again, whole
@@ -429,7 +464,7 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
         src: dict[str, Any] = {
             "path": info.path, "size": info.size, "mtime": info.mtime, "fingerprint": info.fingerprint,
             "head_hash": info.head_hash, "compression": info.compression, "format": fmt,
-            "rank_hint": rank_from_path(info.path), "host_hint": host_from_path(info.path),
+            "rank_hint": rank_hint, "host_hint": host_hint,
             "lines_read": 0, "events": 0, "rejected": 0, "rejected_by_reason": {},
             "ranks": [], "hosts": [], "rank_sources": {}, "start": None, "end": None,
             "event_parts": [], "reject_parts": [], "complete_end": 0, "complete_lines": 0,
@@ -472,31 +507,37 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
         else:
             pieces = [(0, -1, 1)]
         bytes_planned += info.size - start
+        data = looked.data if looked is not None and start == 0 and carried + info.size <= CARRY_TOTAL else None
+        carried += len(data) if data is not None else 0
         for a, b, line in pieces:
             piece = Piece(path=info.path, fmt=fmt, compression=info.compression, start=a, end=b if b >= 0 else -1,
                           first_line=line, rank_hint=src["rank_hint"], host_hint=src["host_hint"], size=info.size,
+                          data=data,
                           # profiler traces: their GPU activities go to a kernels part of their own
                           kernels_part=str(writer.new_part(KERNELS_DIR)[0]) if fmt == "kineto" else "")
-            weight = (info.size - a) * (1 if info.compression == "none" else COMPRESSED_WEIGHT)
+            weight = (info.size - a) * (1 if info.compression == "none" else COMPRESSED_WEIGHT) + FILE_WEIGHT
             if len(pieces) > 1 or weight >= BATCH_BYTES:
                 big.append(piece)
             else:
                 key = _rank_key(head, fmt, src["rank_hint"]) if looked is None else looked.rank_key
                 small.append((piece, key, weight))
 
+    del infos   # planning is done: what it kept of each file is in `sources` and the pieces
     units: list[Unit] = []
     n_workers = workers or os.cpu_count() or 1
+    work = sum(w for _, _, w in small) + sum(_piece_bytes(p) for p in big)   # bytes, and files' fixed costs
     for group in [[p] for p in big] + [[p for p, _, _ in b] for b in _batches(small, n_workers)]:
         ep, _ = writer.new_part(EVENTS_DIR)
         rp, _ = writer.new_part(REJECTS_DIR)
-        weight = sum((p.end if p.end >= 0 else p.size) - p.start if p.compression == "none" else p.size for p in group)
+        weight = sum(_piece_bytes(p) for p in group)
         units.append(Unit(pieces=tuple(group), events_part=str(ep), rejects_part=str(rp), gpu_map=gmap, weight=weight))
 
     kept = {p for p, src in sources.items() if src is prev_sources.get(p)} | grown_paths
     parts = _carry_parts(writer, previous, prev_sources, sources, kept, drop_rejects_after)
 
-    results = _dispatch(units, workers, bytes_planned, progress, cluster)
-    for u, res in zip(units, results):
+    def absorb(u: Unit, res: UnitResult) -> None:
+        """A finished unit's parts and counts into the part table and its sources (as units
+        finish: 100,000 files' counts are not all held at once)."""
         for rel, entry in ((os.path.relpath(u.events_part, writer.staging), res.events_part),
                            (os.path.relpath(u.rejects_part, writer.staging), res.rejects_part)):
             if entry is not None:
@@ -508,6 +549,13 @@ def _ingest_locked(files: list[Path], writer: StoreWriter, previous, append: boo
                 sources[piece.path].setdefault("kernel_parts", []).append(rel)
                 parts[rel] = {"path": rel, "kind": "kernels", "rows": pr.kernel_rows,
                               "rank_min": None, "rank_max": None, "ts_min": None, "ts_max": None}
+
+    _dispatch(units, workers, bytes_planned, progress, cluster, absorb, work)
+    # a file read in ranges lists its parts in file order, whatever order its units finished in
+    unit_of = {os.path.relpath(p, writer.staging): i for i, u in enumerate(units) for p in (u.events_part, u.rejects_part)}
+    for p in {p.path for p in big}:
+        for k in ("event_parts", "reject_parts"):
+            sources[p][k].sort(key=lambda rel: unit_of.get(rel, -1))
     warnings: list[str] = []
     if append and previous is not None:
         fresh = [s for p, s in sources.items() if p not in prev_sources or p in damaged]
@@ -624,8 +672,10 @@ def _other_run(kept: list[dict[str, Any]], fresh: list[dict[str, Any]], staging:
             return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "timestamp": pl.Datetime("us", "UTC"),
                                         "source_file": pl.String})
         return (pl.scan_parquet(parts)
+                # a step logged without a time cannot show another time (and has none to name)
                 .filter((pl.col("event") == "TRAIN_STEP") & (pl.col("event_source") == "record")
-                        & pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+                        & pl.col("rank").is_not_null() & pl.col("step").is_not_null()
+                        & pl.col("timestamp").is_not_null())
                 .select("rank", "step", "timestamp", pl.col("source_file").cast(pl.String))
                 .unique(["rank", "step", "timestamp"]).collect())
 
@@ -672,10 +722,17 @@ def _other_run(kept: list[dict[str, Any]], fresh: list[dict[str, Any]], staging:
     return None, warnings
 
 
+def _piece_bytes(p: Piece) -> int:
+    """Input bytes a piece stands for (a compressed file: its compressed size)."""
+    return (p.end if p.end >= 0 else p.size) - p.start if p.compression == "none" else p.size
+
+
 def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress: Progress | None,
-              cluster=None) -> list[UnitResult]:
+              cluster, absorb: Callable[[Unit, UnitResult], None], work: int) -> None:
+    """Run the units (inline, on a thread pool, or on a Dask cluster) and hand each result to
+    `absorb` as it comes, in the calling thread. `work`: the units' planned weight (bytes and
+    per-file costs): little work runs inline."""
     n = workers or os.cpu_count() or 1
-    results: list[UnitResult | None] = [None] * len(units)
     done_bytes = 0
     if progress:
         progress("start", {"units": len(units), "bytes": total_bytes})
@@ -689,18 +746,19 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
 
     if cluster is not None:  # on a Dask cluster's workers (ingest/distributed.py)
         def done(i: int, r: UnitResult) -> None:
-            results[i] = r
             report(i, r)
+            absorb(units[i], r)
 
         # what each unit reads (its files) and where it writes (the staging folders: kernels/
         # sits beside events/ in the same folder)
         needs = [(tuple(dict.fromkeys(p.path for p in u.pieces)),
                   (os.path.dirname(u.events_part), os.path.dirname(u.rejects_part))) for u in units]
         cluster.map(run_unit, units, needs, done, [u.weight for u in units])
-    elif n <= 1 or len(units) <= 1 or total_bytes < INLINE_BYTES:
+    elif n <= 1 or len(units) <= 1 or work < INLINE_BYTES:
         for i, u in enumerate(units):
-            results[i] = run_unit(u)
-            report(i, results[i])  # type: ignore[arg-type]
+            r = run_unit(u)
+            report(i, r)
+            absorb(u, r)
     else:
         # Threads, not processes: the hot path is polars/numpy/pyarrow code that releases the GIL,
         # and one process keeps one copy of the libraries in memory (a process pool tripled the
@@ -716,12 +774,13 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
                         for i, u in enumerate(units)}
                 for f in as_completed(futs):
                     i = futs[f]
-                    results[i] = f.result()
-                    report(i, results[i])  # type: ignore[arg-type]
+                    r = f.result()
+                    del futs[f]   # the result goes once absorbed
+                    report(i, r)
+                    absorb(units[i], r)
         finally:
             if procs is not None:
                 procs.shutdown(cancel_futures=True)
-    return results  # type: ignore[return-value]
 
 
 def _merge(s: dict[str, Any], r: PieceResult, writer: StoreWriter, u: Unit) -> None:
@@ -733,8 +792,9 @@ def _merge(s: dict[str, Any], r: PieceResult, writer: StoreWriter, u: Unit) -> N
         s["rejected_by_reason"][k] = s["rejected_by_reason"].get(k, 0) + v
     for k, v in r.rank_sources.items():
         s["rank_sources"][k] = s["rank_sources"].get(k, 0) + v
-    s["ranks"] = sorted(set(s["ranks"]) | set(r.ranks))
-    s["hosts"] = sorted(set(s["hosts"]) | set(r.hosts))
+    # a file read in one piece (the common case) takes the piece's sorted lists as they are
+    s["ranks"] = sorted(set(s["ranks"]) | set(r.ranks)) if s["ranks"] else r.ranks
+    s["hosts"] = sorted(set(s["hosts"]) | set(r.hosts)) if s["hosts"] else r.hosts
     if r.start_ts and (s["start"] is None or r.start_ts < s["start"]):
         s["start"] = r.start_ts
     if r.end_ts and (s["end"] is None or r.end_ts > s["end"]):

@@ -1335,30 +1335,74 @@ static int64_t count_lines(const char *buf, size_t len) {
     return n;
 }
 
-/* scan(buf, first_line, rank_hint|None, host_hint|None)
- * -> (n_lines, rows, fallback_idx: bytes[int64], sorted, columns: dict) */
+/* The hints of one file: rank_hint|None, host_hint|None. 0 ok, -1 error set. */
+static int read_hints(PyObject *rank_hint, PyObject *host_hint, Hints *H) {
+    memset(H, 0, sizeof(*H));
+    if (rank_hint != Py_None) {
+        H->has_rank_hint = 1;
+        H->rank_hint = (int32_t)PyLong_AsLong(rank_hint);
+        if (PyErr_Occurred()) return -1;
+    }
+    if (host_hint != Py_None) {
+        Py_ssize_t hn;
+        H->host_hint = PyUnicode_AsUTF8AndSize(host_hint, &hn);
+        if (!H->host_hint) return -1;
+        H->host_hint_n = (size_t)hn;
+        H->has_host_hint = 1;
+    }
+    return 0;
+}
+
+/* scan(buf, first_line, rank_hint|None, host_hint|None[, segments])
+ * -> (n_lines, rows, fallback_idx: bytes[int64], sorted, columns: dict)
+ * `segments`: many small files scanned in one call (per-call costs paid once, not per file): a
+ * sequence of (byte_end, rank_hint|None, host_hint|None), one per file whose bytes were joined
+ * into buf, each ending with a newline. Each file's lines are numbered from first_line with its
+ * own hints; columns then also hold "seg_rows" (int64: rows emitted up to each file's end,
+ * cumulative) and "seg_lines" (int64: lines read per file). fallback_idx stays the line's index
+ * in buf. */
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long first_line;
-    PyObject *rank_hint, *host_hint;
+    PyObject *rank_hint, *host_hint, *segs = Py_None;
     if (!g_ready) {
         PyErr_SetString(PyExc_RuntimeError, "configure() first");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*LOO", &view, &first_line, &rank_hint, &host_hint)) return NULL;
-    Hints H = {0};
-    if (rank_hint != Py_None) {
-        H.has_rank_hint = 1;
-        H.rank_hint = (int32_t)PyLong_AsLong(rank_hint);
+    if (!PyArg_ParseTuple(args, "y*LOO|O", &view, &first_line, &rank_hint, &host_hint, &segs)) return NULL;
+    Hints H;
+    if (read_hints(rank_hint, host_hint, &H)) { PyBuffer_Release(&view); return NULL; }
+    Py_ssize_t nseg = 0;
+    Hints *SH = NULL;
+    size_t *ends = NULL;
+    int64_t *seg_rows = NULL, *seg_lines = NULL;
+    if (segs != Py_None) {
+        nseg = PySequence_Length(segs);
+        if (nseg < 0) { PyBuffer_Release(&view); return NULL; }
+        SH = calloc((size_t)nseg + 1, sizeof(Hints));
+        ends = calloc((size_t)nseg + 1, sizeof(size_t));
+        seg_rows = calloc((size_t)nseg + 1, sizeof(int64_t));
+        seg_lines = calloc((size_t)nseg + 1, sizeof(int64_t));
+        int bad = !SH || !ends || !seg_rows || !seg_lines;
+        if (bad) PyErr_NoMemory();
+        for (Py_ssize_t k = 0; !bad && k < nseg; k++) {
+            PyObject *t = PySequence_GetItem(segs, k);
+            PyObject *e, *rh, *hh;
+            /* the host string's bytes belong to the tuple the caller holds for the call */
+            bad = !t || !PyArg_ParseTuple(t, "OOO", &e, &rh, &hh) || read_hints(rh, hh, &SH[k]);
+            if (!bad) {
+                ends[k] = (size_t)PyLong_AsSize_t(e);
+                bad = PyErr_Occurred() != NULL;
+            }
+            Py_XDECREF(t);
+        }
+        if (bad) {
+            free(SH); free(ends); free(seg_rows); free(seg_lines);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        if (nseg) H = SH[0];
     }
-    if (host_hint != Py_None) {
-        Py_ssize_t hn;
-        H.host_hint = PyUnicode_AsUTF8AndSize(host_hint, &hn);
-        if (!H.host_hint) { PyBuffer_Release(&view); return NULL; }
-        H.host_hint_n = (size_t)hn;
-        H.has_host_hint = 1;
-    }
-    if (PyErr_Occurred()) { PyBuffer_Release(&view); return NULL; }
     const char *buf = view.buf;
     size_t len = (size_t)view.len;
 
@@ -1376,11 +1420,18 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (!L || out_init(&o, nlines) || buf_reserve(&o.s[S_EXTRA].data, len) || buf_reserve(&o.s[S_MESSAGE].data, len / 2)) {
         rc = -1;
     } else {
-        int64_t i = 0;
+        int64_t i = 0, base = 0;     /* base: index of the current file's first line */
+        Py_ssize_t seg = 0;
         for (const char *q = buf, *e = buf + len; q < e; i++) {
+            while (seg < nseg && (size_t)(q - buf) >= ends[seg]) {   /* the next file starts here */
+                seg_rows[seg] = o.n;
+                seg_lines[seg] = i - base;
+                base = i;
+                if (++seg < nseg) H = SH[seg];
+            }
             const char *nl = memchr(q, '\n', (size_t)(e - q));
             size_t n = nl ? (size_t)(nl - q) : (size_t)(e - q);
-            int r = do_line(&o, L, q, n, first_line + i, &H);
+            int r = do_line(&o, L, q, n, first_line + i - base, &H);
             if (r < 0) { rc = -1; break; }
             if (r == 1) {
                 /* roll back nothing: do_line writes only when it emits */
@@ -1389,12 +1440,21 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             if (!nl) break;
             q = nl + 1;
         }
+        for (; seg < nseg; seg++) {
+            seg_rows[seg] = o.n;
+            seg_lines[seg] = (rc ? i : nlines) - base;
+            base = rc ? i : nlines;
+        }
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     free(L);
+    free(SH);
+    free(ends);
     if (rc) {
         out_free(&o);
+        free(seg_rows);
+        free(seg_lines);
         return PyErr_NoMemory();
     }
     int64_t n = o.n;
@@ -1432,6 +1492,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (!t) goto done;
         PyList_SET_ITEM(metrics, m, t);
     }
+    if (segs != Py_None) {
+        PUT("seg_rows", PyBytes_FromStringAndSize((const char *)seg_rows, (Py_ssize_t)(nseg * 8)));
+        PUT("seg_lines", PyBytes_FromStringAndSize((const char *)seg_lines, (Py_ssize_t)(nseg * 8)));
+    }
 #undef PUT
     fb = bytes_of(&o.fallback, o.fallback.n);
     if (!fb) goto done;
@@ -1441,6 +1505,8 @@ done:
     Py_XDECREF(cols);
     Py_XDECREF(fb);
     out_free(&o);
+    free(seg_rows);
+    free(seg_lines);
     return res;
 }
 

@@ -211,6 +211,57 @@ def scan_block(buf: bytes | memoryview, first_line: int, at_eof: bool, rank_hint
     return Block(table, rej, n)
 
 
+@dataclass
+class FilesBlock:
+    """scan_files' result: many small files' events in one table, and which file each row is of."""
+    events: pa.Table           # the event schema (source_file/format null), in file then line order
+    file_of: np.ndarray        # int64 per events row: its file's index in the call's list
+    lines: np.ndarray          # int64 per file: lines read
+    rejects: pl.DataFrame      # BLOCK_REJECT_SCHEMA plus "file" (the file's index), in file then line order
+    in_order: bool             # events ordered by (rank, timestamp)
+
+
+def scan_files(bufs: list[bytes], hints: list[tuple[int | None, str | None]]) -> FilesBlock:
+    """Parse many whole small files (each non-empty, ending with a newline, with its rank and host
+    hints) in one scanner call: what scan_block does per file, without its per-call costs (a
+    one-line file cost ~4 ms through scan_block, ~40x its parse). Line numbers start at 1 in each
+    file. Needs the compiled scanner (native.available()).
+    Accounting: per file, lines == its events rows + its rejects rows."""
+    ends = np.cumsum([len(b) for b in bufs], dtype=np.int64)
+    buf = b"".join(bufs)
+    segs = [(int(e), r, h) for e, (r, h) in zip(ends, hints)]
+    table, declined, rows, lines, in_order = native.scan_files(buf, segs)
+    file_of = np.repeat(np.arange(len(bufs), dtype=np.int64), rows)
+    rejects = [pl.DataFrame(schema={**BLOCK_REJECT_SCHEMA, "file": pl.Int64})]
+    if len(declined):
+        # the declined lines, file by file, through the Python path (rejects with reasons)
+        first = np.cumsum(lines) - lines                  # index in buf of each file's first line
+        which = np.searchsorted(first, declined, side="right") - 1
+        offs = line_offsets(buf)
+        events = [table]
+        files = [file_of]
+        for k in np.unique(which):
+            idx = declined[which == k]
+            sub = b"".join([buf[offs[i] : offs[i + 1]] for i in idx])
+            slow = parse_block_py(sub, 0, True, *hints[k])
+            to_line = idx - first[k] + 1                  # sub-block line i is file line to_line[i]
+            rejects.append(slow.rejects.with_columns(
+                pl.Series("line", to_line[slow.rejects["line"].to_numpy()], dtype=pl.Int64),
+                pl.lit(int(k), pl.Int64).alias("file")))
+            if slow.events.height:
+                ev = slow.events.with_columns(pl.Series("line", to_line[slow.events["line"].to_numpy()], dtype=pl.Int64))
+                events.append(_to_table(ev))
+                files.append(np.full(ev.height, k, dtype=np.int64))
+        if len(events) > 1:
+            both = pa.concat_tables(events)
+            file_of = np.concatenate(files)
+            order = pc.sort_indices(pa.table({"f": file_of, "l": both["line"]}), [("f", "ascending"), ("l", "ascending")])
+            table, file_of, in_order = both.take(order), file_of[order.to_numpy()], False
+    rej = pl.concat(rejects)
+    assert table.num_rows + rej.height == int(lines.sum()), (table.num_rows, rej.height, int(lines.sum()))
+    return FilesBlock(table, file_of, lines, rej, in_order)
+
+
 def _to_table(ev: pl.DataFrame) -> pa.Table:
     """Canonical polars events -> the Arrow table of the whole event schema."""
     return conform(ev).to_arrow().cast(arrow_schema())

@@ -8,6 +8,7 @@ part is sorted and cut into row groups is the store's (`store.PartWriter`).
 """
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,11 +21,13 @@ import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
 from ..store import COMPRESSION, ROW_GROUP, PartWriter
+from . import native
 from .formats import ReaderContext, reader_for
-from .sources import GuardedStream, RangeReader, open_binary, zstd_damage
+from .jsonl import scan_files
+from .sources import GuardedStream, RangeReader, max_line_bytes, open_binary, zstd_damage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Piece:
     """One file, or a byte range [start, end) of a plain file, to read."""
     path: str                 # absolute path of the source file
@@ -37,9 +40,11 @@ class Piece:
     host_hint: str | None = None
     size: int = -1            # the file's size when it was listed (-1: unknown): a shrink check
     kernels_part: str = ""    # profiler traces: where their GPU activities go (STORE/kernels)
+    # a small whole file's bytes, read by planning (its fingerprint covers them): not read again
+    data: bytes | None = field(default=None, repr=False, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unit:
     """Pieces read in order into one events part and one rejects part (absolute paths)."""
     pieces: tuple[Piece, ...]
@@ -50,7 +55,7 @@ class Unit:
     weight: int = 0           # input bytes planned (progress)
 
 
-@dataclass
+@dataclass(slots=True)
 class PieceResult:
     path: str
     start: int
@@ -141,14 +146,44 @@ def _write_kernels(u: Piece, kernels: pa.Table) -> None:
                    row_group_size=ROW_GROUP)
 
 
+JOIN_MAX = 1 << 20   # whole plain JSON-lines files up to this size are read many to a scanner call
+
+
+def _joinable(p: Piece) -> bool:
+    """A whole small plain JSON-lines file, for the many-files path (_read_files)."""
+    return (p.fmt == "jsonl" and p.compression == "none" and p.start == 0 and p.end < 0
+            and 0 < p.size <= min(JOIN_MAX, max_line_bytes()) and native.available())
+
+
 def run_unit(u: Unit) -> UnitResult:
-    """Read the unit's pieces in order, write its events and rejects parts, return the counts."""
+    """Read the unit's pieces in order, write its events and rejects parts, return the counts.
+
+    Runs of small JSON-lines files are read together, up to block_bytes per scanner call
+    (_read_files); any other piece, and a small file that is not as listed (changed size, no
+    final newline, gone), is read alone by its reader (_read_piece)."""
     ew = PartWriter(u.events_part, "events")
     rw = PartWriter(u.rejects_part, "rejects")
     out = UnitResult(pieces=[], bytes=u.weight)
+    results: list[PieceResult | None] = [None] * len(u.pieces)
     try:
-        for piece in u.pieces:
-            out.pieces.append(_read_piece(piece, u, ew, rw))
+        i = 0
+        while i < len(u.pieces):
+            if not _joinable(u.pieces[i]):
+                results[i] = _read_piece(u.pieces[i], u, ew, rw)
+                i += 1
+                continue
+            j, size = i, 0
+            while j < len(u.pieces) and _joinable(u.pieces[j]) and (j == i or size + u.pieces[j].size <= u.block_bytes):
+                size += u.pieces[j].size
+                j += 1
+            done, held = _read_files(u.pieces[i:j], ew, rw)
+            for k, r in done.items():
+                results[i + k] = r
+            for k in range(i, j):   # the files not read as listed: alone, by the reader
+                if results[k] is None:
+                    results[k] = _read_piece(u.pieces[k], u, ew, rw, held.get(k - i))
+            i = j
+        out.pieces = results  # type: ignore[assignment]
     except BaseException:
         ew.abort()
         rw.abort()
@@ -158,8 +193,77 @@ def run_unit(u: Unit) -> UnitResult:
     return out
 
 
-def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter) -> PieceResult:
-    """Read one piece with its reader into the unit's part writers."""
+def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
+                rw: PartWriter) -> tuple[dict[int, PieceResult], dict[int, bytes]]:
+    """Read whole small JSON-lines files in one scanner call (jsonl.scan_files) into the part
+    writers; their counts by index in `pieces`. A file whose bytes are not as listed (another
+    size, unreadable) or without a final newline (its last line is the reader's to judge) is
+    left out, for _read_piece to read and report; the second dict holds the bytes already read
+    of those of the listed size (read once, not twice)."""
+    bufs: list[bytes] = []
+    idx: list[int] = []
+    held: dict[int, bytes] = {}
+    for k, p in enumerate(pieces):
+        data = p.data
+        if data is None:
+            try:
+                with open(p.path, "rb") as f:
+                    data = f.read(p.size + 1)
+            except OSError:
+                continue
+        if len(data) == p.size and data.endswith(b"\n"):
+            bufs.append(data)
+            idx.append(k)
+        elif len(data) == p.size:
+            held[k] = data
+    if not bufs:
+        return {}, held
+    chosen = [pieces[k] for k in idx]
+    fb = scan_files(bufs, [(p.rank_hint, p.host_hint) for p in chosen])
+    del bufs
+    out = {k: PieceResult(p.path, 0, p.size, lines=int(n)) for k, p, n in zip(idx, chosen, fb.lines)}
+    ev = fb.events
+    schema = arrow_schema()
+    if ev.num_rows:
+        paths = pa.array([p.path for p in chosen], pa.large_string())
+        ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), paths.take(fb.file_of))
+        ev = ev.set_column(schema.get_field_index("format"), schema.field("format"), _constant("jsonl", ev.num_rows))
+        if not (fb.in_order or _in_order(ev)):
+            ev = ev.sort_by(_ORDER)   # stable: a rank's files stay in their order
+        ew.add(ev, in_order=True)
+        # per file: rows, ranks, hosts, first and last time, where the ranks came from
+        df = pl.from_arrow(fb.events.select(["rank", "host", "timestamp", "rank_source"])).with_columns(
+            pl.Series("file", fb.file_of))
+        per = df.group_by("file").agg(
+            pl.len().alias("n"), pl.col("rank").drop_nulls().unique().sort().alias("ranks"),
+            pl.col("host").drop_nulls().unique().sort().alias("hosts"),
+            pl.col("timestamp").min().alias("tmin"), pl.col("timestamp").max().alias("tmax"))
+        # column lists, naive UTC times (iter_rows and zone-aware values cost ~50 us a file)
+        per = per.with_columns(pl.col("tmin", "tmax").dt.replace_time_zone(None))
+        for f, n, ranks, hosts, tmin, tmax in zip(*(per[c].to_list() for c in per.columns)):
+            r = out[idx[f]]
+            r.events, r.wrote_events, r.ranks, r.hosts = n, True, ranks, hosts
+            r.start_ts = tmin.isoformat() + "+00:00" if tmin is not None else None
+            r.end_ts = tmax.isoformat() + "+00:00" if tmax is not None else None
+        srcs = df.group_by("file", pl.col("rank_source").cast(pl.String)).len()
+        for f, src, n in srcs.iter_rows():
+            out[idx[f]].rank_sources[src] = n
+    rj = fb.rejects
+    if rj.height:
+        files = rj["file"].to_numpy()
+        rw.add(rj.with_columns(pl.Series("source_file", [chosen[f].path for f in files], dtype=pl.String))
+               .select(list(REJECT_SCHEMA)).to_arrow().cast(arrow_schema("rejects")))
+        for f, reason, n in rj.group_by("file", "reason").len().iter_rows():
+            r = out[idx[f]]
+            r.rejected += n
+            r.wrote_rejects = True
+            r.rejected_by_reason[reason] = r.rejected_by_reason.get(reason, 0) + n
+    return out, held
+
+
+def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: bytes | None = None) -> PieceResult:
+    """Read one piece with its reader into the unit's part writers (`data`: the whole file's
+    bytes, already read)."""
     schema = arrow_schema()
     res = PieceResult(u.path, u.start, u.end)
     reader = reader_for(u.fmt)
@@ -173,7 +277,9 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter) -> PieceRe
         block_bytes=unit.block_bytes,
     )
     try:
-        if u.compression == "none" and (u.start or u.end >= 0):
+        if data is not None:
+            raw: Any = io.BytesIO(data)
+        elif u.compression == "none" and (u.start or u.end >= 0):
             end = u.end if u.end >= 0 else os.path.getsize(u.path)
             raw = RangeReader(u.path, u.start, end)
         else:
