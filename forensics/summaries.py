@@ -179,11 +179,15 @@ def _write(run: Run, name: str, df: pl.DataFrame) -> bool:
     return _write_at(path_of(run, name), name, df)
 
 
-def _write_at(target: Path, name: str, df: pl.DataFrame) -> bool:
+def _write_at(target: Path, name: str, df: pl.DataFrame | pl.LazyFrame) -> bool:
+    """`_write` to `target`; a LazyFrame is streamed to the file (not held whole)."""
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         target.parent.mkdir(exist_ok=True)
-        df.write_parquet(tmp, statistics=True)
+        if isinstance(df, pl.LazyFrame):
+            df.sink_parquet(tmp, statistics=True)
+        else:
+            df.write_parquet(tmp, statistics=True)
         os.replace(tmp, target)
     except OSError:
         try:
@@ -378,19 +382,34 @@ def _merge(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
     """The partials `name` of consecutive slices of the events, in event order, as one."""
     if len(frames) == 1 and name not in (UNTIMED,):
         return frames[0]
-    df = pl.concat(frames, rechunk=False) if frames else None
-    assert df is not None
-    if name == STEPS:
-        from .timeline.steps import merge_group_states
-
-        return merge_group_states(df.lazy()).collect()
-    if name == RANKS:
-        return _merge_rank_states(df.lazy()).collect()
-    if name == GPU:
-        return df.group_by("rank", "gpu_util").agg(pl.col("n").sum())
+    if name in (STEPS, RANKS, GPU):
+        return _merge_by_rank(name, frames)
+    df = pl.concat(frames, rechunk=False)
     if name == UNTIMED:
         return df.unique()
     return df   # ERRORS, LAYOUT: rows in event order
+
+
+def _merge_by_rank(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Only the rows of ranks found in more than one frame are merged (a group_by); the others
+    (most: parts hold disjoint rank ranges, a rank's rows are cut only where a file is) are
+    concatenated as they are."""
+    from .timeline.steps import merge_group_states
+
+    seen = pl.concat([f.select(pl.col("rank").unique()) for f in frames], rechunk=False)
+    shared = seen.filter(pl.col("rank").is_duplicated())
+    df = pl.concat(frames, rechunk=False)
+    if not shared.height:
+        return df
+    cut = pl.col("rank").is_in(shared["rank"].implode(), nulls_equal=True)
+    todo = df.filter(cut).lazy()
+    if name == STEPS:
+        merged = merge_group_states(todo).collect()
+    elif name == RANKS:
+        merged = _merge_rank_states(todo).collect()
+    else:
+        merged = todo.group_by("rank", "gpu_util").agg(pl.col("n").sum()).collect()
+    return pl.concat([df.filter(~cut), merged.select(df.columns)], rechunk=False)
 
 
 def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -440,7 +459,10 @@ class Partial:
             target = partial_path(root, part, name)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
-            _merge(name, self._chunks[name]).write_ipc(tmp)
+            df = _merge(name, self._chunks[name])
+            if name == STEPS:   # in the summary's order: the commit can then stream the parts' in turn
+                df = df.sort("rank", "step", nulls_last=True)
+            df.write_ipc(tmp)
             os.replace(tmp, target)
         self._chunks = {n: [] for n in PARTIALS}
 
@@ -488,11 +510,36 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
     todo = [n for n in COMPUTE if not (d / f"{n}-{k}.parquet").is_file()]
     if not todo:
         return
+    if STEPS in todo:
+        _write_at(d / f"{STEPS}-{k}.parquet", STEPS, _assembled_steps(root, rels))
+        todo.remove(STEPS)
     merged: dict[str, pl.DataFrame] = {}
     for name in (GPU, *todo) if RANKS in todo else todo:
         merged[name] = _merge(name, [pl.read_ipc(partial_path(root, rel, name)) for rel in rels])
     for name in todo:
         _write_at(d / f"{name}-{k}.parquet", name, _finish(name, merged.pop(name), merged.get(GPU)))
+
+
+def _assembled_steps(root: Path, rels: list[str]) -> pl.LazyFrame | pl.DataFrame:
+    """The step groups of the parts `rels`. When the parts hold disjoint rank ranges (the usual
+    layout: each part's partial is sorted by (rank, step)), the parts' partials in rank order,
+    each finished on its own, are the table: streamed to the file, never held whole (the table
+    is as big as the events have (rank, step) pairs). Else merged in memory."""
+    from .timeline.steps import finish_group_states
+
+    spans = []
+    for rel in rels:
+        r = pl.read_ipc(partial_path(root, rel, RANKS), columns=["rank"])["rank"]
+        spans.append((r.min(), r.max(), r.null_count() > 0, rel))
+    ranked = sorted((s for s in spans if s[0] is not None), key=lambda s: s[0])
+    unranked = [s for s in spans if s[0] is None]
+    disjoint = all(a[1] < b[0] for a, b in zip(ranked, ranked[1:]))
+    # rows without a rank sort last: only the last part in rank order may hold them
+    order = ranked + unranked
+    if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
+        return pl.concat([finish_group_states(pl.scan_ipc(partial_path(root, s[3], STEPS)), evidence=True)
+                          for s in order])
+    return _finish(STEPS, _merge(STEPS, [pl.read_ipc(partial_path(root, rel, STEPS)) for rel in rels]))
 
 
 __all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",

@@ -285,7 +285,7 @@ def _mixed_run(d: Path, ranks: int = 6, steps: int = 40, files: str = "one") -> 
         (d / "all.jsonl").write_text("\n".join([*order, unranked]) + "\n")
         return
     for r, ls in lines.items():
-        if r == 2:   # one rank in two files, its steps interleaved between them
+        if r == 2 and files == "split":   # one rank in two files, its steps interleaved between them
             (d / "rank_2.jsonl").write_text("\n".join(ls[0::2]) + "\n")
             (d / "rank_2_more.jsonl").write_text("\n".join(ls[1::2]) + "\n")
         else:
@@ -327,7 +327,7 @@ def test_summaries_merged_from_a_big_file_cut_into_ranges(tmp_path: Path, monkey
 
 def test_summaries_merged_from_a_rank_split_over_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One file per rank, one unit per file (rank 2 in two files, so in two parts): the merged
-    summaries are those of the events, and equal those of the same rows in one part."""
+    summaries are those of the events."""
     import forensics.ingest as ing
     import forensics.store as store_mod
 
@@ -341,6 +341,27 @@ def test_summaries_merged_from_a_rank_split_over_units(tmp_path: Path, monkeypat
     st = S.step_groups(run)
     assert st.filter(pl.col("rank") == 2)["events"].sum() == 4 * 40
     assert S.rank_table(run).filter(pl.col("rank") == 2)["in_order"].item() is False  # its two files interleave
+
+
+def test_summaries_of_parts_of_disjoint_ranks_are_streamed_in_rank_order(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part per rank file and one for the unranked launcher: the step groups are the parts'
+    partials in rank order, each finished on its own (streamed to the file), and equal the
+    events' (exactly: no group is merged)."""
+    import forensics.ingest as ing
+    import forensics.store as store_mod
+
+    _mixed_run(tmp_path / "logs", files="per_rank")
+    monkeypatch.setattr(ing, "BATCH_BYTES", 1)
+    monkeypatch.setattr(ing, "BATCH_MIN", 1)
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
+    streamed: list[object] = []
+    real = S._assembled_steps
+    monkeypatch.setattr(S, "_assembled_steps", lambda *a: streamed.append(real(*a)) or streamed[-1])
+    run = _store(tmp_path, tmp_path / "logs")
+    assert len(run.event_parts()) == 7 and not _cut_by_rank(run)
+    assert len(streamed) == 1 and isinstance(streamed[0], pl.LazyFrame)
+    _assert_stored_equal_computed(run)
 
 
 def test_append_merges_the_kept_parts_partials_with_the_new_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -326,9 +326,7 @@ def _state_merges() -> dict[str, pl.Expr]:
         "file": pl.col("file").first(), "train_line": pl.col("train_line").min(),
         "data_line": pl.col("data_line").min(), "comm_line": pl.col("comm_line").max(),
         "ready_line": pl.col("ready_line").min(),
-        # a group in one slice keeps its own mean (bit-equal to one scan's); a merged one: sum / count
-        "disk_read_mbps": pl.when(pl.len() == 1).then(pl.col("disk_read_mbps").first())
-        .otherwise(pl.col("disk_sum").sum() / pl.col("disk_n").sum()),
+        "disk_read_mbps": pl.col("disk_read_mbps").first(),   # see merge_group_states
         "disk_sum": pl.col("disk_sum").sum(), "disk_n": pl.col("disk_n").sum(),
         "temp_max": pl.col("temp_max").max(), "warn": pl.col("warn").sum(), "error": pl.col("error").sum(),
     }
@@ -340,5 +338,10 @@ def merge_group_states(states: pl.LazyFrame) -> pl.LazyFrame:
     slices gets one row with what one scan of its events would give (float sums up to rounding)."""
     schema = states.collect_schema()
     merges = _state_merges()
-    return states.group_by("rank", "step").agg(
-        *(merges[c].alias(c) for c in schema.names() if c not in ("rank", "step"))).cast(dict(schema))
+    merged = states.group_by("rank", "step").agg(
+        *(merges[c].alias(c) for c in schema.names() if c not in ("rank", "step")), pl.len().alias("_slices"))
+    if "disk_sum" in schema:
+        # a group in one slice keeps its own mean (bit-equal to one scan's); a merged one: sum / count
+        merged = merged.with_columns(pl.when(pl.col("_slices") > 1).then(pl.col("disk_sum") / pl.col("disk_n"))
+                                     .otherwise(pl.col("disk_read_mbps")).alias("disk_read_mbps"))
+    return merged.drop("_slices").cast(dict(schema))
