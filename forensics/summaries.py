@@ -2,7 +2,9 @@
 ERROR events and the files with untimed events.
 
 Owns computing them from the events, writing them under STORE/summaries/ and reading them
-back. Every diagnosis, `ranks`, `timeline` and `last-10s` starts from these tables; rebuilding them from
+back. At ingest they are not computed from the committed events: each ingest unit writes the
+partial summaries of its own part (`Partial`, summaries/parts/), and the commit merges them
+(`assemble`); `build` (after the commit) only fills in what is missing. Every diagnosis, `ranks`, `timeline` and `last-10s` starts from these tables; rebuilding them from
 the events costs one scan of every part (seconds on a 4,096-rank store), reading them costs
 milliseconds.
 
@@ -291,8 +293,8 @@ def carry(previous: Run | None, staging: Path) -> None:
 
 
 def build(run: Run) -> None:
-    """Compute and write both summaries (the end of an ingest); existing ones of the same key
-    are kept."""
+    """Compute and write the summaries missing from a committed store (the end of an ingest: a
+    no-op when `assemble` wrote them); existing ones of the same key are kept."""
     if not run.event_parts() or not writable(run):
         return
     todo = [name for name in COMPUTE if not path_of(run, name).is_file()]
