@@ -453,7 +453,11 @@ class Partial:
     def add(self, t: pa.Table | pl.DataFrame) -> None:
         from .schema import EVENT_SCHEMA
 
-        df = t.select(list(_PARTIAL_INPUT)) if isinstance(t, pl.DataFrame) else pl.from_arrow(t.select(list(_PARTIAL_INPUT)))
+        # a part writer's table is the reader's blocks (one or more per file: hundreds for small
+        # files): joined in Arrow first, converting costs 1/4 of converting the chunks (measured
+        # on 4,096-rank files), and aggregating one contiguous chunk less than many
+        df = (t.select(list(_PARTIAL_INPUT)).rechunk() if isinstance(t, pl.DataFrame)
+              else pl.from_arrow(t.select(list(_PARTIAL_INPUT)).combine_chunks()))
         assert isinstance(df, pl.DataFrame)
         wrong = {c: EVENT_SCHEMA[c] for c, d in df.schema.items() if d != EVENT_SCHEMA[c]}
         if wrong:
