@@ -3,8 +3,8 @@ one events part and one rejects part, plus counts per file.
 
 A pure function of its arguments and the bytes it reads: it writes only the two part files it is
 told to write (and, when asked, the events part's partial summaries beside it:
-`forensics.summaries.Partial`, from the rows it holds anyway) and returns counts (picklable). The same function can run inline, in a thread or
-process pool, or on a cluster worker. Must not touch the manifest or decide what to ingest; how a
+`forensics.summaries.Partial`, from the rows it holds anyway) and returns counts (picklable).
+The same function can run inline, in a thread or process pool, or on a cluster worker. Must not touch the manifest or decide what to ingest; how a
 part is sorted and cut into row groups is the store's (`store.PartWriter`).
 """
 from __future__ import annotations
