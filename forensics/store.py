@@ -38,7 +38,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import polars as pl
 
@@ -155,8 +155,11 @@ class PartWriter:
     is held is written as a sorted run (the part is then sorted run by run: only inputs of
     hundreds of MB, e.g. a big compressed file, get there)."""
 
-    def __init__(self, path: str | os.PathLike[str], kind: str = "events", buffer_bytes: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], kind: str = "events", buffer_bytes: int | None = None,
+                 on_write: Callable[[pa.Table], None] | None = None) -> None:
         self.path = str(path)
+        # called with every table written, in the part's order (the ingest unit's partial summaries)
+        self.on_write = on_write
         self.kind = kind
         self.schema = arrow_schema(kind)
         self.order = EVENT_ORDER if kind == "events" else ["source_file", "line"]
@@ -251,6 +254,8 @@ class PartWriter:
                 self._writer = pq.ParquetWriter(self.path, self.schema, compression=COMPRESSION)
         for a, b in groups:
             self._writer.write_table(t.slice(a, b - a), row_group_size=ROW_GROUP)
+        if self.on_write is not None:
+            self.on_write(t)
         self.rows += t.num_rows
         if self.kind == "events":
             self._unranked += t["rank"].null_count

@@ -2,7 +2,9 @@
 ERROR events and the files with untimed events.
 
 Owns computing them from the events, writing them under STORE/summaries/ and reading them
-back. Every diagnosis, `ranks`, `timeline` and `last-10s` starts from these tables; rebuilding them from
+back. At ingest they are not computed from the committed events: each ingest unit writes the
+partial summaries of its own part (`Partial`, summaries/parts/), and the commit merges them
+(`assemble`); `build` (after the commit) only fills in what is missing. Every diagnosis, `ranks`, `timeline` and `last-10s` starts from these tables; rebuilding them from
 the events costs one scan of every part (seconds on a 4,096-rank store), reading them costs
 milliseconds.
 
@@ -30,9 +32,10 @@ import hashlib
 import os
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import polars as pl
+import pyarrow as pa
 
 from .store import Run
 
@@ -55,13 +58,18 @@ ERROR_COLUMNS = ("timestamp", "rank", "event", "source_file", "line")
 def key(run: Run) -> str:
     """The summaries' key: the store's event parts (their names are unique per write) and the
     summary version."""
-    h = hashlib.blake2b(digest_size=10)
-    h.update(f"summary {SUMMARY_VERSION}\n".encode())
     # names relative to the store (a moved or copied store keeps its summaries); event_parts()
     # joins them to the store's path, so cutting the prefix is exact (and 100x cheaper than
     # relpath on 4,096 parts)
     cut = len(str(run.path / "x")) - 1
-    h.update("\n".join(p[cut:] for p in run.event_parts()).encode())
+    return key_of([p[cut:] for p in run.event_parts()])
+
+
+def key_of(rels: list[str]) -> str:
+    """`key` of a store whose event parts are `rels` (relative to the store, sorted)."""
+    h = hashlib.blake2b(digest_size=10)
+    h.update(f"summary {SUMMARY_VERSION}\n".encode())
+    h.update("\n".join(rels).encode())
     return h.hexdigest()
 
 
@@ -69,28 +77,36 @@ def path_of(run: Run, name: str) -> Path:
     return run.path / SUMMARIES_DIR / f"{name}-{key(run)}.parquet"
 
 
+_RANK_INPUT = ("rank", "host", "level", "timestamp", "line", "step", "gpu_util", "temp_c", "sm_clock_mhz")
+
+
+def _rank_aggs() -> list[pl.Expr]:
+    """The per-rank aggregations but the median gpu_util (which does not merge: `_gpu_state`)."""
+    return [
+        pl.len().alias("events"),
+        (pl.col("level") == "ERROR").sum().alias("errors"),
+        (pl.col("level") == "WARN").sum().alias("warnings"),
+        pl.col("timestamp").min().alias("first_seen"),
+        pl.col("timestamp").max().alias("last_seen"),
+        pl.col("host").drop_nulls().first().alias("host"),
+        pl.col("host").drop_nulls().unique().sort().alias("hosts"),
+        pl.col("temp_c").max().alias("temp_c_max"),
+        pl.col("sm_clock_mhz").min().alias("sm_clock_mhz_min"),
+        pl.col("step").max().alias("last_step"),
+        # false iff two adjacent rows (both known) go back in line or in time
+        ((pl.col("line").diff().min() > 0) & (pl.col("timestamp").diff().min() >= pl.duration(microseconds=0)))
+        .fill_null(True).alias("in_order"),
+    ]
+
+
 def rank_rows(events: pl.LazyFrame) -> pl.LazyFrame:
     """The per-rank table of `events` (RANK_COLUMNS), sorted by rank, unranked events last. One
     group_by over nine narrow columns. `in_order`: the rank's rows, as stored, have both line and
     time increasing (`timeline.monotonicity`'s fast path: only the others are checked)."""
     return (
-        events.select("rank", "host", "level", "timestamp", "line", "step", "gpu_util", "temp_c", "sm_clock_mhz")
+        events.select(*_RANK_INPUT)
         .group_by("rank")
-        .agg(
-            pl.len().alias("events"),
-            (pl.col("level") == "ERROR").sum().alias("errors"),
-            (pl.col("level") == "WARN").sum().alias("warnings"),
-            pl.col("timestamp").min().alias("first_seen"),
-            pl.col("timestamp").max().alias("last_seen"),
-            pl.col("host").drop_nulls().first().alias("host"),
-            pl.col("host").drop_nulls().unique().sort().alias("hosts"),
-            pl.col("gpu_util").median().alias("gpu_util"),
-            pl.col("temp_c").max().alias("temp_c_max"),
-            pl.col("sm_clock_mhz").min().alias("sm_clock_mhz_min"),
-            pl.col("step").max().alias("last_step"),
-            ((pl.col("line").diff().min() > 0) & (pl.col("timestamp").diff().min() >= pl.duration(microseconds=0)))
-            .fill_null(True).alias("in_order"),
-        )
+        .agg(*_rank_aggs(), pl.col("gpu_util").median().alias("gpu_util"))
         .sort("rank", nulls_last=True)
         .select(RANK_COLUMNS)
     )
@@ -162,11 +178,30 @@ def _read(p: Path, columns: list[str] | None = None) -> pl.DataFrame | None:
 def _write(run: Run, name: str, df: pl.DataFrame) -> bool:
     """Write a summary atomically; False when the store cannot be written (it is computed in
     memory then, each time). Files of other keys (an earlier version of the store) are removed."""
-    target = path_of(run, name)
+    return _write_at(path_of(run, name), name, df)
+
+
+def _write_at(target: Path, name: str, df: pl.DataFrame | Iterator[pl.DataFrame]) -> bool:
+    """`_write` to `target`; pieces of a table (an iterator) are written one at a time, never
+    held together."""
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         target.parent.mkdir(exist_ok=True)
-        df.write_parquet(tmp, statistics=True)
+        if not isinstance(df, pl.DataFrame):   # pieces written in turn, one row group (or more) each
+            import pyarrow.parquet as pq
+
+            writer = None
+            try:
+                for piece in df:
+                    t = piece.to_arrow()
+                    if writer is None:
+                        writer = pq.ParquetWriter(tmp, t.schema, compression="zstd", write_statistics=True)
+                    writer.write_table(t.cast(writer.schema))
+            finally:
+                if writer is not None:
+                    writer.close()
+        else:
+            df.write_parquet(tmp, statistics=True)
         os.replace(tmp, target)
     except OSError:
         try:
@@ -258,8 +293,8 @@ def carry(previous: Run | None, staging: Path) -> None:
 
 
 def build(run: Run) -> None:
-    """Compute and write both summaries (the end of an ingest); existing ones of the same key
-    are kept."""
+    """Compute and write the summaries missing from a committed store (the end of an ingest: a
+    no-op when `assemble` wrote them); existing ones of the same key are kept."""
     if not run.event_parts() or not writable(run):
         return
     todo = [name for name in COMPUTE if not path_of(run, name).is_file()]
@@ -273,5 +308,259 @@ def build(run: Run) -> None:
         _write(run, name, COMPUTE[name](run))
 
 
+# --- partial summaries: built by each ingest unit, merged at commit ----------------------------
+#
+# Each events part gets the summaries of its own rows, as aggregation *states* (what merges),
+# written by the unit that wrote the part: `Partial` is fed every sorted chunk the part writer
+# writes (`store.PartWriter(on_write=...)`) from the rows the unit holds in memory, and writes
+# summaries/parts/<part>.<name>.arrow beside the part. The commit (`assemble`) merges the
+# partials of the new version's parts in the order `Run.events()` reads them (sorted part paths):
+# a (rank, step) or a rank cut between parts (a big file read in 64 MB ranges, a rank's files in
+# different units) merges by min / max / sum / count / first / last in that order, which is what
+# one scan of the events gives (float sums of a merged group up to rounding). A kept part keeps
+# its partials (linked from the previous version); a part without them (compacted or rewritten
+# at commit, an older store) gets them from its rows.
+PARTS_DIR = "parts"
+GPU = "gpu"                       # (rank, gpu_util, n): the per-rank median merges from counts
+PARTIALS = (STEPS, RANKS, GPU, ERRORS, UNTIMED, LAYOUT)
+# the event columns the partials read
+_PARTIAL_INPUT = ("rank", "step", "host", "timestamp", "event", "level", "line", "source_file", "loss", "lr",
+                  "samples_per_s", "stage", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms", "duration_s",
+                  "compute_ms", "fwd_ms", "bwd_ms", "grad_ready_ts", "disk_read_mbps", "temp_c", "gpu_util",
+                  "sm_clock_mhz", "extra", "fields", "message")
+
+
+def enabled() -> bool:
+    """Whether an ingest writes summaries (FORENSICS_SUMMARIES is not "0")."""
+    return os.environ.get("FORENSICS_SUMMARIES", "1") != "0"
+
+
+def partial_path(root: str | os.PathLike[str], part: str, name: str) -> Path:
+    """Where the partial `name` of the events part `part` (its path, absolute or relative to the
+    store `root`) lives."""
+    return Path(root) / SUMMARIES_DIR / PARTS_DIR / f"{Path(part).stem}.{name}.arrow"
+
+
+def _rank_state(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The per-rank aggregation state: `_rank_aggs` and the first / last row's line and time
+    (whether the rank stays in order across a cut)."""
+    return lf.select(*_RANK_INPUT).group_by("rank").agg(
+        *_rank_aggs(),
+        pl.col("line").first().alias("line_first"), pl.col("line").last().alias("line_last"),
+        pl.col("timestamp").first().alias("ts_first"), pl.col("timestamp").last().alias("ts_last"))
+
+
+def _merge_rank_states(states: pl.LazyFrame) -> pl.LazyFrame:
+    """Per-rank states of consecutive slices (in event order) merged into the whole's."""
+    schema = states.collect_schema()
+    prev = lambda c: pl.col(c).shift(1).over("rank")  # noqa: E731
+    # the pair of rows across each cut: in order unless both are known and go back
+    across = ((pl.col("line_first") - prev("line_last") > 0)
+              & (pl.col("ts_first") - prev("ts_last") >= pl.duration(microseconds=0))).fill_null(True)
+    first, last = (lambda c: pl.col(c).first()), (lambda c: pl.col(c).last())  # noqa: E731
+    merges = {
+        "events": pl.col("events").sum(), "errors": pl.col("errors").sum(), "warnings": pl.col("warnings").sum(),
+        "first_seen": pl.col("first_seen").min(), "last_seen": pl.col("last_seen").max(),
+        "host": pl.col("host").first(ignore_nulls=True),
+        "hosts": pl.col("hosts").list.explode(keep_nulls=False, empty_as_null=False).unique().sort(),
+        "temp_c_max": pl.col("temp_c_max").max(), "sm_clock_mhz_min": pl.col("sm_clock_mhz_min").min(),
+        "last_step": pl.col("last_step").max(), "in_order": pl.col("in_order").all(),
+        "line_first": first("line_first"), "line_last": last("line_last"),
+        "ts_first": first("ts_first"), "ts_last": last("ts_last"),
+    }
+    return (states.with_columns(pl.col("in_order") & across).group_by("rank")
+            .agg(*(merges[c].alias(c) for c in schema.names() if c != "rank")).cast(dict(schema)))
+
+
+def _gpu_state(lf: pl.LazyFrame) -> pl.LazyFrame:
+    return lf.filter(pl.col("gpu_util").is_not_null()).group_by("rank", "gpu_util").agg(pl.len().alias("n"))
+
+
+def _partials_of(lf: pl.LazyFrame) -> list[pl.LazyFrame]:
+    """The PARTIALS of some events, in that order (states, or rows for the few-row tables)."""
+    from .timeline.inputs import TS
+    from .timeline.steps import _step_groups
+    from .topology import candidates
+
+    return [
+        _step_groups(lf, TS, evidence=True, per_rank=True, state=True),
+        _rank_state(lf),
+        _gpu_state(lf),
+        lf.filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS),
+        lf.filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique()),
+        candidates(lf),
+    ]
+
+
+def _merge(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """The partials `name` of consecutive slices of the events, in event order, as one."""
+    if len(frames) == 1 and name not in (UNTIMED,):
+        return frames[0]
+    if name in (STEPS, RANKS, GPU):
+        return _merge_by_rank(name, frames)
+    df = pl.concat(frames, rechunk=False)
+    if name == UNTIMED:
+        return df.unique()
+    return df   # ERRORS, LAYOUT: rows in event order
+
+
+def _merge_by_rank(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Only the rows of ranks found in more than one frame are merged (a group_by); the others
+    (most: parts hold disjoint rank ranges, a rank's rows are cut only where a file is) are
+    concatenated as they are."""
+    from .timeline.steps import merge_group_states
+
+    seen = pl.concat([f.select(pl.col("rank").unique()) for f in frames], rechunk=False)
+    shared = seen.filter(pl.col("rank").is_duplicated())
+    df = pl.concat(frames, rechunk=False)
+    if not shared.height:
+        return df
+    cut = pl.col("rank").is_in(shared["rank"].implode(), nulls_equal=True)
+    todo = df.filter(cut).lazy()
+    if name == STEPS:
+        merged = merge_group_states(todo).collect()
+    elif name == RANKS:
+        merged = _merge_rank_states(todo).collect()
+    else:
+        merged = todo.group_by("rank", "gpu_util").agg(pl.col("n").sum()).collect()
+    return pl.concat([df.filter(~cut), merged.select(df.columns)], rechunk=False)
+
+
+def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
+    """A merged partial as the summary table `build` writes."""
+    if name == STEPS:
+        from .timeline.steps import finish_group_states
+
+        return finish_group_states(df.lazy(), evidence=True).collect().sort("rank", "step", nulls_last=True)
+    if name == RANKS:
+        assert gpu is not None
+        med = (gpu.select("rank", pl.col("gpu_util").repeat_by("n")).explode("gpu_util")
+               .group_by("rank").agg(pl.col("gpu_util").median()))
+        return (df.join(med, on="rank", how="left", nulls_equal=True)
+                .sort("rank", nulls_last=True).select(RANK_COLUMNS))
+    if name == UNTIMED:
+        return df.drop_nulls().sort("source_file")
+    return df
+
+
+class Partial:
+    """The partial summaries of one events part, fed its rows chunk by chunk in the part's order
+    (`store.PartWriter(on_write=partial.add)`), written beside the part by `write`."""
+
+    def __init__(self) -> None:
+        self._chunks: dict[str, list[pl.DataFrame]] = {n: [] for n in PARTIALS}
+
+    def add(self, t: pa.Table | pl.DataFrame) -> None:
+        from .schema import EVENT_SCHEMA
+
+        # a part writer's table is the reader's blocks (one or more per file: hundreds for small
+        # files): joined in Arrow first, converting costs 1/4 of converting the chunks (measured
+        # on 4,096-rank files), and aggregating one contiguous chunk less than many
+        df = (t.select(list(_PARTIAL_INPUT)).rechunk() if isinstance(t, pl.DataFrame)
+              else pl.from_arrow(t.select(list(_PARTIAL_INPUT)).combine_chunks()))
+        assert isinstance(df, pl.DataFrame)
+        wrong = {c: EVENT_SCHEMA[c] for c, d in df.schema.items() if d != EVENT_SCHEMA[c]}
+        if wrong:
+            df = df.cast(wrong)  # type: ignore[arg-type]
+        # one chunk (tens of thousands of rows): the in-memory engine costs ~1/3 less CPU than the
+        # streaming one here (measured on the 64-rank bench's chunks)
+        for name, frame in zip(PARTIALS, pl.collect_all(_partials_of(df.lazy()), engine="in-memory")):
+            self._chunks[name].append(frame)
+        # several chunks' states of one part: merged as they come, so few are held
+        if len(self._chunks[STEPS]) >= 16:
+            for name in PARTIALS:
+                self._chunks[name] = [_merge(name, self._chunks[name])]
+
+    def write(self, root: str | os.PathLike[str], part: str) -> None:
+        """Write the part's partials (atomically: temp file, then rename)."""
+        for name in PARTIALS:
+            if not self._chunks[name]:
+                continue
+            target = partial_path(root, part, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+            df = _merge(name, self._chunks[name])
+            if name == STEPS:   # in the summary's order: the commit can then stream the parts' in turn
+                df = df.sort("rank", "step", nulls_last=True)
+            df.write_ipc(tmp, compression="zstd")   # ~8x smaller than plain: the store keeps them
+            os.replace(tmp, target)
+        self._chunks = {n: [] for n in PARTIALS}
+
+    @classmethod
+    def of_part(cls, path: str | os.PathLike[str]) -> "Partial":
+        """The partials of a written part, from its rows (one row group at a time)."""
+        import pyarrow.parquet as pq
+
+        out = cls()
+        f = pq.ParquetFile(str(path))
+        for i in range(f.num_row_groups):
+            out.add(f.read_row_group(i, columns=list(_PARTIAL_INPUT)))
+        return out
+
+
+def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> None:
+    """The summaries of the store version being assembled in `root` (its staging folder) whose
+    part table is `parts`, from the partials of its events parts: the new parts' (written by the
+    ingest units), the kept parts' (linked from `previous`), and for any other part (merged by
+    compaction, rewritten) computed from its rows. Partials of parts not in the table are removed.
+    Summaries of the same key carried from `previous` (`carry`) are kept as they are."""
+    rels = sorted(p["path"] for p in parts if p["kind"] == "events")
+    pdir = root / SUMMARIES_DIR / PARTS_DIR
+    if not rels:
+        return
+    for rel in rels:
+        have = [partial_path(root, rel, n).is_file() for n in PARTIALS]
+        if all(have):
+            continue
+        old = [partial_path(previous.path, rel, n) for n in PARTIALS] if previous is not None else []
+        if old and all(p.is_file() for p in old):
+            pdir.mkdir(parents=True, exist_ok=True)
+            for p in old:
+                dst = pdir / p.name
+                if not dst.exists():
+                    os.link(p, dst)
+            continue
+        Partial.of_part(root / rel).write(root, rel)
+    stems = {Path(rel).stem for rel in rels}
+    for f in pdir.iterdir():
+        if f.name.split(".", 1)[0] not in stems:
+            f.unlink()
+    k = key_of(rels)
+    d = root / SUMMARIES_DIR
+    todo = [n for n in COMPUTE if not (d / f"{n}-{k}.parquet").is_file()]
+    if not todo:
+        return
+    if STEPS in todo:
+        _write_at(d / f"{STEPS}-{k}.parquet", STEPS, _assembled_steps(root, rels))
+        todo.remove(STEPS)
+    merged: dict[str, pl.DataFrame] = {}
+    for name in (GPU, *todo) if RANKS in todo else todo:
+        merged[name] = _merge(name, [pl.read_ipc(partial_path(root, rel, name)) for rel in rels])
+    for name in todo:
+        _write_at(d / f"{name}-{k}.parquet", name, _finish(name, merged.pop(name), merged.get(GPU)))
+
+
+def _assembled_steps(root: Path, rels: list[str]) -> Iterator[pl.DataFrame] | pl.DataFrame:
+    """The step groups of the parts `rels`. When the parts hold disjoint rank ranges (the usual
+    layout: each part's partial is sorted by (rank, step)), the parts' partials in rank order,
+    each finished on its own, are the table: streamed to the file, never held whole (the table
+    is as big as the events have (rank, step) pairs). Else merged in memory."""
+    from .timeline.steps import finish_group_states
+
+    spans = []
+    for rel in rels:
+        r = pl.read_ipc(partial_path(root, rel, RANKS), columns=["rank"])["rank"]
+        spans.append((r.min(), r.max(), r.null_count() > 0, rel))
+    ranked = sorted((s for s in spans if s[0] is not None), key=lambda s: s[0])
+    unranked = [s for s in spans if s[0] is None]
+    disjoint = all(a[1] < b[0] for a, b in zip(ranked, ranked[1:]))
+    # rows without a rank sort last: only the last part in rank order may hold them
+    order = ranked + unranked
+    if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
+        return (finish_group_states(pl.read_ipc(partial_path(root, s[3], STEPS)).lazy(), evidence=True)
+                .collect(engine="in-memory") for s in order)
+    return _finish(STEPS, _merge(STEPS, [pl.read_ipc(partial_path(root, rel, STEPS)) for rel in rels]))
+
+
 __all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",
-           "rank_rows", "errors", "untimed", "layout", "key"]
+           "rank_rows", "errors", "untimed", "layout", "key", "Partial", "assemble", "enabled"]

@@ -171,7 +171,9 @@ def candidates(lf: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.concat_str([pl.col("extra").fill_null(""), pl.col("fields").fill_null("")], separator=" ")
     msg = pl.col("message")
     # the two readers' own filters (`_from_events`, `_from_text`), cheap literal test first
-    keys = text.str.contains_any(EVENT_HINTS) & (text.str.contains(_ANY_AXIS) | text.str.contains(_ANY_SIZE))
+    # one regex pass for both alternatives (contains(a|b) == contains(a) | contains(b)): the
+    # ingest runs this over every event (forensics.summaries' layout)
+    keys = text.str.contains_any(EVENT_HINTS) & text.str.contains(f"{_ANY_AXIS}|{_ANY_SIZE}")
     said = msg.str.contains_any(TEXT_HINTS) & msg.str.contains(_TEXT_HINT)
     return lf.select("rank", "extra", "fields", "message").filter(keys.fill_null(False) | said.fill_null(False))
 

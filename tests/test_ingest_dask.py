@@ -124,6 +124,15 @@ def test_dask_ingest_builds_the_same_store_as_a_local_one(client, logs: Path, tm
     assert d.events > 3000 + 50 + 2 and d.rejected >= 3  # the sample runs, the big file, the hostile lines
     assert_same_store(tmp_path / "dask", tmp_path / "local")
     assert {"events", "rejects"} <= set(_tables(tmp_path / "dask"))
+    # the workers wrote each part's partial summaries; the summaries merged from them are the events'
+    from test_summaries import _assert_stored_equal_computed
+
+    from forensics import summaries as S
+    from forensics.store import open_store
+
+    run = open_store(tmp_path / "dask")
+    assert all(S.partial_path(run.path, p, n).is_file() for p in run.event_parts() for n in S.PARTIALS)
+    _assert_stored_equal_computed(run, exact=False)
     by_path = {f["path"]: f for f in d.per_file}
     big = by_path[str(logs / "big" / "all_ranks.jsonl")]
     assert big["lines_read"] == big["events"] == 3000

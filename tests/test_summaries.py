@@ -27,7 +27,7 @@ def _store(tmp_path: Path, *logs: Path, append: bool = False):
 
 def _files(run) -> list[str]:
     d = run.path / S.SUMMARIES_DIR
-    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+    return sorted(p.name for p in d.iterdir() if p.is_file()) if d.is_dir() else []
 
 
 def _all(run) -> list[str]:
@@ -35,10 +35,26 @@ def _all(run) -> list[str]:
     return sorted(f"{name}-{S.key(run)}.parquet" for name in S.COMPUTE)
 
 
+def _assert_stored_equal_computed(run, exact: bool = True) -> None:
+    """Every summary file of the store (merged at ingest from the units' partials) is the table
+    `summaries.COMPUTE` computes from the committed events. `exact=False`: float columns may differ
+    by rounding (a float sum over a group cut between parts adds in another order)."""
+    from polars.testing import assert_frame_equal
+
+    for name, compute in S.COMPUTE.items():
+        stored = pl.read_parquet(S.path_of(run, name))
+        want = compute(run)
+        if name == S.ERRORS:   # "in no particular order"
+            stored, want = stored.sort(pl.all()), want.sort(pl.all())
+        assert_frame_equal(stored, want, check_exact=exact, rel_tol=1e-12, abs_tol=1e-9)
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_summaries_written_at_ingest_give_the_tables_the_events_give(tmp_path: Path, scenario: str) -> None:
     run = _store(tmp_path, REPO / "sample_logs" / scenario)
     assert _files(run) == _all(run)
+    # merged from the ingest units' partial summaries == computed from the events after the commit
+    _assert_stored_equal_computed(run)
     # the diagnosis' step table: from the summary == aggregated from the events (slices, or none)
     from_summary = C.step_table(run.events(), run)
     assert from_summary.equals(C.step_table(run.events(), run, summary=False))
@@ -175,7 +191,12 @@ def test_a_re_ingest_that_keeps_every_part_keeps_its_summaries(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     logs = REPO / "sample_logs" / "straggler"
     run = _store(tmp_path, logs)
-    before = {p.name: p.stat().st_ino for p in (run.path / S.SUMMARIES_DIR).iterdir()}
+    def inodes(r) -> dict[str, int]:  # noqa: ANN001  # the summaries and the parts' partial summaries
+        d = r.path / S.SUMMARIES_DIR
+        return {str(p.relative_to(d)): p.stat().st_ino for p in d.rglob("*") if p.is_file()}
+
+    before = inodes(run)
+    assert any(k.startswith(S.PARTS_DIR + "/") for k in before)
 
     def boom(_run):  # noqa: ANN001
         raise AssertionError("summary recomputed on a re-ingest that changed nothing")
@@ -186,7 +207,7 @@ def test_a_re_ingest_that_keeps_every_part_keeps_its_summaries(tmp_path: Path,
         again = _store(tmp_path, logs)
     assert S.key(again) == S.key(run)
     # the same files (linked into the new version, not computed again)
-    assert {p.name: p.stat().st_ino for p in (again.path / S.SUMMARIES_DIR).iterdir()} == before
+    assert inodes(again) == before
     assert C.step_table(again.events(), again).equals(C.step_table(again.events(), again, summary=False))
 
 
@@ -215,3 +236,183 @@ def test_summaries_built_slice_by_slice_equal_one_scan(tmp_path: Path, monkeypat
     assert S.compute_step_groups(run).equals(whole)
     assert S.compute_rank_table(run).equals(S.rank_rows(run.events()).collect())
     assert S.compute_rank_table(run)["rank"].null_count() == 1
+
+
+def _mixed_run(d: Path, ranks: int = 6, steps: int = 40, files: str = "one") -> None:
+    """JSON-lines of a small run with every kind of event the summaries aggregate: data loads
+    (with disk read rates), collectives (comm, wait), gpu telemetry, TRAIN_STEP summaries (loss,
+    lr, step time), warnings, errors, a host change, events without a time and without a rank,
+    layout records. `files`: "one" (every rank in one file, in time order: cut into byte ranges,
+    a (rank, step) falls on both sides of a cut) or "split" (a file per rank, rank 2's in two
+    files: its steps are in several units)."""
+    import json as _json
+
+    def ts(s: int, r: int, k: int) -> str:
+        us = (s * 1_000 + k * 100 + r) * 1_000
+        return f"2025-06-12T14:{us // 60_000_000:02d}:{us % 60_000_000 / 1e6:09.6f}Z"
+
+    rows: list[tuple[str, dict]] = []
+    for s in range(steps):
+        for r in range(ranks):
+            host = f"node{r // 4}" if not (r == 3 and s >= steps // 2) else "node9"
+            base = {"rank": r, "host": host}
+            rows.append((ts(s, r, 0), {**base, "level": "INFO", "event": "DATA_LOAD", "message": "batch",
+                                       "extra": {"step": s, "data_load_ms": 10.1 + r + s / 7,
+                                                 "disk_read_mbps": 100.3 + s % 5 + r, "samples_per_s": 1.0 * s}}))
+            rows.append((ts(s, r, 1), {**base, "level": "INFO", "event": "ALLREDUCE", "message": "allreduce",
+                                       "extra": {"step": s, "comm_ms": 20.7 + (s % 3), "wait_ms": 1.1 * r,
+                                                 "samples_per_s": 2.0 * s}}))
+            rows.append((ts(s, r, 2), {**base, "level": "INFO", "event": "GPU_STATS", "message": "telemetry",
+                                       "extra": {"step": s, "gpu_util": float((s * 7 + r) % 100),
+                                                 "temp_c": 60.0 + (s + r) % 9, "sm_clock_mhz": 1400.0 - s % 4}}))
+            level = "WARN" if (s + r) % 11 == 0 else ("ERROR" if (s, r) == (steps - 3, 4) else "INFO")
+            rows.append((ts(s, r, 3), {**base, "level": level, "event": "TRAIN_STEP", "message": f"step={s}",
+                                       "extra": {"step": s, "loss": 3.0 - s / 97, "lr": 1e-4,
+                                                 "step_time_ms": 300.0 + r + s / 3, "tp_rank": r % 2,
+                                                 "pp_rank": r // 2}}))
+    rows.sort(key=lambda x: x[0])
+    lines = {r: [] for r in range(ranks)}
+    order: list[str] = []
+    for t, row in rows:
+        line = _json.dumps({"timestamp": t, **row})
+        lines[row["rank"]].append(line)
+        order.append(line)
+    untimed = _json.dumps({"rank": 1, "level": "INFO", "event": "NOTE", "message": "no time here"})
+    unranked = _json.dumps({"timestamp": ts(1, 0, 5), "level": "ERROR", "event": "LAUNCHER", "message": "no rank"})
+    d.mkdir(parents=True, exist_ok=True)
+    if files == "one":
+        order[len(order) // 2:len(order) // 2] = [untimed]
+        (d / "all.jsonl").write_text("\n".join([*order, unranked]) + "\n")
+        return
+    for r, ls in lines.items():
+        if r == 2 and files == "split":   # one rank in two files, its steps interleaved between them
+            (d / "rank_2.jsonl").write_text("\n".join(ls[0::2]) + "\n")
+            (d / "rank_2_more.jsonl").write_text("\n".join(ls[1::2]) + "\n")
+        else:
+            (d / f"rank_{r}.jsonl").write_text("\n".join(ls + ([untimed] if r == 1 else [])) + "\n")
+    (d / "launcher.jsonl").write_text(unranked + "\n")
+
+
+def _cut_by_rank(run) -> bool:  # noqa: ANN001
+    """Some rank has rows in more than one events part."""
+    seen = run.events().select("rank", pl.col("source_file")).collect()  # noqa: F841
+    per = [set(pl.read_parquet(p, columns=["rank"])["rank"].drop_nulls().to_list()) for p in run.event_parts()]
+    return any(per[i] & per[j] for i in range(len(per)) for j in range(i + 1, len(per)))
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_summaries_merged_from_a_big_file_cut_into_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          compact: bool) -> None:
+    """A big file read in several byte ranges (a unit each, a part each): (rank, step) groups and
+    ranks fall on both sides of a cut; the summaries merged from the units' partials are those of
+    the events. With compaction the small parts are merged at commit and their partials computed
+    from the merged part."""
+    import forensics.ingest as ing
+    import forensics.store as store_mod
+
+    _mixed_run(tmp_path / "logs", files="one")
+    size = (tmp_path / "logs" / "all.jsonl").stat().st_size
+    monkeypatch.setattr(ing, "RANGE_BYTES", size // 7)
+    if not compact:
+        monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
+    run = _store(tmp_path, tmp_path / "logs")
+    assert len(run.event_parts()) == (1 if compact else 7) or (compact and len(run.event_parts()) < 7)
+    if not compact:
+        assert _cut_by_rank(run)
+    _assert_stored_equal_computed(run, exact=False)
+    # a partial per events part, none other
+    stems = {Path(p).stem for p in run.event_parts()}
+    assert {p.name.split(".")[0] for p in (run.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()} == stems
+
+
+def test_summaries_merged_from_a_rank_split_over_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One file per rank, one unit per file (rank 2 in two files, so in two parts): the merged
+    summaries are those of the events."""
+    import forensics.ingest as ing
+    import forensics.store as store_mod
+
+    _mixed_run(tmp_path / "logs", files="split")
+    monkeypatch.setattr(ing, "BATCH_BYTES", 1)
+    monkeypatch.setattr(ing, "BATCH_MIN", 1)
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
+    run = _store(tmp_path, tmp_path / "logs")
+    assert len(run.event_parts()) == 8 and _cut_by_rank(run)
+    _assert_stored_equal_computed(run, exact=False)
+    st = S.step_groups(run)
+    assert st.filter(pl.col("rank") == 2)["events"].sum() == 4 * 40
+    assert S.rank_table(run).filter(pl.col("rank") == 2)["in_order"].item() is False  # its two files interleave
+
+
+def test_summaries_of_parts_of_disjoint_ranks_are_streamed_in_rank_order(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part per rank file and one for the unranked launcher: the step groups are the parts'
+    partials in rank order, each finished on its own (streamed to the file), and equal the
+    events' (exactly: no group is merged)."""
+    import forensics.ingest as ing
+    import forensics.store as store_mod
+
+    _mixed_run(tmp_path / "logs", files="per_rank")
+    monkeypatch.setattr(ing, "BATCH_BYTES", 1)
+    monkeypatch.setattr(ing, "BATCH_MIN", 1)
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
+    streamed: list[object] = []
+    real = S._assembled_steps
+    monkeypatch.setattr(S, "_assembled_steps", lambda *a: streamed.append(real(*a)) or streamed[-1])
+    run = _store(tmp_path, tmp_path / "logs")
+    assert len(run.event_parts()) == 7 and not _cut_by_rank(run)
+    assert len(streamed) == 1 and not isinstance(streamed[0], pl.DataFrame)   # pieces, not one table
+    _assert_stored_equal_computed(run)
+
+
+def test_append_merges_the_kept_parts_partials_with_the_new_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--append keeps the store's parts and their partial summaries (the same files, linked) and
+    merges them with the new parts'; the summaries are those of the events. A kept part whose
+    partials are missing (a store written before them) gets them from its rows."""
+    import shutil
+
+    import forensics.store as store_mod
+
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)   # the first store's part is kept as it is
+    _mixed_run(tmp_path / "all", files="split")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for f in ("rank_0.jsonl", "rank_1.jsonl", "rank_2.jsonl"):
+        shutil.copy(tmp_path / "all" / f, logs / f)
+    first = _store(tmp_path, logs)
+    pdir = first.path / S.SUMMARIES_DIR / S.PARTS_DIR
+    kept = {p.name: p.stat().st_ino for p in pdir.iterdir()}
+    for f in ("rank_2_more.jsonl", "rank_3.jsonl"):
+        shutil.copy(tmp_path / "all" / f, logs / f)
+    second = _store(tmp_path, logs, append=True)
+    assert S.key(second) != S.key(first)
+    now = {p.name: p.stat().st_ino for p in (second.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()}
+    assert {k: now[k] for k in kept} == kept and len(now) > len(kept)
+    _assert_stored_equal_computed(second, exact=False)
+    assert _files(second) == _all(second)
+    # the kept parts' partials gone (an older store): computed from their rows on the next append
+    shutil.rmtree(second.path / S.SUMMARIES_DIR)
+    for f in ("rank_4.jsonl", "launcher.jsonl"):
+        shutil.copy(tmp_path / "all" / f, logs / f)
+    third = _store(tmp_path, logs, append=True)
+    _assert_stored_equal_computed(third, exact=False)
+    stems = {Path(p).stem for p in third.event_parts()}
+    assert {p.name.split(".")[0] for p in (third.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()} == stems
+
+
+def test_the_summaries_are_merged_from_the_units_partials_not_the_events(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ingest does not read its parts back to build the summaries: the step groups and the
+    per-rank table come from the partials the units wrote."""
+    calls: list[str] = []
+    real = S.Partial.of_part
+
+    def spy(path):  # noqa: ANN001
+        calls.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(S.Partial, "of_part", staticmethod(spy))
+    for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout"):
+        monkeypatch.setattr(S, name, lambda _run: (_ for _ in ()).throw(AssertionError("computed from the events")))
+    _mixed_run(tmp_path / "logs", files="split")
+    run = _store(tmp_path, tmp_path / "logs")
+    assert calls == [] and _files(run) == _all(run)

@@ -325,6 +325,19 @@ def _carry_summaries(previous, staging: Path) -> None:
     carry(previous, staging)
 
 
+def _summaries_enabled() -> bool:
+    from ..summaries import enabled
+
+    return enabled()
+
+
+def _assemble_summaries(writer: StoreWriter, table: list[dict[str, Any]]) -> None:
+    """The new version's summaries, merged from its parts' partial summaries (forensics.summaries)."""
+    from ..summaries import assemble
+
+    assemble(writer.staging, table, writer.previous)
+
+
 def _write_summaries(target: Path) -> None:
     """The committed store's per-(rank, step) and per-rank summaries (forensics.summaries), so
     that every later query reads them instead of scanning the events."""
@@ -526,11 +539,13 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     units: list[Unit] = []
     n_workers = workers or os.cpu_count() or 1
     work = sum(w for _, _, w in small) + sum(_piece_bytes(p) for p in big)   # bytes, and files' fixed costs
+    summaries_on = _summaries_enabled()
     for group in [[p] for p in big] + [[p for p, _, _ in b] for b in _batches(small, n_workers)]:
         ep, _ = writer.new_part(EVENTS_DIR)
         rp, _ = writer.new_part(REJECTS_DIR)
         weight = sum(_piece_bytes(p) for p in group)
-        units.append(Unit(pieces=tuple(group), events_part=str(ep), rejects_part=str(rp), gpu_map=gmap, weight=weight))
+        units.append(Unit(pieces=tuple(group), events_part=str(ep), rejects_part=str(rp), gpu_map=gmap, weight=weight,
+                          summaries=summaries_on))
 
     kept = {p for p, src in sources.items() if src is prev_sources.get(p)} | grown_paths
     parts = _carry_parts(writer, previous, prev_sources, sources, kept, drop_rejects_after)
@@ -581,6 +596,8 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     summary.problems = problems
     summary.repaired_files = repaired
     summary.warnings = warnings
+    if summaries_on:   # merged from the units' partials, published with the parts
+        _assemble_summaries(writer, table)
     writer.commit({"sources": ordered, "parts": table, "duplicates": duplicates, "problems": problems, "totals": {
         k: summary.to_dict()[k] for k in ("files", "lines_read", "events", "rejected", "rejected_by_reason",
                                           "ranks", "hosts", "start", "end")}})

@@ -2,8 +2,9 @@
 one events part and one rejects part, plus counts per file.
 
 A pure function of its arguments and the bytes it reads: it writes only the two part files it is
-told to write and returns counts (picklable). The same function can run inline, in a thread or
-process pool, or on a cluster worker. Must not touch the manifest or decide what to ingest; how a
+told to write (and, when asked, the events part's partial summaries beside it:
+`forensics.summaries.Partial`, from the rows it holds anyway) and returns counts (picklable).
+The same function can run inline, in a thread or process pool, or on a cluster worker. Must not touch the manifest or decide what to ingest; how a
 part is sorted and cut into row groups is the store's (`store.PartWriter`).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
 from ..store import COMPRESSION, ROW_GROUP, PartWriter
+from ..summaries import Partial
 from . import native
 from .formats import ReaderContext, reader_for
 from .jsonl import scan_files
@@ -53,6 +55,7 @@ class Unit:
     gpu_map: tuple[tuple[str | None, int, int], ...] = ()
     block_bytes: int = 4 << 20
     weight: int = 0           # input bytes planned (progress)
+    summaries: bool = False   # also write the events part's partial summaries (forensics.summaries)
 
 
 @dataclass(slots=True)
@@ -161,7 +164,8 @@ def run_unit(u: Unit) -> UnitResult:
     Runs of small JSON-lines files are read together, up to block_bytes per scanner call
     (_read_files); any other piece, and a small file that is not as listed (changed size, no
     final newline, gone), is read alone by its reader (_read_piece)."""
-    ew = PartWriter(u.events_part, "events")
+    partial = Partial() if u.summaries else None
+    ew = PartWriter(u.events_part, "events", on_write=partial.add if partial is not None else None)
     rw = PartWriter(u.rejects_part, "rejects")
     out = UnitResult(pieces=[], bytes=u.weight)
     results: list[PieceResult | None] = [None] * len(u.pieces)
@@ -190,6 +194,9 @@ def run_unit(u: Unit) -> UnitResult:
         raise
     out.events_part = ew.close()
     out.rejects_part = rw.close()
+    if partial is not None and out.events_part is not None:
+        # beside the part, in the store's staging folder (two levels up: STAGING/events/part)
+        partial.write(os.path.dirname(os.path.dirname(u.events_part)), u.events_part)
     return out
 
 

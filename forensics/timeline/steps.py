@@ -227,11 +227,14 @@ def _finish_steps(groups: pl.LazyFrame, evidence: bool) -> pl.LazyFrame:
     )
 
 
-def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool = False) -> pl.LazyFrame:
+def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool = False,
+                 state: bool = False) -> pl.LazyFrame:
     """The (rank, step) group_by of `step_rows`: per-group values, before anything run-wide.
 
     With `per_rank`, every event is kept (a null rank or step is a group too) and the groups also
-    carry what `rank_summary` adds up per rank (temp_max, warn, error): one scan serves both."""
+    carry what `rank_summary` adds up per rank (temp_max, warn, error): one scan serves both.
+    With `state`, the groups' aggregation state (`merge_group_states` merges states of several
+    slices of the same events; `finish_group_states` gives what this returns without it)."""
     names = lf.collect_schema().names()
     lf = lf.with_columns(_comm_of_ops())
     t = pl.col(time_col)
@@ -266,6 +269,9 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
         cite_aggs = [
             pl.col("file").first(), pl.col("train_line").min(), pl.col("data_line").min(),
             pl.col("comm_line").max(), pl.col("ready_line").min(), pl.col("disk_read_mbps").mean(),
+            # a mean merges from its sum and count (mean == sum / count in polars)
+            *([pl.col("disk_read_mbps").sum().alias("disk_sum"), pl.col("disk_read_mbps").count().alias("disk_n")]
+              if state else []),
         ]
     counted: list[pl.Expr] = []
     count_aggs: list[pl.Expr] = []
@@ -274,7 +280,7 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
         count_aggs = [pl.col("temp_c").max().alias("temp_max"), pl.col("warn").sum(), pl.col("error").sum()]
     else:
         lf = lf.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
-    return (
+    grouped = (
         lf.select("rank", "step", "host", t.alias("t"), *PHASES, *STEP_VALUES, *masked, *cited, *counted)
         .group_by("rank", "step")
         # only plain aggregations here (when/coalesce inside agg() takes polars' slow path)
@@ -297,7 +303,14 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
             *cite_aggs,
             *count_aggs,
         )
-        .with_columns(
+    )
+    return grouped if state else finish_group_states(grouped, evidence)
+
+
+def finish_group_states(grouped: pl.LazyFrame, evidence: bool) -> pl.LazyFrame:
+    """The (rank, step) groups of `_step_groups` from their aggregation state."""
+    return (
+        grouped.with_columns(
             pl.coalesce("sum_step_time_ms", "any_step_time_ms").alias("step_time_logged"),
             pl.when(pl.col("n_op") > 0).then(pl.col("op_sum")).otherwise(pl.col("ex_max")).alias("op_compute_ms"),
             *(pl.when(pl.col(f"n_{c}") > 0).then(pl.col(f"own_{c}")).otherwise(pl.col(f"sum_{c}")).alias(c)
@@ -308,5 +321,47 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
             *([pl.col("file").cast(pl.Categorical)] if evidence else []),
         )
         .drop(*(f"{p}_{c}" for p in ("own", "n", "sum") for c in PHASES), *(f"{p}_{c}" for p in ("sum", "any")
-              for c in STEP_VALUES), "sum_step_time_ms", "any_step_time_ms", "op_sum", "n_op", "ex_max")
+              for c in STEP_VALUES), "sum_step_time_ms", "any_step_time_ms", "op_sum", "n_op", "ex_max",
+              *(["disk_sum", "disk_n"] if "disk_sum" in grouped.collect_schema().names() else []))
     )
+
+
+def _state_merges() -> dict[str, pl.Expr]:
+    """How each state column of `_step_groups(..., state=True)` merges over the states of
+    consecutive slices of the same events (in their order): min / max / sum / any, first or last
+    non-null value in event order."""
+    first = lambda c: pl.col(c).first(ignore_nulls=True)  # noqa: E731
+    last = lambda c: pl.col(c).last(ignore_nulls=True)  # noqa: E731
+    return {
+        "host": first("host"), "t_start": pl.col("t_start").min(), "t_end": pl.col("t_end").max(),
+        "sum_step_time_ms": pl.col("sum_step_time_ms").max(), "any_step_time_ms": pl.col("any_step_time_ms").max(),
+        "op_sum": pl.col("op_sum").sum(), "n_op": pl.col("n_op").sum(), "ex_max": pl.col("ex_max").max(),
+        **{f"own_{c}": pl.col(f"own_{c}").sum() for c in PHASES},
+        **{f"n_{c}": pl.col(f"n_{c}").sum() for c in PHASES},
+        **{f"sum_{c}": pl.col(f"sum_{c}").max() for c in PHASES},
+        "grad_ready_ts": pl.col("grad_ready_ts").min(), "comm_end": pl.col("comm_end").max(),
+        **{f"sum_{c}": last(f"sum_{c}") for c in STEP_VALUES},
+        **{f"any_{c}": last(f"any_{c}") for c in STEP_VALUES},
+        "events": pl.col("events").sum(), "complete": pl.col("complete").any(),
+        "file": pl.col("file").first(), "train_line": pl.col("train_line").min(),
+        "data_line": pl.col("data_line").min(), "comm_line": pl.col("comm_line").max(),
+        "ready_line": pl.col("ready_line").min(),
+        "disk_read_mbps": pl.col("disk_read_mbps").first(),   # see merge_group_states
+        "disk_sum": pl.col("disk_sum").sum(), "disk_n": pl.col("disk_n").sum(),
+        "temp_max": pl.col("temp_max").max(), "warn": pl.col("warn").sum(), "error": pl.col("error").sum(),
+    }
+
+
+def merge_group_states(states: pl.LazyFrame) -> pl.LazyFrame:
+    """The states (`_step_groups(..., state=True)`) of consecutive slices of the same events,
+    concatenated in event order, merged into the state of the whole: a (rank, step) cut between
+    slices gets one row with what one scan of its events would give (float sums up to rounding)."""
+    schema = states.collect_schema()
+    merges = _state_merges()
+    merged = states.group_by("rank", "step").agg(
+        *(merges[c].alias(c) for c in schema.names() if c not in ("rank", "step")), pl.len().alias("_slices"))
+    if "disk_sum" in schema:
+        # a group in one slice keeps its own mean (bit-equal to one scan's); a merged one: sum / count
+        merged = merged.with_columns(pl.when(pl.col("_slices") > 1).then(pl.col("disk_sum") / pl.col("disk_n"))
+                                     .otherwise(pl.col("disk_read_mbps")).alias("disk_read_mbps"))
+    return merged.drop("_slices").cast(dict(schema))
