@@ -145,6 +145,7 @@ def main() -> None:
     envs = {"forensics": {"FORENSICS_SUMMARIES": "0"} if args.no_summaries else {}}
     tools = args.tools.split(",")
     runs: dict[str, list[dict]] = {t: [] for t in tools}
+    Path(args.data).mkdir(parents=True, exist_ok=True)   # --src leaves it unmade
     for rep in range(args.reps):
         for tool in tools:  # interleaved, so machine noise hits every tool alike
             tmp = Path(tempfile.mkdtemp(prefix=f"bench-{tool}-", dir=args.data))
