@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 BASE_MB = 200                   # one spawned worker's libraries (polars, pyarrow, msgspec) resident
-PER_BYTE = 0.9                  # peak bytes per (uncompressed) trace byte: trace-stats' worker
-INGEST_PER_BYTE = 0.9           # ... the ingest's (the whole kernel table goes to the store)
+PER_BYTE = 0.38                 # peak bytes per (uncompressed) trace byte: trace-stats' worker
+INGEST_PER_BYTE = 0.55          # ... the ingest's (the whole kernel table, names as codes, until written)
 GZIP_RATIO = 8
 DEFAULT_BUDGET = 0.5            # of the memory available when no budget is given ...
 DEFAULT_CAP_MB = 1400           # ... and at most this for the whole tree by default
-MAIN_MB = 250                   # of which the parent process keeps (libraries, the gathered answers)
+MAIN_MB = 200                   # of which the parent process keeps (libraries, the gathered answers)
 ENV_BUDGET = "FORENSICS_TRACE_MEMORY_MB"
 ENV_JOBS = "FORENSICS_TRACE_JOBS"
 # below this much trace text in all a worker's imports (~1.5 CPU s) cost more than they save

@@ -59,6 +59,10 @@ CATEGORIES = ("compute", "communication", "memcpy", "memset", "other")
 BATCH_ROWS = 1 << 16
 
 KERNEL_SCHEMA = pl.DataFrame(schema=_KERNEL_COLUMNS).to_arrow().schema
+STRING_COLUMNS = ("category", "cat", "name", "collective", "launch")
+# KERNEL_SCHEMA with its string columns as dictionaries (iter_kernel_batches(dictionary=True))
+DICT_SCHEMA = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in STRING_COLUMNS else f
+                         for f in KERNEL_SCHEMA])
 STEP_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("step", pa.int32()), ("start_ns", pa.int64()), ("dur_ns", pa.int64()),
     ("line", pa.int64()),
@@ -401,12 +405,14 @@ def read_trace(path: str | Path, stream: BinaryIO | None = None, rank_hint: int 
 
 def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_hint: int | None = None,
                         out: list[Any] | None = None, batch_rows: int = BATCH_ROWS,
-                        columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+                        columns: list[str] | None = None, dictionary: bool = False) -> Iterator[pa.RecordBatch]:
     """Parse one trace incrementally; yield its GPU activities as Arrow batches (KERNEL_SCHEMA).
 
     The batches come after the whole file is read: a kernel's launch and step may be written
     after it. `out`, when given, receives [TraceInfo, steps table]. `columns`: only these
-    columns of KERNEL_SCHEMA, in this order (default: all)."""
+    columns of KERNEL_SCHEMA, in this order (default: all). `dictionary`: the string columns
+    as dictionary arrays (codes into the trace's distinct names; DICT_SCHEMA's types): a few
+    bytes a row instead of the name's, for a caller that keeps the whole table."""
     path = str(path)
     info = TraceInfo(path=path)
     names: dict[str, int] = {}
@@ -552,13 +558,13 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
         out[:] = [info, step_tab]
     yield from _kernel_batches(info, offset, names, cats, (l_corr, l_ts, l_name), steps,
                                (k_name, k_cat, k_dev, k_stream, k_ts, k_dur, k_corr, k_line), batch_rows,
-                               columns)
+                               columns, dictionary)
 
 
 def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: dict[str, int],
                     launches: tuple[array, array, array], steps: list[tuple[int, int, int, int]],
                     cols: tuple[array, ...], batch_rows: int,
-                    columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+                    columns: list[str] | None = None, dictionary: bool = False) -> Iterator[pa.RecordBatch]:
     import numpy as np
 
     k_name, k_cat, k_dev, k_stream, k_ts, k_dur, k_corr, k_line = (np.frombuffer(c, dtype=np.int64) if len(c) else np.zeros(0, np.int64) for c in cols)
@@ -593,6 +599,11 @@ def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: d
         return pa.array(values, pa.large_string())
 
     def take(values: pa.Array, idx: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+        if dictionary:   # a null value is a null code (is_valid must say so)
+            vnull = np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+            if vnull.any():
+                null = vnull[idx] if null is None else (null | vnull[idx])
+            return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32), pa.int32(), mask=null), values)
         return values.take(pa.array(idx, pa.int64(), mask=null))
 
     name_arr = strings(name_list or [""])
@@ -620,7 +631,8 @@ def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: d
         "line": lambda sl: pa.array(k_line[sl]),
     }
     categ_arr, cat_arr, coll_arr = strings(list(CATEGORIES)), strings(cat_list or [""]), strings(list(coll_list))
-    schema = KERNEL_SCHEMA if columns is None else pa.schema([KERNEL_SCHEMA.field(c) for c in columns])
+    full = DICT_SCHEMA if dictionary else KERNEL_SCHEMA
+    schema = full if columns is None else pa.schema([full.field(c) for c in columns])
     for lo in range(0, n, max(1, batch_rows)):
         sl = slice(lo, min(n, lo + batch_rows))
         yield pa.RecordBatch.from_arrays([builders[f.name](sl) for f in schema], schema=schema)

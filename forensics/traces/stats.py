@@ -323,7 +323,7 @@ def _file_part(f: Path, top: int) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.
     out: list[Any] = []
     cols = [c for c in USED_COLUMNS if c != "file"]
     frames = [pl.from_arrow(b).with_columns(pl.col(c).cast(pl.Categorical) for c in _NAMES)
-              for b in iter_kernel_batches(f, out=out, columns=cols)]
+              for b in iter_kernel_batches(f, out=out, columns=cols, dictionary=True)]
     info, steps = out
     k = (pl.concat(frames, rechunk=True) if frames
          else pl.DataFrame(schema={c: _EMPTY_K[c] for c in cols}).with_columns(pl.col(c).cast(pl.Categorical) for c in _NAMES))
