@@ -16,12 +16,13 @@ then exits (`max_tasks_per_child=1`): the allocator's held pages go back to the 
 it, so memory does not build up across traces. Workers die with their parent (a parent-death
 signal on Linux, and a thread watching the parent elsewhere): stopping a run leaves no orphans.
 
-A reader's peak grows with the trace's GPU activities, which grow with its size; it was
-measured on generated traces (bench/gen_traces.py, one kernel per ~0.9 KB of trace) at 0.93 GB
-for a 1 GB trace and 0.44 GB for a 250 MB one (the per-rank analysis included, in a spawned
-worker): ~200 MB of libraries plus ~0.75 x the trace size, estimated here at 0.9 x to leave room
-for traces denser in kernels. A gzip trace is counted at 8 x its size on disk (Kineto traces
-compress ~8-10x).
+A worker's peak grows with the trace's GPU activities, which grow with its size; measured on a
+generated 1 GB trace (bench/gen_traces.py, ~1.08 M activities, one per ~0.9 KB of trace) in a
+spawned worker, with the names held as dictionary codes: 0.53 GB for trace-stats (the per-rank
+analysis included), 0.70 GB for the ingest (which keeps the whole kernel table until its part
+is written): ~200 MB of libraries plus ~0.32 x / ~0.49 x the trace size, estimated here at
+PER_BYTE / INGEST_PER_BYTE to leave room for traces denser in kernels. A gzip trace is counted
+at 8 x its size on disk (Kineto traces compress ~8-10x).
 """
 from __future__ import annotations
 
