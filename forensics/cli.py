@@ -586,7 +586,7 @@ def trace_stats(
     paths: list[str] = typer.Argument(..., metavar="PATH...", help="Kineto (PyTorch profiler) trace files or folders holding them (plain, gzip or zstd), or a store they were ingested into."),
     fmt: TableFormat = typer.Option(TableFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (everything) or csv (the per-rank / per-step breakdown)."),
     top: int = typer.Option(10, "--top", min=1, metavar="N", help="Kernels listed per rank in the top-kernels list."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, metavar="N", help="Trace files read at once, each in its own process (default: the cores, fewer when their memory would not fit in half the memory available; 1: one after another)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, metavar="N", help="Trace files read at once, each in its own process (default: the cores, fewer when their estimated memory would not fit in the budget: half the memory available, at most ~1.2 GB so that the whole run stays under ~1.4 GB; raise it with FORENSICS_TRACE_MEMORY_MB=MB, cap the count with FORENSICS_TRACE_JOBS; 1: one after another)."),
 ) -> None:
     """GPU time in profiler traces, per rank and step. Compute / non-compute / idle shares, idle causes (host wait, kernel wait, other), communication/computation overlap, top kernels, and which rank starts communication kernels last."""
     from .render.traces import render_trace_stats

@@ -78,3 +78,24 @@ def test_relative_clock_rank_from_name_and_gloo():
 def test_truncated_trace_is_one_reject():
     b = _read(b'{"traceEvents": [{"ph": "X"')
     assert b.lines == 1 and b.events.height == 0 and b.rejects["reason"][0].startswith("invalid JSON")
+
+
+def test_batches_as_dictionary_codes_hold_the_same_table():
+    # the workers' form (names as codes, a subset of columns, small batches) decodes to the
+    # rows read_trace gives, nulls included (a kernel with no collective, one with no launch)
+    import pyarrow as pa
+
+    from forensics.traces.reader import DICT_SCHEMA, KERNEL_SCHEMA, iter_kernel_batches, read_trace
+
+    files = sorted(REAL.glob("worker*.pt.trace.json.gz"))
+    if not files:
+        pytest.skip("realdata absent")
+    whole = read_trace(files[0]).kernels
+    assert whole.num_rows > 3 and whole["collective"].null_count > 0
+    coded = pa.Table.from_batches(list(iter_kernel_batches(files[0], batch_rows=7, dictionary=True)), schema=DICT_SCHEMA)
+    assert coded.schema.field("name").type == pa.dictionary(pa.int32(), pa.large_string())
+    assert coded["collective"].null_count == whole["collective"].null_count
+    assert coded.cast(KERNEL_SCHEMA).equals(whole)
+    cols = ["name", "start_ns", "collective"]
+    part = pa.Table.from_batches(list(iter_kernel_batches(files[0], batch_rows=5, columns=cols)))
+    assert part.column_names == cols and part.equals(whole.select(cols))

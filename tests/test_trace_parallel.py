@@ -83,3 +83,97 @@ def test_worker_count_follows_cores_files_and_memory(tmp_path, monkeypatch):
     small = tmp_path / "small.json"
     small.write_bytes(b"{}")
     assert tpool.workers_for([small, small]) == 1          # too little to pay for the imports
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def test_each_worker_reads_one_trace_then_exits():
+    # a fresh process per task: what a worker's allocator held goes back with it
+    with tpool.pool(1) as ex:
+        a = ex.submit(_pid).result()
+        b = ex.submit(_pid).result()
+    assert a != b and os.getpid() not in (a, b)
+
+
+_ORPHAN = """
+import os, sys, time
+from forensics.traces import pool as tpool
+
+def task(path):
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
+
+if __name__ == "__main__":
+    ex = tpool.pool(1)
+    ex.submit(task, sys.argv[1])
+    time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to see processes")
+def test_workers_die_with_their_parent(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHAN)
+    pidfile = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, str(script), str(pidfile)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker = int(pidfile.read_text())
+        assert _alive(worker)
+        parent.send_signal(signal.SIGKILL)      # no clean-up in the parent: the worker must go by itself
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(worker)
+    finally:
+        parent.kill()
+
+
+def test_default_budget_keeps_the_tree_under_the_cap(tmp_path, monkeypatch):
+    files = []
+    for i in range(8):
+        p = tmp_path / f"rank{i}.json"
+        with open(p, "wb") as f:      # sparse: 1 GB listed
+            f.truncate(1_000_000_000)
+        files.append(p)
+    monkeypatch.delenv(tpool.ENV_BUDGET, raising=False)
+    monkeypatch.setattr(tpool, "available_mb", lambda: 1e6)   # a big machine: the cap decides
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    n = tpool.workers_for(files)
+    assert 1 <= n < 8
+    assert tpool.MAIN_MB + n * tpool.estimated_mb(files[0]) <= tpool.DEFAULT_CAP_MB
+    assert tpool.MAIN_MB + (n + 1) * tpool.estimated_mb(files[0]) > tpool.DEFAULT_CAP_MB
+    monkeypatch.setenv(tpool.ENV_BUDGET, "100000")              # the user raises it
+    assert tpool.workers_for(files) == 8
+    # the ingest's workers hold more per trace: fewer of them
+    assert tpool.workers_for(files, per_byte=tpool.INGEST_PER_BYTE, budget_mb=1200) <= n
+
+
+@pytest.mark.skipif(not DLRM.is_dir(), reason="shared realdata absent")
+def test_big_traces_read_in_a_worker_even_one_at_a_time(monkeypatch):
+    spy = _Spy()
+    monkeypatch.setattr(tpool, "pool", spy)
+    here = trace_stats([str(DLRM)], jobs=1).to_dict()
+    assert spy.sizes == []
+    monkeypatch.setattr(tpool, "POOL_MIN_MB", 0)     # as if the DLRM traces were big
+    assert trace_stats([str(DLRM)], jobs=1).to_dict() == here
+    assert spy.sizes == [1]

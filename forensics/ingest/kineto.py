@@ -26,18 +26,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..schema import Level, RankSource
-from ..traces.reader import KERNEL_SCHEMA, iter_kernel_batches
+from ..traces.reader import DICT_SCHEMA, KERNEL_SCHEMA, iter_kernel_batches
 from .formats import ReaderContext
 from .jsonl import Block, rejects_frame
 
 
 def read_kineto(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Block]:
     out: list[Any] = []
-    kernels = pa.Table.from_batches(list(iter_kernel_batches(path, stream, ctx.rank_hint, out)), schema=KERNEL_SCHEMA)
+    # names as dictionary codes: the table lives until its part is written (unit._write_kernels
+    # turns them into strings one row group at a time)
+    kernels = pa.Table.from_batches(list(iter_kernel_batches(path, stream, ctx.rank_hint, out, dictionary=True)),
+                                    schema=DICT_SCHEMA)
     info, steps = out
     rows: list[dict[str, Any]] = []
     to_us = (lambda ns: ns // 1000) if info.absolute else (lambda ns: None)  # noqa: E731
-    comm = pl.from_arrow(kernels).filter((pl.col("cat") == "kernel") & pl.col("collective").is_not_null())
+    # the communication kernels picked in Arrow: a polars frame of the whole table would copy
+    # every activity's strings once more
+    comm = pl.from_arrow(kernels.filter(pc.and_(pc.equal(kernels["cat"], "kernel"), pc.is_valid(kernels["collective"])))
+                         .cast(KERNEL_SCHEMA))
     for r in comm.iter_rows(named=True):
         raw_ts = (r["start_ns"] - info.offset_ns) / 1000
         extra = {"kernel": r["name"], "cat": r["cat"], "ts_us": raw_ts, "device": r["device"], "stream": r["stream"],

@@ -143,10 +143,16 @@ def _events_table(block_events: pl.DataFrame | pa.Table, fmt: str) -> pa.Table:
 def _write_kernels(u: Piece, kernels: pa.Table) -> None:
     """A profiler trace's GPU activities as one part of the store's kernels table (one part per
     trace file: the reader hands them over once, after the whole trace is read)."""
-    t = kernels.append_column("source_file", _constant(u.path, kernels.num_rows)).cast(arrow_schema("kernels"))
+    # in start order, one row group at a time: a sorted copy of the whole table (every
+    # activity's strings) would double a large trace's memory
+    schema = arrow_schema("kernels")
+    order = pc.sort_indices(kernels["start_ns"])
     os.makedirs(os.path.dirname(u.kernels_part), exist_ok=True)
-    pq.write_table(t.sort_by([("start_ns", "ascending")]), u.kernels_part, compression=COMPRESSION,
-                   row_group_size=ROW_GROUP)
+    with pq.ParquetWriter(u.kernels_part, schema, compression=COMPRESSION) as w:
+        for lo in range(0, max(1, kernels.num_rows), ROW_GROUP):
+            part = kernels.take(order[lo:lo + ROW_GROUP])
+            w.write_table(part.append_column("source_file", _constant(u.path, part.num_rows)).cast(schema),
+                          row_group_size=ROW_GROUP)
 
 
 JOIN_MAX = 1 << 20   # whole plain JSON-lines files up to this size are read many to a scanner call

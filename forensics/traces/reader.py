@@ -59,6 +59,10 @@ CATEGORIES = ("compute", "communication", "memcpy", "memset", "other")
 BATCH_ROWS = 1 << 16
 
 KERNEL_SCHEMA = pl.DataFrame(schema=_KERNEL_COLUMNS).to_arrow().schema
+STRING_COLUMNS = ("category", "cat", "name", "collective", "launch")
+# KERNEL_SCHEMA with its string columns as dictionaries (iter_kernel_batches(dictionary=True))
+DICT_SCHEMA = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in STRING_COLUMNS else f
+                         for f in KERNEL_SCHEMA])
 STEP_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("step", pa.int32()), ("start_ns", pa.int64()), ("dur_ns", pa.int64()),
     ("line", pa.int64()),
@@ -400,11 +404,15 @@ def read_trace(path: str | Path, stream: BinaryIO | None = None, rank_hint: int 
 
 
 def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_hint: int | None = None,
-                        out: list[Any] | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+                        out: list[Any] | None = None, batch_rows: int = BATCH_ROWS,
+                        columns: list[str] | None = None, dictionary: bool = False) -> Iterator[pa.RecordBatch]:
     """Parse one trace incrementally; yield its GPU activities as Arrow batches (KERNEL_SCHEMA).
 
     The batches come after the whole file is read: a kernel's launch and step may be written
-    after it. `out`, when given, receives [TraceInfo, steps table]."""
+    after it. `out`, when given, receives [TraceInfo, steps table]. `columns`: only these
+    columns of KERNEL_SCHEMA, in this order (default: all). `dictionary`: the string columns
+    as dictionary arrays (codes into the trace's distinct names; DICT_SCHEMA's types): a few
+    bytes a row instead of the name's, for a caller that keeps the whole table."""
     path = str(path)
     info = TraceInfo(path=path)
     names: dict[str, int] = {}
@@ -549,12 +557,14 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     if out is not None:
         out[:] = [info, step_tab]
     yield from _kernel_batches(info, offset, names, cats, (l_corr, l_ts, l_name), steps,
-                               (k_name, k_cat, k_dev, k_stream, k_ts, k_dur, k_corr, k_line), batch_rows)
+                               (k_name, k_cat, k_dev, k_stream, k_ts, k_dur, k_corr, k_line), batch_rows,
+                               columns, dictionary)
 
 
 def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: dict[str, int],
                     launches: tuple[array, array, array], steps: list[tuple[int, int, int, int]],
-                    cols: tuple[array, ...], batch_rows: int) -> Iterator[pa.RecordBatch]:
+                    cols: tuple[array, ...], batch_rows: int,
+                    columns: list[str] | None = None, dictionary: bool = False) -> Iterator[pa.RecordBatch]:
     import numpy as np
 
     k_name, k_cat, k_dev, k_stream, k_ts, k_dur, k_corr, k_line = (np.frombuffer(c, dtype=np.int64) if len(c) else np.zeros(0, np.int64) for c in cols)
@@ -589,6 +599,11 @@ def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: d
         return pa.array(values, pa.large_string())
 
     def take(values: pa.Array, idx: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+        if dictionary:   # a null value is a null code (is_valid must say so)
+            vnull = np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+            if vnull.any():
+                null = vnull[idx] if null is None else (null | vnull[idx])
+            return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32), pa.int32(), mask=null), values)
         return values.take(pa.array(idx, pa.int64(), mask=null))
 
     name_arr = strings(name_list or [""])
@@ -596,20 +611,28 @@ def _kernel_batches(info: TraceInfo, offset: int, names: dict[str, int], cats: d
     categ_idx = np.array([CATEGORIES.index(c) if c in CATEGORIES else 0 for c in name_cat], np.int64)
     by_kind = kind_idx[k_cat] if n else np.zeros(0, np.int64)
     categ = np.where(by_kind >= 0, by_kind, categ_idx[k_name] if n else by_kind)
-    cols = {
-        "rank": pa.nulls(n, pa.int32()) if info.rank is None else pa.array(np.full(n, info.rank, np.int32)),
-        "step": pa.array(step_no.astype(np.int32), mask=~has_step),
-        "device": pa.array(k_dev.astype(np.int32), mask=k_dev < 0),
-        "stream": pa.array(k_stream.astype(np.int32)),
-        "category": take(strings(list(CATEGORIES)), categ),
-        "cat": take(strings(cat_list or [""]), k_cat),
-        "name": take(name_arr, k_name),
-        "collective": take(strings(list(coll_list)), k_name),
-        "start_ns": pa.array(k_ts + offset),
-        "dur_ns": pa.array(k_dur),
-        "correlation": pa.array(k_corr, mask=k_corr < 0),
-        "launch_ns": pa.array(l_ts + offset, mask=~launched),
-        "launch": take(name_arr, l_name, ~launched),
-        "line": pa.array(k_line),
+    # built one batch at a time: only one batch's strings exist at once (the integer columns
+    # above are ~100 bytes per activity; its strings several times that)
+    builders = {
+        "rank": lambda sl: (pa.nulls(sl.stop - sl.start, pa.int32()) if info.rank is None
+                            else pa.array(np.full(sl.stop - sl.start, info.rank, np.int32))),
+        "step": lambda sl: pa.array(step_no[sl].astype(np.int32), mask=~has_step[sl]),
+        "device": lambda sl: pa.array(k_dev[sl].astype(np.int32), mask=k_dev[sl] < 0),
+        "stream": lambda sl: pa.array(k_stream[sl].astype(np.int32)),
+        "category": lambda sl: take(categ_arr, categ[sl]),
+        "cat": lambda sl: take(cat_arr, k_cat[sl]),
+        "name": lambda sl: take(name_arr, k_name[sl]),
+        "collective": lambda sl: take(coll_arr, k_name[sl]),
+        "start_ns": lambda sl: pa.array(k_ts[sl] + offset),
+        "dur_ns": lambda sl: pa.array(k_dur[sl]),
+        "correlation": lambda sl: pa.array(k_corr[sl], mask=k_corr[sl] < 0),
+        "launch_ns": lambda sl: pa.array(l_ts[sl] + offset, mask=~launched[sl]),
+        "launch": lambda sl: take(name_arr, l_name[sl], ~launched[sl]),
+        "line": lambda sl: pa.array(k_line[sl]),
     }
-    yield from pa.table(cols, schema=KERNEL_SCHEMA).to_batches(max_chunksize=batch_rows)
+    categ_arr, cat_arr, coll_arr = strings(list(CATEGORIES)), strings(cat_list or [""]), strings(list(coll_list))
+    full = DICT_SCHEMA if dictionary else KERNEL_SCHEMA
+    schema = full if columns is None else pa.schema([full.field(c) for c in columns])
+    for lo in range(0, n, max(1, batch_rows)):
+        sl = slice(lo, min(n, lo + batch_rows))
+        yield pa.RecordBatch.from_arrays([builders[f.name](sl) for f in schema], schema=schema)

@@ -38,7 +38,7 @@ import polars as pl
 
 from ..errors import BAD_ARGUMENT, ForensicsError
 from ..schema import KERNEL_SCHEMA as _EMPTY_K, KERNEL_STORE_SCHEMA
-from .reader import IDLE_CATS, TraceInfo, read_trace
+from .reader import IDLE_CATS, TraceInfo, iter_kernel_batches, read_trace
 
 KERNEL_WAIT_NS = 30_000      # HTA consecutive_kernel_delay = 30 (trace time units: µs)
 TOP_N = 10
@@ -218,7 +218,7 @@ def _hta_window(k: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def _top_kernels(k: pl.DataFrame, n: int) -> pl.DataFrame:
     total = k.group_by("rank").agg(pl.col("dur_ns").sum().alias("_total"))
     return (
-        k.group_by("rank", "name", "category").agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("_t"))
+        _plain(k.group_by("rank", "name", "category").agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("_t")))
         .join(total, on="rank", nulls_equal=True)
         .with_columns((pl.col("_t") / 1000).alias("time_us"), (100 * pl.col("_t") / pl.col("_total")).alias("share_pct"))
         .sort(["rank", "_t", "name"], descending=[False, True, False], nulls_last=False)
@@ -284,7 +284,7 @@ def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N, jobs:
     late arrivals at communication kernels and the rank the others waited for.
 
     Trace files are read in worker processes (traces/pool.py: as many as cores, files and memory
-    allow; `jobs` caps them, 1 reads here). Each worker holds one trace at a time and hands back
+    allow; `jobs` caps them; 1 reads them one at a time, here when they are small). Each worker holds one trace at a time and hands back
     its per-rank answers and communication kernels only; results come back in file order, so
     they do not depend on the worker count. A store is read here, one rank at a time."""
     from ..store import is_store
@@ -297,11 +297,11 @@ def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N, jobs:
                 infos += info
             parts.append(_per_rank(k, steps, top))
         return _assemble(parts, infos)
-    from .pool import pool, workers_for
+    from .pool import in_workers, pool, workers_for
 
     files = trace_files(paths)
     n = workers_for(files, jobs)
-    if n <= 1:
+    if n <= 1 and not in_workers(files):
         done = (_file_part(f, top) for f in files)
         for part, info in done:
             parts.append(part)
@@ -315,9 +315,21 @@ def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N, jobs:
 
 
 def _file_part(f: Path, top: int) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], TraceInfo]:
-    """One trace file's per-rank answers (a worker's job: the kernels stay in the worker)."""
-    k, steps, info = _file_frames(f, [c for c in USED_COLUMNS if c != "file"])
-    return _per_rank(k, steps, top), info
+    """One trace file's per-rank answers (a worker's job: the kernels stay in the worker).
+
+    Memory: the activities are taken one reader batch at a time, their names as categorical
+    codes (4 bytes a row, not the name's bytes), so the frame the answers are computed on is
+    ~60 bytes per activity; the answers' few rows go back as plain strings."""
+    out: list[Any] = []
+    cols = [c for c in USED_COLUMNS if c != "file"]
+    frames = [pl.from_arrow(b).with_columns(pl.col(c).cast(pl.Categorical) for c in _NAMES)
+              for b in iter_kernel_batches(f, out=out, columns=cols, dictionary=True)]
+    info, steps = out
+    k = (pl.concat(frames, rechunk=True) if frames
+         else pl.DataFrame(schema={c: _EMPTY_K[c] for c in cols}).with_columns(pl.col(c).cast(pl.Categorical) for c in _NAMES))
+    del frames
+    k = k.with_columns(pl.lit(str(f)).cast(pl.Categorical).alias("file"))
+    return _per_rank(k, pl.from_arrow(steps).with_columns(pl.lit(str(f)).alias("file")), top), info
 
 
 def _file_frames(f: Path, columns: list[str] | None = None) -> tuple[pl.DataFrame, pl.DataFrame, TraceInfo]:
@@ -340,6 +352,7 @@ def _store_chunks(path: str | os.PathLike[str]) -> Iterator[tuple[pl.DataFrame, 
         yield k, steps.filter(cond), None
 
 
+_NAMES = ("category", "cat", "name", "collective")   # string columns held as categorical codes in a worker
 COMM_COLUMNS = ["rank", "collective", "name", "category", "start_ns", "step", "file", "line"]
 USED_COLUMNS = ["rank", "step", "stream", "category", "cat", "name", "collective", "start_ns", "dur_ns", "launch_ns",
                 "file", "line"]
@@ -355,7 +368,12 @@ def _per_rank(k: pl.DataFrame, steps: pl.DataFrame, top: int) -> tuple[pl.DataFr
     per_step = _breakdown(k.filter(pl.col("step").is_not_null()), ["rank", "step"])
     breakdown = pl.concat([whole.select(per_step.columns), per_step], how="vertical_relaxed")
     comm = k.filter(pl.col("category") == "communication").select(COMM_COLUMNS)
-    return breakdown, _top_kernels(window, top), comm
+    return breakdown, _top_kernels(window, top), _plain(comm)
+
+
+def _plain(df: pl.DataFrame) -> pl.DataFrame:
+    """Categorical columns as strings (answers from different workers are concatenated)."""
+    return df.with_columns(pl.col(c).cast(pl.String) for c, t in df.schema.items() if t == pl.Categorical)
 
 
 def stats_of(k: pl.DataFrame, steps: pl.DataFrame, infos: list[TraceInfo], top: int = TOP_N) -> TraceStats:
