@@ -49,9 +49,8 @@ ENV_JOBS = "FORENSICS_TRACE_JOBS"
 POOL_MIN_MB = 128
 
 
-def estimated_mb(path: str | os.PathLike[str], per_byte: float = PER_BYTE) -> float:
-    """A worker's estimated peak memory (MB) reading this trace (`per_byte`: peak bytes per
-    trace byte of the worker's job)."""
+def trace_mb(path: str | os.PathLike[str]) -> float:
+    """The trace's text in MB (a compressed trace counted at GZIP_RATIO x its size on disk)."""
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -59,7 +58,13 @@ def estimated_mb(path: str | os.PathLike[str], per_byte: float = PER_BYTE) -> fl
         size = 0
     if p.name.endswith((".gz", ".zst", ".zstd")):
         size *= GZIP_RATIO
-    return BASE_MB + per_byte * size / 1e6
+    return size / 1e6
+
+
+def estimated_mb(path: str | os.PathLike[str], per_byte: float = PER_BYTE) -> float:
+    """A worker's estimated peak memory (MB) reading this trace (`per_byte`: peak bytes per
+    trace byte of the worker's job)."""
+    return BASE_MB + per_byte * trace_mb(path)
 
 
 def available_mb() -> float:
@@ -90,7 +95,7 @@ def in_workers(paths: Iterable[str | os.PathLike[str]]) -> bool:
     """Whether these traces are worth worker processes at all (POOL_MIN_MB of trace text or
     more): then even one worker reads them, never this process, whose memory would build up
     across traces."""
-    return sum(estimated_mb(p) - BASE_MB for p in paths) / PER_BYTE >= POOL_MIN_MB
+    return sum(trace_mb(p) for p in paths) >= POOL_MIN_MB
 
 
 def workers_for(paths: Iterable[str | os.PathLike[str]], jobs: int | None = None,
@@ -99,12 +104,12 @@ def workers_for(paths: Iterable[str | os.PathLike[str]], jobs: int | None = None
     $FORENSICS_TRACE_JOBS), at most one per file, and as many of the largest files' estimated
     peaks as fit in `budget_mb` (default: default_budget_mb()); without `jobs`, no pool for
     less than POOL_MIN_MB of traces. 1 means one at a time (in a worker when in_workers())."""
-    paths = list(paths)
-    est = sorted((estimated_mb(p, per_byte) for p in paths), reverse=True)
-    if len(est) < 2 or jobs == 1:
+    sizes = [trace_mb(p) for p in paths]
+    if len(sizes) < 2 or jobs == 1:
         return 1
-    if jobs is None and not in_workers(paths):
+    if jobs is None and sum(sizes) < POOL_MIN_MB:   # not in_workers()
         return 1
+    est = sorted((BASE_MB + per_byte * mb for mb in sizes), reverse=True)
     if jobs is None:
         env = os.environ.get(ENV_JOBS, "")
         jobs = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)

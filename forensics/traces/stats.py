@@ -302,15 +302,13 @@ def trace_stats(paths: Iterable[str | os.PathLike[str]], top: int = TOP_N, jobs:
     files = trace_files(paths)
     n = workers_for(files, jobs)
     if n <= 1 and not in_workers(files):
-        done = (_file_part(f, top) for f in files)
-        for part, info in done:
-            parts.append(part)
-            infos.append(info)
-        return _assemble(parts, infos)
-    with pool(n) as ex:
-        for part, info in ex.map(_file_part, files, [top] * len(files)):
-            parts.append(part)
-            infos.append(info)
+        done = [_file_part(f, top) for f in files]
+    else:
+        with pool(n) as ex:
+            done = list(ex.map(_file_part, files, [top] * len(files)))
+    for part, info in done:
+        parts.append(part)
+        infos.append(info)
     return _assemble(parts, infos)
 
 
