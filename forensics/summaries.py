@@ -504,7 +504,8 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
     ingest units), the kept parts' (linked from `previous`), and for any other part (merged by
     compaction, rewritten) computed from its rows. Partials of parts not in the table are removed.
     Summaries of the same key carried from `previous` (`carry`) are kept as they are."""
-    rels = sorted(p["path"] for p in parts if p["kind"] == "events")
+    events = sorted((p for p in parts if p["kind"] == "events"), key=lambda p: p["path"])
+    rels = [p["path"] for p in events]
     pdir = root / SUMMARIES_DIR / PARTS_DIR
     if not rels:
         return
@@ -531,7 +532,7 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
     if not todo:
         return
     if STEPS in todo:
-        _write_at(d / f"{STEPS}-{k}.parquet", STEPS, _assembled_steps(root, rels))
+        _write_at(d / f"{STEPS}-{k}.parquet", STEPS, _assembled_steps(root, events))
         todo.remove(STEPS)
     merged: dict[str, pl.DataFrame] = {}
     for name in (GPU, *todo) if RANKS in todo else todo:
@@ -540,17 +541,16 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
         _write_at(d / f"{name}-{k}.parquet", name, _finish(name, merged.pop(name), merged.get(GPU)))
 
 
-def _assembled_steps(root: Path, rels: list[str]) -> Iterator[pl.DataFrame] | pl.DataFrame:
-    """The step groups of the parts `rels`. When the parts hold disjoint rank ranges (the usual
-    layout: each part's partial is sorted by (rank, step)), the parts' partials in rank order,
+def _assembled_steps(root: Path, parts: list[dict[str, Any]]) -> Iterator[pl.DataFrame] | pl.DataFrame:
+    """The step groups of the events parts `parts` (part-table rows, in path order). When the
+    parts hold disjoint rank ranges (the usual layout: each part's partial is sorted by
+    (rank, step)), the parts' partials in rank order,
     each finished on its own, are the table: streamed to the file, never held whole (the table
     is as big as the events have (rank, step) pairs). Else merged in memory."""
     from .timeline.steps import finish_group_states
 
-    spans = []
-    for rel in rels:
-        r = pl.read_ipc(partial_path(root, rel, RANKS), columns=["rank"])["rank"]
-        spans.append((r.min(), r.max(), r.null_count() > 0, rel))
+    # the part table's rank span and rows without a rank (unknown: counted as some, then merged)
+    spans = [(p["rank_min"], p["rank_max"], p.get("unranked", 1) > 0, p["path"]) for p in parts]
     ranked = sorted((s for s in spans if s[0] is not None), key=lambda s: s[0])
     unranked = [s for s in spans if s[0] is None]
     disjoint = all(a[1] < b[0] for a, b in zip(ranked, ranked[1:]))
@@ -559,7 +559,7 @@ def _assembled_steps(root: Path, rels: list[str]) -> Iterator[pl.DataFrame] | pl
     if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
         return (finish_group_states(pl.read_ipc(partial_path(root, s[3], STEPS)).lazy(), evidence=True)
                 .collect(engine="in-memory") for s in order)
-    return _finish(STEPS, _merge(STEPS, [pl.read_ipc(partial_path(root, rel, STEPS)) for rel in rels]))
+    return _finish(STEPS, _merge(STEPS, [pl.read_ipc(partial_path(root, p["path"], STEPS)) for p in parts]))
 
 
 __all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",
