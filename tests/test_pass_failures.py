@@ -138,3 +138,20 @@ def test_progress_cites_the_first_line_at_a_ranks_last_time_on_the_common_clock(
     assert prog[1]["last_step"] == 19 and prog[1]["line"] == last_allreduce and prog[1]["file"] == "rank_1.jsonl"
     assert prog[2]["line"] == ev.filter((pl.col("rank") == 2) & (pl.col("event") == "GPU_STATS")).get_column("line")[0]
     assert prog[0]["max_seq"] == 20 and prog[3]["last_step"] == 19
+
+
+def test_the_pass_loads_without_the_ingest_package() -> None:
+    """The desync / fingerprint text the pass reads lives in forensics.collective_text: importing
+    the pass (every diagnosis does) must not load forensics.ingest (0.5 s of a 64-rank diagnose)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = "import forensics.passes.failures, sys, json\nprint(json.dumps('forensics.ingest' in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) is False
+    # and the ingest package's readers still see the same patterns
+    from forensics import collective_text
+    from forensics.ingest import templates
+
+    assert templates.DESYNC_LIST is collective_text.DESYNC_LIST and templates.mismatch_pairs is collective_text.mismatch_pairs

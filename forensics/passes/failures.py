@@ -40,7 +40,7 @@ Domain facts relied on:
   rank): the one that logged progress but no timeout of its own [never_joined], else the one
   whose progress stopped first [last_to_log]; it is reported as "local rank 1 on host X".
 - A fingerprint mismatch (TORCH_DISTRIBUTED_DEBUG=DETAIL) says how the odd rank's collective
-  differs: op type, sequence number, tensor shape or dtype (forensics/ingest/templates.py reads
+  differs: op type, sequence number, tensor shape or dtype (forensics/collective_text.py reads
   the text for console and structured sources alike).
 - Exit code -9 / SIGKILL / "Killed" with no Python traceback means something outside Python
   killed the process; unless the launcher (its teardown after another failure), the scheduler
@@ -81,7 +81,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from ..ingest.templates import DESYNC_TEXT, FP_ASPECTS, MISMATCH_TEXT, desync_ranks, fingerprint_diff, mismatch_pairs
+from ..collective_text import DESYNC_TEXT, FP_ASPECTS, MISMATCH_TEXT, desync_ranks, fingerprint_diff, mismatch_pairs
 from ..report.model import Finding, local_ranks_phrase
 from .context import Context
 from .evidence import cite, iso, pass_id, rank_ranges, ranks_phrase, shorten
@@ -101,7 +101,7 @@ GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable E
           r"unhandled cuda error|ncclUnhandledCudaError")
 # Exceptions raised by a teardown, not by the program: not a crash of their own.
 TEARDOWN_RE = r"SignalException|KeyboardInterrupt|SystemExit|got signal|ChildFailedError"
-# the desync report's and the fingerprint mismatch's text: forensics/ingest/templates.py
+# the desync report's and the fingerprint mismatch's text: forensics/collective_text.py
 DESYNC_RE = DESYNC_TEXT
 COMPLETED_RE = r"(?i)last completed (?:\w+ )?work:\s*(-?\d+)"
 ENQUEUED_RE = r"(?i)last enqueued (?:\w+ )?work:\s*(-?\d+)"
