@@ -267,9 +267,12 @@ def _progress(ctx: Context, per_host: pl.DataFrame) -> pl.DataFrame:
     The line cited for a (rank, host) is its first progress event (in store order) at its last
     time: only events at those few times are read for it."""
     times = per_host.get_column("timestamp").drop_nulls().unique()
+    # `>=` the earliest of those times as well: the scan then skips the row groups (a rank's
+    # earlier hours) whose statistics end before it
+    since = pl.col("timestamp") >= times.min() if len(times) else pl.lit(False)
     at_last = (
         ctx.events.select("rank", "host", "timestamp", "level", "step", "source_file", "line")
-        .filter(_progress_rows() & pl.col("timestamp").is_in(times.implode()))
+        .filter(_progress_rows() & since & pl.col("timestamp").is_in(times.implode()))
         .join(per_host.lazy().select("rank", "host", "timestamp"), on=["rank", "host", "timestamp"],
               nulls_equal=True, maintain_order="left")
         .group_by("rank", "host", maintain_order=True)
