@@ -44,11 +44,26 @@ def _redacting(no_redact: bool, patterns: list[str] | None) -> bool:
     return not no_redact
 
 
+def _scanner_built() -> bool:
+    """What `forensics.ingest.native.available()` answers, without importing the ingest package
+    (numpy, pyarrow: most of a second): FORENSICS_NATIVE=0 turns the scanner off; else the build
+    FORENSICS_SCAN_LIB names, or the extension pip built beside native.py, for this interpreter."""
+    import os
+    from importlib.machinery import EXTENSION_SUFFIXES
+    from pathlib import Path
+
+    if os.environ.get("FORENSICS_NATIVE", "1") == "0":
+        return False
+    lib = os.environ.get("FORENSICS_SCAN_LIB")
+    if lib:
+        return Path(lib).is_file()
+    here = Path(__file__).resolve().parent / "ingest"
+    return any((here / f"_scan{suffix}").is_file() for suffix in EXTENSION_SUFFIXES)
+
+
 def _version(value: bool) -> None:
     if value:
-        from .ingest import native
-
-        scanner = "compiled" if native.available() else "pure Python (slower; the C extension is not built)"
+        scanner = "compiled" if _scanner_built() else "pure Python (slower; the C extension is not built)"
         print(f"forensics {__version__} (JSON-lines scanner: {scanner})")
         raise typer.Exit()
 
