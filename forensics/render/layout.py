@@ -45,8 +45,14 @@ def _text(v: Any) -> str:
     return v.plain if isinstance(v, Text) else ("" if v is None else str(v))
 
 
+def _cells(s: str) -> int:
+    """Terminal cells of `s`: its length when it is printable ASCII (the cells of a 4,096-row
+    table are measured twice; rich's cell_len is the slow part)."""
+    return len(s) if s.isascii() and s.isprintable() else cell_len(s)
+
+
 def _longest_line(s: str) -> int:
-    return max((cell_len(x) for x in s.split("\n")), default=0)
+    return _cells(s) if "\n" not in s else max((cell_len(x) for x in s.split("\n")), default=0)
 
 
 def _widths(cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -> tuple[list[int], list[int]]:
@@ -149,13 +155,78 @@ def fitted_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int,
     return t, dropped, sum(widths) + SEPARATOR * max(len(widths) - 1, 0)
 
 
+def _plain_cell(v: Any) -> str | None:
+    """The text of a cell rich would print unchanged (one printable line, no edge spaces, no
+    justify or overflow of its own), else None."""
+    if isinstance(v, Text):
+        if v.justify is not None or v.overflow is not None or v.no_wrap is not None or v.end != "\n":
+            return None
+        v = v.plain
+    elif not isinstance(v, str):
+        return None
+    return v if (v.isprintable() and v == v.strip()) else None
+
+
+def plain_table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
+                width: int) -> tuple[str, list[str]] | None:
+    """What `print_fitted` prints for the table (without its note) and the heads left out, the
+    table built as plain text when
+    rich would print exactly that text: a console without colours and no title, every header
+    and every cell on one line within its column. Rich lays out a table cell by cell (~9 s for
+    the 4,096-rank `last-10s` table); this takes a join per row. None when it does not apply."""
+    if console.color_system is not None or console.record or console.legacy_windows or not rows:
+        return None
+    shown, widths, dropped = fit(cols, rows, width)
+    if sum(widths) + SEPARATOR * max(len(widths) - 1, 0) > width:
+        return None
+    right = [cols[i].justify == "right" for i in shown]
+    if any(cols[i].justify not in ("left", "right") for i in shown):
+        return None
+    last = len(shown) - 1
+
+    def line(cells: list[str], bar: str) -> str | None:
+        out = []
+        for k, (v, w) in enumerate(zip(cells, widths)):
+            n = _cells(v)
+            if n > w:
+                return None
+            pad = " " * (w - n)
+            v = pad + v if right[k] else v + pad
+            out.append(v if k == 0 and k == last else v + " " if k == 0 else " " + v if k == last else f" {v} ")
+        return bar.join(out)
+
+    text = [line([cols[i].head for i in shown], "┃"),
+            "╇".join("━" * (w + (k > 0) + (k < last)) for k, w in enumerate(widths))]
+    if text[0] is None or any(_plain_cell(cols[i].head) is None for i in shown):
+        return None
+    for r in rows:
+        cells = []
+        for i, w in zip(shown, widths):
+            v = _one_line(r[i], w, cols[i].cap) if cols[i].one_line else r[i]
+            c = _plain_cell(v)
+            if c is None:
+                return None
+            cells.append(c)
+        one = line(cells, "│")
+        if one is None:
+            return None
+        text.append(one)
+    return "\n".join(text) + "\n", dropped   # type: ignore[arg-type]
+
+
 def print_fitted(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], *,
                  row_styles: Sequence[str] | None = None, title: str | None = None, hint: str = "") -> None:
     """Print the table fitted to the console; then, if columns were left out, one line naming
     them (and `hint`, where the rest can be seen)."""
     width = console.width
-    t, dropped, needed = fitted_table(cols, rows, width, row_styles=row_styles, title=title)
-    console.print(t, width=max(width, needed), crop=False)
+    plain = plain_table(console, cols, rows, width) if title is None else None
+    if plain is not None:
+        text, dropped = plain
+        console.file.write(text)   # what rich would write (row styles need colours: there are none)
+        console.file.flush()
+    else:
+        t, dropped, needed = fitted_table(cols, rows, width, row_styles=row_styles, title=title)
+        console.print(t, width=max(width, needed), crop=False)
     if dropped:
         names = ", ".join(dropped)
         console.print(f"not shown at {width} columns: {names}" + (f" ({hint})" if hint else ""),
