@@ -55,19 +55,28 @@ def _longest_line(s: str) -> int:
     return _cells(s) if "\n" not in s else max((cell_len(x) for x in s.split("\n")), default=0)
 
 
+def _longest(texts: list[str]) -> int:
+    """The widest line among `texts` (0 for none): one pass in C when all are printable ASCII."""
+    joined = "".join(texts)
+    if joined.isascii() and joined.isprintable():
+        return max(map(len, texts), default=0)
+    return max(map(_longest_line, texts), default=0)
+
+
 def _widths(cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -> tuple[list[int], list[int]]:
     """Natural and minimum content width of each column."""
     nat: list[int] = []
     low: list[int] = []
     for i, c in enumerate(cols):
-        values = max((_longest_line(_text(r[i])) for r in rows), default=0)
+        texts = [_text(r[i]) for r in rows]
+        values = _longest(texts)
         head_min = max((cell_len(w) for w in c.head.split()), default=0)
         natural = max(values if c.cap is None else min(values, c.cap), cell_len(c.head))
         if c.wrap is not None:
             least = max(min(c.wrap, natural), head_min)
         elif c.path:
             # a path may break after its last '/': the file name and line stay on one line
-            least = max(max((_longest_line(_text(r[i]).rsplit("/", 1)[-1]) for r in rows), default=0), head_min)
+            least = max(_longest([t.rsplit("/", 1)[-1] for t in texts]), head_min)
         else:
             least = max(values, head_min)
         nat.append(natural)
@@ -155,63 +164,62 @@ def fitted_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int,
     return t, dropped, sum(widths) + SEPARATOR * max(len(widths) - 1, 0)
 
 
-def _plain_cell(v: Any) -> str | None:
-    """The text of a cell rich would print unchanged (one printable line, no edge spaces, no
-    justify or overflow of its own), else None."""
-    if isinstance(v, Text):
-        if v.justify is not None or v.overflow is not None or v.no_wrap is not None or v.end != "\n":
+def _plain_column(values: list[Any], width: int, right: bool) -> list[str] | None:
+    """The cells of one column padded to `width` as rich pads them, when rich would print each
+    unchanged (one printable line within the width, no edge spaces, no justify or overflow of
+    its own), else None."""
+    texts: list[str] = []
+    for v in values:
+        if isinstance(v, Text):
+            if v.justify is not None or v.overflow is not None or v.no_wrap is not None or v.end != "\n":
+                return None
+            v = v.plain
+        elif not isinstance(v, str):
             return None
-        v = v.plain
-    elif not isinstance(v, str):
+        texts.append(v)
+    joined = "".join(texts)
+    if not joined.isprintable() or any(t != t.strip() for t in texts):
         return None
-    return v if (v.isprintable() and v == v.strip()) else None
+    if joined.isascii():   # a character per cell
+        if max(map(len, texts), default=0) > width:
+            return None
+        return [t.rjust(width) if right else t.ljust(width) for t in texts]
+    out = []
+    for t in texts:
+        n = cell_len(t)
+        if n > width:
+            return None
+        out.append(" " * (width - n) + t if right else t + " " * (width - n))
+    return out
 
 
 def plain_table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
                 width: int) -> tuple[str, list[str]] | None:
     """What `print_fitted` prints for the table (without its note) and the heads left out, the
-    table built as plain text when
-    rich would print exactly that text: a console without colours and no title, every header
-    and every cell on one line within its column. Rich lays out a table cell by cell (~9 s for
-    the 4,096-rank `last-10s` table); this takes a join per row. None when it does not apply."""
+    table built as plain text when rich would print exactly that text: a console without
+    colours and no title, every header and every cell on one line within its column. Rich lays
+    out a table cell by cell (~9 s for the 4,096-rank `last-10s` table); this pads a column at a
+    time and joins each row once. None when it does not apply."""
     if console.color_system is not None or console.record or console.legacy_windows or not rows:
         return None
     shown, widths, dropped = fit(cols, rows, width)
-    if sum(widths) + SEPARATOR * max(len(widths) - 1, 0) > width:
-        return None
-    right = [cols[i].justify == "right" for i in shown]
-    if any(cols[i].justify not in ("left", "right") for i in shown):
+    if sum(widths) + SEPARATOR * max(len(widths) - 1, 0) > width \
+            or any(cols[i].justify not in ("left", "right") for i in shown):
         return None
     last = len(shown) - 1
-
-    def line(cells: list[str], bar: str) -> str | None:
-        out = []
-        for k, (v, w) in enumerate(zip(cells, widths)):
-            n = _cells(v)
-            if n > w:
-                return None
-            pad = " " * (w - n)
-            v = pad + v if right[k] else v + pad
-            out.append(v if k == 0 and k == last else v + " " if k == 0 else " " + v if k == last else f" {v} ")
-        return bar.join(out)
-
-    text = [line([cols[i].head for i in shown], "┃"),
-            "╇".join("━" * (w + (k > 0) + (k < last)) for k, w in enumerate(widths))]
-    if text[0] is None or any(_plain_cell(cols[i].head) is None for i in shown):
-        return None
-    for r in rows:
-        cells = []
-        for i, w in zip(shown, widths):
-            v = _one_line(r[i], w, cols[i].cap) if cols[i].one_line else r[i]
-            c = _plain_cell(v)
-            if c is None:
-                return None
-            cells.append(c)
-        one = line(cells, "│")
-        if one is None:
+    columns: list[list[str]] = []
+    for k, (i, w) in enumerate(zip(shown, widths)):
+        c = cols[i]
+        values = [c.head, *((_one_line(r[i], w, c.cap) for r in rows) if c.one_line else (r[i] for r in rows))]
+        padded = _plain_column(values, w, c.justify == "right")
+        if padded is None:
             return None
-        text.append(one)
-    return "\n".join(text) + "\n", dropped   # type: ignore[arg-type]
+        # one space either side of each divider, none at the table's edges
+        columns.append(padded if last == 0 else [p + " " for p in padded] if k == 0 else
+                       [" " + p for p in padded] if k == last else [f" {p} " for p in padded])
+    lines = ["┃".join(cells) if n == 0 else "│".join(cells) for n, cells in enumerate(zip(*columns))]
+    lines.insert(1, "╇".join("━" * (w + (k > 0) + (k < last)) for k, w in enumerate(widths)))
+    return "\n".join(lines) + "\n", dropped
 
 
 def print_fitted(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], *,
