@@ -508,12 +508,15 @@ def last_10s(
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
     """What every rank did just before the run stopped. The stop is the first fatal ERROR, else the last event (or --at)."""
-    from .render.timeline import render_snapshot
-    from .timeline import clamp_window, last_window, parse_duration, parse_time_spec
+    from .timeline import clamp_window, parse_duration, parse_time_spec
 
     redact = _redacting(no_redact, redact_pattern)
     window_s = parse_duration(window)
     run = _open_run(paths)
+    # imported once the store is open: a store that cannot be read fails without them
+    from .render.timeline import render_snapshot
+    from .timeline import last_window
+
     window_s, clamped = clamp_window(run, window_s)
     if clamped:
         from .render.timeline import duration_text
