@@ -4,7 +4,6 @@ snapshot is the same as the full grouping's, on every sample run and on hand-mad
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import forensics
 from forensics import timeline as tl
 from forensics.store import open_store
 from forensics.timeline import windows
+from test_timeline import store_of
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(p.name for p in (REPO / "sample_logs").iterdir() if p.is_dir())
@@ -55,15 +55,6 @@ def test_sample_runs_give_the_same_snapshot(name: str, tmp_path: Path, monkeypat
         _same(fast, full)
 
 
-def _store(tmp_path: Path, records: dict[str, list[dict[str, Any]]]) -> Any:
-    d = tmp_path / "raw"
-    d.mkdir()
-    for name, recs in records.items():
-        (d / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
-    forensics.ingest([str(d)], tmp_path / "raw.forensics")
-    return open_store(tmp_path / "raw.forensics")
-
-
 T0 = dt.datetime(2025, 6, 12, 2, 0, 0, tzinfo=dt.timezone.utc)
 
 
@@ -83,7 +74,7 @@ def test_a_quiet_rank_whose_last_event_has_no_step(tmp_path: Path, monkeypatch: 
             "rank_1.jsonl": [_ev(1, 0, "INIT")] + [_ev(1, i, "TRAIN_STEP", i) for i in range(4)]
             + [_ev(1, 4.5, "SLOW_DISK", level="WARN", msg="disk is slow"), _ev(1, 30, "NCCL_TIMEOUT", level="ERROR")],
             "rank_2.jsonl": [_ev(2, i, "TRAIN_STEP", i) for i in range(8)] + [_ev(2, 19.5, "HEARTBEAT")]}
-    run = _store(tmp_path, recs)
+    run = store_of(tmp_path, recs)
     fast, full, used = _both(run, monkeypatch, window_s=2.0)
     _same(fast, full)
     assert used == 1 and fast.quiet == [1]
@@ -96,7 +87,7 @@ def test_a_rank_quiet_from_the_start_and_a_window_before_everything(tmp_path: Pa
     recs = {"rank_0.jsonl": [_ev(0, i, "TRAIN_STEP", i) for i in range(10)],
             "rank_1.jsonl": [_ev(1, 50, "LATE_START", 0)],          # logs only after the stop given below
             "rank_2.jsonl": [_ev(2, i, "TRAIN_STEP", i) for i in range(3)]}
-    run = _store(tmp_path, recs)
+    run = store_of(tmp_path, recs)
     for at in (T0 + dt.timedelta(seconds=9), T0 + dt.timedelta(seconds=0.5), T0 + dt.timedelta(seconds=60)):
         fast, full, _ = _both(run, monkeypatch, window_s=1.0, at=at)
         _same(fast, full)
