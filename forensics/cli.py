@@ -44,11 +44,26 @@ def _redacting(no_redact: bool, patterns: list[str] | None) -> bool:
     return not no_redact
 
 
+def _scanner_built() -> bool:
+    """What `forensics.ingest.native.available()` answers, without importing the ingest package
+    (numpy, pyarrow: most of a second): FORENSICS_NATIVE=0 turns the scanner off; else the build
+    FORENSICS_SCAN_LIB names, or the extension pip built beside native.py, for this interpreter."""
+    import os
+    from importlib.machinery import EXTENSION_SUFFIXES
+    from pathlib import Path
+
+    if os.environ.get("FORENSICS_NATIVE", "1") == "0":
+        return False
+    lib = os.environ.get("FORENSICS_SCAN_LIB")
+    if lib:
+        return Path(lib).is_file()
+    here = Path(__file__).resolve().parent / "ingest"
+    return any((here / f"_scan{suffix}").is_file() for suffix in EXTENSION_SUFFIXES)
+
+
 def _version(value: bool) -> None:
     if value:
-        from .ingest import native
-
-        scanner = "compiled" if native.available() else "pure Python (slower; the C extension is not built)"
+        scanner = "compiled" if _scanner_built() else "pure Python (slower; the C extension is not built)"
         print(f"forensics {__version__} (JSON-lines scanner: {scanner})")
         raise typer.Exit()
 
@@ -493,12 +508,15 @@ def last_10s(
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
 ) -> None:
     """What every rank did just before the run stopped. The stop is the first fatal ERROR, else the last event (or --at)."""
-    from .render.timeline import render_snapshot
-    from .timeline import clamp_window, last_window, parse_duration, parse_time_spec
+    from .timeline import clamp_window, parse_duration, parse_time_spec
 
     redact = _redacting(no_redact, redact_pattern)
     window_s = parse_duration(window)
     run = _open_run(paths)
+    # imported once the store is open: a store that cannot be read fails without them
+    from .render.timeline import render_snapshot
+    from .timeline import last_window
+
     window_s, clamped = clamp_window(run, window_s)
     if clamped:
         from .render.timeline import duration_text
@@ -637,7 +655,40 @@ def fr_table(
     render(table, select(table, pg=pg, all_lines=all_lines), fmt.value, _table_console(), all_lines=all_lines)
 
 
+def _invoked(argv: list[str]) -> str | None:
+    """The command or command group `argv` names (after the root options), or None."""
+    rest = iter(argv)
+    for tok in rest:
+        if tok == "--color":
+            next(rest, None)
+        elif not tok.startswith("-"):
+            return tok
+    return None
+
+
+def _only_invoked(argv: list[str]) -> tuple[list[Any], list[Any]] | None:
+    """Keep registered only the command (or group) `argv` invokes, so that typer builds the
+    parameters of that one command, not of all of them (typer builds the whole tree on every
+    call: ~30 ms). Returns what to restore; None (nothing changed) when argv names no command,
+    or in shell completion, which needs them all."""
+    import os
+
+    name = _invoked(argv)
+    if name is None or any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
+        return None
+    from typer.main import get_command_name
+
+    commands = [c for c in app.registered_commands if (c.name or get_command_name(c.callback.__name__)) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if len(commands) + len(groups) != 1:
+        return None   # an unknown name: typer says so, naming the commands there are
+    saved = (app.registered_commands, app.registered_groups)
+    app.registered_commands, app.registered_groups = commands, groups
+    return saved
+
+
 def main() -> None:
+    saved = _only_invoked(sys.argv[1:])
     try:
         app()
     except ForensicsError as e:
@@ -648,6 +699,9 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    finally:
+        if saved is not None:
+            app.registered_commands, app.registered_groups = saved
 
 
 if __name__ == "__main__":

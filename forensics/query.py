@@ -17,7 +17,7 @@ import polars as pl
 from .errors import BAD_ARGUMENT, BAD_QUERY, ForensicsError
 from .schema import LEVELS
 from .store import Run
-from .timeline import ORDER, Events, check_ranks, parse_time_spec, rank_summary, with_order_time
+from .timeline import ORDER, Events, check_ranks, parse_time_spec, with_order_time
 
 TimeSpec = dt.datetime | str | None
 
@@ -136,6 +136,8 @@ def _connect(run: Run, with_ranks: bool) -> "duckdb.DuckDBPyConnection":  # noqa
             con.register(f"_{name}_empty", pl.DataFrame(schema=schema).to_arrow())
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_empty")
     if with_ranks:
+        from .timeline import rank_summary   # the step-table machinery: `sql` only, not `events`
+
         con.register("ranks", rank_summary(run).to_arrow())
     if allowed:
         con.execute(f"SET allowed_paths = [{', '.join(map(_quote, allowed))}]")

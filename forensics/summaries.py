@@ -35,9 +35,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import polars as pl
-import pyarrow as pa
 
+from ._lazy import lazy
 from .store import Run
+
+pa = lazy("pyarrow")   # the writing side's: reading a summary needs no pyarrow (~0.25 s to import)
 
 # Raise when the stored columns or their meaning change: older files are then never read.
 SUMMARY_VERSION = 1
@@ -244,6 +246,20 @@ def step_groups(run: Run, columns: list[str] | None = None) -> pl.DataFrame:
     given: read from the store's summary, or computed (and written, when the store is
     writable)."""
     return _load(run, STEPS, compute_step_groups, columns)
+
+
+def scan_step_groups(run: Run) -> pl.LazyFrame:
+    """`step_groups` as a LazyFrame over the stored summary, so that a filter on rank (the
+    file is sorted by rank) reads only the row groups whose statistics can match; the table read
+    or computed (`step_groups`) when the file is missing or cut short."""
+    p = path_of(run, STEPS)
+    if p.is_file():
+        try:
+            pl.read_parquet_schema(p)   # a readable footer: not cut short by a crash
+            return pl.scan_parquet(p)
+        except (OSError, pl.exceptions.PolarsError):
+            pass
+    return step_groups(run).lazy()
 
 
 def rank_table(run: Run) -> pl.DataFrame:

@@ -4,6 +4,7 @@ ingest package, numpy or pyarrow (each a few hundred ms of a `last-10s` that sho
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,61 @@ def test_lazy_module_imports_on_first_use() -> None:
     m = lazy("json")
     assert "not imported" not in repr(m) and "(imported)" not in repr(m)
     assert m.dumps([1]) == "[1]" and "(imported)" in repr(m)
+
+
+# --- what each command loads (a check on modules, not a timing) -----------------------------------
+
+def loaded_by(code: str, modules: list[str]) -> list[str]:
+    """Which of `modules` a fresh interpreter holds after running `code` (a SystemExit from a
+    command is caught, as the process would end there)."""
+    probe = (f"import json, sys\ntry:\n" + "".join(f"    {line}\n" for line in code.splitlines())
+             + "except SystemExit:\n    pass\n"
+             + f"print(json.dumps([m for m in {modules!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+START = [*HEAVY, "polars", "pydantic", "forensics.timeline", "forensics.store", "forensics.passes"]
+
+
+def test_version_and_help_load_no_library() -> None:
+    # --version says whether the scanner is compiled without importing the ingest package
+    assert loaded_by("from forensics.cli import main\nsys.argv = ['forensics', '--version']\nmain()", START) == []
+    for argv in (["--help"], ["last-10s", "--help"], ["diagnose", "--help"], ["rules", "list", "--help"]):
+        assert loaded_by(f"from forensics.cli import main\nsys.argv = ['forensics', *{argv!r}]\nmain()", START) == [], argv
+
+
+def test_version_says_what_the_ingest_package_says() -> None:
+    code = ("import io, contextlib\nfrom forensics.cli import main\nbuf = io.StringIO()\n"
+            "sys.argv = ['forensics', '--version']\n"
+            "try:\n    with contextlib.redirect_stdout(buf):\n        main()\nexcept SystemExit:\n    pass\n"
+            "from forensics.ingest import native\n"
+            "print(json.dumps([('compiled' in buf.getvalue()) == native.available()]))")
+    for env in ({}, {"FORENSICS_NATIVE": "0"}):
+        out = subprocess.run([sys.executable, "-c", "import json, sys\n" + code], capture_output=True, text=True,
+                             check=True, cwd=REPO, env={**os.environ, **env})
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == [True], env
+    # a scanner build named by FORENSICS_SCAN_LIB that is not there: not compiled
+    out = subprocess.run([sys.executable, "-m", "forensics", "--version"], capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "FORENSICS_SCAN_LIB": "/nonexistent/_scan.so"})
+    assert "pure Python" in out.stdout
+
+
+def test_post_mortem_commands_load_only_their_own_modules(tmp_path: Path) -> None:
+    store = tmp_path / "st"
+    forensics.ingest([str(REPO / "sample_logs" / "healthy")], store)
+    unwanted = [*HEAVY, "pydantic", "forensics.passes", "forensics.timeline.arrivals", "forensics.timeline.steps",
+                "forensics.timeline.clocks", "rich.progress"]
+    for argv in (["last-10s", str(store), "--rank", "0"], ["last-10s", str(store), "--format", "json"],
+                 ["events", str(store), "--rank", "1", "-n", "3"]):
+        code = f"from forensics.cli import main\nsys.argv = ['forensics', *{argv!r}]\nmain()"
+        assert loaded_by(code, unwanted) == [], argv
+    # the store with another schema version fails before the snapshot's modules are loaded
+    mf = store / "manifest.json"
+    mf.write_text(json.dumps({**json.loads(mf.read_text()), "schema_version": 999}))
+    code = f"from forensics.cli import main\nsys.argv = ['forensics', 'last-10s', {str(store)!r}]\nmain()"
+    assert loaded_by(code, [*unwanted, "forensics.timeline.windows", "forensics.render.timeline"]) == []
+
+
+def test_the_passes_do_not_load_the_trace_reader() -> None:
+    assert loaded_by("import forensics.passes", ["forensics.traces.stats", "forensics.traces.reader"]) == []

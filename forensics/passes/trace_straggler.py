@@ -23,7 +23,6 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Evidence, Finding
-from ..traces.stats import arrivals, late_ranks, straggler_of
 from .context import Context
 from .evidence import pass_id, ranks_phrase
 
@@ -44,6 +43,8 @@ def find(ctx: Context) -> list[Finding]:
         pl.lit(None, pl.Int32).alias("step"),
         pl.col("source_file").alias("file"),
     )
+    from ..traces.stats import arrivals, late_ranks, straggler_of   # the trace reader: only for runs with kernels
+
     arr = arrivals(k)
     if arr.is_empty():
         return []

@@ -45,8 +45,22 @@ def _text(v: Any) -> str:
     return v.plain if isinstance(v, Text) else ("" if v is None else str(v))
 
 
+def _cells(s: str) -> int:
+    """Terminal cells of `s`: its length when it is printable ASCII (the cells of a 4,096-row
+    table are measured twice; rich's cell_len is the slow part)."""
+    return len(s) if s.isascii() and s.isprintable() else cell_len(s)
+
+
 def _longest_line(s: str) -> int:
-    return max((cell_len(x) for x in s.split("\n")), default=0)
+    return _cells(s) if "\n" not in s else max((cell_len(x) for x in s.split("\n")), default=0)
+
+
+def _longest(texts: list[str]) -> int:
+    """The widest line among `texts` (0 for none): one pass in C when all are printable ASCII."""
+    joined = "".join(texts)
+    if joined.isascii() and joined.isprintable():
+        return max(map(len, texts), default=0)
+    return max(map(_longest_line, texts), default=0)
 
 
 def _widths(cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -> tuple[list[int], list[int]]:
@@ -54,14 +68,15 @@ def _widths(cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -> tuple[list[in
     nat: list[int] = []
     low: list[int] = []
     for i, c in enumerate(cols):
-        values = max((_longest_line(_text(r[i])) for r in rows), default=0)
+        texts = [_text(r[i]) for r in rows]
+        values = _longest(texts)
         head_min = max((cell_len(w) for w in c.head.split()), default=0)
         natural = max(values if c.cap is None else min(values, c.cap), cell_len(c.head))
         if c.wrap is not None:
             least = max(min(c.wrap, natural), head_min)
         elif c.path:
             # a path may break after its last '/': the file name and line stay on one line
-            least = max(max((_longest_line(_text(r[i]).rsplit("/", 1)[-1]) for r in rows), default=0), head_min)
+            least = max(_longest([t.rsplit("/", 1)[-1] for t in texts]), head_min)
         else:
             least = max(values, head_min)
         nat.append(natural)
@@ -149,13 +164,77 @@ def fitted_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int,
     return t, dropped, sum(widths) + SEPARATOR * max(len(widths) - 1, 0)
 
 
+def _plain_column(values: list[Any], width: int, right: bool) -> list[str] | None:
+    """The cells of one column padded to `width` as rich pads them, when rich would print each
+    unchanged (one printable line within the width, no edge spaces, no justify or overflow of
+    its own), else None."""
+    texts: list[str] = []
+    for v in values:
+        if isinstance(v, Text):
+            if v.justify is not None or v.overflow is not None or v.no_wrap is not None or v.end != "\n":
+                return None
+            v = v.plain
+        elif not isinstance(v, str):
+            return None
+        texts.append(v)
+    joined = "".join(texts)
+    if not joined.isprintable() or any(t != t.strip() for t in texts):
+        return None
+    if joined.isascii():   # a character per cell
+        if max(map(len, texts), default=0) > width:
+            return None
+        return [t.rjust(width) if right else t.ljust(width) for t in texts]
+    out = []
+    for t in texts:
+        n = cell_len(t)
+        if n > width:
+            return None
+        out.append(" " * (width - n) + t if right else t + " " * (width - n))
+    return out
+
+
+def plain_table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
+                width: int) -> tuple[str, list[str]] | None:
+    """What `print_fitted` prints for the table (without its note) and the heads left out, the
+    table built as plain text when rich would print exactly that text: a console without
+    colours and no title, every header and every cell on one line within its column. Rich lays
+    out a table cell by cell (~9 s for the 4,096-rank `last-10s` table); this pads a column at a
+    time and joins each row once. None when it does not apply."""
+    if console.color_system is not None or console.record or console.legacy_windows or not rows:
+        return None
+    shown, widths, dropped = fit(cols, rows, width)
+    if sum(widths) + SEPARATOR * max(len(widths) - 1, 0) > width \
+            or any(cols[i].justify not in ("left", "right") for i in shown):
+        return None
+    last = len(shown) - 1
+    columns: list[list[str]] = []
+    for k, (i, w) in enumerate(zip(shown, widths)):
+        c = cols[i]
+        values = [c.head, *((_one_line(r[i], w, c.cap) for r in rows) if c.one_line else (r[i] for r in rows))]
+        padded = _plain_column(values, w, c.justify == "right")
+        if padded is None:
+            return None
+        # one space either side of each divider, none at the table's edges
+        columns.append(padded if last == 0 else [p + " " for p in padded] if k == 0 else
+                       [" " + p for p in padded] if k == last else [f" {p} " for p in padded])
+    lines = ["┃".join(cells) if n == 0 else "│".join(cells) for n, cells in enumerate(zip(*columns))]
+    lines.insert(1, "╇".join("━" * (w + (k > 0) + (k < last)) for k, w in enumerate(widths)))
+    return "\n".join(lines) + "\n", dropped
+
+
 def print_fitted(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], *,
                  row_styles: Sequence[str] | None = None, title: str | None = None, hint: str = "") -> None:
     """Print the table fitted to the console; then, if columns were left out, one line naming
     them (and `hint`, where the rest can be seen)."""
     width = console.width
-    t, dropped, needed = fitted_table(cols, rows, width, row_styles=row_styles, title=title)
-    console.print(t, width=max(width, needed), crop=False)
+    plain = plain_table(console, cols, rows, width) if title is None else None
+    if plain is not None:
+        text, dropped = plain
+        console.file.write(text)   # what rich would write (row styles need colours: there are none)
+        console.file.flush()
+    else:
+        t, dropped, needed = fitted_table(cols, rows, width, row_styles=row_styles, title=title)
+        console.print(t, width=max(width, needed), crop=False)
     if dropped:
         names = ", ".join(dropped)
         console.print(f"not shown at {width} columns: {names}" + (f" ({hint})" if hint else ""),

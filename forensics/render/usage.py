@@ -23,6 +23,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
+from .coercion import install_command as plain_coercion
+
 COLOR_MODES = ("auto", "always", "never")
 
 
@@ -182,6 +184,7 @@ def make_readable(cmd: Any) -> None:
             p.__class__ = ReadableArgument
         if isinstance(p, TyperOption) and p.metavar is None:
             p.metavar = _default_metavar(p)
+    plain_coercion(cmd)   # values read without pydantic (render/coercion.py)
     for sub in getattr(cmd, "commands", {}).values():
         make_readable(sub)
 

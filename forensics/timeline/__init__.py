@@ -35,17 +35,45 @@ patch them on their module (`timeline.steps`, `timeline.stoptime`), not on this 
 """
 from __future__ import annotations
 
-from .arrivals import Timeline, arrivals, build_timeline
-from .clocks import OFFSET_STEPS, align_steps, clock_key, clock_offsets, monotonicity, step_offsets, with_aligned_time
-from .inputs import GAP_FILL_MAX, SUMMARY_EVENT, TS, UTC, Events, bounds, check_ranks, known_ranks, lazy
-from .progress import SILENT_MIN_S, SILENT_STEPS, first_silent, rank_progress
-from .ranks import RANK_SUMMARY_COLUMNS, rank_summary
-from .records import ISO_FORMAT, iso, plain, records
-from .steps import (COMM_OP_EVENTS, EVIDENCE_COLUMNS, OP_EVENTS, PHASES, SLICE_EVENTS, STEP_COLUMNS, STEP_VALUES,
-                    collect_sorted, rank_slices, step_rows, step_table)
-from .stoptime import FIRST_ERRORS_CHECKED, stop_time
-from .timespec import clamp_window, parse_duration, parse_step_range, parse_time_range, parse_time_spec
-from .windows import LAST_COLUMNS, ORDER, SNAPSHOT_COLUMNS, Snapshot, last_window, untimed_files, with_order_time
+import importlib
+from typing import Any
+
+# Each name is imported from its module on first use (PEP 562): `last-10s` needs inputs,
+# stoptime, windows and records, not the step table and arrival machinery (~0.1 s of imports).
+_FROM = {
+    "arrivals": ("Timeline", "arrivals", "build_timeline"),
+    "clocks": ("OFFSET_STEPS", "align_steps", "clock_key", "clock_offsets", "monotonicity", "step_offsets",
+               "with_aligned_time"),
+    "inputs": ("GAP_FILL_MAX", "SUMMARY_EVENT", "TS", "UTC", "Events", "bounds", "check_ranks", "known_ranks", "lazy"),
+    "progress": ("SILENT_MIN_S", "SILENT_STEPS", "first_silent", "rank_progress"),
+    "ranks": ("RANK_SUMMARY_COLUMNS", "rank_summary"),
+    "records": ("ISO_FORMAT", "iso", "plain", "records"),
+    "steps": ("COMM_OP_EVENTS", "EVIDENCE_COLUMNS", "OP_EVENTS", "PHASES", "SLICE_EVENTS", "STEP_COLUMNS",
+              "STEP_VALUES", "collect_sorted", "rank_slices", "step_rows", "step_table"),
+    "stoptime": ("FIRST_ERRORS_CHECKED", "stop_time"),
+    "timespec": ("clamp_window", "parse_duration", "parse_step_range", "parse_time_range", "parse_time_spec"),
+    "windows": ("LAST_COLUMNS", "ORDER", "SNAPSHOT_COLUMNS", "Snapshot", "last_window", "untimed_files",
+                "with_order_time"),
+}
+_MODULE_OF = {name: mod for mod, names in _FROM.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _MODULE_OF.get(name)
+    if mod is None:
+        if name in _FROM:   # a submodule (`timeline.steps`), as after an eager import
+            return importlib.import_module(f".{name}", __name__)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f".{mod}", __name__)
+    # all its names at once, later reads skip this function; and `arrivals` is the function,
+    # not the submodule the import just set as an attribute of this package
+    globals().update((n, getattr(module, n)) for n in _FROM[mod])
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULE_OF])
+
 
 __all__ = [
     "Timeline", "arrivals", "build_timeline", "OFFSET_STEPS", "align_steps", "clock_key", "clock_offsets",

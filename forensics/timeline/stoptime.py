@@ -60,9 +60,10 @@ def _stepped(events: Events) -> pl.LazyFrame:
     (rank, step) from its summary, at the step's last event: a step has events after a time
     exactly when its last one is after it, which is all `_first_fatal` asks."""
     if isinstance(events, Run):
-        from ..summaries import step_groups
+        from ..summaries import scan_step_groups
 
-        return (step_groups(events).lazy().filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+        # a scan: the checks below filter on rank and time, and read only what can match
+        return (scan_step_groups(events).filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
                 .select("rank", "step", pl.col("t_end").alias(TS)))
     return lazy(events).filter(pl.col("step").is_not_null() & pl.col("rank").is_not_null()).select("rank", "step", TS)
 

@@ -102,6 +102,49 @@ def with_order_time(events: Events, files: list[str] | None = None, ranks: Itera
     ])
 
 
+def _quiet_back(events: Events, files: list[str], quiet: list[int], need_step: list[int],
+                start: dt.datetime, stop: dt.datetime) -> pl.DataFrame | None:
+    """What `last_window` otherwise finds by grouping every event of the quiet ranks and of the
+    ranks whose window names no step (7.7 M events on a 64-rank store): (rank, t_order, step),
+    t_order the quiet ranks' last event time before `start`, step the last step each logged by
+    the stop. From the step summary and the events after a bound: a group that ended before
+    `start` is an event before it, so a quiet rank's last one is at or after its latest such
+    group end; a group holds an event by the stop exactly when it began by then (a quiet rank
+    has none in the window: by the stop is before `start`). None (the caller groups every
+    event) for events that are not a store's, with events placed by their file (untimed
+    files), or when a quiet rank's every group that began before `start` ended after it."""
+    if not isinstance(events, Run) or files:
+        return None
+    from ..summaries import scan_step_groups
+
+    ranks = [*quiet, *need_step]
+    began = pl.col("t_start") <= pl.lit(stop)
+    per_rank = (
+        scan_step_groups(events).filter(pl.col("rank").is_in(ranks))
+        .group_by("rank").agg(
+            pl.col("t_end").filter(pl.col("t_end") < pl.lit(start)).max().alias("lo"),
+            began.any().alias("any_before"),
+            pl.col("step").filter(began & pl.col("step").is_not_null()).max().cast(EVENT_SCHEMA["step"]),
+        ).collect()
+    )
+    in_quiet = pl.col("rank").is_in(quiet)
+    if per_rank.filter(in_quiet & pl.col("any_before") & pl.col("lo").is_null()).height:
+        return None
+    lo = per_rank.filter(in_quiet)["lo"].min()
+    T = pl.col(ORDER)
+    if lo is None:   # no quiet rank logged before the window
+        last_t = pl.DataFrame(schema={"rank": EVENT_SCHEMA["rank"], ORDER: EVENT_SCHEMA[TS]})
+    else:
+        last_t = (
+            with_order_time(events, files, ranks=quiet, since=lo)
+            .filter(in_quiet & (T >= pl.lit(lo)) & (T < pl.lit(start)))
+            .group_by("rank").agg(T.max())
+            .collect()
+        )
+    steps = per_rank.filter(pl.col("any_before")).select("rank", "step")
+    return last_t.join(steps, on="rank", how="full", coalesce=True)
+
+
 def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None = None,
                 ranks: Iterable[int] | None = None, limit: int = 20) -> Snapshot:
     """The snapshot of the seed's question: what was every rank doing in the last `window_s`
@@ -145,13 +188,15 @@ def last_window(events: Events, window_s: float = 10.0, at: dt.datetime | None =
     untimed: list[int] = []
     if quiet or need_step:
         lf = with_order_time(events, files, ranks=[*quiet, *need_step])   # only these ranks' parts
-        # quiet ranks logged nothing in [start, stop], so "before start" is "by the stop" for them
-        back = (
-            lf.filter(pl.col("rank").is_in([*quiet, *need_step]) & (T <= pl.lit(stop)))
-            .filter(pl.col("rank").is_in(need_step) | (T < pl.lit(start)))
-            .group_by("rank").agg(T.max(), pl.col("step").max())
-            .collect()
-        )
+        back = _quiet_back(events, files, quiet, need_step, start, stop)
+        if back is None:
+            # quiet ranks logged nothing in [start, stop], so "before start" is "by the stop" for them
+            back = (
+                lf.filter(pl.col("rank").is_in([*quiet, *need_step]) & (T <= pl.lit(stop)))
+                .filter(pl.col("rank").is_in(need_step) | (T < pl.lit(start)))
+                .group_by("rank").agg(T.max(), pl.col("step").max())
+                .collect()
+            )
         step_of.update((r, s) for r, s in zip(back["rank"].to_list(), back["step"].to_list()) if s is not None)
         last_t = back.filter(pl.col("rank").is_in(quiet)).select("rank", ORDER)
         if last_t.height:
