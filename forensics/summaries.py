@@ -464,7 +464,7 @@ def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.
 # `_step_groups` upper-cases every row's name three times and looks it up in three lists, a third
 # of its cost on the 64-rank bench. Its expressions are built once (building them per chunk cost
 # as much as a small chunk's aggregation).
-_STEP_EXPRS: list[list[pl.Expr]] = []
+_STEP_EXPRS: tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]] | None = None
 
 
 def _event_flags(df: pl.DataFrame) -> pl.DataFrame:
@@ -491,10 +491,12 @@ def _event_flags(df: pl.DataFrame) -> pl.DataFrame:
                          "_cop": flag(lambda i: up[i] in COMM_OP_EVENTS)})
 
 
-def _step_exprs() -> list[list[pl.Expr]]:
+def _step_exprs() -> tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]]:
     """`_step_groups`' three steps (comm_ms of per-op events, the masked inputs, the
-    aggregations), on the flags of `_event_flags`."""
-    if _STEP_EXPRS:
+    aggregations), on the flags of `_event_flags`. Built once per process (units' threads may
+    both build them: one assignment, so either's is taken whole)."""
+    global _STEP_EXPRS
+    if _STEP_EXPRS is not None:
         return _STEP_EXPRS
     from .timeline.steps import PHASES, STEP_VALUES
 
@@ -548,7 +550,7 @@ def _step_exprs() -> list[list[pl.Expr]]:
         pl.col("disk_read_mbps").sum().alias("disk_sum"), pl.col("disk_read_mbps").count().alias("disk_n"),
         pl.col("temp_c").max().alias("temp_max"), pl.col("warn").sum(), pl.col("error").sum(),
     ]
-    _STEP_EXPRS.extend([[comm], ["rank", "step", "host", t.alias("t"), *PHASES, *STEP_VALUES, *masked], aggs])
+    _STEP_EXPRS = ([comm], ["rank", "step", "host", t.alias("t"), *PHASES, *STEP_VALUES, *masked], aggs)
     return _STEP_EXPRS
 
 
