@@ -162,3 +162,35 @@ def test_units_on_threads_give_the_summaries_the_events_give(tmp_path: Path, mon
         if name == S.ERRORS:
             stored, want = stored.sort(pl.all()), want.sort(pl.all())
         assert_frame_equal(stored, want, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
+
+
+def test_the_sources_table_columns_are_what_pa_array_makes() -> None:
+    from forensics.store import _arrow_column
+
+    cases = [([1, None, 3, -5], pa.int64()), ([1.5, None, 2.25], pa.float64()), (["a", None, "", "é漢"], pa.large_string()),
+             ([["a", "b"], None, [], ["c"]], pa.large_list(pa.large_string())),
+             ([[1], None, [2, 3], []], pa.large_list(pa.int64())), ([], pa.large_string()), ([None, None], pa.int64())]
+    for values, typ in cases:
+        got = _arrow_column(values, typ)
+        got.validate(full=True)
+        assert got.equals(pa.array(values, typ)), (values, typ)
+
+
+def test_ingesting_more_sources_than_the_manifest_holds_imports_no_pandas(tmp_path: Path) -> None:
+    """Past SOURCES_INLINE sources the table of sources is Parquet: built without pa.array."""
+    from forensics.store import SOURCES_INLINE, open_store
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for r in range(SOURCES_INLINE + 5):
+        (logs / f"rank{r}.jsonl").write_text(
+            f'{{"ts": "2025-03-01T00:00:{r % 60:02d}Z", "rank": {r}, "event": "TRAIN_STEP", "step": 1}}\n')
+    code = ("import sys, forensics; forensics.ingest([sys.argv[1]], sys.argv[2]); "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(logs), str(tmp_path / "s")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    run = open_store(tmp_path / "s")
+    assert len(run.sources) == SOURCES_INLINE + 5 and (tmp_path / "s" / "sources.parquet").is_file()
+    src = next(s for s in run.sources if s["path"].endswith("rank7.jsonl"))
+    assert src["ranks"] == [7] and src["events"] == 1 and src["rank_hint"] == 7

@@ -83,6 +83,11 @@ def int_array(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(v), [None, pa.py_buffer(v)])
 
 
+def index_view(a: pa.Array) -> np.ndarray:
+    """A numpy view of pyarrow's sort indices (uint64, no nulls): Array.to_numpy imports pandas."""
+    return np.frombuffer(a.buffers()[1], dtype=np.uint64, count=len(a), offset=a.offset * 8)
+
+
 def _buf(b: bytes | None) -> pa.Buffer | None:
     return None if b is None else pa.py_buffer(b)
 
