@@ -85,9 +85,14 @@ def is_store(path: str | os.PathLike[str]) -> bool:
 def _key(a: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """An int64 sort key of a column, nulls last (as pyarrow's sort puts them)."""
     a = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
-    if pa.types.is_timestamp(a.type):
-        a = a.cast(pa.int64())
-    return np.asarray(pc.fill_null(a.cast(pa.int64()), _INT_MAX))
+    a = a.cast(pa.int64())
+    v = np.frombuffer(a.buffers()[1], dtype=np.int64, count=len(a), offset=a.offset * 8)
+    if not a.null_count:
+        return v
+    # from the buffers: pc.fill_null(a, _INT_MAX) (a scalar of a Python int) and converting an
+    # Arrow array with np.asarray both import pandas, ~0.5 s of CPU per ingest
+    bits = np.unpackbits(np.frombuffer(a.buffers()[0], dtype=np.uint8), bitorder="little")
+    return np.where(bits[a.offset:a.offset + len(a)].astype(bool), v, _INT_MAX)
 
 
 def _sorted_by(t: pa.Table, keys: list[str]) -> bool:
@@ -132,6 +137,30 @@ def rank_groups(ranks: pa.ChunkedArray | pa.Array, max_rows: int = ROW_GROUP) ->
             a += max_rows
     out.append((a, n))
     return out
+
+
+_EPOCH = None
+
+
+def min_max(a: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
+    """(min, max) of an int or timestamp[us] column, as Python values (aware UTC datetimes for
+    times); (None, None) when all are null. Not through pyarrow's scalars: converting a timestamp
+    scalar imports pandas (~0.5 s of CPU per ingest)."""
+    global _EPOCH
+    if pa.types.is_timestamp(a.type):
+        mm = pc.min_max(a.cast(pa.int64()))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is None:
+            return None, None
+        if _EPOCH is None:
+            from datetime import datetime, timezone
+
+            _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+        from datetime import timedelta
+
+        return _EPOCH + timedelta(microseconds=lo), _EPOCH + timedelta(microseconds=hi)
+    mm = pc.min_max(a)
+    return mm["min"].as_py(), mm["max"].as_py()
 
 
 def _row_key(t: pa.Table, keys: list[str], i: int) -> tuple[int, ...]:
@@ -261,10 +290,10 @@ class PartWriter:
             self._unranked += t["rank"].null_count
             self._untimed += t["timestamp"].null_count
             for col, lo, hi in (("rank", "_rmin", "_rmax"), ("timestamp", "_tmin", "_tmax")):
-                mm = pc.min_max(t[col]).as_py()
-                if mm["min"] is not None:
-                    setattr(self, lo, mm["min"] if getattr(self, lo) is None else min(getattr(self, lo), mm["min"]))
-                    setattr(self, hi, mm["max"] if getattr(self, hi) is None else max(getattr(self, hi), mm["max"]))
+                a, b = min_max(t[col])
+                if a is not None:
+                    setattr(self, lo, a if getattr(self, lo) is None else min(getattr(self, lo), a))
+                    setattr(self, hi, b if getattr(self, hi) is None else max(getattr(self, hi), b))
 
     def close(self) -> dict[str, Any] | None:
         try:
@@ -315,10 +344,39 @@ def write_sources_table(sources: list[dict[str, Any]], path: Path) -> None:
     cols["more"] = [text({k: v for k, v in s.items() if k not in known}) for s in sources]
     cols["mtime"] = [float(x) if x is not None else None for x in cols["mtime"]]
     schema = {**_SCALARS, **_LIST_FIELDS, **{k: pl.String for k in _JSON_FIELDS}, "more": pl.String}
-    # built by Arrow from the lists (polars' constructor took ~5x longer for 100,000 sources);
-    # the types are the ones polars writes, so the table reads back as before
-    t = pa.table({k: pa.array(v, type=pl.Series(k, [], dtype=schema[k]).to_arrow().type) for k, v in cols.items()})
+    # built from the lists' buffers (polars' constructor took ~5x longer for 100,000 sources, and
+    # pa.array imports pandas: ~0.5 s); the types are the ones polars writes, so the table reads
+    # back as before
+    t = pa.table({k: _arrow_column(v, pl.Series(k, [], dtype=schema[k]).to_arrow().type) for k, v in cols.items()})
     pq.write_table(t, path, compression="zstd")
+
+
+def _validity(values: list[Any]) -> tuple[Any, int]:
+    """The validity bitmap of a list's None entries (None when there are none) and their count."""
+    nulls = sum(v is None for v in values)
+    if not nulls:
+        return None, 0
+    bits = np.packbits(np.fromiter((v is not None for v in values), dtype=bool, count=len(values)), bitorder="little")
+    return pa.py_buffer(bits), nulls
+
+
+def _arrow_column(values: list[Any], typ: Any) -> Any:
+    """An Arrow array of `typ` (int64, double, large_string, large_list of those) from a list with
+    None for null, made from buffers (pa.array imports pandas)."""
+    n = len(values)
+    valid, nulls = _validity(values)
+    if pa.types.is_large_list(typ):
+        lens = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int64, count=n)
+        offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+        child = _arrow_column([x for v in values if v is not None for x in v], typ.value_type)
+        return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets)], null_count=nulls, children=[child])
+    if pa.types.is_large_string(typ):
+        data = [b"" if v is None else v.encode() for v in values]
+        offsets = np.concatenate(([0], np.cumsum(np.fromiter(map(len, data), dtype=np.int64, count=n)))).astype(np.int64)
+        return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))], null_count=nulls)
+    dt = np.float64 if pa.types.is_floating(typ) else np.int64
+    arr = np.fromiter((0 if v is None else v for v in values), dtype=dt, count=n)
+    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(arr)], null_count=nulls)
 
 
 def read_sources_table(path: Path) -> list[dict[str, Any]]:

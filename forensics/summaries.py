@@ -392,20 +392,33 @@ def _gpu_state(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.filter(pl.col("gpu_util").is_not_null()).group_by("rank", "gpu_util").agg(pl.len().alias("n"))
 
 
-def _partials_of(lf: pl.LazyFrame) -> list[pl.LazyFrame]:
+def _partials_of(df: pl.DataFrame) -> list[pl.LazyFrame]:
     """The PARTIALS of some events, in that order (states, or rows for the few-row tables)."""
-    from .timeline.inputs import TS
-    from .timeline.steps import _step_groups
     from .topology import candidates
 
+    lf = df.lazy()
     return [
-        _step_groups(lf, TS, evidence=True, per_rank=True, state=True),
+        _step_state(df),
         _rank_state(lf),
         _gpu_state(lf),
         lf.filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS),
         lf.filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique()),
-        candidates(lf),
+        candidates(_layout_rows(df).lazy()),
     ]
+
+
+def _layout_rows(df: pl.DataFrame) -> pl.DataFrame:
+    """The rows `topology.candidates` may keep, and a few more: those whose extra, fields or
+    message hold one of its literal hints. `candidates` tests its regexes on every row it is
+    given (a regex after the literal test in one filter still runs on every row): given these
+    only, it costs a fraction. Its text is extra + " " + fields, and no EVENT_HINTS holds a space,
+    so a hint in that text is in one of the two."""
+    from .topology import EVENT_HINTS, TEXT_HINTS
+
+    hint = (pl.col("extra").str.contains_any(EVENT_HINTS).fill_null(False)
+            | pl.col("fields").str.contains_any(EVENT_HINTS).fill_null(False)
+            | pl.col("message").str.contains_any(TEXT_HINTS).fill_null(False))
+    return df.lazy().select("rank", "extra", "fields", "message").filter(hint).collect(engine="in-memory")
 
 
 def _merge(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -459,6 +472,111 @@ def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.
     return df
 
 
+# --- the (rank, step) state of one chunk at ingest ---------------------------------------------
+#
+# `_step_groups(..., evidence=True, per_rank=True, state=True)` -- the same per-row inputs and
+# the same aggregations, so the same polars kernels and bit-equal states (tests/test_summaries.py
+# compares them) -- but with what it derives from the event name made once per distinct name:
+# `_step_groups` upper-cases every row's name three times and looks it up in three lists, a third
+# of its cost on the 64-rank bench. Its expressions are built once (building them per chunk cost
+# as much as a small chunk's aggregation).
+_STEP_EXPRS: tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]] | None = None
+
+
+def _event_flags(df: pl.DataFrame) -> pl.DataFrame:
+    """Per row: is the event the step summary (`_sum`), a per-op compute event (`_op`), a per-op
+    communication event (`_cop`) -- `timeline.steps`' tests on a null event's "" included."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from .timeline.inputs import SUMMARY_EVENT
+    from .timeline.steps import COMM_OP_EVENTS, OP_EVENTS
+
+    enc = pc.dictionary_encode(df.get_column("event").to_arrow(), null_encoding="encode")
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    names = [x or "" for x in enc.dictionary.to_pylist()]   # a null event is "" (fill_null(""))
+    idx = enc.indices   # from its buffer: converting Arrow arrays to numpy imports pandas
+    codes = np.frombuffer(idx.buffers()[1], dtype=np.int32, count=len(idx), offset=idx.offset * 4)
+    up = [x.upper() for x in names]
+
+    def flag(keep: Callable[[int], bool]) -> pl.Series:
+        return pl.Series(np.fromiter((keep(i) for i in range(len(names))), dtype=bool, count=len(names))[codes])
+
+    return pl.DataFrame({"_sum": flag(lambda i: names[i] == SUMMARY_EVENT), "_op": flag(lambda i: up[i] in OP_EVENTS),
+                         "_cop": flag(lambda i: up[i] in COMM_OP_EVENTS)})
+
+
+def _step_exprs() -> tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]]:
+    """`_step_groups`' three steps (comm_ms of per-op events, the masked inputs, the
+    aggregations), on the flags of `_event_flags`. Built once per process (units' threads may
+    both build them: one assignment, so either's is taken whole)."""
+    global _STEP_EXPRS
+    if _STEP_EXPRS is not None:
+        return _STEP_EXPRS
+    from .timeline.steps import PHASES, STEP_VALUES
+
+    is_sum, is_op, is_cop = pl.col("_sum"), pl.col("_op"), pl.col("_cop")
+    ms = pl.col("duration_s") * 1000.0
+    # timeline.steps._comm_of_ops
+    comm = pl.coalesce(pl.col("comm_ms"), pl.when(is_cop).then(pl.coalesce(pl.col("step_time_ms"), ms))).alias("comm_ms")
+    # timeline.steps._op_compute_inputs
+    parts = pl.when(pl.col("fwd_ms").is_not_null() | pl.col("bwd_ms").is_not_null()).then(
+        pl.sum_horizontal("fwd_ms", "bwd_ms"))
+    explicit = pl.coalesce(pl.col("compute_ms"), parts)
+    op_dur = pl.coalesce(explicit, pl.col("step_time_ms"), ms)
+    # timeline.steps._step_groups
+    t = pl.col("timestamp")
+    is_coll = pl.col("comm_ms").is_not_null() & ~is_sum
+    line = pl.col("line")
+    masked = [
+        pl.when(is_op).then(op_dur).alias("op_ms"), pl.when(~is_op).then(explicit).alias("ex_ms"),
+        pl.when(~(is_op | is_cop) | is_sum).then(pl.col("step_time_ms")).alias("nonop_step_time_ms"),
+        *(pl.when(~is_sum).then(pl.col(c)).alias(f"own_{c}") for c in PHASES),
+        *(pl.when(is_sum).then(pl.col(c)).alias(f"sum_{c}") for c in (*PHASES, "step_time_ms", *STEP_VALUES)),
+        pl.when(is_coll).then(t).alias("coll_t"),
+        pl.col("grad_ready_ts").alias("ready"),
+        is_sum.alias("is_sum"),
+        pl.col("source_file").alias("file"),
+        pl.when(is_sum | pl.col("loss").is_not_null()).then(line).alias("train_line"),
+        pl.when(pl.col("data_load_ms").is_not_null()).then(line).alias("data_line"),
+        pl.when(is_coll).then(line).alias("comm_line"),
+        pl.when(pl.col("grad_ready_ts").is_not_null()).then(line).alias("ready_line"),
+        pl.col("disk_read_mbps"),
+        pl.col("temp_c"), (pl.col("level") == "WARN").alias("warn"), (pl.col("level") == "ERROR").alias("error"),
+    ]
+    aggs = [
+        pl.col("host").first(ignore_nulls=True),
+        pl.col("t").min().alias("t_start"),
+        pl.col("t").max().alias("t_end"),
+        pl.col("sum_step_time_ms").max(),
+        pl.col("nonop_step_time_ms").max().alias("any_step_time_ms"),
+        pl.col("op_ms").sum().alias("op_sum"), pl.col("op_ms").count().alias("n_op"), pl.col("ex_ms").max().alias("ex_max"),
+        *(pl.col(f"own_{c}").sum() for c in PHASES),
+        *(pl.col(f"own_{c}").count().alias(f"n_{c}") for c in PHASES),
+        *(pl.col(f"sum_{c}").max() for c in PHASES),
+        pl.col("ready").min().alias("grad_ready_ts"),
+        pl.col("coll_t").max().alias("comm_end"),
+        *(pl.col(f"sum_{c}").last(ignore_nulls=True) for c in STEP_VALUES),
+        *(pl.col(c).last(ignore_nulls=True).alias(f"any_{c}") for c in STEP_VALUES),
+        pl.len().alias("events"),
+        pl.col("is_sum").any().alias("complete"),
+        pl.col("file").first(), pl.col("train_line").min(), pl.col("data_line").min(),
+        pl.col("comm_line").max(), pl.col("ready_line").min(), pl.col("disk_read_mbps").mean(),
+        pl.col("disk_read_mbps").sum().alias("disk_sum"), pl.col("disk_read_mbps").count().alias("disk_n"),
+        pl.col("temp_c").max().alias("temp_max"), pl.col("warn").sum(), pl.col("error").sum(),
+    ]
+    _STEP_EXPRS = ([comm], ["rank", "step", "host", t.alias("t"), *PHASES, *STEP_VALUES, *masked], aggs)
+    return _STEP_EXPRS
+
+
+def _step_state(df: pl.DataFrame) -> pl.LazyFrame:
+    """The (rank, step) aggregation state of some events: `_step_groups(df, TS, evidence=True,
+    per_rank=True, state=True)`."""
+    comm, inputs, aggs = _step_exprs()
+    return (pl.concat([df, _event_flags(df)], how="horizontal").lazy().with_columns(comm).select(inputs)
+            .group_by("rank", "step").agg(aggs))
+
 class Partial:
     """The partial summaries of one events part, fed its rows chunk by chunk in the part's order
     (`store.PartWriter(on_write=partial.add)`), written beside the part by `write`."""
@@ -480,7 +598,8 @@ class Partial:
             df = df.cast(wrong)  # type: ignore[arg-type]
         # one chunk (tens of thousands of rows): the in-memory engine costs ~1/3 less CPU than the
         # streaming one here (measured on the 64-rank bench's chunks)
-        for name, frame in zip(PARTIALS, pl.collect_all(_partials_of(df.lazy()), engine="in-memory")):
+        queries = _partials_of(df)
+        for name, frame in zip(PARTIALS, pl.collect_all(queries, engine="in-memory")):
             self._chunks[name].append(frame)
         # several chunks' states of one part: merged as they come, so few are held
         if len(self._chunks[STEPS]) >= 16:

@@ -255,8 +255,8 @@ def scan_files(bufs: list[bytes], hints: list[tuple[int | None, str | None]]) ->
         if len(events) > 1:
             both = pa.concat_tables(events)
             file_of = np.concatenate(files)
-            order = pc.sort_indices(pa.table({"f": file_of, "l": both["line"]}), [("f", "ascending"), ("l", "ascending")])
-            table, file_of, in_order = both.take(order), file_of[order.to_numpy()], False
+            order = pc.sort_indices(pa.table({"f": native.int_array(file_of), "l": both["line"]}), [("f", "ascending"), ("l", "ascending")])
+            table, file_of, in_order = both.take(order), file_of[native.index_view(order)], False
     rej = pl.concat(rejects)
     assert table.num_rows + rej.height == int(lines.sum()), (table.num_rows, rej.height, int(lines.sum()))
     return FilesBlock(table, file_of, lines, rej, in_order)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
-from ..store import COMPRESSION, ROW_GROUP, PartWriter
+from ..store import COMPRESSION, ROW_GROUP, PartWriter, min_max
 from ..summaries import Partial
 from . import native
 from .formats import ReaderContext, reader_for
@@ -238,8 +238,8 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
     ev = fb.events
     schema = arrow_schema()
     if ev.num_rows:
-        paths = pa.array([p.path for p in chosen], pa.large_string())
-        ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), paths.take(fb.file_of))
+        paths = native.string_array([p.path for p in chosen])
+        ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), paths.take(native.int_array(fb.file_of)))
         ev = ev.set_column(schema.get_field_index("format"), schema.field("format"), _constant("jsonl", ev.num_rows))
         if not (fb.in_order or _in_order(ev)):
             ev = ev.sort_by(_ORDER)   # stable: a rank's files stay in their order
@@ -324,10 +324,10 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: byte
                 res.events += n
                 ranks.update(x for x in pc.unique(ev["rank"]).to_pylist() if x is not None)
                 hosts.update(x for x in pc.unique(ev["host"]).to_pylist() if x is not None)
-                mm = pc.min_max(ev["timestamp"]).as_py()
-                if mm["min"] is not None:
-                    tmin = mm["min"] if tmin is None else min(tmin, mm["min"])
-                    tmax = mm["max"] if tmax is None else max(tmax, mm["max"])
+                lo, hi = min_max(ev["timestamp"])
+                if lo is not None:
+                    tmin = lo if tmin is None else min(tmin, lo)
+                    tmax = hi if tmax is None else max(tmax, hi)
                 for item in pc.value_counts(ev["rank_source"]).to_pylist():  # dictionary values: no cast
                     srcs[item["values"]] = srcs.get(item["values"], 0) + item["counts"]
             if block.kernels is not None and block.kernels.num_rows and u.kernels_part:

@@ -1,0 +1,196 @@
+"""The ingest's partial summaries (forensics.summaries.Partial): its own (rank, step) aggregation
+and layout pre-filter give exactly what the definitions they stand for give
+(`timeline.steps._step_groups`, `topology.candidates`), and ingesting imports no pandas."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from polars.testing import assert_frame_equal
+
+from forensics import summaries as S
+from forensics import topology as T
+from forensics.schema import EVENT_SCHEMA
+from forensics.store import _key, min_max
+from forensics.timeline.inputs import TS
+from forensics.timeline.steps import _step_groups
+
+REPO = Path(__file__).resolve().parents[1]
+T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+
+
+def _events(rows: list[dict]) -> pl.DataFrame:
+    """Rows of the partials' input columns (the others null), in the given order."""
+    cols = {c: EVENT_SCHEMA[c] for c in S._PARTIAL_INPUT}
+    return pl.DataFrame([{c: r.get(c) for c in cols} for r in rows], schema=cols, orient="row")
+
+
+def _mixed() -> pl.DataFrame:
+    """Every kind of row the (rank, step) aggregation treats apart: the step summary, per-op compute
+    events in any case (fwd/bwd, compute_ms, elapsed as step_time_ms, duration), per-op comm
+    events without comm_ms, collectives, a null event, null rank / step / time, WARN / ERROR /
+    null level, several sums in one group (three or more: the order of the additions matters)."""
+    rows = []
+    line = 0
+    for rank in (0, 1, None):
+        for step in (1, 2, None):
+            for k, (event, extra) in enumerate([
+                ("DATA_LOAD", {"data_load_ms": 3.1}),
+                ("forward", {"fwd_ms": 10.3, "bwd_ms": None}),
+                ("Backward", {"compute_ms": 7.7}),
+                ("OPTIMIZER", {"step_time_ms": 1.9}),
+                ("fwd_bwd", {"duration_s": 0.0123}),
+                ("allreduce", {"comm_ms": 0.1, "wait_ms": 0.7}),
+                ("ALLREDUCE", {"comm_ms": 0.2, "wait_ms": 0.3}),
+                ("ALL_GATHER", {"comm_ms": 0.3, "wait_ms": 1e-9}),
+                ("send_forward", {"step_time_ms": 4.4}),
+                ("RECV", {"duration_s": 0.002}),
+                (None, {"temp_c": 71.5, "gpu_util": 90.0, "disk_read_mbps": 120.5}),
+                ("GPU", {"temp_c": 80.25, "disk_read_mbps": 99.1, "grad_ready_ts": 1.7e9 + 0.25}),
+                ("TRAIN_STEP", {"step_time_ms": 250.0, "data_load_ms": 5.0, "comm_ms": 12.5, "wait_ms": 1.0,
+                                "loss": 2.5, "lr": 1e-4, "samples_per_s": 800.0, "stage": "warmup",
+                                "disk_read_mbps": 100.0}),
+                ("train_step", {"loss": 2.4, "stage": "main"}),
+            ]):
+                line += 1
+                rows.append({"rank": rank, "step": step, "host": None if k < 2 else f"h{rank}",
+                             "timestamp": None if (k == 3 and rank == 1) else T0 + timedelta(milliseconds=line),
+                             "event": event, "level": ("WARN", "ERROR", None, "INFO")[k % 4], "line": line,
+                             "source_file": f"/logs/r{rank}.jsonl", **extra})
+    return _events(rows)
+
+
+def _reference(df: pl.DataFrame) -> pl.DataFrame:
+    return (_step_groups(df.lazy(), TS, evidence=True, per_rank=True, state=True).collect(engine="in-memory")
+            .sort("rank", "step", nulls_last=True))
+
+
+def test_the_step_state_is_the_step_groups_state_bit_for_bit() -> None:
+    df = _mixed()
+    # rows out of (rank, step) order, as a part's chunk has them (sorted by rank, then time)
+    df = df.sample(fraction=1.0, shuffle=True, seed=3)
+    got = S._step_state(df).collect(engine="in-memory").sort("rank", "step", nulls_last=True)
+    assert_frame_equal(got, _reference(df), check_exact=True)
+    assert got.height == 9 and got["n_op"].max() > 0 and got["n_comm_ms"].max() >= 3
+
+
+def test_the_step_state_of_the_sample_runs_is_the_step_groups_state(tmp_path: Path) -> None:
+    import forensics
+
+    forensics.ingest([str(REPO / "sample_logs")], tmp_path / "s")
+    ev = pl.read_parquet(tmp_path / "s" / "events", columns=list(S._PARTIAL_INPUT))
+    assert ev.height > 1000
+    got = S._step_state(ev).collect(engine="in-memory").sort("rank", "step", nulls_last=True)
+    assert_frame_equal(got, _reference(ev), check_exact=True)
+
+
+def test_an_empty_chunk_and_one_without_event_names() -> None:
+    empty = _events([])
+    assert S._step_state(empty).collect().height == 0 == _reference(empty).height
+    none = _events([{"rank": 0, "step": 1, "line": 1, "timestamp": T0, "comm_ms": 1.0}])
+    assert_frame_equal(S._step_state(none).collect(), _reference(none), check_exact=True)
+
+
+@pytest.mark.parametrize("where", ["extra", "fields", "message"])
+def test_the_layout_prefilter_keeps_every_row_candidates_keeps(where: str) -> None:
+    texts = {
+        "extra": ['{"tp_rank": 1, "pp_rank": 0}', '{"stage": 3}', '{"stage": "warmup"}', '{"world_size":8}',
+                  '{"peer_rank": 3, "tensor_size_mb": 4}', '{"dp_id": 2}', "{}"],
+        "fields": ["pipeline_stage=2", "num_stages=4", "stage_id=1", "x=1", "tp_size=2"],
+        "message": ["using world size: 8, tensor-model-parallel size: 2", "Using topology: {ProcessCoord(pipe=0)}",
+                    "STAGE=1 layers=4", "stage=2 layers=8", "loss 2.0", "building pipeline group: [0, 1]"],
+    }[where]
+    df = _events([{"rank": i % 3, "line": i, where: t} for i, t in enumerate(texts * 3)])
+    want = T.candidates(df.lazy()).collect()
+    assert want.height > 0
+    assert_frame_equal(T.candidates(S._layout_rows(df).lazy()).collect(), want)
+    assert S._layout_rows(df).height < df.height
+
+
+def test_no_event_hint_holds_a_space() -> None:
+    # _layout_rows tests extra and fields apart: exact only while no hint can span their join
+    assert not [h for h in T.EVENT_HINTS if " " in h]
+
+
+def test_min_max_and_sort_key_without_pyarrow_scalars() -> None:
+    ts = pa.array([T0 + timedelta(microseconds=7), None, T0 - timedelta(days=400, microseconds=1)],
+                  pa.timestamp("us", "UTC"))
+    want = pc.min_max(ts).as_py()
+    assert min_max(ts) == (want["min"], want["max"])
+    assert min_max(ts)[0].isoformat() == want["min"].isoformat()
+    assert min_max(pa.array([None, None], pa.timestamp("us", "UTC"))) == (None, None)
+    assert min_max(pa.array([3, None, -2], pa.int32())) == (-2, 3)
+    ranks = pa.chunked_array([pa.array([5, None], pa.int32()), pa.array([None, 1, 2], pa.int32())])
+    assert _key(ranks).tolist() == [5, (1 << 63) - 1, (1 << 63) - 1, 1, 2]
+    assert _key(ranks.combine_chunks().slice(1, 3)).tolist() == [(1 << 63) - 1, (1 << 63) - 1, 1]
+
+
+def test_ingesting_imports_no_pandas(tmp_path: Path) -> None:
+    """pyarrow imports pandas when it converts Python values (pa.array, pa.scalar, a timestamp's
+    as_py): ~0.5 s of CPU per ingest, paid for nothing."""
+    code = ("import sys, forensics; forensics.ingest([sys.argv[1]], sys.argv[2]); "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO / "sample_logs"), str(tmp_path / "s")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_units_on_threads_give_the_summaries_the_events_give(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Units on the thread pool at once (each builds the partials' cached expressions): the
+    summaries merged from their partials are the tables the committed events give."""
+    import forensics
+    import forensics.ingest as ing
+    import forensics.store as store_mod
+    from forensics.store import open_store
+
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)   # the units' parts kept apart at commit
+    monkeypatch.setattr(ing, "BATCH_BYTES", 1)
+    monkeypatch.setattr(ing, "BATCH_MIN", 1)
+    monkeypatch.setattr(ing, "INLINE_BYTES", 0)
+    monkeypatch.setattr(S, "_STEP_EXPRS", None)
+    forensics.ingest([str(REPO / "sample_logs" / "straggler")], tmp_path / "s", workers=4)
+    run = open_store(tmp_path / "s")
+    assert len(run.event_parts()) > 1
+    for name, compute in S.COMPUTE.items():
+        stored, want = pl.read_parquet(S.path_of(run, name)), compute(run)
+        if name == S.ERRORS:
+            stored, want = stored.sort(pl.all()), want.sort(pl.all())
+        assert_frame_equal(stored, want, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
+
+
+def test_the_sources_table_columns_are_what_pa_array_makes() -> None:
+    from forensics.store import _arrow_column
+
+    cases = [([1, None, 3, -5], pa.int64()), ([1.5, None, 2.25], pa.float64()), (["a", None, "", "é漢"], pa.large_string()),
+             ([["a", "b"], None, [], ["c"]], pa.large_list(pa.large_string())),
+             ([[1], None, [2, 3], []], pa.large_list(pa.int64())), ([], pa.large_string()), ([None, None], pa.int64())]
+    for values, typ in cases:
+        got = _arrow_column(values, typ)
+        got.validate(full=True)
+        assert got.equals(pa.array(values, typ)), (values, typ)
+
+
+def test_ingesting_more_sources_than_the_manifest_holds_imports_no_pandas(tmp_path: Path) -> None:
+    """Past SOURCES_INLINE sources the table of sources is Parquet: built without pa.array."""
+    from forensics.store import SOURCES_INLINE, open_store
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for r in range(SOURCES_INLINE + 5):
+        (logs / f"rank{r}.jsonl").write_text(
+            f'{{"ts": "2025-03-01T00:00:{r % 60:02d}Z", "rank": {r}, "event": "TRAIN_STEP", "step": 1}}\n')
+    code = ("import sys, forensics; forensics.ingest([sys.argv[1]], sys.argv[2]); "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(logs), str(tmp_path / "s")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    run = open_store(tmp_path / "s")
+    assert len(run.sources) == SOURCES_INLINE + 5 and (tmp_path / "s" / "sources.parquet").is_file()
+    src = next(s for s in run.sources if s["path"].endswith("rank7.jsonl"))
+    assert src["ranks"] == [7] and src["events"] == 1 and src["rank_hint"] == 7
