@@ -73,6 +73,9 @@ def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = 
         slices = timeline.rank_slices(run) if run is not None else None
         steps = timeline.step_rows(events, evidence=True, slices=slices)
     df = timeline.collect_sorted(steps.select(STEP_COLUMNS), ["rank", "step"])
+    # flagged as sorted (it is: rank is the first sort key): every pass's group_by("rank") then
+    # aggregates contiguous slices instead of hashing 2 M keys, and filters keep the flag
+    df = df.with_columns(pl.col("rank").set_sorted())
     # every wait logged (the usual case): the estimate is the logged wait, without its window
     est = pl.col("wait_ms").alias("wait_est") if df.get_column("wait_ms").null_count() == 0 else _wait_estimate()
     return df.with_columns(est)
@@ -92,12 +95,23 @@ def window_for(n_steps: int) -> int:
 
 def sustained(flag: str, window: int, by: str | None = "rank") -> pl.Expr:
     """True where `flag` holds and is part of an episode: >= 75% of the `window` rows ending or
-    starting at this row have it too. Rows must be sorted by (by, step)."""
-    f = pl.col(flag).cast(pl.Float64)
-    back = f.rolling_mean(window, min_samples=window)
-    fwd = f.reverse().rolling_mean(window, min_samples=window).reverse()
-    e = pl.col(flag).fill_null(False) & ((back >= SUSTAIN_SHARE) | (fwd >= SUSTAIN_SHARE)).fill_null(False)
-    return e.over(by) if by else e
+    starting at this row have it too. Rows must be sorted by (by, step), each `by` value's rows
+    together.
+
+    The same as a rolling mean of the flag within each `by` group (`.over(by)`), computed over
+    the whole column at once: a window of consecutive rows lies in one group when its first and
+    last rows are of the same group (the rows are contiguous), and counts of 0/1 are exact, so
+    `count >= 0.75 * window` is `mean >= 0.75`. A window holding a null flag has no mean (as
+    with min_samples=window). Five times faster than the window over 64 ranks of 2 M rows."""
+    f = pl.col(flag)
+    back = f.cast(pl.Int32).rolling_sum(window, min_samples=window)
+    fwd = back.shift(-(window - 1))
+    if by is not None:
+        key = pl.col(by)
+        back = pl.when(key.shift(window - 1).eq_missing(key)).then(back)
+        fwd = pl.when(key.shift(-(window - 1)).eq_missing(key)).then(fwd)
+    need = SUSTAIN_SHARE * window
+    return f.fill_null(False) & ((back >= need) | (fwd >= need)).fill_null(False)
 
 
 def rank_major(df: pl.DataFrame) -> pl.DataFrame:
@@ -106,6 +120,64 @@ def rank_major(df: pl.DataFrame) -> pl.DataFrame:
     if df.height < 2 or df.select(timeline.steps.in_key_order(["rank", "step"])).item():
         return df
     return df.sort("rank", "step")
+
+
+class PeerGroups:
+    """The rows of a step table grouped by step (or by step and a peer group: the ranks that are
+    compared with each other at a step), for per-step statistics over ranks.
+
+    `over(df, ...)` is `expr.over(["step", group])` of each aggregation, and `agg` the group_by,
+    computed the fast way: the table is in (rank, step) order, where every step's rows are
+    scattered over the whole table and polars hashes 2 M keys for each window (0.2-0.6 s per
+    pass on 64 ranks x 28,750 steps). Here the rows are put in (step, group, rank) order once
+    (`order`, a stable sort: within a step the ranks keep their order), aggregated over
+    contiguous slices (polars' sorted-key path, ~10x faster) and the results put back on each
+    row by its group number (`index`). Within a group the rows are in the table's order, so
+    sums add up in the same order as `over` does.
+
+    A frame given to `over` / `agg` must have the rows of the table the groups were built from,
+    in its order (a selection of its columns); filter after, or mask (when/then) the values an
+    aggregation must leave out, as one would filter before an `over`.
+    """
+
+    def __init__(self, step: pl.Series, group: pl.Series | None = None) -> None:
+        import numpy as np
+
+        n = len(step)
+        keys = [step.is_null().to_numpy(), step.fill_null(0).to_numpy()]   # nulls: a group of their own, last
+        if group is not None:
+            codes = group.rank("dense").fill_null(0).to_numpy()      # null group: code 0, its own
+            keys.append(codes)
+        # np.lexsort is stable and sorts by its last key first: step, then group, then row order
+        order = np.lexsort(tuple(reversed(keys)))
+        same = np.zeros(n, dtype=bool)     # in the group of the row before it (in group order)
+        same[1:] = True
+        for k in keys:
+            ks = k[order]
+            same[1:] &= ks[1:] == ks[:-1]
+        gid = np.cumsum(~same) - 1
+        index = np.empty(n, dtype=np.uint32)
+        index[order] = gid
+        self.order = pl.Series("order", order.astype(np.uint32))
+        self.gid = pl.Series("_g", gid.astype(np.uint32)).set_sorted()
+        self.index = pl.Series("_g", index)
+        self.n = int(gid[-1]) + 1 if n else 0
+        self.by_group = group is not None
+
+    def agg(self, df: pl.DataFrame, *aggs: pl.Expr) -> pl.DataFrame:
+        """One row per group, in group order (by step, then group): `aggs` over the group's rows
+        of `df` (the table's rows, in its order)."""
+        g = df.gather(self.order).with_columns(self.gid)
+        return g.group_by("_g", maintain_order=True).agg(*aggs).drop("_g")
+
+    def broadcast(self, per_group: pl.DataFrame) -> list[pl.Series]:
+        """The columns of `per_group` (one row per group, from `agg`), each row of the table
+        given its group's value."""
+        return [s.gather(self.index) for s in per_group.get_columns()]
+
+    def over(self, df: pl.DataFrame, *aggs: pl.Expr) -> pl.DataFrame:
+        """`df` with `aggs` as window columns: `agg(...).over(["step", group])` of each."""
+        return df.with_columns(self.broadcast(self.agg(df, *aggs)))
 
 
 def step_peers(topo: topo_mod.Topology | None, group: str) -> list[str]:
@@ -215,9 +287,29 @@ class Context:
         return topo_mod.read(self._events, self.ranks)
 
     @cached_property
+    def groups(self) -> pl.DataFrame:
+        """`peer` and `dgroup` (topology.with_groups) of every row of `steps`, in its order."""
+        st = self.steps.select("rank")
+        if self.topology is None:
+            return topo_mod.with_groups(st, None).drop("rank")
+        g = topo_mod.with_groups(st.with_row_index("_row"), self.topology)
+        return g.sort("_row").drop("_row", "rank")
+
+    def peers(self, group: str | None = None) -> PeerGroups:
+        """The rows of `steps` grouped by step, or by step and `group` ("peer": the pipeline
+        stage, "dgroup": the data-parallel group) under a topology (without one every rank is
+        in one group: by step alone). Built once per grouping."""
+        key = group if self.topology is not None else None
+        cache = self.__dict__.setdefault("_peers", {})
+        if key not in cache:
+            cache[key] = PeerGroups(self.steps.get_column("step"),
+                                    self.groups.get_column(key) if key is not None else None)
+        return cache[key]
+
+    @cached_property
     def median_step_ms(self) -> float | None:
         s = self.steps.get_column("step_time_ms").drop_nulls()
         return float(s.median()) if len(s) else None
 
 
-__all__ = ["Context", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]
+__all__ = ["Context", "PeerGroups", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]
