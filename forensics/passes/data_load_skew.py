@@ -27,7 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from .context import Context, rank_major, sustained, wait_expr, window_for
+from .context import Context, keep, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 RATIO = 2.5
@@ -54,7 +54,7 @@ def find(ctx: Context) -> list[Finding]:
     df = rank_major(
         st.with_columns(*peers.broadcast(per.select("n", "peer_dl")), *ctx.groups.get_columns(),
                         wait_expr().alias("wait"))
-        .filter(ok & (pl.col("n") >= 2))
+        .pipe(keep, ok & (pl.col("n") >= 2))
         .with_columns(
             ((pl.col("data_load_ms") >= RATIO * pl.col("peer_dl"))
              & (pl.col("data_load_ms") - pl.col("peer_dl") >= floor)).alias("slow1")
