@@ -131,14 +131,26 @@ def peer_replay(steps: pl.DataFrame, ranks: Sequence[int], phases: Sequence[str]
     x = steps.select("step", ok.alias("ok"), pl.when(ok).then(own).alias("own_ok"),
                      *(pl.when(ok).then(pl.col(p)).alias(f"ok_{p}") for p in phases))
     by_step = peers(None)
-    per = by_step.agg(x, pl.col("ok").sum().alias("peers"), pl.col("own_ok").max().alias("max_ok"))
     bad_mask = steps.select((valid & faulty).fill_null(False)).to_series()
     bad = steps.select("rank", "step", "data_load_ms", "compute_ms").filter(bad_mask).with_columns(
         by_step.index.filter(bad_mask).alias("_s"))
+    # one aggregation per grouping (without a topology every phase's is the step's)
+    work: dict[int, tuple[PeerGroups, list[str], list[pl.Expr]]] = {
+        id(by_step): (by_step, ["ok", "own_ok"], [pl.col("ok").sum().alias("peers"), pl.col("own_ok").max().alias("max_ok")])}
     for p in phases:
         g = peers(GROUP_OF.get(p, "peer"))
-        med = g.agg(x, pl.col(f"ok_{p}").median().alias(f"peer_{p}"))
-        bad = bad.with_columns(med.get_column(f"peer_{p}").gather(g.index.filter(bad_mask)))
+        work.setdefault(id(g), (g, [], []))
+        work[id(g)][1].append(f"ok_{p}")
+        work[id(g)][2].append(pl.col(f"ok_{p}").median().alias(f"peer_{p}"))
+    per = pl.DataFrame()
+    for g, cols, aggs in work.values():
+        res = g.agg(x.select(cols), *aggs)
+        if g is by_step:
+            per = res
+        meds = [c for c in res.get_columns() if c.name.startswith("peer_")]
+        if meds:
+            idx = g.index.filter(bad_mask)
+            bad = bad.with_columns(c.gather(idx) for c in meds)
     out = (
         bad.select("step", "_s", own.alias("own"), whatif.alias("whatif"),
                    pl.any_horizontal(*(pl.col(f"peer_{p}").is_not_null() for p in phases)).alias("has_peers"))
