@@ -144,30 +144,62 @@ class PeerGroups:
         import numpy as np
 
         n = len(step)
-        keys = [step.is_null().to_numpy(), step.fill_null(0).to_numpy()]   # nulls: a group of their own, last
-        if group is not None:
-            codes = group.rank("dense").fill_null(0).to_numpy()      # null group: code 0, its own
-            keys.append(codes)
-        # np.lexsort is stable and sorts by its last key first: step, then group, then row order
-        order = np.lexsort(tuple(reversed(keys)))
+        if group is None and step.null_count() == 0:
+            keys = [step.to_numpy()]
+            order = np.argsort(keys[0], kind="stable")      # a merge of the ranks' sorted runs
+        else:
+            keys = [step.is_null().to_numpy(), step.fill_null(0).to_numpy()]   # nulls: a group of their own, last
+            if group is not None:
+                keys.append(group.rank("dense").fill_null(0).to_numpy())      # null group: code 0, its own
+            # np.lexsort is stable and sorts by its last key first: step, then group, then row order
+            order = np.lexsort(tuple(reversed(keys)))
         same = np.zeros(n, dtype=bool)     # in the group of the row before it (in group order)
         same[1:] = True
         for k in keys:
             ks = k[order]
             same[1:] &= ks[1:] == ks[:-1]
-        gid = np.cumsum(~same) - 1
-        index = np.empty(n, dtype=np.uint32)
+        self._set(order, np.cumsum(~same) - 1)
+
+    def _set(self, order, gid) -> None:  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        index = np.empty(len(order), dtype=np.uint32)
         index[order] = gid
         self.order = pl.Series("order", order.astype(np.uint32))
         self.gid = pl.Series("_g", gid.astype(np.uint32)).set_sorted()
         self.index = pl.Series("_g", index)
-        self.n = int(gid[-1]) + 1 if n else 0
-        self.by_group = group is not None
+        self.n = int(gid[-1]) + 1 if len(gid) else 0
+
+    def subset(self, mask: pl.Series) -> PeerGroups:
+        """The same grouping of the rows where `mask` holds (`df.filter(mask)` of the table's
+        rows): groups left empty are gone, the others keep their order."""
+        import numpy as np
+
+        m = mask.fill_null(False).to_numpy()
+        if m.all():
+            return self
+        new_row = np.cumsum(m) - 1
+        order = self.order.to_numpy()
+        kept = m[order]
+        gid = self.gid.to_numpy()[kept]
+        same = np.zeros(len(gid), dtype=bool)
+        same[1:] = gid[1:] == gid[:-1]
+        sub = PeerGroups.__new__(PeerGroups)
+        sub._set(new_row[order[kept]], np.cumsum(~same) - 1)
+        return sub
 
     def agg(self, df: pl.DataFrame, *aggs: pl.Expr) -> pl.DataFrame:
         """One row per group, in group order (by step, then group): `aggs` over the group's rows
         of `df` (the table's rows, in its order)."""
         g = df.gather(self.order).with_columns(self.gid)
+        return g.group_by("_g", maintain_order=True).agg(*aggs).drop("_g")
+
+    def agg_in_order(self, df: pl.DataFrame, *aggs: pl.Expr) -> pl.DataFrame:
+        """`agg` for sums and means that must add up exactly as `over` / a group_by of the
+        table does: one value after the other, in the table's order. `agg`'s slices are summed
+        pairwise (the last bit differs); here the groups are hashed (slower, still without
+        the table's 2 M-row key of every step) and summed one row at a time."""
+        g = df.gather(self.order).with_columns(pl.Series("_g", self.gid.to_numpy()))   # not flagged sorted
         return g.group_by("_g", maintain_order=True).agg(*aggs).drop("_g")
 
     def broadcast(self, per_group: pl.DataFrame) -> list[pl.Series]:
@@ -209,8 +241,13 @@ def peer_groups(steps: pl.DataFrame, topo: topo_mod.Topology | None,
 def keep(df: pl.DataFrame, cond: pl.Expr) -> pl.DataFrame:
     """`df.filter(cond)`, without the copy when every row is kept (the usual case for the step
     table's rows: a filter of 2 M rows of 17 columns that drops none still costs 0.3 s)."""
+    return kept(df, cond)[0]
+
+
+def kept(df: pl.DataFrame, cond: pl.Expr) -> tuple[pl.DataFrame, pl.Series]:
+    """`keep`, and the mask of the rows kept (for `PeerGroups.subset`)."""
     mask = df.select(cond.fill_null(False)).to_series()
-    return df if mask.all() else df.filter(mask)
+    return (df if mask.all() else df.filter(mask)), mask
 
 
 def step_peers(topo: topo_mod.Topology | None, group: str) -> list[str]:
@@ -337,4 +374,4 @@ class Context:
         return float(s.median()) if len(s) else None
 
 
-__all__ = ["Context", "PeerGroups", "keep", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]
+__all__ = ["Context", "PeerGroups", "keep", "kept", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]
