@@ -62,6 +62,11 @@ def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = 
     (forensics.summaries, written at ingest; computed once when missing); with `summary=False`,
     aggregated from the events one slice of ranks at a time (timeline.rank_slices). Without a
     run: one lazy query over `events`, collected once."""
+    return with_wait_estimate(_collect_steps(events, run, summary))
+
+
+def _collect_steps(events: pl.LazyFrame, run: Run | None, summary: bool) -> pl.DataFrame:
+    """`step_table` without wait_est."""
     if run is not None and summary:
         from ..summaries import step_groups
 
@@ -75,10 +80,21 @@ def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = 
     df = timeline.collect_sorted(steps.select(STEP_COLUMNS), ["rank", "step"])
     # flagged as sorted (it is: rank is the first sort key): every pass's group_by("rank") then
     # aggregates contiguous slices instead of hashing 2 M keys, and filters keep the flag
-    df = df.with_columns(pl.col("rank").set_sorted())
-    # every wait logged (the usual case): the estimate is the logged wait, without its window
-    est = pl.col("wait_ms").alias("wait_est") if df.get_column("wait_ms").null_count() == 0 else _wait_estimate()
-    return df.with_columns(est)
+    return df.with_columns(pl.col("rank").set_sorted())
+
+
+def with_wait_estimate(df: pl.DataFrame, by_step: PeerGroups | None = None) -> pl.DataFrame:
+    """The step table `df` with wait_est (`_wait_estimate`); `by_step`: its rows grouped by step
+    (PeerGroups), built here when needed and not given."""
+    if df.get_column("wait_ms").null_count() == 0:
+        # every wait logged (the usual case): the estimate is the logged wait, without its window
+        return df.with_columns(pl.col("wait_ms").alias("wait_est"))
+    # the smallest collective time at each step (`_wait_estimate`'s window), over the step's
+    # slice of rows: a window hashing every row's step costs a quarter second on 2 M rows
+    by_step = by_step if by_step is not None else PeerGroups(df.get_column("step"))
+    low = by_step.agg(df.select("comm_ms"), pl.col("comm_ms").min().alias("_low"))
+    return df.with_columns(pl.coalesce(pl.col("wait_ms"), pl.col("comm_ms") - by_step.broadcast(low)[0])
+                           .alias("wait_est"))
 
 
 # A fault is persistent; scheduler noise is not. On a loaded host any rank is preempted now and
@@ -222,11 +238,12 @@ def group_columns(steps: pl.DataFrame, topo: topo_mod.Topology | None) -> pl.Dat
 
 
 def peer_groups(steps: pl.DataFrame, topo: topo_mod.Topology | None,
-                groups: Callable[[], pl.DataFrame] | None = None) -> Callable[[str | None], PeerGroups]:
+                groups: Callable[[], pl.DataFrame] | None = None,
+                by_step: PeerGroups | None = None) -> Callable[[str | None], PeerGroups]:
     """`get(group)`: the rows of `steps` grouped by step, or by step and `group` (a column of
     `group_columns`, given by `groups` when already computed) under a topology; each grouping
-    built on first use."""
-    cache: dict[str | None, PeerGroups] = {}
+    built on first use (`by_step`: the grouping by step, when already built)."""
+    cache: dict[str | None, PeerGroups] = {} if by_step is None else {None: by_step}
 
     def get(group: str | None = None) -> PeerGroups:
         key = group if topo is not None else None
@@ -295,8 +312,19 @@ class Context:
         return self._events
 
     @cached_property
+    def _collected(self) -> pl.DataFrame:
+        return _collect_steps(self._events, self.run, True)
+
+    @cached_property
+    def _by_step(self) -> PeerGroups:
+        """The step table's rows grouped by step (alignment to the common clock keeps them)."""
+        return PeerGroups(self._collected.get_column("step"))
+
+    @cached_property
     def _raw_steps(self) -> pl.DataFrame:
-        return step_table(self._events, self.run)
+        raw = with_wait_estimate(self._collected, self._by_step)
+        del self.__dict__["_collected"]    # its columns live on in `raw`
+        return raw
 
     @cached_property
     def clock_offsets(self) -> pl.DataFrame:
@@ -366,7 +394,7 @@ class Context:
         """`peers(group)`: the rows of `steps` grouped by step, or by step and `group` ("peer":
         the pipeline stage, "dgroup": the data-parallel group) under a topology (without one
         every rank is in one group: by step alone). Built once per grouping."""
-        return peer_groups(self.steps, self.topology, lambda: self.groups)
+        return peer_groups(self.steps, self.topology, lambda: self.groups, by_step=self._by_step)
 
     @cached_property
     def median_step_ms(self) -> float | None:
