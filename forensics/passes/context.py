@@ -10,7 +10,10 @@ data_load_ms, compute_ms, comm_ms, wait_ms, grad_ready_ts, comm_end, loss, sampl
 lines to cite: file, train_line, data_line, comm_line, ready_line, and disk_read_mbps), plus
 wait_est (wait_ms, or estimated from comm_ms where it is not logged: see `_wait_estimate`).
 Sorted by (rank, step). Passes select the columns they use before they filter or sort it: on
-the bench store the table has 2 M rows, and each copy of a column is 16 MB.
+the bench store the table has 2 M rows, and each copy of a column is 16 MB. Per-step statistics
+over ranks (medians, counts, spreads) are aggregated over the table's rows grouped by step
+(`Context.peers`, `PeerGroups`: built once, shared by the passes and the costs), not by a window
+per pass that hashes every row's step again.
 
 `compute_ms` is the rank's forward/backward/optimizer time, the quantity a straggler has too
 much of: the logged per-op durations when the logs carry them (FORWARD / BACKWARD / OPTIMIZER
@@ -148,8 +151,9 @@ class PeerGroups:
     pass on 64 ranks x 28,750 steps). Here the rows are put in (step, group, rank) order once
     (`order`, a stable sort: within a step the ranks keep their order), aggregated over
     contiguous slices (polars' sorted-key path, ~10x faster) and the results put back on each
-    row by its group number (`index`). Within a group the rows are in the table's order, so
-    sums add up in the same order as `over` does.
+    row by its group number (`index`). Within a group the rows keep the table's order: counts,
+    medians, min / max and first values are the window's exactly; sums and means over slices
+    are added pairwise (the last bit can differ), `agg_in_order` adds them up as the window does.
 
     A frame given to `over` / `agg` must have the rows of the table the groups were built from,
     in its order (a selection of its columns); filter after, or mask (when/then) the values an
