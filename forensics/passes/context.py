@@ -391,9 +391,17 @@ class Context:
             return topo_mod.read(layout(self.run).lazy(), self.ranks)
         return topo_mod.read(self._events, self.ranks)
 
-    @cached_property
+    @property
     def groups(self) -> pl.DataFrame:
-        """`peer` and `dgroup` (topology.with_groups) of every row of `steps`, in its order."""
+        """`peer` and `dgroup` (topology.with_groups) of every row of `steps`, in its order.
+        Kept only under a topology (a join): without one they are two constants, made again
+        when asked for rather than holding 45 MB of them on the bench store."""
+        if self.topology is None:
+            return group_columns(self.steps, None)
+        return self._topo_groups
+
+    @cached_property
+    def _topo_groups(self) -> pl.DataFrame:
         return group_columns(self.steps, self.topology)
 
     @cached_property
