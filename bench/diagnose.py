@@ -10,7 +10,7 @@
    `git worktree add /tmp/old HEAD~3`), the same for that tree, runs interleaved so that both
    see the same load, and whether the two reports are identical.
 2. In this process, phase by phase: the step table (shared by most passes), each pass, the rules,
-   the per-rank table: wall, CPU, the phase's own peak RSS (high-water mark reset before it on
+   the costs of the findings (cost.attach_costs: the what-if replays), the per-rank table: wall, CPU, the phase's own peak RSS (high-water mark reset before it on
    Linux) and the RSS it leaves. Plus how many of the store's columns the step table's scan reads
    (projection pushdown, from explain()).
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import _measure as M  # noqa: E402
 
 from forensics import timeline  # noqa: E402
-from forensics.passes import PASSES, _per_rank, pass_name, rootcause  # noqa: E402
+from forensics.passes import PASSES, _per_rank, cost, pass_name, rootcause  # noqa: E402
 from forensics.passes.context import STEP_COLUMNS, Context, _wait_estimate  # noqa: E402
 from forensics.store import open_store  # noqa: E402
 
@@ -88,13 +88,15 @@ def phases(store: Path) -> None:
     print(f"  {'phase':<18} {'wall s':>7} {'CPU s':>7} {'peak MB':>8} {'after MB':>9}  result")
 
     peaks: list[float] = []
+    spent: dict[str, tuple[float, float]] = {}
 
     def phase(name: str, fn):  # type: ignore[no-untyped-def]
         pk.reset()
         t, c = time.perf_counter(), time.process_time()
         res = fn()
         peaks.append(pk.peak() or 0.0)
-        print(f"  {name:<18} {time.perf_counter() - t:7.2f} {time.process_time() - c:7.2f} {_mb(pk.peak()):>8} "
+        spent[name] = (time.perf_counter() - t, time.process_time() - c)
+        print(f"  {name:<18} {spent[name][0]:7.2f} {spent[name][1]:7.2f} {_mb(pk.peak()):>8} "
               f"{_mb(pk.now()):>9}  {describe(res)}", flush=True)
         return res
 
@@ -116,7 +118,13 @@ def phases(store: Path) -> None:
         found += phase("rules", lambda: evaluate(ctx.events, rules))
     except ImportError:
         pass
+    phase("cost.attach_costs", lambda: cost.attach_costs(found, ctx))
     phase("per-rank table", lambda: _per_rank(ctx)[0])
+    # the step table, the passes that read it and the costs, without the rules and the passes
+    # that read the events' failure records
+    own = [v for k, v in spent.items() if k not in ("rules", "failures", "stuck_collective", "trace_straggler")]
+    print(f"  {'all phases':<18} {sum(w for w, _ in spent.values()):7.2f} {sum(c for _, c in spent.values()):7.2f}")
+    print(f"  {'w/o rules+failures':<18} {sum(w for w, _ in own):7.2f} {sum(c for _, c in own):7.2f}")
     rc, _ = rootcause.assign(found, ctx.ranks)
     # (resetting the high-water mark resets the process' ru_maxrss too: the phases tell the peak)
     print(f"largest phase peak RSS {max(peaks):.0f} MB" if pk.ok and peaks

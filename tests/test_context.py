@@ -99,3 +99,82 @@ def test_gaps_of_ordered_groups_are_the_windowed_ones(tmp_path: Path) -> None:
     shifted = tl.steps.finish_groups(g.lazy(), evidence=True, ordered=True).collect()
     assert windowed.equals(shifted)
     assert shifted.get_column("step_time_source").to_list().count("derived") > 0
+
+
+# --- the shared per-step groups and episodes, checked against the straightforward windows ------
+
+def _random_steps(seed: int, ranks: int = 7, steps: int = 60) -> pl.DataFrame:
+    """A rank-major step table with gaps (ranks missing steps), nulls, ties and a group column."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rows = [(r, s) for r in range(ranks) for s in range(steps) if rng.random() > 0.15]
+    n = len(rows)
+    x = rng.integers(0, 8, n).astype(float) * 1.5 + rng.random(n) * (rng.random(n) < 0.5)   # ties and not
+    x[rng.random(n) < 0.1] = np.nan
+    return pl.DataFrame({
+        "rank": [r for r, _ in rows], "step": [s for _, s in rows],
+        "x": x, "y": rng.normal(100.0, 30.0, n),
+        "group": rng.choice(["a", "b", None], n).tolist(),
+        "flag": (rng.random(n) < 0.7).tolist(),
+    }).with_columns(pl.col("x").fill_nan(None),
+                    pl.when(pl.int_range(pl.len()) % 11 == 3).then(None).otherwise(pl.col("flag")).alias("flag"))
+
+
+def test_peer_groups_give_what_a_window_over_the_step_gives() -> None:
+    for seed in range(8):
+        df = _random_steps(seed)
+        for group in (None, "group"):
+            by = ["step"] if group is None else ["step", group]
+            peers = C.PeerGroups(df["step"], df[group] if group else None)
+            aggs = lambda: [pl.col("x").median().alias("med"), pl.col("x").min().alias("lo"),  # noqa: E731
+                            pl.col("y").max().alias("hi"), pl.len().alias("n"), pl.col("x").count().alias("c"),
+                            pl.col("y").first().alias("first")]
+            want = df.with_columns(*(a.over(by) for a in aggs()))
+            got = peers.over(df, *aggs())
+            assert got.equals(want), (seed, group)
+            # sums in the table's order: bit-equal to the window's
+            sums = peers.agg_in_order(df, pl.col("y").sum().alias("s"), pl.col("x").mean().alias("m"))
+            got = df.with_columns(*peers.broadcast(sums))
+            assert got.equals(df.with_columns(pl.col("y").sum().over(by).alias("s"), pl.col("x").mean().over(by).alias("m")))
+            # the same groups of a subset of the rows (as filtering the table first)
+            mask = df.select(pl.col("x").is_not_null() & (pl.col("rank") != 3)).to_series()
+            sub = df.filter(mask)
+            got = peers.subset(mask).over(sub, pl.col("y").median().alias("med"), pl.len().alias("n"))
+            assert got.equals(sub.with_columns(pl.col("y").median().over(by).alias("med"), pl.len().over(by).alias("n")))
+
+
+def test_peer_groups_of_the_context_follow_its_step_table() -> None:
+    df = _random_steps(3).select("rank", "step", "x")
+    st = C.PeerGroups(df["step"])
+    per = st.agg(df, pl.col("step").first(), pl.col("x").median())
+    assert per.equals(df.group_by("step").agg(pl.col("x").median()).sort("step"))
+
+
+def _sustained_windowed(flag: str, window: int, by: str | None) -> pl.Expr:
+    """context.sustained as it was written first: a rolling mean of the flag within each group."""
+    f = pl.col(flag).cast(pl.Float64)
+    back = f.rolling_mean(window, min_samples=window)
+    fwd = f.reverse().rolling_mean(window, min_samples=window).reverse()
+    e = pl.col(flag).fill_null(False) & ((back >= C.SUSTAIN_SHARE) | (fwd >= C.SUSTAIN_SHARE)).fill_null(False)
+    return e.over(by) if by else e
+
+
+def test_sustained_over_the_whole_column_is_the_per_group_window() -> None:
+    for seed in range(8):
+        df = _random_steps(seed).sort("rank", "step")
+        for window in (1, 2, 5, 7, 20):
+            for by in ("rank", None):
+                got = df.select(C.sustained("flag", window, by=by)).to_series()
+                want = df.select(_sustained_windowed("flag", window, by)).to_series()
+                assert got.equals(want), (seed, window, by)
+        # a group key with nulls (rows of one null group together)
+        g = df.with_columns(pl.when(pl.col("rank") == 0).then(None).otherwise(pl.col("rank")).alias("k"))
+        assert g.select(C.sustained("flag", 5, by="k")).to_series().equals(
+            g.select(_sustained_windowed("flag", 5, "k")).to_series())
+
+
+def test_keep_copies_nothing_when_every_row_stays() -> None:
+    df = _random_steps(1)
+    assert C.keep(df, pl.col("rank") >= 0) is df
+    assert C.keep(df, pl.col("x").is_not_null()).equals(df.filter(pl.col("x").is_not_null()))

@@ -196,3 +196,64 @@ def test_a_slow_whole_pipeline_stage_is_priced_against_the_runs_own_earlier_step
     assert cost.peer_replay(ctx.steps, [2, 3], ("compute_ms",), topo=ctx.topology).is_empty()
     assert not cost.peer_replay(ctx.steps, [2, 3], ("compute_ms",)).is_empty()   # without topology: other stages
 
+
+
+def _peer_replay_by_joins(steps: pl.DataFrame, ranks: list[int], phases: tuple[str, ...]) -> pl.DataFrame:
+    """cost.peer_replay as it was first written (no topology): a filter, group_bys and joins."""
+    faulty = pl.col("rank").is_in(ranks)
+    st = steps.filter(pl.col("rank").is_not_null() & pl.col("step_time_ms").is_not_null())
+    own = pl.col("data_load_ms").fill_null(0.0) + pl.col("compute_ms").fill_null(0.0)
+    replaced = {p: pl.when(pl.col(f"peer_{p}").is_not_null())
+                .then(pl.min_horizontal(pl.col(p).fill_null(0.0), pl.col(f"peer_{p}")))
+                .otherwise(pl.col(p).fill_null(0.0)) for p in phases}
+    whatif = sum((replaced.get(p, pl.col(p).fill_null(0.0)) for p in ("data_load_ms", "compute_ms")), pl.lit(0.0))
+    healthy = st.with_columns(pl.when(~faulty).then(own).alias("own_ok"),
+                              *(pl.when(~faulty).then(pl.col(p)).alias(f"ok_{p}") for p in phases))
+    per = healthy.group_by("step").agg((~faulty).sum().alias("peers"), pl.col("own_ok").max().alias("max_ok"))
+    bad = st.filter(faulty)
+    for p in phases:
+        bad = bad.join(healthy.group_by("step").agg(pl.col(f"ok_{p}").median().alias(f"peer_{p}")), on="step", how="left")
+    return (bad.select("step", own.alias("own"), whatif.alias("whatif"),
+                       pl.any_horizontal(*(pl.col(f"peer_{p}").is_not_null() for p in phases)).alias("has_peers"))
+            .group_by("step").agg(pl.col("own").max().alias("own_bad"), pl.col("whatif").max().alias("whatif_bad"),
+                                  pl.col("has_peers").any().alias("counted"))
+            .filter(pl.col("counted")).join(per, on="step", how="inner").filter(pl.col("peers") >= 1)
+            .select("step", pl.max_horizontal("max_ok", "own_bad").alias("actual_ms"),
+                    pl.max_horizontal("max_ok", "whatif_bad").alias("whatif_ms"))
+            .with_columns((pl.col("actual_ms") - pl.col("whatif_ms")).clip(lower_bound=0.0).alias("saved_ms"))
+            .sort("step"))
+
+
+def test_peer_replay_over_shared_step_groups_is_the_replay_by_joins() -> None:
+    import numpy as np
+
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        rows = [(r, s) for r in range(6) for s in range(40) if rng.random() > 0.1]
+        n = len(rows)
+
+        def col(null_share: float) -> list[float | None]:
+            v = rng.integers(10, 30, n) * 5.0     # ties, as logged milliseconds have
+            return [None if rng.random() < null_share else float(x) for x in v]
+
+        st = pl.DataFrame({"rank": [r for r, _ in rows], "step": [s for _, s in rows], "data_load_ms": col(0.1),
+                           "compute_ms": col(0.1), "step_time_ms": col(0.05)}, schema_overrides={"rank": pl.Int32})
+        for ranks in ([1], [0, 4], [5]):
+            for phases in (("compute_ms",), ("data_load_ms",), ("data_load_ms", "compute_ms")):
+                assert cost.peer_replay(st, ranks, phases).equals(_peer_replay_by_joins(st, ranks, list(phases))), \
+                    (seed, ranks, phases)
+
+
+def test_findings_of_one_fault_share_one_replay(monkeypatch) -> None:
+    st = _steps({(1, s): 170.0 for s in range(3, 8)})
+    calls = []
+    real = cost.peer_replay
+    monkeypatch.setattr(cost, "peer_replay", lambda *a, **k: calls.append(a[1:3]) or real(*a, **k))
+    fs = [Finding("pass.straggler", "straggler", "resource", "WARN", [1], "t"),
+          Finding("rule.x", "straggler", "resource", "WARN", [1], "t2"),
+          Finding("pass.data_load_skew", "data_load_skew", "resource", "WARN", [1], "t3")]
+    memo: dict = {}
+    got = [cost.finding_cost(f, st, 10.0, 4, memo=memo) for f in fs]
+    assert len(calls) == 2                      # the straggler's replay once, the data loading's once
+    assert got == [cost.finding_cost(f, st, 10.0, 4) for f in fs]
+    assert got[0]["seconds"] == pytest.approx(0.35) and got[1] == got[0] and got[2]["seconds"] == 0.0

@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from .context import Context, sustained, wait_expr, window_for
+from .context import Context, kept, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 SHARE = 0.40
@@ -34,18 +34,20 @@ CULPRIT_SHARE = 0.5
 
 
 def find(ctx: Context) -> list[Finding]:
-    st = ctx.steps.select(
+    st, rows = kept(ctx.steps.select(
         "rank", "step", "comm_ms", "step_time_ms", "wait_est", "t_start", "t_end", "file", "comm_line",
-    ).filter(pl.col("rank").is_not_null() & pl.col("comm_ms").is_not_null() & (pl.col("step_time_ms") > 0))
+    ), pl.col("rank").is_not_null() & pl.col("comm_ms").is_not_null() & (pl.col("step_time_ms") > 0))
     if st.is_empty():
         return []
     df = st.with_columns(wait_expr().clip(lower_bound=0.0).alias("wait")).with_columns(
         (pl.col("comm_ms") / pl.col("step_time_ms")).alias("share"),
         (pl.col("wait").fill_null(0.0) / pl.col("step_time_ms")).alias("wshare"),
     )
+    # per step over the ranks (the step table's step groups, of the rows kept)
     per_step = (
-        df.group_by("step")
-        .agg(
+        ctx.peers(None).subset(rows).agg(
+            df.select("rank", "step", "share", "wshare", "comm_ms", "wait", "step_time_ms", "t_start", "t_end"),
+            pl.col("step").first(),
             pl.len().alias("n"),
             pl.col("share").median(),
             pl.col("wshare").median(),

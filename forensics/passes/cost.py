@@ -35,12 +35,12 @@ Domain facts relied on:
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import polars as pl
 
 from ..report.model import Finding
-from ..topology import with_groups
+from .context import PeerGroups, peer_groups
 from .evidence import parse_iso
 
 if TYPE_CHECKING:
@@ -100,16 +100,19 @@ def _lit_time(t: dt.datetime, dtype: Any) -> pl.Expr:
 
 
 def peer_replay(steps: pl.DataFrame, ranks: Sequence[int], phases: Sequence[str],
-                window: pl.Expr | None = None, topo: Topology | None = None) -> pl.DataFrame:
+                window: pl.Expr | None = None, topo: Topology | None = None,
+                peers: Callable[[str | None], PeerGroups] | None = None) -> pl.DataFrame:
     """Per step (of the window, with >= 1 healthy peer): `actual_ms` (max over ranks of data +
     compute), `whatif_ms` (the same with `ranks`' `phases` replaced by the median of their peers
     at that step — the same stage / data-parallel group under `topo` — never made slower) and
-    `saved_ms` = actual - whatif."""
-    faulty = pl.col("rank").is_in(list(ranks))
-    st = steps.filter(pl.col("rank").is_not_null() & pl.col("step_time_ms").is_not_null())
+    `saved_ms` = actual - whatif. `peers` groups the rows of `steps` by step (and group: see
+    context.peer_groups; Context.peers for its step table), built here when not given."""
+    if peers is None:
+        peers = peer_groups(steps, topo)
+    faulty = pl.col("rank").is_in(list(ranks)).fill_null(False)
+    valid = pl.col("rank").is_not_null() & pl.col("step_time_ms").is_not_null()
     if window is not None:
-        st = st.filter(window)
-    st = with_groups(st, topo)
+        valid = valid & window.fill_null(False)
     own = pl.col("data_load_ms").fill_null(0.0) + pl.col("compute_ms").fill_null(0.0)
     replaced = {
         p: pl.when(pl.col(f"peer_{p}").is_not_null())
@@ -119,32 +122,48 @@ def peer_replay(steps: pl.DataFrame, ranks: Sequence[int], phases: Sequence[str]
     }
     whatif = sum((replaced.get(p, pl.col(p).fill_null(0.0)) for p in ("data_load_ms", "compute_ms")), pl.lit(0.0))
 
-    # Without a topology every rank is in one group: the step alone is the key.
-    def peers_of(p: str) -> list[str]:
-        return ["step", GROUP_OF.get(p, "peer")] if topo is not None else ["step"]
-
-    # Per step, aggregated once (no window over every row): the healthy ranks' count and largest
-    # own time, and per phase the healthy peers' median in each group (masked, not filtered
-    # inside the aggregation: that is polars' per-group slow path). Only the faulty ranks' rows
-    # (a few of every step's) are then replayed against their group's median.
-    healthy = st.with_columns(pl.when(~faulty).then(own).alias("own_ok"),
-                              *(pl.when(~faulty).then(pl.col(p)).alias(f"ok_{p}") for p in phases))
-    per = (healthy.group_by("step")
-           .agg((~faulty).sum().alias("peers"), pl.col("own_ok").max().alias("max_ok")))
-    bad = st.filter(faulty)
+    # Every row of the table stays in place (the groups are of its rows): the rows outside the
+    # window or without a step time are masked, as filtering them first would leave them out.
+    # Per step, over the healthy ranks: their count and largest own time; per phase the healthy
+    # peers' median in each group. Only the faulty ranks' rows (a few of every step's) are then
+    # replayed against their group's median.
+    ok = valid & ~faulty
+    x = steps.select("step", ok.alias("ok"), pl.when(ok).then(own).alias("own_ok"),
+                     *(pl.when(ok).then(pl.col(p)).alias(f"ok_{p}") for p in phases))
+    by_step = peers(None)
+    bad_mask = steps.select((valid & faulty).fill_null(False)).to_series()
+    bad = steps.select("rank", "step", "data_load_ms", "compute_ms").filter(bad_mask).with_columns(
+        by_step.index.filter(bad_mask).alias("_s"))
+    # one aggregation per grouping (without a topology every phase's is the step's)
+    work: dict[int, tuple[PeerGroups, list[str], list[pl.Expr]]] = {
+        id(by_step): (by_step, ["ok", "own_ok"], [pl.col("ok").sum().alias("peers"), pl.col("own_ok").max().alias("max_ok")])}
     for p in phases:
-        med = healthy.group_by(peers_of(p)).agg(pl.col(f"ok_{p}").median().alias(f"peer_{p}"))
-        bad = bad.join(med, on=peers_of(p), how="left", nulls_equal=True)
-    return (
-        bad.select("step", own.alias("own"), whatif.alias("whatif"),
+        g = peers(GROUP_OF.get(p, "peer"))
+        work.setdefault(id(g), (g, [], []))
+        work[id(g)][1].append(f"ok_{p}")
+        work[id(g)][2].append(pl.col(f"ok_{p}").median().alias(f"peer_{p}"))
+    per = pl.DataFrame()
+    for g, cols, aggs in work.values():
+        res = g.agg(x.select(cols), *aggs)
+        if g is by_step:
+            per = res
+        meds = [c for c in res.get_columns() if c.name.startswith("peer_")]
+        if meds:
+            idx = g.index.filter(bad_mask)
+            bad = bad.with_columns(c.gather(idx) for c in meds)
+    out = (
+        bad.select("step", "_s", own.alias("own"), whatif.alias("whatif"),
                    pl.any_horizontal(*(pl.col(f"peer_{p}").is_not_null() for p in phases)).alias("has_peers"))
         .group_by("step")
         .agg(pl.col("own").max().alias("own_bad"), pl.col("whatif").max().alias("whatif_bad"),
              # a step counts only where a faulty rank has peers in its own group to be replayed at
-             pl.col("has_peers").any().alias("counted"))
+             pl.col("has_peers").any().alias("counted"), pl.col("_s").first())
         .filter(pl.col("counted"))
-        .join(per, on="step", how="inner")
-        .filter(pl.col("peers") >= 1)
+    )
+    out = out.with_columns(per.get_column("peers").gather(out.get_column("_s")),
+                           per.get_column("max_ok").gather(out.get_column("_s")))
+    return (
+        out.filter(pl.col("peers") >= 1)
         .select("step",
                 pl.max_horizontal("max_ok", "own_bad").alias("actual_ms"),
                 pl.max_horizontal("max_ok", "whatif_bad").alias("whatif_ms"))
@@ -153,15 +172,19 @@ def peer_replay(steps: pl.DataFrame, ranks: Sequence[int], phases: Sequence[str]
     )
 
 
-def per_step(steps: pl.DataFrame, quantity: str) -> pl.DataFrame:
+def per_step(steps: pl.DataFrame, quantity: str, peers: Callable[[str | None], PeerGroups] | None = None) -> pl.DataFrame:
     """One value per step, the same on every rank of a lockstep step: `step` = the median step
     time, `transfer` = the median over ranks of collective time minus waiting."""
-    st = steps.filter(pl.col("rank").is_not_null())
+    if peers is None:
+        peers = peer_groups(steps, None)
     if quantity == "step":
         q = pl.col("step_time_ms")
     else:
         q = (pl.col("comm_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0)
-    return st.group_by("step").agg(q.median().alias("q")).drop_nulls("q").sort("step")
+    x = steps.select("step", pl.when(pl.col("rank").is_not_null()).then(q).alias("q"),
+                     pl.col("rank").is_not_null().alias("ranked"))
+    per = peers(None).agg(x, pl.col("q").median(), pl.col("ranked").any(), pl.col("step").first())
+    return per.filter(pl.col("ranked")).select("step", "q").drop_nulls("q").sort("step")
 
 
 def temporal_replay(series: pl.DataFrame, window: pl.Expr) -> pl.DataFrame | None:
@@ -177,28 +200,44 @@ def temporal_replay(series: pl.DataFrame, window: pl.Expr) -> pl.DataFrame | Non
 
 
 def finding_cost(f: Finding, steps: pl.DataFrame, wall_s: float | None, world: int,
-                 topo: Topology | None = None) -> dict[str, Any] | None:
+                 topo: Topology | None = None, peers: Callable[[str | None], PeerGroups] | None = None,
+                 memo: dict[Any, Any] | None = None) -> dict[str, Any] | None:
     """The cost of one finding, `{"seconds", "share", "gpu_hours", "steps", "method"}`, or None
-    when it is not a slowdown or the logs cannot price it."""
+    when it is not a slowdown or the logs cannot price it. `peers`: see `peer_replay`; `memo`
+    keeps replays for the next finding of the same table (findings of one fault, e.g. a pass's
+    and a rule's of the same rank, replay the same ranks and phases)."""
     if f.kind not in SLOWDOWNS or steps.is_empty():
         return None
-    all_ranks = set(int(r) for r in steps.get_column("rank").drop_nulls().unique())
+    memo = {} if memo is None else memo
+    if peers is None:
+        peers = memo.setdefault("peers", peer_groups(steps, topo))
+
+    def once(key: tuple, compute: Callable[[], Any]) -> Any:
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
+    all_ranks = once(("ranks",), lambda: set(int(r) for r in steps.get_column("rank").drop_nulls().unique()))
     job_wide = not f.ranks or set(f.ranks) >= all_ranks
     if f.kind in PEER_PHASES and not job_wide:
         # every step, not only the finding's: a finding's window starts where its evidence got
         # strong enough (a sustained episode, the first hot telemetry sample), the fault often
         # earlier; in steps where the rank kept pace the replay gives back ~nothing
-        saved = peer_replay(steps, f.ranks, PEER_PHASES[f.kind], topo=topo)
+        phases = PEER_PHASES[f.kind]
+        saved = once(("peers", frozenset(f.ranks), phases),
+                     lambda: peer_replay(steps, f.ranks, phases, topo=topo, peers=peers))
         method = "peers"
         if saved.is_empty():
             # no healthy peer in the faulty ranks' group (a whole slow pipeline stage): the
             # reference is the run's own steps outside the finding, as for a job-wide slowdown
-            saved = temporal_replay(per_step(steps, "step"), _window(steps, f))
+            saved = temporal_replay(once(("per_step", "step"), lambda: per_step(steps, "step", peers)),
+                                    _window(steps, f))
             method = "own_steps_outside"
     elif f.kind in TEMPORAL and (job_wide or f.kind not in PEER_PHASES):
         if f.kind == "comm_bound" and not f.ranks:
             return None     # waiting for random late ranks (INFO): nobody to replay
-        saved = temporal_replay(per_step(steps, TEMPORAL[f.kind]), _window(steps, f))
+        q = TEMPORAL[f.kind]
+        saved = temporal_replay(once(("per_step", q), lambda: per_step(steps, q, peers)), _window(steps, f))
         method = "own_steps_outside"
     else:
         return None
@@ -215,7 +254,8 @@ def finding_cost(f: Finding, steps: pl.DataFrame, wall_s: float | None, world: i
 
 
 def attach_costs(findings: list[Finding], ctx: Context) -> None:
-    """Set `cost` on every slowdown finding (others keep None). Reads the cached step table once."""
+    """Set `cost` on every slowdown finding (others keep None). Reads the cached step table once;
+    findings that replay the same ranks and phases share one replay."""
     if not any(f.kind in SLOWDOWNS for f in findings):
         return
     from .. import timeline
@@ -225,8 +265,9 @@ def attach_costs(findings: list[Finding], ctx: Context) -> None:
     wall_s = (t1 - t0).total_seconds() if t0 is not None and t1 is not None else None
     world = max(len(ctx.ranks), 1)
     topo = ctx.topology
+    memo: dict[Any, Any] = {}
     for f in findings:
-        f.cost = finding_cost(f, steps, wall_s, world, topo)
+        f.cost = finding_cost(f, steps, wall_s, world, topo, peers=ctx.peers, memo=memo)
 
 
 __all__ = ["SLOWDOWNS", "PEER_PHASES", "TEMPORAL", "peer_replay", "temporal_replay", "per_step",

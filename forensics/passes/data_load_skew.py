@@ -27,8 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from ..topology import with_groups
-from .context import Context, rank_major, step_peers, sustained, wait_expr, window_for
+from .context import Context, keep, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 RATIO = 2.5
@@ -41,26 +40,28 @@ MIN_SHARE = 0.10
 def find(ctx: Context) -> list[Finding]:
     st = ctx.steps.select(
         "rank", "step", "data_load_ms", "wait_est", "disk_read_mbps", "t_start", "t_end", "file", "data_line", "comm_line",
-    ).filter(pl.col("rank").is_not_null() & pl.col("data_load_ms").is_not_null())
-    if st.is_empty():
+    )
+    ok = pl.col("rank").is_not_null() & pl.col("data_load_ms").is_not_null()
+    if st.is_empty() or not st.select(ok.any()).item():
         return []
     topo = ctx.topology
-    st = with_groups(st, topo)
     floor = max(ABS_EXCESS_MS, STEP_SHARE * (ctx.median_step_ms or 0.0))
-    by = step_peers(topo, "dgroup")
+    # per step (and data-parallel group): how many ranks logged their loading, and its median
+    # over them (the rows without one masked, as filtering them first would leave them out)
+    peers = ctx.peers("dgroup")
+    per = peers.agg(st.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("data_load_ms")).alias("dl")),
+                    pl.col("ok").sum().alias("n"), pl.col("dl").median().alias("peer_dl"), pl.col("step").first())
     df = rank_major(
-        st.with_columns(
-            pl.len().over(by).alias("n"),
-            pl.col("data_load_ms").median().over(by).alias("peer_dl"),
-            wait_expr().alias("wait"),
-        )
-        .filter(pl.col("n") >= 2)
+        st.with_columns(*peers.broadcast(per.select("n", "peer_dl")), *ctx.groups.get_columns(),
+                        wait_expr().alias("wait"))
+        .pipe(keep, ok & (pl.col("n") >= 2))
         .with_columns(
             ((pl.col("data_load_ms") >= RATIO * pl.col("peer_dl"))
              & (pl.col("data_load_ms") - pl.col("peer_dl") >= floor)).alias("slow1")
         )
     )
-    df = df.with_columns(sustained("slow1", window_for(df.get_column("step").n_unique())).alias("slow"))
+    n_steps = per.filter(pl.col("n") >= 2).get_column("step").n_unique()
+    df = df.with_columns(sustained("slow1", window_for(n_steps)).alias("slow"))
     per_rank = (
         df.group_by("rank")
         .agg(pl.len().alias("n_steps"), pl.col("slow").sum().alias("n_slow"))
@@ -73,8 +74,12 @@ def find(ctx: Context) -> list[Finding]:
         r = int(row["rank"])
         mine = df.filter((pl.col("rank") == r) & pl.col("slow"))
         slow_steps = mine.get_column("step")
-        at = df.filter(pl.col("step").is_in(slow_steps.implode()) & ~pl.col("rank").is_in(skewed))
-        group = at.filter(pl.col("dgroup") == mine.get_column("dgroup")[0])
+        # the other ranks at its slow steps: only the columns read from them (the steps are
+        # nearly all of a long run's: a copy of every column would cost more than the rest)
+        at_mask = df.select(pl.col("step").is_in(slow_steps.implode()) & ~pl.col("rank").is_in(skewed)).to_series()
+        at = df.select("rank", "wait").filter(at_mask)
+        group = df.select("rank", "data_load_ms", "disk_read_mbps").filter(
+            at_mask & (df.get_column("dgroup") == mine.get_column("dgroup")[0]))
         my_dl = float(mine.get_column("data_load_ms").median())
         peer_dl = group.get_column("data_load_ms").median()
         excess = my_dl - (peer_dl or 0.0)
@@ -97,7 +102,8 @@ def find(ctx: Context) -> list[Finding]:
         if v_ranks:
             title += f"; ranks {rank_ranges(v_ranks)} wait {ms(v_wait)} per step for it"
         title += f" ({len(slow_steps)} steps, {int(slow_steps.min())}–{int(slow_steps.max())})"
-        vict_rows = at.filter((pl.col("step") == worst["step"]) & pl.col("rank").is_in(v_ranks)).sort("rank").head(2)
+        vict_rows = df.filter(at_mask & (df.get_column("step") == worst["step"])
+                              & df.get_column("rank").is_in(v_ranks)).sort("rank").head(2)
         lines = cite([{"source_file": worst["file"], "line": worst["data_line"], "rank": r, "timestamp": worst["t_start"],
                        "text": f"step {worst['step']}: data_load {ms(worst['data_load_ms'])}"}], text="text")
         lines += cite([{"source_file": v["file"], "line": v["comm_line"], "rank": v["rank"], "timestamp": v["t_end"],

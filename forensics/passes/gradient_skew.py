@@ -30,8 +30,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from ..topology import with_groups
-from .context import Context, rank_major, step_peers, sustained, wait_expr, window_for
+from .context import Context, keep, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id
 
 STEP_SHARE = 0.10
@@ -42,30 +41,39 @@ CULPRIT_SHARE = 0.20
 
 
 def find(ctx: Context) -> list[Finding]:
-    st = ctx.steps.select("rank", "step", "grad_ready_ts", "wait_est", "t_start", "t_end", "file", "ready_line").filter(
-        pl.col("rank").is_not_null() & pl.col("grad_ready_ts").is_not_null())
-    if st.is_empty():
+    steps = ctx.steps
+    ok = pl.col("rank").is_not_null() & pl.col("grad_ready_ts").is_not_null()
+    if steps.is_empty() or not steps.select(ok.any()).item():
         return []
     thr = STEP_SHARE * ctx.median_step_ms if ctx.median_step_ms else DEFAULT_MS
-    by = step_peers(ctx.topology, "dgroup")
+    # per step (and data-parallel group), over the ranks that logged a gradient-ready time: how
+    # many, their spread, median and latest, and the median wait (the others masked)
+    peers = ctx.peers("dgroup")
+    g = pl.col("g")
+    per = peers.agg(
+        steps.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("grad_ready_ts")).alias("g"),
+                     pl.when(ok).then(wait_expr()).alias("w")),
+        pl.col("ok").sum().alias("n"), ((g.max() - g.min()) * 1000.0).alias("spread_ms"), g.median().alias("g_med"),
+        g.max().alias("g_max"), pl.col("w").median().alias("med_wait"), pl.col("step").first(),
+    ).with_columns((pl.col("spread_ms") >= thr).alias("skewed"))
+    # only the columns judged; the ones cited are taken from the table by row (`_row`)
     df = rank_major(
-        with_groups(st, ctx.topology).with_columns(wait_expr().alias("wait"))
+        steps.select("rank", "step", "grad_ready_ts", wait_expr().alias("wait"),
+                     pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"))
+        .with_columns(*peers.broadcast(per.select("n", "spread_ms", "g_med", "g_max", "med_wait", "skewed")))
+        .pipe(keep, ok & (pl.col("n") >= 2))
         .with_columns(
-            pl.len().over(by).alias("n"),
-            ((pl.col("grad_ready_ts").max() - pl.col("grad_ready_ts").min()) * 1000.0).over(by).alias("spread_ms"),
-            ((pl.col("grad_ready_ts") - pl.col("grad_ready_ts").median()) * 1000.0).over(by).alias("late_ms"),
-            (pl.col("grad_ready_ts") == pl.col("grad_ready_ts").max().over(by)).alias("is_last"),
-            pl.col("wait").median().over(by).alias("med_wait"),
+            ((pl.col("grad_ready_ts") - pl.col("g_med")) * 1000.0).alias("late_ms"),
+            (pl.col("grad_ready_ts") == pl.col("g_max")).alias("is_last"),
         )
-        .filter(pl.col("n") >= 2)
-        .with_columns((pl.col("spread_ms") >= thr).alias("skewed"))
         .with_columns((pl.col("skewed") & pl.col("is_last")).alias("late"))
     )
     if df.is_empty():
         return []
-    n = df.get_column("step").n_unique()
+    judged = per.filter(pl.col("n") >= 2)
+    n = judged.get_column("step").n_unique()
     df = df.with_columns(sustained("late", window_for(n)).alias("episode"))
-    k = df.select(pl.col("step").filter(pl.col("skewed")).n_unique()).item()
+    k = judged.filter(pl.col("skewed")).get_column("step").n_unique()
     if k < MIN_STEPS or k < MIN_SHARE * n:
         return []
     per_rank = (
@@ -76,15 +84,15 @@ def find(ctx: Context) -> list[Finding]:
         .sort("rank")
     )
     culprits = [int(r) for r in per_rank.get_column("rank")]
-    # the steps' spreads: one value per (step, group), taken before the steps in scope are picked
-    # (filtering the whole table to them first copies nearly all of it on a skewed run)
-    per_step = df.select(*by, "spread_ms", "med_wait", "skewed").group_by(by).agg(pl.all().first())
+    # the steps' spreads: one value per (step, group) judged
+    per_step = judged.select("step", "spread_ms", "med_wait", "skewed")
     if culprits:
         ep = df.filter(pl.col("episode") & pl.col("rank").is_in(culprits))
         spread = per_step.filter(pl.col("step").is_in(ep.get_column("step").unique().implode()))
     else:
         ep = df.filter(pl.col("skewed") & pl.col("is_last"))
         spread = per_step.filter(pl.col("skewed"))
+    ep = ep.hstack(steps.select("t_start", "t_end", "file", "ready_line").gather(ep.get_column("_row")))
     med_spread = float(spread.get_column("spread_ms").median())
     max_spread = float(spread.get_column("spread_ms").max())
     med_wait = spread.get_column("med_wait").drop_nulls().median()

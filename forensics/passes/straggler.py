@@ -36,8 +36,8 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from ..topology import Topology, with_groups
-from .context import Context, rank_major, sustained, wait_expr, window_for
+from ..topology import Topology
+from .context import Context, keep, PeerGroups, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 STAGE_SHARE = 0.75
@@ -48,25 +48,26 @@ MIN_STEPS = 3
 MIN_SHARE = 0.10
 
 
-def straggling_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, step): compute, wait, the step's peer compute and whether the rank straggled.
-    Peers are the ranks of the same `peer` group (the pipeline stage; all ranks without one)."""
-    if "peer" not in steps.columns:
-        steps = with_groups(steps, None)
-    # one group of peers (no topology): the step alone is the same key, hashed faster
-    peer = steps.get_column("peer")
-    by = ["step"] if peer.is_empty() or (peer.null_count() == 0 and peer.min() == peer.max()) else ["step", "peer"]
+def straggling_steps(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFrame, int]:
+    """Per (rank, step): compute, wait, the step's peer compute and whether the rank straggled,
+    and `_row`, the row of `steps` it is (the columns to cite are taken from there, for the few
+    rows cited: the table is filtered with only the columns judged). Peers are the ranks of the
+    same `peer` group (the pipeline stage; all ranks without one): `peers` groups the rows of
+    `steps` (the step table's, in its order) that way. Also the number of steps judged."""
+    ok = pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null() & wait_expr().is_not_null()
+    # per step (and stage), over the ranks with both a compute and a wait time
+    x = steps.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("compute_ms")).alias("c"),
+                     pl.when(ok).then(wait_expr()).alias("w"))
+    per = peers.agg(
+        x, pl.col("ok").sum().alias("n"), pl.col("c").median().alias("peer_compute"),
+        pl.col("w").median().alias("med_wait"), pl.col("w").min().alias("min_wait"), pl.col("step").first(),
+    ).with_columns(peers.agg_in_order(x.select("w"), pl.col("w").sum().alias("sum_wait")))
     df = (
-        steps.filter(pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null())
-        .with_columns(wait_expr().alias("wait"))
-        .filter(pl.col("wait").is_not_null())
-        .with_columns(
-            pl.len().over(by).alias("n"),
-            pl.col("compute_ms").median().over(by).alias("peer_compute"),
-            pl.col("wait").median().over(by).alias("med_wait"),
-            pl.col("wait").sum().over(by).alias("sum_wait"),
-        )
-        .filter(pl.col("n") >= 2)
+        steps.select("rank", "step", "compute_ms", "peer", wait_expr().alias("wait"),
+                     pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"))
+        .with_columns(*peers.broadcast(per.select("n", "peer_compute", "med_wait", "sum_wait", "min_wait")))
+        .pipe(keep, pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null() & pl.col("wait").is_not_null()
+              & (pl.col("n") >= 2))
         .with_columns(
             (pl.col("compute_ms") - pl.col("peer_compute")).alias("excess"),
             ((pl.col("sum_wait") - pl.col("wait")) / (pl.col("n") - 1)).alias("others_wait"),
@@ -75,26 +76,28 @@ def straggling_steps(steps: pl.DataFrame) -> pl.DataFrame:
     # waits least: under half the median wait, or (a group of two or three, where the median is
     # the others' too) the least of its group while the others wait half its excess longer
     least = (pl.col("wait") <= 0.5 * pl.col("med_wait")) | (
-        (pl.col("wait") <= pl.col("wait").min().over(by)) & (pl.col("n") <= 3)
+        (pl.col("wait") <= pl.col("min_wait")) & (pl.col("n") <= 3)
         & (pl.col("others_wait") - pl.col("wait") >= 0.5 * pl.col("excess")))
     slow = (
         (pl.col("excess") >= pl.max_horizontal(REL_EXCESS * pl.col("peer_compute"), pl.lit(ABS_EXCESS_MS)))
         & least
         & (pl.col("others_wait") >= 0.5 * pl.col("excess"))
     )
-    w = window_for(df.get_column("step").n_unique()) if not df.is_empty() else 5
-    return rank_major(df).with_columns(slow.alias("slow")).with_columns(sustained("slow", w).alias("episode"))
+    n_steps = per.filter(pl.col("n") >= 2).get_column("step").n_unique()
+    w = window_for(n_steps) if not df.is_empty() else 5
+    return rank_major(df).with_columns(slow.alias("slow")).with_columns(sustained("slow", w).alias("episode")), n_steps
 
 
 def find(ctx: Context) -> list[Finding]:
     topo = ctx.topology
-    steps = with_groups(ctx.steps.select(
-        "rank", "step", "compute_ms", "wait_est", "t_start", "t_end", "file", "train_line", "ready_line", "comm_line"),
-        topo)
+    steps = ctx.steps.select(
+        "rank", "step", "compute_ms", "wait_est", "t_start", "t_end", "file", "train_line", "ready_line", "comm_line",
+    ).with_columns(ctx.groups.get_columns())
     out = slow_stages(steps, topo) if topo is not None else []
-    df = straggling_steps(steps)
+    df, n_steps = straggling_steps(steps, ctx.peers("peer"))
     if df.is_empty():
         return out
+    cited = steps.select("t_start", "t_end", "file", "train_line", "ready_line", "comm_line")
     per_rank = (
         df.group_by("rank")
         .agg(
@@ -103,19 +106,22 @@ def find(ctx: Context) -> list[Finding]:
         )
         # at least one whole window of steps: a shorter run of slow steps is a fragment of an
         # episode (a real 5-rank run on 2 cores had a healthy rank slow for 4 steps of 40)
-        .filter((pl.col("n_slow") >= max(MIN_STEPS, window_for(df.get_column("step").n_unique())))
+        .filter((pl.col("n_slow") >= max(MIN_STEPS, window_for(n_steps)))
                 & (pl.col("n_slow") >= MIN_SHARE * pl.col("n_steps")))
         .sort("rank")
     )
     for row in per_rank.iter_rows(named=True):
         r = int(row["rank"])
         mine = df.filter((pl.col("rank") == r) & pl.col("episode"))
+        mine = mine.hstack(cited.gather(mine.get_column("_row")))
         slow_steps = mine.get_column("step")
         peer = int(mine.get_column("peer")[0])
-        at = df.filter(pl.col("step").is_in(slow_steps.implode()))
+        # the ranks at its slow steps: a mask and the columns read (a copy of the whole table
+        # for a straggler slow in most steps costs more than the rest of the pass)
+        at_mask = df.select(pl.col("step").is_in(slow_steps.implode())).to_series()
         excess = float(mine.get_column("excess").median())
         others = (
-            at.filter(pl.col("rank") != r)
+            df.select("rank", "wait", "compute_ms", "peer").filter(at_mask & (df.get_column("rank") != r))
             .group_by("rank").agg(pl.col("wait").median().alias("wait"), pl.col("compute_ms").median().alias("compute"),
                                   pl.col("peer").first())
             .sort("rank")
@@ -131,7 +137,9 @@ def find(ctx: Context) -> list[Finding]:
         my_wait = float(mine.get_column("wait").median())
         v_wait = float(victims.get_column("wait").median())
         worst = mine.sort("excess", descending=True).row(0, named=True)
-        vict_rows = at.filter((pl.col("step") == worst["step"]) & pl.col("rank").is_in(v_ranks)).sort("rank").head(3)
+        vict_rows = df.filter(at_mask & (df.get_column("step") == worst["step"])
+                              & df.get_column("rank").is_in(v_ranks)).sort("rank").head(3)
+        vict_rows = vict_rows.hstack(cited.gather(vict_rows.get_column("_row")))
         lines = cite([{"source_file": worst["file"], "line": worst["train_line"] or worst["ready_line"], "rank": r,
                        "timestamp": worst["t_end"], "text": f"step {worst['step']}: compute {ms(worst['compute_ms'])}"}],
                      text="text")
