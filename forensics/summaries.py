@@ -483,7 +483,7 @@ def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.
 # `_step_groups` upper-cases every row's name three times and looks it up in three lists, a third
 # of its cost on the 64-rank bench. Its expressions are built once (building them per chunk cost
 # as much as a small chunk's aggregation).
-_STEP_EXPRS: tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]] | None = None
+_STEP_EXPRS: tuple[pl.Expr, list[pl.Expr], list[pl.Expr]] | None = None
 
 
 def _event_flags(df: pl.DataFrame) -> pl.DataFrame:
@@ -510,66 +510,16 @@ def _event_flags(df: pl.DataFrame) -> pl.DataFrame:
                          "_cop": flag(lambda i: up[i] in COMM_OP_EVENTS)})
 
 
-def _step_exprs() -> tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]]:
-    """`_step_groups`' three steps (comm_ms of per-op events, the masked inputs, the
-    aggregations), on the flags of `_event_flags`. Built once per process (units' threads may
-    both build them: one assignment, so either's is taken whole)."""
+def _step_exprs() -> tuple[pl.Expr, list[pl.Expr], list[pl.Expr]]:
+    """`timeline.steps.step_group_exprs` of `_step_groups(..., evidence=True, per_rank=True,
+    state=True)` on the flag columns of `_event_flags`. Built once per process (units' threads
+    may both build them: one assignment, so either's is taken whole)."""
     global _STEP_EXPRS
-    if _STEP_EXPRS is not None:
-        return _STEP_EXPRS
-    from .timeline.steps import PHASES, STEP_VALUES
+    if _STEP_EXPRS is None:
+        from .timeline.steps import step_group_exprs
 
-    is_sum, is_op, is_cop = pl.col("_sum"), pl.col("_op"), pl.col("_cop")
-    ms = pl.col("duration_s") * 1000.0
-    # timeline.steps._comm_of_ops
-    comm = pl.coalesce(pl.col("comm_ms"), pl.when(is_cop).then(pl.coalesce(pl.col("step_time_ms"), ms))).alias("comm_ms")
-    # timeline.steps._op_compute_inputs
-    parts = pl.when(pl.col("fwd_ms").is_not_null() | pl.col("bwd_ms").is_not_null()).then(
-        pl.sum_horizontal("fwd_ms", "bwd_ms"))
-    explicit = pl.coalesce(pl.col("compute_ms"), parts)
-    op_dur = pl.coalesce(explicit, pl.col("step_time_ms"), ms)
-    # timeline.steps._step_groups
-    t = pl.col("timestamp")
-    is_coll = pl.col("comm_ms").is_not_null() & ~is_sum
-    line = pl.col("line")
-    masked = [
-        pl.when(is_op).then(op_dur).alias("op_ms"), pl.when(~is_op).then(explicit).alias("ex_ms"),
-        pl.when(~(is_op | is_cop) | is_sum).then(pl.col("step_time_ms")).alias("nonop_step_time_ms"),
-        *(pl.when(~is_sum).then(pl.col(c)).alias(f"own_{c}") for c in PHASES),
-        *(pl.when(is_sum).then(pl.col(c)).alias(f"sum_{c}") for c in (*PHASES, "step_time_ms", *STEP_VALUES)),
-        pl.when(is_coll).then(t).alias("coll_t"),
-        pl.col("grad_ready_ts").alias("ready"),
-        is_sum.alias("is_sum"),
-        pl.col("source_file").alias("file"),
-        pl.when(is_sum | pl.col("loss").is_not_null()).then(line).alias("train_line"),
-        pl.when(pl.col("data_load_ms").is_not_null()).then(line).alias("data_line"),
-        pl.when(is_coll).then(line).alias("comm_line"),
-        pl.when(pl.col("grad_ready_ts").is_not_null()).then(line).alias("ready_line"),
-        pl.col("disk_read_mbps"),
-        pl.col("temp_c"), (pl.col("level") == "WARN").alias("warn"), (pl.col("level") == "ERROR").alias("error"),
-    ]
-    aggs = [
-        pl.col("host").first(ignore_nulls=True),
-        pl.col("t").min().alias("t_start"),
-        pl.col("t").max().alias("t_end"),
-        pl.col("sum_step_time_ms").max(),
-        pl.col("nonop_step_time_ms").max().alias("any_step_time_ms"),
-        pl.col("op_ms").sum().alias("op_sum"), pl.col("op_ms").count().alias("n_op"), pl.col("ex_ms").max().alias("ex_max"),
-        *(pl.col(f"own_{c}").sum() for c in PHASES),
-        *(pl.col(f"own_{c}").count().alias(f"n_{c}") for c in PHASES),
-        *(pl.col(f"sum_{c}").max() for c in PHASES),
-        pl.col("ready").min().alias("grad_ready_ts"),
-        pl.col("coll_t").max().alias("comm_end"),
-        *(pl.col(f"sum_{c}").last(ignore_nulls=True) for c in STEP_VALUES),
-        *(pl.col(c).last(ignore_nulls=True).alias(f"any_{c}") for c in STEP_VALUES),
-        pl.len().alias("events"),
-        pl.col("is_sum").any().alias("complete"),
-        pl.col("file").first(), pl.col("train_line").min(), pl.col("data_line").min(),
-        pl.col("comm_line").max(), pl.col("ready_line").min(), pl.col("disk_read_mbps").mean(),
-        pl.col("disk_read_mbps").sum().alias("disk_sum"), pl.col("disk_read_mbps").count().alias("disk_n"),
-        pl.col("temp_c").max().alias("temp_max"), pl.col("warn").sum(), pl.col("error").sum(),
-    ]
-    _STEP_EXPRS = ([comm], ["rank", "step", "host", t.alias("t"), *PHASES, *STEP_VALUES, *masked], aggs)
+        _STEP_EXPRS = step_group_exprs((pl.col("_sum"), pl.col("_op"), pl.col("_cop")), pl.col("timestamp"),
+                                       pl.col("grad_ready_ts"), evidence=True, per_rank=True, state=True)
     return _STEP_EXPRS
 
 
@@ -579,6 +529,7 @@ def _step_state(df: pl.DataFrame) -> pl.LazyFrame:
     comm, inputs, aggs = _step_exprs()
     return (pl.concat([df, _event_flags(df)], how="horizontal").lazy().with_columns(comm).select(inputs)
             .group_by("rank", "step").agg(aggs))
+
 
 class Partial:
     """The partial summaries of one events part, fed its rows chunk by chunk in the part's order

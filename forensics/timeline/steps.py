@@ -161,28 +161,33 @@ COMM_OP_EVENTS = ("SEND", "RECV", "ISEND", "IRECV", "SEND_FORWARD", "RECV_FORWAR
                   "BROADCAST", "ALL_TO_ALL", "ALLTOALL")
 
 
-def _comm_of_ops() -> pl.Expr:
-    """comm_ms, or for a per-op communication event without one its duration."""
-    is_comm = pl.col("event").fill_null("").str.to_uppercase().is_in(list(COMM_OP_EVENTS))
+def _event_kinds() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """Per row, from its event name: the step summary, a per-op compute event (OP_EVENTS), a
+    per-op communication event (COMM_OP_EVENTS); a null name is "". The ingest's summaries
+    compute the same three flags once per distinct name (summaries._event_flags)."""
+    up = pl.col("event").fill_null("").str.to_uppercase()
+    return (pl.col("event").fill_null("") == SUMMARY_EVENT, up.is_in(list(OP_EVENTS)),
+            up.is_in(list(COMM_OP_EVENTS)))
+
+
+def _comm_of_ops(is_comm: pl.Expr) -> pl.Expr:
+    """comm_ms, or for a per-op communication event (`is_comm`) without one its duration."""
     return pl.coalesce(pl.col("comm_ms"), pl.when(is_comm).then(
         pl.coalesce(pl.col("step_time_ms"), pl.col("duration_s") * 1000.0))).alias("comm_ms")
 
 
-def _op_compute_inputs() -> tuple[list[pl.Expr], list[pl.Expr]]:
+def _op_compute_inputs(is_sum: pl.Expr, is_op: pl.Expr, is_cop: pl.Expr) -> tuple[list[pl.Expr], list[pl.Expr]]:
     """Masked columns and aggregations of `_step_groups` for `op_compute_ms`: the compute time
     the logs state. Per (rank, step): the sum of the durations of its per-op compute events
     (OP_EVENTS; an op's duration is its compute_ms, fwd_ms + bwd_ms, elapsed_ms (typed as
     step_time_ms) or duration_s/_ms), else the largest explicit compute_ms (or fwd_ms + bwd_ms)
     on its other events, else null (then compute is step - data - comm)."""
-    is_op = pl.col("event").fill_null("").str.to_uppercase().is_in(list(OP_EVENTS))
     parts = pl.when(pl.col("fwd_ms").is_not_null() | pl.col("bwd_ms").is_not_null()).then(
         pl.sum_horizontal("fwd_ms", "bwd_ms"))
     explicit = pl.coalesce(pl.col("compute_ms"), parts)
     op_dur = pl.coalesce(explicit, pl.col("step_time_ms"), pl.col("duration_s") * 1000.0)
-    is_any_op = pl.col("event").fill_null("").str.to_uppercase().is_in([*OP_EVENTS, *COMM_OP_EVENTS])
     masked = [pl.when(is_op).then(op_dur).alias("op_ms"), pl.when(~is_op).then(explicit).alias("ex_ms"),
-              pl.when(~is_any_op | pl.col("event").fill_null("").eq(SUMMARY_EVENT))
-              .then(pl.col("step_time_ms")).alias("nonop_step_time_ms")]
+              pl.when(~(is_op | is_cop) | is_sum).then(pl.col("step_time_ms")).alias("nonop_step_time_ms")]
     aggs = [pl.col("op_ms").sum().alias("op_sum"), pl.col("op_ms").count().alias("n_op"),
             pl.col("ex_ms").max().alias("ex_max")]
     return masked, aggs
@@ -236,16 +241,28 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
     With `state`, the groups' aggregation state (`merge_group_states` merges states of several
     slices of the same events; `finish_group_states` gives what this returns without it)."""
     names = lf.collect_schema().names()
-    lf = lf.with_columns(_comm_of_ops())
-    t = pl.col(time_col)
     # grad_ready_ts is logged by the host clock: shift it like the timestamp when aligning
     ready = pl.col("grad_ready_ts")
     if time_col != TS and "clock_offset_ms" in names:
         ready = ready - pl.col("clock_offset_ms").fill_null(0.0) / 1000.0
-    is_sum = pl.col("event").fill_null("") == SUMMARY_EVENT
+    comm, inputs, aggs = step_group_exprs(_event_kinds(), pl.col(time_col), ready, evidence, per_rank, state)
+    lf = lf.with_columns(comm)
+    if not per_rank:
+        lf = lf.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+    # only plain aggregations in agg() (when/coalesce inside it takes polars' slow path)
+    grouped = lf.select(inputs).group_by("rank", "step").agg(aggs)
+    return grouped if state else finish_group_states(grouped, evidence)
+
+
+def step_group_exprs(kinds: tuple[pl.Expr, pl.Expr, pl.Expr], t: pl.Expr, ready: pl.Expr, evidence: bool,
+                     per_rank: bool, state: bool) -> tuple[pl.Expr, list[pl.Expr], list[pl.Expr]]:
+    """`_step_groups`' expressions: the comm_ms column to add, the per-row inputs to select, and
+    the (rank, step) aggregations. `kinds`: the (summary, compute op, comm op) flags of
+    `_event_kinds`, or columns holding them (the ingest makes them once per distinct name)."""
+    is_sum, is_op, is_cop = kinds
     is_coll = pl.col("comm_ms").is_not_null() & ~is_sum
     # a per-op event's elapsed_ms (typed as step_time_ms) is the op's time, not the step's
-    op_masked, op_aggs = _op_compute_inputs()
+    op_masked, op_aggs = _op_compute_inputs(is_sum, is_op, is_cop)
     masked = [
         *op_masked,
         *(pl.when(~is_sum).then(pl.col(c)).alias(f"own_{c}") for c in PHASES),
@@ -278,33 +295,27 @@ def _step_groups(lf: pl.LazyFrame, time_col: str, evidence: bool, per_rank: bool
     if per_rank:
         counted = [pl.col("temp_c"), (pl.col("level") == "WARN").alias("warn"), (pl.col("level") == "ERROR").alias("error")]
         count_aggs = [pl.col("temp_c").max().alias("temp_max"), pl.col("warn").sum(), pl.col("error").sum()]
-    else:
-        lf = lf.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
-    grouped = (
-        lf.select("rank", "step", "host", t.alias("t"), *PHASES, *STEP_VALUES, *masked, *cited, *counted)
-        .group_by("rank", "step")
-        # only plain aggregations here (when/coalesce inside agg() takes polars' slow path)
-        .agg(
-            pl.col("host").first(ignore_nulls=True),
-            pl.col("t").min().alias("t_start"),
-            pl.col("t").max().alias("t_end"),
-            pl.col("sum_step_time_ms").max(),
-            pl.col("nonop_step_time_ms").max().alias("any_step_time_ms"),
-            *op_aggs,
-            *(pl.col(f"own_{c}").sum() for c in PHASES),
-            *(pl.col(f"own_{c}").count().alias(f"n_{c}") for c in PHASES),
-            *(pl.col(f"sum_{c}").max() for c in PHASES),
-            pl.col("ready").min().alias("grad_ready_ts"),
-            pl.col("coll_t").max().alias("comm_end"),
-            *(pl.col(f"sum_{c}").last(ignore_nulls=True) for c in STEP_VALUES),
-            *(pl.col(c).last(ignore_nulls=True).alias(f"any_{c}") for c in STEP_VALUES),
-            pl.len().alias("events"),
-            pl.col("is_sum").any().alias("complete"),
-            *cite_aggs,
-            *count_aggs,
-        )
-    )
-    return grouped if state else finish_group_states(grouped, evidence)
+    inputs = ["rank", "step", "host", t.alias("t"), *PHASES, *STEP_VALUES, *masked, *cited, *counted]
+    aggs = [
+        pl.col("host").first(ignore_nulls=True),
+        pl.col("t").min().alias("t_start"),
+        pl.col("t").max().alias("t_end"),
+        pl.col("sum_step_time_ms").max(),
+        pl.col("nonop_step_time_ms").max().alias("any_step_time_ms"),
+        *op_aggs,
+        *(pl.col(f"own_{c}").sum() for c in PHASES),
+        *(pl.col(f"own_{c}").count().alias(f"n_{c}") for c in PHASES),
+        *(pl.col(f"sum_{c}").max() for c in PHASES),
+        pl.col("ready").min().alias("grad_ready_ts"),
+        pl.col("coll_t").max().alias("comm_end"),
+        *(pl.col(f"sum_{c}").last(ignore_nulls=True) for c in STEP_VALUES),
+        *(pl.col(c).last(ignore_nulls=True).alias(f"any_{c}") for c in STEP_VALUES),
+        pl.len().alias("events"),
+        pl.col("is_sum").any().alias("complete"),
+        *cite_aggs,
+        *count_aggs,
+    ]
+    return _comm_of_ops(is_cop), inputs, aggs
 
 
 def finish_group_states(grouped: pl.LazyFrame, evidence: bool) -> pl.LazyFrame:
