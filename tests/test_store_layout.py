@@ -244,3 +244,26 @@ def test_cache_of_an_older_schema_is_rebuilt_silently(tmp_path: Path, monkeypatc
     again = open_run([str(d)])
     assert again.path == run.path and again.totals["events"] == 6
     assert open_store(again.path).manifest["schema_version"] == store_mod.SCHEMA_VERSION
+
+
+def test_every_enum_column_is_dictionary_encoded(tmp_path: Path) -> None:
+    """A column of a few fixed values (an Enum) written PLAIN is decoded string by string on every
+    filter (hygiene's event_source filter read 10x slower than rank_source's): each one must be in
+    the writer's dictionary list, and the written part must say so."""
+    from forensics.schema import EVENT_SCHEMA
+    from forensics.store import DICTIONARY
+
+    enums = [c for c, t in EVENT_SCHEMA.items() if isinstance(t, pl.Enum)]
+    assert enums and not set(enums) - set(DICTIONARY)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank_0.jsonl").write_text(
+        '{"timestamp": "2026-01-01T00:00:00Z", "rank": 0, "event": "TRAIN_STEP", "step": 1, "loss": 1.0}\n'
+        '{"timestamp": "2026-01-01T00:00:01Z", "rank": 0, "gpu_util": 90}\n')
+    ing.ingest([logs], tmp_path / "store")
+    part = next((tmp_path / "store" / "events").rglob("*.parquet"))
+    meta = pq.ParquetFile(part).metadata.row_group(0)
+    names = [meta.column(i).path_in_schema for i in range(meta.num_columns)]
+    for c in enums:
+        encodings = meta.column(names.index(c)).encodings
+        assert any("DICT" in e for e in encodings), (c, encodings)
