@@ -477,11 +477,11 @@ def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.
 
 # --- the (rank, step) state of one chunk at ingest ---------------------------------------------
 #
-# `_step_groups(..., evidence=True, per_rank=True, state=True)` -- the same per-row inputs and
-# the same aggregations, so the same polars kernels and bit-equal states (tests/test_summaries.py
-# compares them) -- but with what it derives from the event name made once per distinct name:
+# `_step_groups(..., evidence=True, per_rank=True, state=True)` -- its expressions
+# (`timeline.steps.step_group_exprs`), so bit-equal states (tests/test_summaries.py compares
+# them) -- but with the event kinds made once per distinct name and given as columns:
 # `_step_groups` upper-cases every row's name three times and looks it up in three lists, a third
-# of its cost on the 64-rank bench. Its expressions are built once (building them per chunk cost
+# of its cost on the 64-rank bench. The expressions are built once (building them per chunk cost
 # as much as a small chunk's aggregation).
 _STEP_EXPRS: tuple[pl.Expr, list[pl.Expr], list[pl.Expr]] | None = None
 

@@ -165,13 +165,13 @@ def test_units_on_threads_give_the_summaries_the_events_give(tmp_path: Path, mon
 
 
 def test_the_sources_table_columns_are_what_pa_array_makes() -> None:
-    from forensics.store import _arrow_column
+    from forensics.store import arrow_array
 
     cases = [([1, None, 3, -5], pa.int64()), ([1.5, None, 2.25], pa.float64()), (["a", None, "", "é漢"], pa.large_string()),
              ([["a", "b"], None, [], ["c"]], pa.large_list(pa.large_string())),
              ([[1], None, [2, 3], []], pa.large_list(pa.int64())), ([], pa.large_string()), ([None, None], pa.int64())]
     for values, typ in cases:
-        got = _arrow_column(values, typ)
+        got = arrow_array(values, typ)
         got.validate(full=True)
         assert got.equals(pa.array(values, typ)), (values, typ)
 

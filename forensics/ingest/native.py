@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..schema import ALIASES, ENVELOPE, ENVELOPE_ALIASES, EVENT_SOURCES, FIELDS, LEVELS, RANK_SOURCES, arrow_schema
+from ..store import arrow_array
 from .normalize import _LEVELS, MESSAGE_KEYS
 
 def _load_scan():
@@ -69,16 +70,8 @@ _ENUMS = {"rank_source": RANK_SOURCES, "level": LEVELS, "event_source": EVENT_SO
 _DICTIONARIES: dict[str, pa.Array] = {}
 
 
-def string_array(values: list[str]) -> pa.Array:
-    """A large_string array of `values` from its buffers: pa.array() of a list imports pandas
-    (pyarrow checks whether the list is a pandas object), ~0.5 s of CPU per ingest."""
-    data = [v.encode() for v in values]
-    offsets = np.cumsum([0, *map(len, data)], dtype=np.int64)
-    return pa.Array.from_buffers(pa.large_string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
-
-
 def int_array(values: np.ndarray) -> pa.Array:
-    """An int64 array of a numpy array, without pa.array() (which imports pandas: string_array)."""
+    """An int64 array of a numpy array, without pa.array() (which imports pandas: store.arrow_array)."""
     v = np.ascontiguousarray(values, dtype=np.int64)
     return pa.Array.from_buffers(pa.int64(), len(v), [None, pa.py_buffer(v)])
 
@@ -96,7 +89,7 @@ def _enum(n: int, codes, field: pa.Field) -> pa.Array:
     """uint8 codes into the enum's values -> the dictionary column polars writes for an Enum."""
     values = _DICTIONARIES.get(field.name)
     if values is None:
-        values = _DICTIONARIES[field.name] = string_array(_ENUMS[field.name])
+        values = _DICTIONARIES[field.name] = arrow_array(_ENUMS[field.name], pa.large_string())
     idx = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(codes)])
     return pa.DictionaryArray.from_arrays(idx, values).cast(field.type)
 

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
-from ..store import COMPRESSION, ROW_GROUP, PartWriter, min_max
+from ..store import COMPRESSION, ROW_GROUP, PartWriter, arrow_array, min_max
 from ..summaries import Partial
 from . import native
 from .formats import ReaderContext, reader_for
@@ -238,7 +238,7 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
     ev = fb.events
     schema = arrow_schema()
     if ev.num_rows:
-        paths = native.string_array([p.path for p in chosen])
+        paths = arrow_array([p.path for p in chosen], pa.large_string())
         ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), paths.take(native.int_array(fb.file_of)))
         ev = ev.set_column(schema.get_field_index("format"), schema.field("format"), _constant("jsonl", ev.num_rows))
         if not (fb.in_order or _in_order(ev)):

@@ -73,26 +73,10 @@ def _utc(t: dt.datetime) -> dt.datetime:
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
-def _source_columns(run: Run, *cols: str) -> dict[str, list]:
-    """Some fields of every source of `run`, as lists (a missing field: None). From the store's
-    sources table these columns alone are read: `Run.sources` decodes every field of every
-    source (JSON text included), ~0.25 s on 4,096 sources, for the two or three asked here."""
-    table = run.manifest.get("sources_table")
-    if run._sources is None and "sources" not in run.manifest and table:
-        try:
-            path = run.path / table["path"]
-            df = pl.read_parquet(path, columns=[c for c in cols if c in pl.read_parquet_schema(path)])
-        except (OSError, pl.exceptions.PolarsError):
-            df = None   # unreadable: Run.sources says why
-        if df is not None:
-            return {c: df[c].to_list() if c in df.columns else [None] * df.height for c in cols}
-    return {c: [s.get(c) for s in run.sources] for c in cols}
-
-
 def bounds(events: Events) -> tuple[dt.datetime | None, dt.datetime | None]:
     """First and last event time of the run. A Run answers from its manifest without a scan."""
     if isinstance(events, Run):
-        cols = _source_columns(events, "start", "end")
+        cols = events.source_columns("start", "end")
         starts = [s for s in cols["start"] if s]
         ends = [s for s in cols["end"] if s]
         if starts and ends:
@@ -106,7 +90,7 @@ def known_ranks(events: Events, present: Iterable[int] | None = None) -> list[in
     empty never logged) and the gaps in 0..max (ranks are numbered 0..world_size-1)."""
     seen: set[int] = set(present or [])
     if isinstance(events, Run):
-        cols = _source_columns(events, "ranks", "rank_hint")
+        cols = events.source_columns("ranks", "rank_hint")
         for ranks in cols["ranks"]:
             seen.update(int(r) for r in ranks or () if r is not None)
         seen.update(int(r) for r in cols["rank_hint"] if r is not None)
