@@ -11,6 +11,7 @@ whose docstring states the question and the domain fact it relies on.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -144,20 +145,47 @@ def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: 
     )
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not on Linux
+        return os.cpu_count() or 1
+
+
+def _findings(ctx: Context, passes: list[Pass], rules: list[Any]) -> list[Finding]:
+    """Every pass's findings in the passes' order, then the rules'. With two cores or more, two
+    threads share the work (polars and numpy release the GIL while they compute): the rules,
+    which read only the events, start first beside the step table; the passes then run as a
+    thread frees up. The step table (with the clock offsets) is built before any pass starts, so
+    no two threads build it (most passes read it). The findings do not depend on the order
+    in which the threads finish."""
+    def rules_found() -> list[Finding]:
+        from ..rules import evaluate
+
+        return evaluate(ctx.events, rules) if rules else []
+
+    if _cores() < 2:
+        return [f for p in passes for f in p(ctx)] + rules_found()
+    pool = ThreadPoolExecutor(2)
+    try:
+        by_rules = pool.submit(rules_found)
+        if passes:
+            ctx.steps   # built in this thread, beside the rules
+        by_pass = [pool.submit(p, ctx) for p in passes]
+        return [f for fut in by_pass for f in fut.result()] + by_rules.result()
+    finally:
+        # on an error or Ctrl-C, the passes not yet started are dropped (a running one finishes)
+        pool.shutdown(cancel_futures=True)
+
+
 def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] | None = None,
                      passes: Sequence[Pass] | None = None, config: "Config | None" = None) -> Report:
     """The report for a Context (tests and notebooks build one from in-memory events). `config`
     (forensics.config) disables rules / passes and overrides rule levels and thresholds."""
-    found: list[Finding] = []
     rules = _rule_set(rule_dirs, config)
     off = set(config.disabled) if config is not None else set()
-    for p in passes if passes is not None else PASSES:
-        if pass_id(pass_name(p)) not in off:
-            found.extend(p(ctx))
-    if rules:
-        from ..rules import evaluate
-
-        found.extend(evaluate(ctx.events, rules))
+    found = _findings(ctx, [p for p in (passes if passes is not None else PASSES) if pass_id(pass_name(p)) not in off],
+                      rules)
     cost.attach_costs(found, ctx)   # before ordering: within a severity, costlier findings first
     root, ordered = rootcause.assign(found, ctx.ranks)
     if root is not None and root.finding is not None:

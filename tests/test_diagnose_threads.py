@@ -1,0 +1,75 @@
+"""diagnose_context's two threads: the rules beside the step table, then the passes as a thread
+frees up. The report must be the one the plain, one-thread loop gives."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import forensics
+import forensics.passes as passes_mod
+import forensics.rules as rules_mod
+from forensics.passes import PASSES, Context, diagnose_context
+from forensics.store import open_store
+from pass_helpers import sync_run
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = sorted(p.name for p in (REPO / "sample_logs").iterdir() if p.is_dir())
+
+
+def _report(store: Path, cores: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(passes_mod, "_cores", lambda: cores)
+    return json.dumps(diagnose_context(Context.from_run(open_store(store))).to_json(), sort_keys=True)
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_two_threads_give_the_one_thread_report(sample: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / "s.forensics"
+    forensics.ingest([str(REPO / "sample_logs" / sample)], store)
+    one = _report(store, 1, monkeypatch)
+    assert json.loads(one)["per_rank"]
+    assert _report(store, 2, monkeypatch) == one
+    assert _report(store, 8, monkeypatch) == one
+
+
+def test_rules_run_beside_the_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two cores the rules are evaluated while the passes run: a pass waiting for the rules
+    to start is released (one after the other, it would wait out its timeout)."""
+    started = threading.Event()
+    real = rules_mod.evaluate
+
+    def evaluate(events, rules):  # type: ignore[no-untyped-def]
+        started.set()
+        return real(events, rules)
+
+    seen: list[bool] = []
+
+    def waiting_pass(ctx: Context) -> list:
+        seen.append(started.wait(timeout=20))
+        return []
+
+    monkeypatch.setattr(rules_mod, "evaluate", evaluate)
+    monkeypatch.setattr(passes_mod, "_cores", lambda: 2)
+    diagnose_context(sync_run().ctx(), passes=[waiting_pass])
+    assert seen == [True]
+
+
+def test_one_core_runs_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+    real = rules_mod.evaluate
+    monkeypatch.setattr(rules_mod, "evaluate", lambda ev, rules: order.append("rules") or real(ev, rules))
+    monkeypatch.setattr(passes_mod, "_cores", lambda: 1)
+    mine = [lambda ctx, i=i: order.append(f"pass {i}") or [] for i in range(3)]
+    diagnose_context(sync_run().ctx(), passes=mine)
+    assert order == ["pass 0", "pass 1", "pass 2", "rules"]
+
+
+def test_a_failing_pass_fails_the_diagnosis(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(ctx: Context) -> list:
+        raise RuntimeError("pass broke")
+
+    monkeypatch.setattr(passes_mod, "_cores", lambda: 2)
+    with pytest.raises(RuntimeError, match="pass broke"):
+        diagnose_context(sync_run().ctx(), passes=[PASSES[0], broken, *PASSES[1:]])
