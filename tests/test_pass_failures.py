@@ -196,3 +196,17 @@ def test_progress_per_rank_and_host_equals_a_walk_over_every_event() -> None:
         expect = failures._progress(ctx, maxima, full)
         for since in (failures._progress_since(ctx), at(rng.uniform(0, 45)), at(100.0)):
             assert failures._progress(ctx, maxima, failures._progress_last(ctx, since).collect()).equals(expect), i
+
+
+def test_failure_names_filtered_in_the_scan_equal_re_over_every_distinct_name() -> None:
+    import random
+    import re
+
+    rng = random.Random(5)
+    pieces = ["nccl_timeout", "Oom", "TRAIN_STEP", "gpu_stats", "Watchdog", "xid", "cancelled", "ıd", "İ", "\u212a",
+              "ſ", "KİLLED", "kılled", "mısmatch", "désync", "DUMP_SİGNAL", "step", "_", ""]
+    for i in range(50):
+        names = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 30))]
+        events = pl.DataFrame({"event": [*names, None]}).sample(fraction=1.0, shuffle=True, seed=i).lazy()
+        want = {n for n in names if re.search(failures.NAMED_RE, n)}
+        assert set(failures._named(events)) == want, i

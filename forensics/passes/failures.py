@@ -133,8 +133,7 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
     INFO line of a GB-scale store (a lazy filter would be merged into one scan predicate).
     The few distinct event names are matched here rather than a regex over every row.
     """
-    names = ctx.events.select(pl.col("event").drop_nulls().unique()).collect().to_series().to_list()
-    named = [n for n in names if re.search(NAMED_RE, n)]
+    named = _named(ctx.events)
     ev = pl.col("event")
     return ctx.aligned(
         ctx.events.select("rank", "host", "local_rank", "timestamp", "level", "event", "message", "seq", "peer_rank",
@@ -143,6 +142,15 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
         .with_columns(pl.when(ev.is_in(TYPED) | pl.col("extra").str.contains("missing_ranks", literal=True))
                       .then(pl.col("extra")).alias("extra"))
     )
+
+
+def _named(events: pl.LazyFrame) -> list[str]:
+    """The distinct event names NAMED_RE matches. Filtered by the pattern in the scan first:
+    0.03 s where the unique names of 7.7 M events cost 0.13 s. The filter also keeps names with
+    non-ASCII letters, where polars' case folding may differ from `re`'s, which has the last word."""
+    maybe = pl.col("event").str.contains(NAMED_RE) | pl.col("event").str.contains(r"[^\x00-\x7F]")
+    names = events.select("event").filter(maybe).unique().collect().to_series().to_list()
+    return [n for n in names if re.search(NAMED_RE, n)]
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
