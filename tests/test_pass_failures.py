@@ -132,8 +132,9 @@ def test_progress_cites_the_first_line_at_a_ranks_last_time_on_the_common_clock(
     rows.add(19.5, 2, "GPU_STATS", host="c", step=19, gpu_util=90.0)   # rank 2 on another host too
     ctx = rows.ctx()
     ev = ctx.events.collect()
-    per_host = failures._progress_per_host(ctx).collect()
-    prog = {p["rank"]: p for p in failures._progress(ctx, per_host).iter_rows(named=True)}
+    maxima = failures._progress_maxima(ctx).collect()
+    last = failures._progress_last(ctx, failures._progress_since(ctx)).collect()
+    prog = {p["rank"]: p for p in failures._progress(ctx, maxima, last).iter_rows(named=True)}
     last_allreduce = ev.filter((pl.col("rank") == 1) & (pl.col("event") == "ALLREDUCE")).get_column("line").max()
     assert prog[1]["last_step"] == 19 and prog[1]["line"] == last_allreduce and prog[1]["file"] == "rank_1.jsonl"
     assert prog[2]["line"] == ev.filter((pl.col("rank") == 2) & (pl.col("event") == "GPU_STATS")).get_column("line")[0]
@@ -155,3 +156,57 @@ def test_the_pass_loads_without_the_ingest_package() -> None:
     from forensics.ingest import templates
 
     assert templates.DESYNC_LIST is collective_text.DESYNC_LIST and templates.mismatch_pairs is collective_text.mismatch_pairs
+
+
+def test_progress_per_rank_and_host_equals_a_walk_over_every_event() -> None:
+    """The per-(rank, host) maxima (step, seq) and last time with its first line, read in two
+    scans, the times only after a guessed bound: against one walk over the events in store order,
+    on varied runs (hosts per rank, ties of time, null times / hosts / steps, ERROR lines, rows out
+    of time order); and a bound that misses a (rank, host) falls back to every event."""
+    import random
+
+    rng = random.Random(11)
+    for i in range(30):
+        rows = Rows(host=lambda r: rng.choice(["a", "b", None]) if i % 3 == 0 else f"h{r % 2}")
+        for _ in range(rng.randint(1, 120)):
+            r = rows.add(float(rng.randint(0, 40)), rng.choice([0, 1, 2, None]), rng.choice(["ALLREDUCE", "TRAIN_STEP"]),
+                         level=rng.choice(["INFO", "INFO", "WARN", "ERROR"]),
+                         step=rng.choice([rng.randint(0, 30), None]), seq=rng.choice([rng.randint(0, 30), None]))
+            if rng.random() < 0.05:
+                r["timestamp"] = None
+        ctx = rows.ctx()
+        want: dict = {}
+        for e in ctx.events.collect().iter_rows(named=True):
+            if e["rank"] is None or e["step"] is None or e["level"] == "ERROR":
+                continue
+            w = want.setdefault((e["rank"], e["host"]), {"step": None, "seq": None, "timestamp": None,
+                                                         "source_file": None, "line": None})
+            for k in ("step", "seq"):
+                if e[k] is not None and (w[k] is None or e[k] > w[k]):
+                    w[k] = e[k]
+            if e["timestamp"] is not None and (w["timestamp"] is None or e["timestamp"] > w["timestamp"]):
+                w.update(timestamp=e["timestamp"], source_file=e["source_file"], line=e["line"])
+        maxima = failures._progress_maxima(ctx).collect()
+        full = failures._progress_last(ctx, None).collect()
+        got = {(m["rank"], m["host"]): {"step": m["step"], "seq": m["seq"], "timestamp": None, "source_file": None,
+                                        "line": None} for m in maxima.iter_rows(named=True)}
+        for f in full.iter_rows(named=True):
+            got[(f["rank"], f["host"])].update({k: f[k] for k in ("timestamp", "source_file", "line")})
+        assert got == want, i
+        expect = failures._progress(ctx, maxima, full)
+        for since in (failures._progress_since(ctx), at(rng.uniform(0, 45)), at(100.0)):
+            assert failures._progress(ctx, maxima, failures._progress_last(ctx, since).collect()).equals(expect), i
+
+
+def test_failure_names_filtered_in_the_scan_equal_re_over_every_distinct_name() -> None:
+    import random
+    import re
+
+    rng = random.Random(5)
+    pieces = ["nccl_timeout", "Oom", "TRAIN_STEP", "gpu_stats", "Watchdog", "xid", "cancelled", "ıd", "İ", "\u212a",
+              "ſ", "KİLLED", "kılled", "mısmatch", "désync", "DUMP_SİGNAL", "step", "_", ""]
+    for i in range(50):
+        names = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 30))]
+        events = pl.DataFrame({"event": [*names, None]}).sample(fraction=1.0, shuffle=True, seed=i).lazy()
+        want = {n for n in names if re.search(failures.NAMED_RE, n)}
+        assert set(failures._named(events)) == want, i

@@ -42,3 +42,38 @@ def test_healthy_adapter_and_zero_init_start_are_not_vanishing() -> None:
     ctx = train_only(steps=200, loss=lambda s: 2.0, grad_norm_adapter=lambda s: 1e-7 if s < 10 else 2e-2,
                      grad_norm_backbone=lambda s: 0.0).ctx()
     assert grad_norm.find(ctx) == []
+
+
+def test_spikes_are_decided_by_the_narrow_scan_as_by_the_full_one() -> None:
+    # _spikes reads the times and lines only when the narrow per-step table (step, grad_norm,
+    # threshold) has a spike: on varied rows (nulls, NaN/inf, thresholds, ties, gaps, unsorted)
+    # the narrow table must flag the same steps as the one built with every column
+    import random
+
+    import polars as pl
+
+    from forensics.passes.context import Context
+
+    rng = random.Random(3)
+    found = []
+    for i in range(60):
+        rows = Rows()
+        for s in sorted(rng.sample(range(200), rng.randint(0, 80))):
+            for r in range(rng.randint(1, 4)):
+                g = rng.choice([1.0, 1.1, 0.9, None, 1.0 * rng.randint(1, 3)])
+                if rng.random() < 0.03:
+                    g = rng.choice([float("nan"), float("inf"), 40.0])
+                thr = rng.choice([None, None, 5.0]) if i % 3 == 0 else None
+                rows.add(float(s) + rng.random(), r if i % 5 else None, "TRAIN_STEP", step=s if rng.random() > 0.02 else None,
+                         grad_norm=g, threshold=thr)
+        frame = rows.frame()
+        if frame.is_empty():
+            continue
+        ctx = Context.from_frame(frame.sample(fraction=1.0, shuffle=True, seed=i) if i % 2 else frame)
+        narrow = grad_norm._per_step(ctx.events)[1].filter(pl.col("spike")).collect()
+        full = grad_norm._per_step(ctx.events, "rank", "timestamp", "source_file", "line")[1].filter(pl.col("spike")).collect()
+        assert narrow.equals(full.drop("t"))
+        if full.is_empty():
+            assert grad_norm._spikes(ctx) == []
+        found.append(full.height > 0)
+    assert any(found) and not all(found)

@@ -94,3 +94,65 @@ def test_every_rank_reporting_one_timeout_is_not_a_flood() -> None:
         rows.add(100.0, r, "NCCL_TIMEOUT", level="ERROR")
         rows.add(50.0, r, "GRAD_NORM", level="WARN")
     assert "error_flood" not in checks(rows)
+
+
+def _random_rows(seed: int) -> Rows:
+    """Varied metric and level lines: ties of time within a rank, null times and events, ranks
+    interleaved, some console lines."""
+    import random
+
+    rng = random.Random(seed)
+    rows = Rows()
+    for _ in range(rng.randint(0, 300)):
+        rank = rng.randint(0, 5)
+        t = float(rng.randint(0, 60)) * rng.choice([0.2, 1.0, 3.0])
+        kind = rng.random()
+        if kind < 0.5:
+            r = rows.add(t, rank, "GPU_STATS", **{rng.choice(hygiene.RESOURCE): rng.uniform(0, 100)})
+        else:
+            r = rows.add(t, rank, rng.choice(["GRAD_NORM", "NCCL_TIMEOUT", None]), level=rng.choice(["WARN", "ERROR", "INFO"]))
+        if rng.random() < 0.05:
+            r["timestamp"] = None
+        if rng.random() < 0.1:
+            r["format"] = "console"
+    return rows
+
+
+def test_sampling_per_rank_equals_unique_then_sort_of_the_whole_table() -> None:
+    import polars as pl
+
+    has = pl.any_horizontal([pl.col(c).is_not_null() for c in hygiene.RESOURCE])
+    nonempty = 0
+    for seed in range(40):
+        rows = _random_rows(seed)
+        if not rows.rows:
+            continue
+        ctx = rows.ctx()
+        want = (ctx.telemetry.lazy().filter(has).select("rank", "timestamp").unique().sort("rank", "timestamp")
+                .group_by("rank", maintain_order=True)
+                .agg(pl.len().alias("n"),
+                     (pl.col("timestamp").diff().dt.total_microseconds() / 1e6).median().alias("interval_s"),
+                     pl.col("timestamp").first())
+                .collect())
+        got = hygiene._sampling(ctx).collect()
+        assert got.equals(want), seed
+        nonempty += not got.is_empty()
+    assert nonempty > 30
+
+
+def test_first_line_of_a_level_group_equals_the_first_in_the_full_aggregation() -> None:
+    import polars as pl
+
+    for seed in range(40):
+        rows = _random_rows(seed)
+        if not rows.rows:
+            continue
+        ctx = rows.ctx()
+        want = (ctx.events.filter(pl.col("level").is_in(["ERROR", "WARN"]) & (pl.col("format") == "jsonl"))
+                .group_by("level", "event")
+                .agg(pl.len().alias("n"), pl.col("rank").n_unique().alias("ranks"), pl.col("source_file").first(),
+                     pl.col("line").first(), pl.col("rank").first(), pl.col("timestamp").first())
+                .sort("level", "event").collect())
+        levels = hygiene._levels(ctx).collect().sort("level", "event")
+        assert hygiene._first_of(ctx, levels).equals(want), seed
+        assert hygiene._first_of(ctx, levels.tail(2)).equals(want.tail(2)), seed

@@ -83,3 +83,43 @@ def test_series_cites_the_lowest_ranks_first_loss_line_unranked_lines_first() ->
     rows.add(1.1, None, "METRICS", step=1, loss=4.0)
     s = loss.loss_series(rows.ctx().events)
     assert s.select("step", "loss", "file", "line").rows() == [(0, 2.0, "rank_1.jsonl", 1), (1, 3.0, "logging.jsonl", 1)]
+
+
+def test_judging_without_times_first_finds_what_the_full_series_finds() -> None:
+    # find() judges the series without times and citations, and reads them only when that finds
+    # something: on varied runs (warmup, divergence, plateau, NaN, rankless lines, gaps, ties,
+    # rows out of order) it must say what judging the full series says
+    import random
+
+    rng = random.Random(7)
+    kinds = []
+    for i in range(40):
+        shape = i % 5
+        rise = rng.choice([0.0, 0.02, 0.04])
+        lows = rng.uniform(1.5, 3.0)
+
+        def curve(s: int, shape: int = shape, rise: float = rise, lows: float = lows) -> float:
+            if shape == 0:
+                return lows - 0.002 * s
+            if shape == 1:
+                return lows + (rise * (s - 80) if s > 80 else 0.0)
+            if shape == 2:
+                return lows - 0.0001 * s
+            if shape == 3:
+                return float("nan") if s == 90 else lows - 0.003 * s
+            return warmup_loss(s)
+
+        rows = train_only(ranks=rng.choice([1, 3]), steps=rng.choice([150, 400]), every=rng.choice([1, 2, 7]),
+                          loss=curve, rank_field=i % 4 != 0, seed=i, noise=rng.choice([0.0, 0.01, 0.05]),
+                          lr=lambda s: 1e-4 * min(1, (s + 1) / 50) if i % 3 else 1e-4,
+                          stage=lambda s: ("warmup" if s < 50 else "stable") if i % 6 == 1 else None)
+        if i % 7 == 3:   # a second line of one step (a tie for the citation) and a null loss
+            rows.add(40.5, 0, "TRAIN_STEP", step=40, loss=2.2, lr=1e-4)
+            rows.add(41.5, 0, "TRAIN_STEP", step=41, lr=1e-4)
+        frame = rows.frame()
+        ctx = loss.Context.from_frame(frame.sample(fraction=1.0, shuffle=True, seed=i) if i % 2 else frame)
+        full = loss._judge(*loss._loss_frames(ctx.events, cited=True))
+        assert loss.find(ctx) == full
+        kinds.append(tuple(f.kind for f in full))
+        assert all(f.first_seen is not None for f in full)
+    assert set(kinds) >= {(), ("loss_divergence",), ("loss_plateau",)}

@@ -34,8 +34,11 @@ VANISH = 1e-4
 SKIP_FRACTION = 0.10
 
 
-def _spikes(ctx: Context) -> list[Finding]:
-    rows = ctx.events.select("rank", "step", "timestamp", "grad_norm", "threshold", "source_file", "line").filter(
+def _per_step(events: pl.LazyFrame, *cols: str) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The rows logging a gradient norm (with `cols` besides step, grad_norm, threshold), and per
+    step the largest finite norm, whether one is not finite, the threshold, whether it spikes;
+    with `timestamp` among `cols`, the step's first time (`t`)."""
+    rows = events.select("step", "grad_norm", "threshold", *cols).filter(
         pl.col("grad_norm").is_not_null() & pl.col("step").is_not_null()
     )
     per_step = (
@@ -44,7 +47,7 @@ def _spikes(ctx: Context) -> list[Finding]:
             pl.col("grad_norm").filter(pl.col("grad_norm").is_finite()).max().alias("gmax"),
             (~pl.col("grad_norm").is_finite()).any().alias("nonfinite"),
             pl.col("threshold").max().alias("thr"),
-            pl.col("timestamp").min().alias("t"),
+            *((pl.col("timestamp").min().alias("t"),) if "timestamp" in cols else ()),
         )
         .sort("step")
         .with_columns(
@@ -57,6 +60,15 @@ def _spikes(ctx: Context) -> list[Finding]:
              ).alias("spike")
         )
     )
+    return rows, per_step
+
+
+def _spikes(ctx: Context) -> list[Finding]:
+    # whether any step spikes, from the three columns that decide it: the times and the lines to
+    # cite (twice the scan) are read only when one does
+    if not _per_step(ctx.events)[1].select(pl.col("spike").any()).collect().item():
+        return []
+    rows, per_step = _per_step(ctx.events, "rank", "timestamp", "source_file", "line")
     spike_lf = per_step.filter(pl.col("spike"))
     at_lf = (
         rows.join(spike_lf.select("step", "gmax"), on="step")

@@ -43,43 +43,40 @@ PLATEAU_POINTS = 5
 def loss_series(events: pl.LazyFrame) -> pl.DataFrame:
     """One row per logged step: mean loss over ranks, lr, warmup flag, time and a citation
     (also used by the HTML report's loss plot)."""
-    return _loss_frames(events)[0]
+    return _loss_frames(events, cited=True)[0]
 
 
-def _loss_frames(events: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _loss_frames(events: pl.LazyFrame, cited: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     """`loss_series`, and per rank whether it logged a non-finite loss, in one collect.
+    Without `cited`, the series lacks the times (t0, t1) and the citation (file, line): the
+    judgement never reads them, only the findings' text does, and their columns are half the
+    scan (`find`).
 
     Read from the events, not the step table: flat metric lines (HF/ms-swift) often carry no
     rank, and their loss still tells whether training converges.
     """
     rows = (
-        events.select("rank", "step", "timestamp", "loss", "lr", "stage", "source_file", "line")
+        events.select("rank", "step", "loss", "lr", "stage", *(("timestamp", "source_file", "line") if cited else ()))
         .filter(pl.col("loss").is_not_null() & pl.col("step").is_not_null())
     )
-    # cite the lowest rank's (first) line: picked by a window, not by `get(arg_min)` inside the
-    # group_by (a per-group slow path: 4x the rest of the query on 2 M loss lines)
-    lowest = pl.col("rank").fill_null(-1)
-    cited = (
-        rows.select("step", "rank", "source_file", "line")
-        .filter(lowest == lowest.min().over("step"))
-        .group_by("step")
-        .agg(pl.col("source_file").first().alias("file"), pl.col("line").first())
+    series = rows.group_by("step").agg(
+        pl.col("loss").mean(),
+        pl.col("loss").is_finite().all().alias("finite"),
+        pl.col("lr").max(),
+        pl.col("stage").str.contains("(?i)^warm").any().alias("warm"),
+        *((pl.col("timestamp").min().alias("t0"), pl.col("timestamp").max().alias("t1")) if cited else ()),
     )
-    series = (
-        rows.group_by("step")
-        .agg(
-            pl.col("loss").mean(),
-            pl.col("loss").is_finite().all().alias("finite"),
-            pl.col("lr").max(),
-            pl.col("stage").str.contains("(?i)^warm").any().alias("warm"),
-            pl.col("timestamp").min().alias("t0"),
-            pl.col("timestamp").max().alias("t1"),
+    if cited:
+        lowest = pl.col("rank").fill_null(-1)
+        at = (
+            rows.select("step", "rank", "source_file", "line")
+            .filter(lowest == lowest.min().over("step"))
+            .group_by("step")
+            .agg(pl.col("source_file").first().alias("file"), pl.col("line").first())
         )
-        .join(cited, on="step", how="left")
-        .sort("step")
-    )
+        series = series.join(at, on="step", how="left")
     per_rank = rows.group_by("rank").agg((~pl.col("loss").is_finite()).any().alias("bad")).sort("rank")
-    s, r = pl.collect_all([series, per_rank])
+    s, r = pl.collect_all([series.sort("step"), per_rank])
     return s, r
 
 
@@ -202,7 +199,14 @@ def _plateau(p: pl.DataFrame, wend: int | None, ranks: list[int]) -> Finding | N
 
 
 def find(ctx: Context) -> list[Finding]:
-    s, per_rank = _loss_frames(ctx.events)
+    # judged without the times and citations first: a healthy run never needs them
+    s, per_rank = _loss_frames(ctx.events, cited=False)
+    if not _judge(s.with_columns(pl.lit(None).alias(c) for c in ("t0", "t1", "file", "line")), per_rank):
+        return []
+    return _judge(*_loss_frames(ctx.events, cited=True))
+
+
+def _judge(s: pl.DataFrame, per_rank: pl.DataFrame) -> list[Finding]:
     if s.is_empty():
         return []
     out: list[Finding] = []

@@ -32,7 +32,9 @@ MIN_SHARE = 0.10
 ALPHA = 0.1
 
 
-def series(steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+def series(steps: pl.DataFrame, cited: bool = True) -> tuple[pl.DataFrame, str]:
+    """Per step the run's throughput (`thr`) and its unit; with `cited`, the mean loss, the times
+    (t0, t1) and a line to cite as well."""
     st = steps.filter(pl.col("rank").is_not_null())
     sps = st.filter(pl.col("samples_per_s").is_not_null())
     if not sps.is_empty():
@@ -46,16 +48,29 @@ def series(steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         unit = "steps/s"
     s = (
         src.group_by("step")
-        .agg(agg.alias("thr"), pl.col("loss").mean(), pl.col("t_start").min().alias("t0"),
-             pl.col("t_end").max().alias("t1"), pl.col("file").first(), pl.col("train_line").first().alias("line"))
+        .agg(agg.alias("thr"),
+             *((pl.col("loss").mean(), pl.col("t_start").min().alias("t0"), pl.col("t_end").max().alias("t1"),
+                pl.col("file").first(), pl.col("train_line").first().alias("line")) if cited else ()))
         .sort("step")
     )
     return s, unit
 
 
 def find(ctx: Context) -> list[Finding]:
-    s, unit = series(ctx.steps.select(
+    return _find(ctx.steps.select(
         "rank", "step", "samples_per_s", "step_time_ms", "loss", "t_start", "t_end", "file", "train_line"))
+
+
+def _find(steps: pl.DataFrame) -> list[Finding]:
+    # judged on the throughput alone first (half the aggregation): the loss, the times and the
+    # lines only make a finding's text
+    lean, unit = series(steps, cited=False)
+    if not _judge(lean.with_columns(pl.lit(None).alias(c) for c in ("loss", "t0", "t1", "file", "line")), unit):
+        return []
+    return _judge(*series(steps))
+
+
+def _judge(s: pl.DataFrame, unit: str) -> list[Finding]:
     s = s.slice(SKIP)
     n = s.height
     nb = max(3, int(n * BASE_SHARE))
