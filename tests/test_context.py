@@ -101,6 +101,40 @@ def test_gaps_of_ordered_groups_are_the_windowed_ones(tmp_path: Path) -> None:
     assert shifted.get_column("step_time_source").to_list().count("derived") > 0
 
 
+def test_finished_summary_is_the_collected_and_sorted_query(tmp_path: Path) -> None:
+    """timeline.steps.finish_collected (the summary's ranked rows copied once, finished in place)
+    gives the table of the straightforward way (the query collected, then sorted), in one chunk
+    per column: random groups in many chunks, rows without a rank or a step anywhere, gaps,
+    derived step times, in (rank, step) order or shuffled."""
+    import numpy as np
+
+    from forensics.summaries import step_groups
+
+    base = step_groups(_store(tmp_path, "straggler"))
+    cols = [c for c in C.STEP_COLUMNS if c != "wait_est"]
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        n = base.height
+        g = base.filter(pl.Series(rng.random(n) > 0.2))    # gaps
+        k = g.height
+        g = g.with_columns(pl.when(pl.Series(rng.random(k) < 0.3)).then(None).otherwise(pl.col("step_time_logged"))
+                           .alias("step_time_logged"),
+                           pl.when(pl.Series(rng.random(k) < 0.05)).then(None).otherwise(pl.col("rank")).alias("rank"),
+                           pl.when(pl.Series(rng.random(k) < 0.05)).then(None).otherwise(pl.col("step")).alias("step"))
+        if seed % 2:
+            g = g.sample(fraction=1.0, shuffle=True, seed=seed)
+        cuts = sorted(rng.choice(np.arange(1, k), 5, replace=False).tolist())
+        chunked = pl.concat([g.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, k])], rechunk=False)
+        assert max(chunked.n_chunks("all")) > 1
+        want = tl.collect_sorted(tl.steps.finish_groups(g.lazy(), evidence=True).select(cols), ["rank", "step"])
+        got = tl.steps.finish_collected(chunked, cols, evidence=True)
+        assert got.equals(want), seed
+        assert got.schema == want.schema
+        assert got.n_chunks("all") == [1] * len(cols)
+    empty = tl.steps.finish_collected(base.clear(), cols, evidence=True)
+    assert empty.is_empty() and empty.columns == cols
+
+
 # --- the shared per-step groups and episodes, checked against the straightforward windows ------
 
 def _random_steps(seed: int, ranks: int = 7, steps: int = 60) -> pl.DataFrame:

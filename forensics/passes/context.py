@@ -73,14 +73,11 @@ def _collect_steps(events: pl.LazyFrame, run: Run | None, summary: bool) -> pl.D
     if run is not None and summary:
         from ..summaries import step_groups
 
-        groups = step_groups(run, GROUP_COLUMNS).lazy()
-        ordered = groups.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null()).select(
-            timeline.steps.in_key_order(["rank", "step"])).collect().item()
-        steps = timeline.steps.finish_groups(groups, evidence=True, ordered=bool(ordered))
+        df = timeline.steps.finish_collected(step_groups(run, GROUP_COLUMNS), STEP_COLUMNS, evidence=True)
     else:
         slices = timeline.rank_slices(run) if run is not None else None
         steps = timeline.step_rows(events, evidence=True, slices=slices)
-    df = timeline.collect_sorted(steps.select(STEP_COLUMNS), ["rank", "step"])
+        df = timeline.collect_sorted(steps.select(STEP_COLUMNS), ["rank", "step"])
     # flagged as sorted (it is: rank is the first sort key): every pass's group_by("rank") then
     # aggregates contiguous slices instead of hashing 2 M keys, and filters keep the flag
     return df.with_columns(pl.col("rank").set_sorted())
