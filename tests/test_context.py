@@ -185,6 +185,29 @@ def test_peer_groups_of_the_context_follow_its_step_table() -> None:
     assert per.equals(df.group_by("step").agg(pl.col("x").median()).sort("step"))
 
 
+def test_median_without_nulls_is_polars_median() -> None:
+    """context.median (nulls dropped first, polars' fast path) gives polars' own median: per
+    rank (sorted key), hashed per step, per step group (PeerGroups), over a whole column; with
+    nulls, NaNs, ties, groups of only nulls, single rows and an expression."""
+    import numpy as np
+
+    for seed in range(8):
+        df = _random_steps(seed)
+        rng = np.random.default_rng(seed)
+        nan = pl.Series(rng.random(df.height) < 0.05)
+        df = df.with_columns(pl.when(nan).then(float("nan")).otherwise(pl.col("y")).alias("y"),
+                             pl.when(pl.col("rank") == 2).then(None).otherwise(pl.col("x")).alias("x"))
+        exprs = lambda m: [m("x").alias("mx"), m("y").alias("my"), m(pl.col("x") / pl.col("y")).alias("mr")]  # noqa: E731
+        plain = lambda c: (pl.col(c) if isinstance(c, str) else c).median()  # noqa: E731
+        by_rank = df.with_columns(pl.col("rank").set_sorted())
+        assert by_rank.group_by("rank").agg(*exprs(C.median)).equals(by_rank.group_by("rank").agg(*exprs(plain)))
+        assert (df.group_by("step", maintain_order=True).agg(*exprs(C.median))
+                .equals(df.group_by("step", maintain_order=True).agg(*exprs(plain))))
+        peers = C.PeerGroups(df["step"], df["group"])
+        assert peers.agg(df, *exprs(C.median)).equals(peers.agg(df, *exprs(plain)))
+        assert df.select(*exprs(C.median)).equals(df.select(*exprs(plain)))
+
+
 def _sustained_windowed(flag: str, window: int, by: str | None) -> pl.Expr:
     """context.sustained as it was written first: a rolling mean of the flag within each group."""
     f = pl.col(flag).cast(pl.Float64)

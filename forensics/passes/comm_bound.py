@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from .context import Context, kept, sustained, wait_expr, window_for
+from .context import Context, kept, median, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 SHARE = 0.40
@@ -49,11 +49,11 @@ def find(ctx: Context) -> list[Finding]:
             df.select("rank", "step", "share", "wshare", "comm_ms", "wait", "step_time_ms", "t_start", "t_end"),
             pl.col("step").first(),
             pl.len().alias("n"),
-            pl.col("share").median(),
-            pl.col("wshare").median(),
-            pl.col("comm_ms").median(),
-            pl.col("wait").median().alias("wait"),
-            pl.col("step_time_ms").median(),
+            median("share"),
+            median("wshare"),
+            median("comm_ms"),
+            median("wait"),
+            median("step_time_ms"),
             pl.col("rank").sort_by("wait").first().alias("least"),
             pl.col("t_start").min().alias("t0"),
             pl.col("t_end").max().alias("t1"),

@@ -256,6 +256,14 @@ def peer_groups(steps: pl.DataFrame, topo: topo_mod.Topology | None,
     return get
 
 
+def median(col: str | pl.Expr) -> pl.Expr:
+    """The median of a column (a name or an expression), its nulls dropped first: the same value
+    (a median skips nulls), but polars takes a slow path for a group that holds a null. Masked
+    columns hold many: 26 vs 66 ms for a per-step median over 64 ranks x 28,750 steps, and 12 vs
+    45 ms per rank over a column with one unfinished step per rank."""
+    return (pl.col(col) if isinstance(col, str) else col).drop_nulls().median()
+
+
 def keep(df: pl.DataFrame, cond: pl.Expr) -> pl.DataFrame:
     """`df.filter(cond)`, without the copy when every row is kept (the usual case for the step
     table's rows: a filter of 2 M rows of 17 columns that drops none still costs 0.3 s)."""
@@ -414,4 +422,4 @@ class Context:
         return float(s.median()) if len(s) else None
 
 
-__all__ = ["Context", "PeerGroups", "keep", "kept", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]
+__all__ = ["Context", "PeerGroups", "keep", "kept", "median", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]
