@@ -171,11 +171,6 @@ def test_peer_groups_give_what_a_window_over_the_step_gives() -> None:
             sums = peers.agg_in_order(df, pl.col("y").sum().alias("s"), pl.col("x").mean().alias("m"))
             got = df.with_columns(*peers.broadcast(sums))
             assert got.equals(df.with_columns(pl.col("y").sum().over(by).alias("s"), pl.col("x").mean().over(by).alias("m")))
-            # the same groups of a subset of the rows (as filtering the table first)
-            mask = df.select(pl.col("x").is_not_null() & (pl.col("rank") != 3)).to_series()
-            sub = df.filter(mask)
-            got = peers.subset(mask).over(sub, pl.col("y").median().alias("med"), pl.len().alias("n"))
-            assert got.equals(sub.with_columns(pl.col("y").median().over(by).alias("med"), pl.len().over(by).alias("n")))
 
 
 def test_peer_groups_of_the_context_follow_its_step_table() -> None:

@@ -187,24 +187,6 @@ class PeerGroups:
         self.index = pl.Series("_g", index)
         self.n = int(gid[-1]) + 1 if len(gid) else 0
 
-    def subset(self, mask: pl.Series) -> PeerGroups:
-        """The same grouping of the rows where `mask` holds (`df.filter(mask)` of the table's
-        rows): groups left empty are gone, the others keep their order."""
-        import numpy as np
-
-        m = mask.fill_null(False).to_numpy()
-        if m.all():
-            return self
-        new_row = np.cumsum(m) - 1
-        order = self.order.to_numpy()
-        kept = m[order]
-        gid = self.gid.to_numpy()[kept]
-        same = np.zeros(len(gid), dtype=bool)
-        same[1:] = gid[1:] == gid[:-1]
-        sub = PeerGroups.__new__(PeerGroups)
-        sub._set(new_row[order[kept]], np.cumsum(~same) - 1)
-        return sub
-
     def agg(self, df: pl.DataFrame, *aggs: pl.Expr) -> pl.DataFrame:
         """One row per group, in group order (by step, then group): `aggs` over the group's rows
         of `df` (the table's rows, in its order)."""
@@ -267,13 +249,8 @@ def median(col: str | pl.Expr) -> pl.Expr:
 def keep(df: pl.DataFrame, cond: pl.Expr) -> pl.DataFrame:
     """`df.filter(cond)`, without the copy when every row is kept (the usual case for the step
     table's rows: a filter of 2 M rows of 17 columns that drops none still costs 0.3 s)."""
-    return kept(df, cond)[0]
-
-
-def kept(df: pl.DataFrame, cond: pl.Expr) -> tuple[pl.DataFrame, pl.Series]:
-    """`keep`, and the mask of the rows kept (for `PeerGroups.subset`)."""
     mask = df.select(cond.fill_null(False)).to_series()
-    return (df if mask.all() else df.filter(mask)), mask
+    return df if mask.all() else df.filter(mask)
 
 
 def step_peers(topo: topo_mod.Topology | None, group: str) -> list[str]:
@@ -422,4 +399,4 @@ class Context:
         return float(s.median()) if len(s) else None
 
 
-__all__ = ["Context", "PeerGroups", "keep", "kept", "median", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]
+__all__ = ["Context", "PeerGroups", "keep", "median", "STEP_COLUMNS", "TELEMETRY_COLUMNS", "step_table", "wait_expr", "sustained", "window_for", "rank_major", "step_peers"]
