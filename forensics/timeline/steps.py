@@ -110,21 +110,15 @@ def finish_collected(groups: pl.DataFrame, columns: list[str], evidence: bool = 
 def ranked_rows(groups: pl.DataFrame) -> pl.DataFrame:
     """The rows of `groups` with a rank and a step, in one chunk per column: the runs of such rows
     (a summary has one unstepped row per rank) concatenated, each column copied once (a filter
-    copies each chunk, then the rechunk again). `groups` is given up: each column's chunks are
-    dropped once it is copied (see `collect_sorted`), when nothing else holds them."""
+    copies each chunk, then the rechunk again)."""
     import numpy as np
 
     keep = groups.select(pl.col("rank").is_not_null() & pl.col("step").is_not_null()).to_series().to_numpy()
     # the runs of kept rows: [start, end) where keep turns on, then off
     edges = np.flatnonzero(np.diff(np.concatenate(([False], keep, [False])).astype(np.int8)))
-    runs = list(zip(edges[::2].tolist(), (edges[1::2] - edges[::2]).tolist()))
-    cols = groups.get_columns()
-    del groups
-    out: list[pl.Series] = []
-    for i in range(len(cols)):
-        out.append(pl.concat([cols[i].slice(a, n) for a, n in runs], rechunk=True) if runs else cols[i].clear())
-        cols[i] = cols[i].clear()
-    return pl.DataFrame(out)
+    if not len(edges):
+        return groups.clear()
+    return pl.concat([groups.slice(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2])], rechunk=True)
 
 
 def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
