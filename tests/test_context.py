@@ -101,6 +101,40 @@ def test_gaps_of_ordered_groups_are_the_windowed_ones(tmp_path: Path) -> None:
     assert shifted.get_column("step_time_source").to_list().count("derived") > 0
 
 
+def test_finished_summary_is_the_collected_and_sorted_query(tmp_path: Path) -> None:
+    """timeline.steps.finish_collected (the summary's ranked rows copied once, finished in place)
+    gives the table of the straightforward way (the query collected, then sorted), in one chunk
+    per column: random groups in many chunks, rows without a rank or a step anywhere, gaps,
+    derived step times, in (rank, step) order or shuffled."""
+    import numpy as np
+
+    from forensics.summaries import step_groups
+
+    base = step_groups(_store(tmp_path, "straggler"))
+    cols = [c for c in C.STEP_COLUMNS if c != "wait_est"]
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        n = base.height
+        g = base.filter(pl.Series(rng.random(n) > 0.2))    # gaps
+        k = g.height
+        g = g.with_columns(pl.when(pl.Series(rng.random(k) < 0.3)).then(None).otherwise(pl.col("step_time_logged"))
+                           .alias("step_time_logged"),
+                           pl.when(pl.Series(rng.random(k) < 0.05)).then(None).otherwise(pl.col("rank")).alias("rank"),
+                           pl.when(pl.Series(rng.random(k) < 0.05)).then(None).otherwise(pl.col("step")).alias("step"))
+        if seed % 2:
+            g = g.sample(fraction=1.0, shuffle=True, seed=seed)
+        cuts = sorted(rng.choice(np.arange(1, k), 5, replace=False).tolist())
+        chunked = pl.concat([g.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, k])], rechunk=False)
+        assert max(chunked.n_chunks("all")) > 1
+        want = tl.collect_sorted(tl.steps.finish_groups(g.lazy(), evidence=True).select(cols), ["rank", "step"])
+        got = tl.steps.finish_collected(chunked, cols, evidence=True)
+        assert got.equals(want), seed
+        assert got.schema == want.schema
+        assert got.n_chunks("all") == [1] * len(cols)
+    empty = tl.steps.finish_collected(base.clear(), cols, evidence=True)
+    assert empty.is_empty() and empty.columns == cols
+
+
 # --- the shared per-step groups and episodes, checked against the straightforward windows ------
 
 def _random_steps(seed: int, ranks: int = 7, steps: int = 60) -> pl.DataFrame:
@@ -137,11 +171,6 @@ def test_peer_groups_give_what_a_window_over_the_step_gives() -> None:
             sums = peers.agg_in_order(df, pl.col("y").sum().alias("s"), pl.col("x").mean().alias("m"))
             got = df.with_columns(*peers.broadcast(sums))
             assert got.equals(df.with_columns(pl.col("y").sum().over(by).alias("s"), pl.col("x").mean().over(by).alias("m")))
-            # the same groups of a subset of the rows (as filtering the table first)
-            mask = df.select(pl.col("x").is_not_null() & (pl.col("rank") != 3)).to_series()
-            sub = df.filter(mask)
-            got = peers.subset(mask).over(sub, pl.col("y").median().alias("med"), pl.len().alias("n"))
-            assert got.equals(sub.with_columns(pl.col("y").median().over(by).alias("med"), pl.len().over(by).alias("n")))
 
 
 def test_peer_groups_of_the_context_follow_its_step_table() -> None:
@@ -149,6 +178,29 @@ def test_peer_groups_of_the_context_follow_its_step_table() -> None:
     st = C.PeerGroups(df["step"])
     per = st.agg(df, pl.col("step").first(), pl.col("x").median())
     assert per.equals(df.group_by("step").agg(pl.col("x").median()).sort("step"))
+
+
+def test_median_without_nulls_is_polars_median() -> None:
+    """context.median (nulls dropped first, polars' fast path) gives polars' own median: per
+    rank (sorted key), hashed per step, per step group (PeerGroups), over a whole column; with
+    nulls, NaNs, ties, groups of only nulls, single rows and an expression."""
+    import numpy as np
+
+    for seed in range(8):
+        df = _random_steps(seed)
+        rng = np.random.default_rng(seed)
+        nan = pl.Series(rng.random(df.height) < 0.05)
+        df = df.with_columns(pl.when(nan).then(float("nan")).otherwise(pl.col("y")).alias("y"),
+                             pl.when(pl.col("rank") == 2).then(None).otherwise(pl.col("x")).alias("x"))
+        exprs = lambda m: [m("x").alias("mx"), m("y").alias("my"), m(pl.col("x") / pl.col("y")).alias("mr")]  # noqa: E731
+        plain = lambda c: (pl.col(c) if isinstance(c, str) else c).median()  # noqa: E731
+        by_rank = df.with_columns(pl.col("rank").set_sorted())
+        assert by_rank.group_by("rank").agg(*exprs(C.median)).equals(by_rank.group_by("rank").agg(*exprs(plain)))
+        assert (df.group_by("step", maintain_order=True).agg(*exprs(C.median))
+                .equals(df.group_by("step", maintain_order=True).agg(*exprs(plain))))
+        peers = C.PeerGroups(df["step"], df["group"])
+        assert peers.agg(df, *exprs(C.median)).equals(peers.agg(df, *exprs(plain)))
+        assert df.select(*exprs(C.median)).equals(df.select(*exprs(plain)))
 
 
 def _sustained_windowed(flag: str, window: int, by: str | None) -> pl.Expr:

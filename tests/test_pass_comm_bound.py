@@ -43,3 +43,40 @@ def test_a_few_waiting_steps_shorter_than_a_window_are_not_comm_bound() -> None:
     # one rank held up for a burst of 5 steps of 40 (window 5: 4 of them inside an episode)
     slow = lambda r, s: 2400.0 if (r == 1 and 10 <= s < 15) else 300.0  # noqa: E731
     assert [f for f in comm_bound.find(sync_run(steps=40, compute=slow).ctx()) if f.ranks] == []
+
+
+def test_per_step_shares_are_those_of_the_judged_rows_grouped_by_step() -> None:
+    """comm_bound.per_step_shares masks the rows it does not judge inside the step table's step
+    groups: the same per-step figures as filtering those rows out and grouping what is left by
+    step (random tables: gaps, null ranks, comm and step times, zero step times, tied waits)."""
+    import numpy as np
+    import polars as pl
+
+    from forensics.passes.context import PeerGroups
+
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        rows = [(r, s) for r in range(6) for s in range(50) if rng.random() > 0.15]
+        n = len(rows)
+        t0 = np.datetime64("2026-01-01T00:00:00", "us") + (rng.integers(0, 10**9, n)).astype("timedelta64[us]")
+
+        def holes(x: np.ndarray, p: float) -> list:
+            return [None if h else v for v, h in zip(x.tolist(), rng.random(n) < p)]
+
+        steps = pl.DataFrame({
+            "rank": holes(np.array([r for r, _ in rows]), 0.03), "step": [s for _, s in rows],
+            "comm_ms": holes(rng.integers(0, 50, n) * 10.0, 0.1),
+            "step_time_ms": holes(rng.choice([0.0, -5.0, 400.0, 650.0, 800.0], n), 0.1),
+            "wait_est": holes(rng.integers(-2, 6, n) * 25.0, 0.1),
+            "t_start": holes(t0, 0.05), "t_end": holes(t0 + np.timedelta64(500, "ms"), 0.05),
+        }, schema_overrides={"rank": pl.Int32})
+        per, df = comm_bound.per_step_shares(steps, PeerGroups(steps.get_column("step")))
+        want = (
+            df.filter("ok").group_by("step", maintain_order=True)
+            .agg(pl.col("step").first().alias("_s"), pl.len().alias("n"),
+                 *(pl.col(c).median() for c in ("share", "wshare", "comm_ms", "wait", "step_time_ms")),
+                 pl.col("rank").sort_by("wait").first().alias("least"),
+                 pl.col("t_start").min().alias("t0"), pl.col("t_end").max().alias("t1"))
+            .drop("_s").sort("step")
+        )
+        assert per.equals(want), seed

@@ -110,6 +110,7 @@ def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
     the phases) and every host: the run's per-rank summary (forensics.summaries, written at
     ingest), or one group_by over in-memory events."""
     from ..summaries import rank_rows, rank_table
+    from .context import median
 
     agg = rank_table(ctx.run) if ctx.run is not None else rank_rows(ctx.events).collect()
     agg = agg.select("rank", "events", "errors", "warnings", "first_seen", "last_seen", "host", "hosts", "gpu_util",
@@ -119,11 +120,7 @@ def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
     if not st.is_empty():
         steps = st.group_by("rank").agg(
             pl.col("step").max().alias("last_step"),
-            pl.col("step_time_ms").median(),
-            pl.col("data_load_ms").median(),
-            pl.col("compute_ms").median(),
-            pl.col("comm_ms").median(),
-            pl.col("wait_ms").median(),
+            *(median(c) for c in ("step_time_ms", "data_load_ms", "compute_ms", "comm_ms", "wait_ms")),
         )
         agg = agg.join(steps, on="rank", how="left", nulls_equal=True)
     return agg.drop("hosts"), hosts

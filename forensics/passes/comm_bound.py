@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from .context import Context, kept, sustained, wait_expr, window_for
+from .context import Context, median, PeerGroups, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 SHARE = 0.40
@@ -33,34 +33,42 @@ MIN_SHARE = 0.10
 CULPRIT_SHARE = 0.5
 
 
-def find(ctx: Context) -> list[Finding]:
-    st, rows = kept(ctx.steps.select(
-        "rank", "step", "comm_ms", "step_time_ms", "wait_est", "t_start", "t_end", "file", "comm_line",
-    ), pl.col("rank").is_not_null() & pl.col("comm_ms").is_not_null() & (pl.col("step_time_ms") > 0))
-    if st.is_empty():
-        return []
-    df = st.with_columns(wait_expr().clip(lower_bound=0.0).alias("wait")).with_columns(
+def per_step_shares(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per step, over its ranks with a collective time and a step time: how many (n), the median
+    comm share, wait share, comm, wait and step time, the rank that waited least and the step's
+    first start and last end, sorted by step; and `steps` with wait, share, wshare and `ok`
+    (the rows judged). `peers` groups the rows of `steps` by step: the rows not judged are
+    masked (a filter would copy the table and regroup it), steps without any are left out."""
+    ok = pl.col("rank").is_not_null() & pl.col("comm_ms").is_not_null() & (pl.col("step_time_ms") > 0)
+    df = steps.with_columns(ok.fill_null(False).alias("ok"), wait_expr().clip(lower_bound=0.0).alias("wait")).with_columns(
         (pl.col("comm_ms") / pl.col("step_time_ms")).alias("share"),
         (pl.col("wait").fill_null(0.0) / pl.col("step_time_ms")).alias("wshare"),
     )
-    # per step over the ranks (the step table's step groups, of the rows kept)
-    per_step = (
-        ctx.peers(None).subset(rows).agg(
-            df.select("rank", "step", "share", "wshare", "comm_ms", "wait", "step_time_ms", "t_start", "t_end"),
+    judged = ("share", "wshare", "comm_ms", "wait", "step_time_ms", "t_start", "t_end")
+    x = df.select("rank", "step", "ok", *(pl.when("ok").then(pl.col(c)).alias(c) for c in judged))
+    per = (
+        peers.agg(
+            x,
             pl.col("step").first(),
-            pl.len().alias("n"),
-            pl.col("share").median(),
-            pl.col("wshare").median(),
-            pl.col("comm_ms").median(),
-            pl.col("wait").median().alias("wait"),
-            pl.col("step_time_ms").median(),
-            pl.col("rank").sort_by("wait").first().alias("least"),
+            pl.col("ok").sum().alias("n"),
+            *(median(c) for c in judged[:5]),
+            # the judged ranks in the table's order, as a group_by of those rows gives them
+            pl.col("rank").filter("ok").sort_by(pl.col("wait").filter("ok")).first().alias("least"),
             pl.col("t_start").min().alias("t0"),
             pl.col("t_end").max().alias("t1"),
         )
+        .filter(pl.col("n") > 0)
         .sort("step")
-        .with_columns((pl.col("share") > SHARE).alias("hot1"))
     )
+    return per, df
+
+
+def find(ctx: Context) -> list[Finding]:
+    steps = ctx.steps.select("rank", "step", "comm_ms", "step_time_ms", "wait_est", "t_start", "t_end", "file", "comm_line")
+    per_step, df = per_step_shares(steps, ctx.peers(None))
+    if per_step.is_empty():
+        return []
+    per_step = per_step.with_columns((pl.col("share") > SHARE).alias("hot1"))
     per_step = per_step.with_columns(sustained("hot1", window_for(per_step.height), by=None).alias("hot"))
     hot = per_step.filter(pl.col("hot"))
     n, k = per_step.height, hot.height
@@ -74,6 +82,7 @@ def find(ctx: Context) -> list[Finding]:
     wait = float(hot.get_column("wait").drop_nulls().median() or 0.0)
     hot_steps = hot.get_column("step")
     s0, s1 = int(hot_steps.min()), int(hot_steps.max())
+    df = df.filter("ok")
     all_ranks = sorted(int(r) for r in df.get_column("rank").unique())
     waiting = wshare >= 0.5 * share
     if waiting:

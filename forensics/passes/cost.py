@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import polars as pl
 
 from ..report.model import Finding
-from .context import PeerGroups, peer_groups
+from .context import PeerGroups, median, peer_groups
 from .evidence import parse_iso
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def peer_replay(steps: pl.DataFrame, ranks: Sequence[int], phases: Sequence[str]
         g = peers(GROUP_OF.get(p, "peer"))
         work.setdefault(id(g), (g, [], []))
         work[id(g)][1].append(f"ok_{p}")
-        work[id(g)][2].append(pl.col(f"ok_{p}").median().alias(f"peer_{p}"))
+        work[id(g)][2].append(median(f"ok_{p}").alias(f"peer_{p}"))
     per = pl.DataFrame()
     for g, cols, aggs in work.values():
         res = g.agg(x.select(cols), *aggs)
@@ -183,7 +183,7 @@ def per_step(steps: pl.DataFrame, quantity: str, peers: Callable[[str | None], P
         q = (pl.col("comm_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0)
     x = steps.select("step", pl.when(pl.col("rank").is_not_null()).then(q).alias("q"),
                      pl.col("rank").is_not_null().alias("ranked"))
-    per = peers(None).agg(x, pl.col("q").median(), pl.col("ranked").any(), pl.col("step").first())
+    per = peers(None).agg(x, median("q"), pl.col("ranked").any(), pl.col("step").first())
     return per.filter(pl.col("ranked")).select("step", "q").drop_nulls("q").sort("step")
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from .context import Context, keep, rank_major, sustained, wait_expr, window_for
+from .context import Context, keep, median, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 RATIO = 2.5
@@ -50,7 +50,7 @@ def find(ctx: Context) -> list[Finding]:
     # over them (the rows without one masked, as filtering them first would leave them out)
     peers = ctx.peers("dgroup")
     per = peers.agg(st.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("data_load_ms")).alias("dl")),
-                    pl.col("ok").sum().alias("n"), pl.col("dl").median().alias("peer_dl"), pl.col("step").first())
+                    pl.col("ok").sum().alias("n"), median("dl").alias("peer_dl"), pl.col("step").first())
     df = rank_major(
         st.with_columns(*peers.broadcast(per.select("n", "peer_dl")), *ctx.groups.get_columns(),
                         wait_expr().alias("wait"))
@@ -85,7 +85,7 @@ def find(ctx: Context) -> list[Finding]:
         excess = my_dl - (peer_dl or 0.0)
         my_disk = mine.get_column("disk_read_mbps").drop_nulls().median()
         peer_disk = group.get_column("disk_read_mbps").drop_nulls().median()
-        waits = at.group_by("rank").agg(pl.col("wait").median()).filter(pl.col("wait") >= 0.5 * excess).sort("rank")
+        waits = at.group_by("rank").agg(median("wait")).filter(pl.col("wait") >= 0.5 * excess).sort("rank")
         v_ranks = [int(x) for x in waits.get_column("rank")]
         v_wait = waits.get_column("wait").median() if v_ranks else None
         worst = mine.sort("data_load_ms", descending=True).row(0, named=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..report.model import Finding
-from .context import Context, keep, rank_major, sustained, wait_expr, window_for
+from .context import Context, keep, median, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id
 
 STEP_SHARE = 0.10
@@ -53,8 +53,8 @@ def find(ctx: Context) -> list[Finding]:
     per = peers.agg(
         steps.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("grad_ready_ts")).alias("g"),
                      pl.when(ok).then(wait_expr()).alias("w")),
-        pl.col("ok").sum().alias("n"), ((g.max() - g.min()) * 1000.0).alias("spread_ms"), g.median().alias("g_med"),
-        g.max().alias("g_max"), pl.col("w").median().alias("med_wait"), pl.col("step").first(),
+        pl.col("ok").sum().alias("n"), ((g.max() - g.min()) * 1000.0).alias("spread_ms"), median(g).alias("g_med"),
+        g.max().alias("g_max"), median("w").alias("med_wait"), pl.col("step").first(),
     ).with_columns((pl.col("spread_ms") >= thr).alias("skewed"))
     # only the columns judged; the ones cited are taken from the table by row (`_row`)
     df = rank_major(
@@ -78,7 +78,7 @@ def find(ctx: Context) -> list[Finding]:
         return []
     per_rank = (
         df.filter(pl.col("episode")).group_by("rank")
-        .agg(pl.len().alias("c"), pl.col("late_ms").median(), pl.col("step").min().alias("s0"),
+        .agg(pl.len().alias("c"), median("late_ms"), pl.col("step").min().alias("s0"),
              pl.col("step").max().alias("s1"))
         .filter((pl.col("c") >= MIN_STEPS) & (pl.col("c") >= CULPRIT_SHARE * n))
         .sort("rank")

@@ -37,7 +37,7 @@ import polars as pl
 
 from ..report.model import Finding
 from ..topology import Topology
-from .context import Context, keep, PeerGroups, rank_major, sustained, wait_expr, window_for
+from .context import Context, keep, median, PeerGroups, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
 
 STAGE_SHARE = 0.75
@@ -59,8 +59,8 @@ def straggling_steps(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFra
     x = steps.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("compute_ms")).alias("c"),
                      pl.when(ok).then(wait_expr()).alias("w"))
     per = peers.agg(
-        x, pl.col("ok").sum().alias("n"), pl.col("c").median().alias("peer_compute"),
-        pl.col("w").median().alias("med_wait"), pl.col("w").min().alias("min_wait"), pl.col("step").first(),
+        x, pl.col("ok").sum().alias("n"), median("c").alias("peer_compute"),
+        median("w").alias("med_wait"), pl.col("w").min().alias("min_wait"), pl.col("step").first(),
     ).with_columns(peers.agg_in_order(x.select("w"), pl.col("w").sum().alias("sum_wait")))
     df = (
         steps.select("rank", "step", "compute_ms", "peer", wait_expr().alias("wait"),
@@ -122,7 +122,7 @@ def find(ctx: Context) -> list[Finding]:
         excess = float(mine.get_column("excess").median())
         others = (
             df.select("rank", "wait", "compute_ms", "peer").filter(at_mask & (df.get_column("rank") != r))
-            .group_by("rank").agg(pl.col("wait").median().alias("wait"), pl.col("compute_ms").median().alias("compute"),
+            .group_by("rank").agg(median("wait").alias("wait"), median("compute_ms").alias("compute"),
                                   pl.col("peer").first())
             .sort("rank")
         )
@@ -180,15 +180,15 @@ def slow_stages(steps: pl.DataFrame, topo: Topology) -> list[Finding]:
     w = window_for(n_steps)
     first = df.get_column("step").unique().sort().head(w)
     base = (df.filter(pl.col("step").is_in(first.implode()))
-            .group_by("rank").agg(pl.col("compute_ms").median().alias("base")))
+            .group_by("rank").agg(median("compute_ms").alias("base")))
     per = (
         df.join(base, on="rank").with_columns(wait_expr().alias("wait"))
         .with_columns((pl.col("compute_ms") - pl.col("base")).alias("rise"))
         .with_columns(((pl.col("rise") >= pl.max_horizontal(REL_EXCESS * pl.col("base"), pl.lit(ABS_EXCESS_MS)))
                        ).alias("up"))
         .group_by("peer", "step")
-        .agg(pl.col("up").mean().alias("share"), (pl.col("rise") / pl.col("base")).median().alias("rel"),
-             pl.col("compute_ms").median().alias("compute"), pl.col("base").median().alias("base"),
+        .agg(pl.col("up").mean().alias("share"), median(pl.col("rise") / pl.col("base")).alias("rel"),
+             median("compute_ms").alias("compute"), median("base").alias("base"),
              pl.col("t_start").min(), pl.col("t_end").max(), pl.len().alias("n"))
     )
     # the other stages at the same step: how much they rose (a job-wide slowdown lifts them all)
@@ -210,9 +210,9 @@ def slow_stages(steps: pl.DataFrame, topo: Topology) -> list[Finding]:
         slow_steps = ep.get_column("step")
         at = df.filter(pl.col("step").is_in(slow_steps.implode()))
         waits = (at.filter(pl.col("peer") != peer).with_columns(wait_expr().alias("wait"))
-                 .group_by("rank").agg(pl.col("wait").median()).sort("rank"))
+                 .group_by("rank").agg(median("wait")).sort("rank"))
         before = (df.filter(~pl.col("step").is_in(slow_steps.implode()) & (pl.col("peer") != peer))
-                  .with_columns(wait_expr().alias("wait")).group_by("rank").agg(pl.col("wait").median().alias("w0")))
+                  .with_columns(wait_expr().alias("wait")).group_by("rank").agg(median("wait").alias("w0")))
         waits = waits.join(before, on="rank", how="left")
         rise = float(ep.get_column("compute").median() - ep.get_column("base").median())
         victims = [int(x) for x in waits.filter(pl.col("wait") - pl.col("w0").fill_null(0.0) >= 0.5 * rise)

@@ -91,6 +91,36 @@ def finish_groups(groups: pl.LazyFrame, evidence: bool = False, ordered: bool = 
                                     ordered), evidence)
 
 
+def finish_collected(groups: pl.DataFrame, columns: list[str], evidence: bool = False) -> pl.DataFrame:
+    """`finish_groups` of collected (rank, step) groups (a stored summary: `group_rows`), only
+    `columns`, sorted by (rank, step), in one chunk per column (see `collect_sorted`).
+
+    The groups come in a chunk per row group of the file. Made contiguous first, the ranked,
+    stepped rows only (`ranked_rows`: one copy), the finishing then keeps every column it does not
+    compute as it is; when they are in (rank, step) order (a summary is stored sorted), nothing
+    else is copied. Collected, then filtered and rechunked, the table was copied twice."""
+    ranked = ranked_rows(groups)
+    ordered = bool(ranked.select(in_key_order(["rank", "step"])).item())
+    lf = finish_groups(ranked.lazy(), evidence, ordered).select(columns)
+    if not ordered:
+        return collect_sorted(lf, ["rank", "step"])
+    return pl.DataFrame([c.rechunk() for c in lf.collect(engine="in-memory").get_columns()])
+
+
+def ranked_rows(groups: pl.DataFrame) -> pl.DataFrame:
+    """The rows of `groups` with a rank and a step, in one chunk per column: the runs of such rows
+    (a summary has one unstepped row per rank) concatenated, each column copied once (a filter
+    copies each chunk, then the rechunk again)."""
+    import numpy as np
+
+    keep = groups.select(pl.col("rank").is_not_null() & pl.col("step").is_not_null()).to_series().to_numpy()
+    # the runs of kept rows: [start, end) where keep turns on, then off
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], keep, [False])).astype(np.int8)))
+    if not len(edges):
+        return groups.clear()
+    return pl.concat([groups.slice(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2])], rechunk=True)
+
+
 def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
     """`lf` collected and sorted by `by` (a unique key, so no ties), moved one column at a time:
     sorting the collected frame would hold the table twice at its peak (the bench store's step
