@@ -4,11 +4,15 @@
     python bench/ingest.py --steps 3000 --reps 5 --ranks 64
     python bench/ingest.py --src /work/scale/r4096 --no-summaries     # any folder of *.jsonl (recursive)
     python bench/ingest.py --one-line 100000 --tools forensics,duckdb  # 100,000 one-line files
+    python bench/ingest.py --tools forensics,duckdb --baseline OLD_TREE  # also an older checkout
 
 --src reads an existing folder (e.g. bench/_gen.py's 4,096 per-rank files in per-host folders);
 --one-line N writes N one-line files (bench/_data.one_line_files, kept under --data): the costs
 that grow with the number of files, not bytes. --no-summaries runs forensics with
 FORENSICS_SUMMARIES=0 (the ingest path alone, without the summaries built after it).
+--baseline DIR (a directory holding an older `forensics/` package, e.g. `git archive` of a commit
+with the built scanner copied in) adds a row "baseline": that tree's ingest, interleaved with the
+others, so a change is measured against the old code under the same load.
 
 Each tool runs in its own process (so its memory is its own), writing Parquet from the same
 JSONL files; a separate, untimed process then counts the rows written and checks that a key seen
@@ -79,7 +83,7 @@ n = run.events().select(pl.len()).collect().item()
 rare = run.events().filter(pl.col("extra").str.contains("watchdog_rare_key")).collect().height
 print(n, "rare-key:" + ("kept" if rare == 1 else "LOST") if os.environ.get("BENCH_RARE") != "0" else "", "native:" + ("yes" if native.available() else "no"))
 """
-CHECKS = {"forensics": FORENSICS_CHECK, "duckdb": DUCKDB_CHECK, "polars": POLARS_CHECK}
+CHECKS = {"forensics": FORENSICS_CHECK, "baseline": FORENSICS_CHECK, "duckdb": DUCKDB_CHECK, "polars": POLARS_CHECK}
 
 
 def with_glob(code: str, pattern: str = "*.jsonl") -> str:
@@ -128,6 +132,7 @@ def main() -> None:
     ap.add_argument("--src", help="an existing folder of *.jsonl files (read recursively) instead of generated data")
     ap.add_argument("--one-line", type=int, metavar="N", help="N one-line files instead (written once under --data)")
     ap.add_argument("--no-summaries", action="store_true", help="forensics with FORENSICS_SUMMARIES=0")
+    ap.add_argument("--baseline", metavar="DIR", help="a directory holding an older forensics/ package: a row of its own")
     args = ap.parse_args()
 
     if args.src or args.one_line:
@@ -141,9 +146,13 @@ def main() -> None:
         pattern = "*.jsonl"
     size = sum(f.stat().st_size for f in files)
     print(f"data: {src}  {len(files):,} files, {size / 1e6:.0f} MB, cores: {os.cpu_count()}, load {os.getloadavg()[0]:.1f}")
-    codes = {"forensics": FORENSICS, "duckdb": with_glob(DUCKDB, pattern), "polars": with_glob(POLARS, pattern)}
+    codes = {"forensics": FORENSICS, "baseline": FORENSICS, "duckdb": with_glob(DUCKDB, pattern),
+             "polars": with_glob(POLARS, pattern)}
     envs = {"forensics": {"FORENSICS_SUMMARIES": "0"} if args.no_summaries else {}}
     tools = args.tools.split(",")
+    if args.baseline:   # the older tree first on the path (its store is checked by this one)
+        envs["baseline"] = {**envs["forensics"], "PYTHONPATH": str(Path(args.baseline).resolve())}
+        tools.insert(tools.index("forensics") + 1 if "forensics" in tools else 0, "baseline")
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     Path(args.data).mkdir(parents=True, exist_ok=True)   # --src leaves it unmade
     for rep in range(args.reps):

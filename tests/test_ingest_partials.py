@@ -113,6 +113,33 @@ def test_the_layout_prefilter_keeps_every_row_candidates_keeps(where: str) -> No
     assert S._layout_rows(df).height < df.height
 
 
+def test_the_layout_prefilter_keeps_every_row_the_layout_candidates_keep() -> None:
+    """`_layout_rows` (literal hints, '"stage"' in extra only where its pattern can go on) then
+    `topology.candidates` == `candidates` of every row: random texts of the keys, '"stage"' with
+    and without a number after it, whitespace, text cut between extra and fields, nulls."""
+    import random
+
+    rng = random.Random(7)
+    bits = ['"stage"', ":", " ", '"', "5", "12", "warmup", "=", "..", '"tp_rank"', "pp_size", "world_size", "x",
+            "_size", "{", "}", ",", "\t", "STAGE=", "world size:", "stage=3 layers=", "Using topology:", "tp_size"]
+
+    def text() -> str | None:
+        return None if rng.random() < 0.2 else "".join(rng.choice(bits) for _ in range(rng.randint(0, 6)))
+
+    n = 30_000
+    df = pl.DataFrame({"rank": list(range(n)), "extra": [text() for _ in range(n)],
+                       "fields": [text() for _ in range(n)], "message": [text() for _ in range(n)]},
+                      schema={"rank": pl.Int32, "extra": pl.String, "fields": pl.String, "message": pl.String})
+    want = T.candidates(df.lazy()).collect()
+    got = T.candidates(S._layout_rows(df).lazy()).collect()
+    assert got.equals(want)
+    # the test sees the cases it is about: a stage number in extra, and one only after the cut
+    stage = pl.col("extra").str.contains('"stage"')
+    assert want.filter(stage & ~pl.col("extra").str.contains('"stage"\\s*:\\s*"?\\d')).height > 0
+    # ... and leaves out rows whose '"stage"' no stage number can follow
+    assert S._layout_rows(df).filter(stage).height < df.filter(stage).height
+
+
 def test_no_event_hint_holds_a_space() -> None:
     # _layout_rows tests extra and fields apart: exact only while no hint can span their join
     assert not [h for h in T.EVENT_HINTS if " " in h]
@@ -162,6 +189,57 @@ def test_units_on_threads_give_the_summaries_the_events_give(tmp_path: Path, mon
         if name == S.ERRORS:
             stored, want = stored.sort(pl.all()), want.sort(pl.all())
         assert_frame_equal(stored, want, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("cut", ["whole ranks", "anywhere", "two sorted runs"])
+def test_a_partial_fed_chunk_by_chunk_writes_the_state_of_all_its_rows(tmp_path: Path, cut: str) -> None:
+    """The (rank, step) states of a part's chunks, written out as they come (chunks of whole ranks
+    in rank order), merged where a rank or the unranked rows go on in the next chunk, read back
+    and held when a chunk goes back in rank order (a part sorted in runs): the partial written is
+    the state of all the part's rows, in (rank, step) order, and no temp file is left."""
+    import random
+
+    rng = random.Random(11)
+    events = ["DATA_LOAD", "ALLREDUCE", "forward", "TRAIN_STEP", None]
+    rows = [{"rank": rank, "step": rng.choice([0, 1, 2, 3, None]), "line": i,
+             "timestamp": None if rng.random() < 0.05 else T0 + timedelta(milliseconds=rng.randrange(10_000)),
+             "event": rng.choice(events), "comm_ms": rng.choice([None, 1.5, 2.25]), "loss": rng.choice([None, 2.5]),
+             "data_load_ms": rng.choice([None, 3.0]), "step_time_ms": rng.choice([None, 100.0, 7.5]),
+             "source_file": f"/logs/r{rank}.jsonl", "level": "INFO"}
+            for i, rank in enumerate(rng.choice([0, 1, 2, 3, 4, 5, None]) for _ in range(3000))]
+    order = [pl.col("rank"), pl.col("timestamp"), pl.col("line")]
+    part = _events(rows).sort(order, nulls_last=True)
+    def whole_ranks(rows: pl.DataFrame) -> list[pl.DataFrame]:
+        return [rows.filter(pl.col("rank").is_in(rs)) for rs in ([0, 1], [2], [3, 4, 5])] + [
+            rows.filter(pl.col("rank").is_null())]
+
+    if cut == "whole ranks":
+        chunks = whole_ranks(part)
+    elif cut == "anywhere":   # ranks and the unranked rows go on in the next chunk
+        chunks = [part.slice(a, 250) for a in range(0, part.height, 250)]
+    else:   # the second run goes back to rank 0, after the first's states were written out
+        chunks = [c for k in (0, 1) for c in whole_ranks(part.filter(pl.col("line") % 2 == k))]
+    p = S.Partial(tmp_path, "events/p.parquet")
+    for c in chunks:
+        p.add(c.to_arrow())
+    if cut == "whole ranks":   # written out as they came
+        assert p._out is not None
+    if cut == "two sorted runs":   # ... until the second run: held from then on
+        assert p._out is None and not p._streaming
+    p.write()
+    got = pl.read_ipc(S.partial_path(tmp_path, "events/p.parquet", S.STEPS))
+    assert_frame_equal(got, _reference(part), check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
+    assert sorted(f.name for f in (tmp_path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()) == sorted(
+        f"p.{n}.arrow" for n in S.PARTIALS)
+
+
+def test_an_aborted_partial_leaves_no_file(tmp_path: Path) -> None:
+    p = S.Partial(tmp_path, "events/p.parquet")
+    for r in range(3):   # whole ranks in order: the first states are written out
+        p.add(_events([{"rank": r, "step": 1, "line": 1, "timestamp": T0}]))
+    assert p._out is not None
+    p.abort()
+    assert not list((tmp_path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir())
 
 
 def test_the_sources_table_columns_are_what_pa_array_makes() -> None:

@@ -406,9 +406,9 @@ def test_the_summaries_are_merged_from_the_units_partials_not_the_events(tmp_pat
     calls: list[str] = []
     real = S.Partial.of_part
 
-    def spy(path):  # noqa: ANN001
-        calls.append(str(path))
-        return real(path)
+    def spy(root, part):  # noqa: ANN001
+        calls.append(str(part))
+        return real(root, part)
 
     monkeypatch.setattr(S.Partial, "of_part", staticmethod(spy))
     for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout"):

@@ -170,7 +170,8 @@ def run_unit(u: Unit) -> UnitResult:
     Runs of small JSON-lines files are read together, up to block_bytes per scanner call
     (_read_files); any other piece, and a small file that is not as listed (changed size, no
     final newline, gone), is read alone by its reader (_read_piece)."""
-    partial = Partial() if u.summaries else None
+    # beside the part, in the store's staging folder (two levels up: STAGING/events/part)
+    partial = Partial(os.path.dirname(os.path.dirname(u.events_part)), u.events_part) if u.summaries else None
     ew = PartWriter(u.events_part, "events", on_write=partial.add if partial is not None else None)
     rw = PartWriter(u.rejects_part, "rejects")
     out = UnitResult(pieces=[], bytes=u.weight)
@@ -197,12 +198,13 @@ def run_unit(u: Unit) -> UnitResult:
     except BaseException:
         ew.abort()
         rw.abort()
+        if partial is not None:
+            partial.abort()
         raise
     out.events_part = ew.close()
     out.rejects_part = rw.close()
     if partial is not None and out.events_part is not None:
-        # beside the part, in the store's staging folder (two levels up: STAGING/events/part)
-        partial.write(os.path.dirname(os.path.dirname(u.events_part)), u.events_part)
+        partial.write()
     return out
 
 

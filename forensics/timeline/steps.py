@@ -402,7 +402,9 @@ def merge_group_states(states: pl.LazyFrame) -> pl.LazyFrame:
     merged = states.group_by("rank", "step").agg(
         *(merges[c].alias(c) for c in schema.names() if c not in ("rank", "step")), pl.len().alias("_slices"))
     if "disk_sum" in schema:
-        # a group in one slice keeps its own mean (bit-equal to one scan's); a merged one: sum / count
-        merged = merged.with_columns(pl.when(pl.col("_slices") > 1).then(pl.col("disk_sum") / pl.col("disk_n"))
-                                     .otherwise(pl.col("disk_read_mbps")).alias("disk_read_mbps"))
+        # a group in one slice keeps its own mean (bit-equal to one scan's); a merged one: sum / count,
+        # null without a value (as one scan's mean; 0 / 0 was NaN)
+        merged = merged.with_columns(pl.when(pl.col("_slices") == 1).then(pl.col("disk_read_mbps"))
+                                     .when(pl.col("disk_n") > 0).then(pl.col("disk_sum") / pl.col("disk_n"))
+                                     .alias("disk_read_mbps"))
     return merged.drop("_slices").cast(dict(schema))
