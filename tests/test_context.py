@@ -192,8 +192,12 @@ def test_median_without_nulls_is_polars_median() -> None:
         nan = pl.Series(rng.random(df.height) < 0.05)
         df = df.with_columns(pl.when(nan).then(float("nan")).otherwise(pl.col("y")).alias("y"),
                              pl.when(pl.col("rank") == 2).then(None).otherwise(pl.col("x")).alias("x"))
-        exprs = lambda m: [m("x").alias("mx"), m("y").alias("my"), m(pl.col("x") / pl.col("y")).alias("mr")]  # noqa: E731
-        plain = lambda c: (pl.col(c) if isinstance(c, str) else c).median()  # noqa: E731
+        def exprs(m):  # type: ignore[no-untyped-def]
+            return [m("x").alias("mx"), m("y").alias("my"), m(pl.col("x") / pl.col("y")).alias("mr")]
+
+        def plain(c):  # type: ignore[no-untyped-def]
+            return (pl.col(c) if isinstance(c, str) else c).median()
+
         by_rank = df.with_columns(pl.col("rank").set_sorted())
         assert by_rank.group_by("rank").agg(*exprs(C.median)).equals(by_rank.group_by("rank").agg(*exprs(plain)))
         assert (df.group_by("step", maintain_order=True).agg(*exprs(C.median))

@@ -40,7 +40,8 @@ def per_step_shares(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFram
     (the rows judged). `peers` groups the rows of `steps` by step: the rows not judged are
     masked (a filter would copy the table and regroup it), steps without any are left out."""
     ok = pl.col("rank").is_not_null() & pl.col("comm_ms").is_not_null() & (pl.col("step_time_ms") > 0)
-    df = steps.with_columns(ok.fill_null(False).alias("ok"), wait_expr().clip(lower_bound=0.0).alias("wait")).with_columns(
+    df = steps.with_columns(ok.fill_null(False).alias("ok"), wait_expr().clip(lower_bound=0.0).alias("wait"))
+    df = df.with_columns(
         (pl.col("comm_ms") / pl.col("step_time_ms")).alias("share"),
         (pl.col("wait").fill_null(0.0) / pl.col("step_time_ms")).alias("wshare"),
     )
@@ -64,8 +65,8 @@ def per_step_shares(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFram
 
 
 def find(ctx: Context) -> list[Finding]:
-    steps = ctx.steps.select("rank", "step", "comm_ms", "step_time_ms", "wait_est", "t_start", "t_end", "file", "comm_line")
-    per_step, df = per_step_shares(steps, ctx.peers(None))
+    per_step, df = per_step_shares(ctx.steps.select(
+        "rank", "step", "comm_ms", "step_time_ms", "wait_est", "t_start", "t_end", "file", "comm_line"), ctx.peers(None))
     if per_step.is_empty():
         return []
     per_step = per_step.with_columns((pl.col("share") > SHARE).alias("hot1"))
