@@ -178,8 +178,10 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
                             msg.str.extract(COMPLETED_RE, 1).cast(pl.Int64, strict=False))
     enqueued = pl.coalesce(j("$.last_enqueued").cast(pl.Int64, strict=False),
                            msg.str.extract(ENQUEUED_RE, 1).cast(pl.Int64, strict=False))
+    # lazily: the flags recur in one another and in the kind (is_oom in five places); a query
+    # evaluates each once (eagerly each use ran its regex again: 0.074 -> 0.022 s on m64's rows)
     return (
-        df.with_columns(completed.alias("completed"), enqueued.alias("enqueued"))
+        df.lazy().with_columns(completed.alias("completed"), enqueued.alias("enqueued"))
         .filter(is_oom | is_gpu | is_desync | is_timeout | is_status | process | is_tb | pl.col("completed").is_not_null()
                 | pl.col("extra").str.contains("missing_ranks", literal=True).fill_null(False))
         .with_columns(
@@ -203,6 +205,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
             j("$.missing_ranks").alias("missing_ranks"),
             j("$.traceback").cast(pl.Int64, strict=False).alias("traceback_head"),
         )
+        .collect()
     )
 
 
