@@ -61,15 +61,20 @@ def _row_cond(clause: Clause) -> pl.Expr:
     return compile_cond(clause.cond, clause.per) if clause.cond is not None else pl.lit(True)
 
 
+def _based(c: Cond) -> bool:
+    """The condition holds a comparison with a per-rank baseline."""
+    return _from_other_rows(c) if isinstance(c, Leaf) else any(_based(i) for i in c.items)
+
+
 def _can_be(c: Cond, per: str) -> tuple[pl.Expr, pl.Expr]:
     """Whether the condition can be true, and whether it can be false, on a row (never null).
     Exact without baselines; with one, a comparison whose row values are there can be either."""
-    if isinstance(c, Leaf):
-        if _from_other_rows(c):
-            k = _operands_known(c)
-            return k, k
-        v = compile_leaf(c, per)
+    if not _based(c):
+        v = compile_cond(c, per)
         return v.fill_null(False), (~v).fill_null(False)
+    if isinstance(c, Leaf):
+        k = _operands_known(c)
+        return k, k
     parts = [_can_be(i, per) for i in c.items]
     t, f = [p[0] for p in parts], [p[1] for p in parts]
     if c.mode == "all":    # Kleene: true if every part is, false if one is
@@ -82,6 +87,8 @@ def _known(clause: Clause) -> pl.Expr:
     decide where its episodes begin and end (an `any` of unknown and false is unknown)."""
     if clause.cond is None:
         return pl.lit(True)
+    if not _based(clause.cond):     # Kleene logic: known where the condition is not null
+        return compile_cond(clause.cond, clause.per).is_not_null()
     t, f = _can_be(clause.cond, clause.per)
     return t | f
 
@@ -162,38 +169,45 @@ def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
     integers). A store is written rank by rank in line order, so each rank's rows are one block
     whose steps never go back: the steps are then cut where (rank, step) changes, without
     hashing a million groups; otherwise the rows are first ordered by (rank, step) (a stable
-    sort keeps each step's rows in order)."""
+    sort keeps each step's rows in order). Millions of rows: each column is copied out once."""
     vals = step_values(clause)
     out = {"rank": pl.Int32, "step": pl.Int64, f"{s}_e": pl.Boolean, f"{s}_ts": EVENT_SCHEMA["timestamp"],
            **{f"{s}_v_{c}": (pl.Float64 if c in clause.sums or column_kind(c) == "float" else EVENT_SCHEMA.get(c, pl.Float64))
               for c in vals}}
     if rows.is_empty():
         return pl.DataFrame(schema=out)
-    rank = rows.get_column("rank").cast(pl.Int64).to_numpy()
+    rank = rows.get_column("rank").to_numpy()      # the clause's rows all have a rank and a step
     step = rows.get_column("step").to_numpy()
     if not _blocks_in_order(rank, step):       # (parts come in any order: blocks need not be sorted)
         order = np.lexsort((step, rank))        # stable: a step's rows keep their order
         rows = rows[order]
         rank, step = rank[order], step[order]
-    same_rank = rank[1:] == rank[:-1]
-    cut = np.ones(len(rank), dtype=bool)
-    cut[1:] = ~same_rank | (step[1:] != step[:-1])
+    cut = np.empty(len(rank), dtype=bool)
+    cut[0] = True
+    np.not_equal(rank[1:], rank[:-1], out=cut[1:])
+    cut[1:] |= step[1:] != step[:-1]
     starts = np.flatnonzero(cut)
-    group = np.cumsum(cut) - 1
     ts = rows.get_column("timestamp").to_physical().to_numpy()
     cols: dict[str, Any] = {"rank": rank[starts], "step": step[starts], f"{s}_e": np.ones(len(starts), dtype=bool),
                             f"{s}_ts": np.maximum.reduceat(ts, starts)}
+    del rank, step, ts
+    adds = [c for c in vals if c in clause.sums or column_kind(c) == "float"]
+    group = np.cumsum(cut) - 1 if adds else None
     for c in vals:
         v = rows.get_column(c)
-        n = np.bincount(group, weights=v.is_not_null().to_numpy(), minlength=len(starts))
-        if c in clause.sums or column_kind(c) == "float":
+        known = v.is_not_null().to_numpy()
+        if c in adds:
+            w = v.cast(pl.Float64).to_numpy(writable=True)
+            w[~known] = 0.0
             # bincount adds each step's values one after another, in the rows' order
-            tot = np.bincount(group, weights=v.cast(pl.Float64).fill_null(0.0).to_numpy(), minlength=len(starts))
-            got = tot if c in clause.sums else tot / np.maximum(n, 1)
+            got = np.bincount(group, weights=w, minlength=len(starts))
+            if c not in clause.sums:
+                got /= np.maximum(np.add.reduceat(known, starts, dtype=np.int64), 1)
         else:
             got = np.maximum.reduceat(v.cast(pl.Int64).fill_null(np.iinfo(np.int64).min).to_numpy(), starts)
         # a step without any such row has no value, not zero
-        cols[f"{s}_v_{c}"] = pl.Series(got).scatter(np.flatnonzero(n == 0), None) if (n == 0).any() else got
+        has = np.logical_or.reduceat(known, starts)
+        cols[f"{s}_v_{c}"] = got if has.all() else pl.Series(got).scatter(np.flatnonzero(~has), None)
     return pl.DataFrame(cols).with_columns(pl.col(k).cast(t) for k, t in out.items())
 
 

@@ -1,0 +1,155 @@
+"""The census's shortcuts (forensics.rules.plan) held to the computations they replaced, on random
+data: where a clause's condition may be known, and a by-step clause's per-step values."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from forensics.rules import plan
+from forensics.rules.compile import compile_leaf, step_values
+from forensics.rules.spec import Cond, Leaf, column_kind, parse_rule
+from forensics.schema import EVENT_SCHEMA
+
+from test_rules_engine import write_rule
+
+# --- where a condition may be known: Kleene logic instead of (can be true) | (can be false) ------
+
+
+def _can_be_per_leaf(c: Cond, per: str) -> tuple[pl.Expr, pl.Expr]:
+    """The census's former `_can_be`: every leaf compiled on its own, combined by hand."""
+    if isinstance(c, Leaf):
+        if plan._from_other_rows(c):
+            k = plan._operands_known(c)
+            return k, k
+        v = compile_leaf(c, per)
+        return v.fill_null(False), (~v).fill_null(False)
+    parts = [_can_be_per_leaf(i, per) for i in c.items]
+    t, f = [p[0] for p in parts], [p[1] for p in parts]
+    if c.mode == "all":
+        return pl.all_horizontal(t), pl.any_horizontal(f)
+    return pl.any_horizontal(t), pl.all_horizontal(f)
+
+
+LEAVES = [
+    '{ col = "gpu_util", op = "<", value = 60 }',
+    '{ col = "temp_c", op = ">=", value = 85 }',
+    '{ col = "throttle_reasons", op = "bits", value = 0x40 }',
+    '{ col = "event", op = "==", value = "GPU_STATS" }',
+    '{ col = "level", op = "in", value = ["WARN", "ERROR"] }',
+    '{ col = "message", op = "contains", value = "out of" }',
+    '{ col = "loss", op = "not_finite" }',
+    '{ col = "grad_norm", op = ">", expr = "threshold" }',
+    '{ col = "threshold", op = "is_null" }',
+    '{ col = "sm_clock_mhz", op = "<", expr = "0.9 * median(sm_clock_mhz)" }',
+    '{ col = "gpu_util", op = "<", expr = "0.05 * max(sm_clock_mhz)" }',
+]
+
+
+def _random_cond(rnd: random.Random, depth: int = 0) -> str:
+    items = [rnd.choice(LEAVES) if depth > 1 or rnd.random() < 0.6 else _random_cond(rnd, depth + 1)
+             for _ in range(rnd.randint(1, 3))]
+    body = ", ".join(items)
+    return f'{{ {rnd.choice(["any", "all"])} = [{body}] }}' if depth else f'{rnd.choice(["any", "all"])} = [{body}]'
+
+
+def _random_rows(rnd: random.Random, n: int) -> pl.DataFrame:
+    def pick(*vals: Any) -> Any:
+        return rnd.choice(vals)
+
+    rows = [{"rank": pick(0, 1, None), "event": pick("GPU_STATS", "TRAIN_STEP", None),
+             "level": pick("INFO", "WARN", "ERROR", None), "message": pick("CUDA out of memory", "ok", None),
+             "gpu_util": pick(None, float("nan"), rnd.uniform(0, 100)), "temp_c": pick(None, 85.0, rnd.uniform(60, 100)),
+             "throttle_reasons": pick(None, 0, 0x40, 0x44), "loss": pick(None, 1.0, float("nan"), float("inf")),
+             "grad_norm": pick(None, rnd.uniform(0, 20)), "threshold": pick(None, 10.0),
+             "sm_clock_mhz": pick(None, 1400.0, rnd.uniform(500, 1500))} for _ in range(n)]
+    df = pl.DataFrame(rows, schema={c: (pl.String if c == "level" else EVENT_SCHEMA[c]) for c in rows[0]})
+    return df.with_columns(pl.col("level").cast(EVENT_SCHEMA["level"]))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_known_is_where_the_condition_can_be_true_or_false(tmp_path: Path, seed: int) -> None:
+    rnd = random.Random(seed)
+    r, errors = parse_rule(write_rule(tmp_path, "[match]\n" + _random_cond(rnd) + "\n", f"k{seed}"))
+    assert r is not None, [str(e) for e in errors]
+    c = r.clause
+    t, f = _can_be_per_leaf(c.cond, c.per)
+    df = _random_rows(rnd, 200)
+    got = df.select(plan._known(c).alias("new"), (t | f).alias("old"))
+    assert got["new"].null_count() == 0
+    assert got["new"].to_list() == got["old"].to_list(), _random_cond(random.Random(seed))
+
+
+# --- a by-step clause's steps: one copy of each column instead of several ------------------------
+
+
+def _step_frame_before(rows: pl.DataFrame, clause: Any, s: str) -> pl.DataFrame:
+    """The census's former `_step_frame`, as it was."""
+    vals = step_values(clause)
+    out = {"rank": pl.Int32, "step": pl.Int64, f"{s}_e": pl.Boolean, f"{s}_ts": EVENT_SCHEMA["timestamp"],
+           **{f"{s}_v_{c}": (pl.Float64 if c in clause.sums or column_kind(c) == "float" else EVENT_SCHEMA.get(c, pl.Float64))
+              for c in vals}}
+    if rows.is_empty():
+        return pl.DataFrame(schema=out)
+    rank = rows.get_column("rank").cast(pl.Int64).to_numpy()
+    step = rows.get_column("step").to_numpy()
+    if not plan._blocks_in_order(rank, step):
+        order = np.lexsort((step, rank))
+        rows = rows[order]
+        rank, step = rank[order], step[order]
+    same_rank = rank[1:] == rank[:-1]
+    cut = np.ones(len(rank), dtype=bool)
+    cut[1:] = ~same_rank | (step[1:] != step[:-1])
+    starts = np.flatnonzero(cut)
+    group = np.cumsum(cut) - 1
+    ts = rows.get_column("timestamp").to_physical().to_numpy()
+    cols: dict[str, Any] = {"rank": rank[starts], "step": step[starts], f"{s}_e": np.ones(len(starts), dtype=bool),
+                            f"{s}_ts": np.maximum.reduceat(ts, starts)}
+    for c in vals:
+        v = rows.get_column(c)
+        n = np.bincount(group, weights=v.is_not_null().to_numpy(), minlength=len(starts))
+        if c in clause.sums or column_kind(c) == "float":
+            tot = np.bincount(group, weights=v.cast(pl.Float64).fill_null(0.0).to_numpy(), minlength=len(starts))
+            got = tot if c in clause.sums else tot / np.maximum(n, 1)
+        else:
+            got = np.maximum.reduceat(v.cast(pl.Int64).fill_null(np.iinfo(np.int64).min).to_numpy(), starts)
+        cols[f"{s}_v_{c}"] = pl.Series(got).scatter(np.flatnonzero(n == 0), None) if (n == 0).any() else got
+    return pl.DataFrame(cols).with_columns(pl.col(k).cast(t) for k, t in out.items())
+
+
+STEP_CLAUSES = [
+    '[match]\nby = "step"\nsum = ["comm_ms"]\nall = [{ col = "comm_ms", op = ">", expr = "0.4 * step_time_ms" }]\n',
+    '[match]\nby = "step"\nsum = ["seq"]\nall = [{ col = "seq", op = ">", value = 3 }, { col = "peer_rank", op = ">", value = 1 },'
+    ' { col = "loss", op = ">", value = 1 }, { col = "exit_code", op = "<", value = 2 }]\n',
+]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_step_frame_combines_each_step_as_before(tmp_path: Path, seed: int) -> None:
+    """Steps of one row or many (sums of three values and more, whose rounding depends on the
+    order), values missing, NaN and infinite, integer columns, ranks in blocks or interleaved."""
+    rnd = random.Random(seed)
+    r, errors = parse_rule(write_rule(tmp_path, rnd.choice(STEP_CLAUSES), f"s{seed}"))
+    assert r is not None, [str(e) for e in errors]
+    c = r.clause
+    rows: list[dict[str, Any]] = []
+    for rank in rnd.sample(range(6), rnd.randint(1, 5)):
+        step = rnd.randint(0, 3)
+        for _ in range(rnd.randint(0, 60)):
+            step += rnd.choice([0, 0, 1, 1, 2])
+            rows.append({"rank": rank, "step": step, "timestamp": rnd.randint(0, 10**9),
+                         **{v: None if rnd.random() < 0.3 else
+                            rnd.choice([rnd.uniform(-1e3, 1e3), 0.1, 1e-9, float("nan"), float("inf")])
+                            if column_kind(v) == "float" else rnd.randint(-5, 5) for v in step_values(c)}})
+    if seed % 3 == 0:
+        rnd.shuffle(rows)          # not in blocks: sorted first
+    schema = {"rank": pl.Int32, "step": pl.Int64, "timestamp": pl.Int64, **{v: EVENT_SCHEMA[v] for v in step_values(c)}}
+    df = pl.DataFrame(rows, schema=schema).with_columns(pl.col("timestamp").cast(EVENT_SCHEMA["timestamp"]))
+    new, old = plan._step_frame(df, c, "_c0_0"), _step_frame_before(df, c, "_c0_0")
+    assert new.schema == old.schema
+    assert new.equals(old, null_equal=True), (new, old)
+    assert seed > 0 or new.height > 0
