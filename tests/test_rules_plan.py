@@ -1,18 +1,17 @@
 """The census's shortcuts (forensics.rules.plan) held to the computations they replaced, on random
-data: where a clause's condition may be known, and a by-step clause's per-step values."""
+data: where a clause's condition may be known."""
 from __future__ import annotations
 
 import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pytest
 
 from forensics.rules import plan
-from forensics.rules.compile import compile_leaf, step_values
-from forensics.rules.spec import Cond, Leaf, column_kind, parse_rule
+from forensics.rules.compile import compile_leaf
+from forensics.rules.spec import Cond, Leaf, parse_rule
 from forensics.schema import EVENT_SCHEMA
 
 from test_rules_engine import write_rule
@@ -82,74 +81,3 @@ def test_known_is_where_the_condition_can_be_true_or_false(tmp_path: Path, seed:
     got = df.select(plan._known(c).alias("new"), (t | f).alias("old"))
     assert got["new"].null_count() == 0
     assert got["new"].to_list() == got["old"].to_list(), _random_cond(random.Random(seed))
-
-
-# --- a by-step clause's steps: one copy of each column instead of several ------------------------
-
-
-def _step_frame_before(rows: pl.DataFrame, clause: Any, s: str) -> pl.DataFrame:
-    """The census's former `_step_frame`, as it was."""
-    vals = step_values(clause)
-    out = {"rank": pl.Int32, "step": pl.Int64, f"{s}_e": pl.Boolean, f"{s}_ts": EVENT_SCHEMA["timestamp"],
-           **{f"{s}_v_{c}": (pl.Float64 if c in clause.sums or column_kind(c) == "float" else EVENT_SCHEMA.get(c, pl.Float64))
-              for c in vals}}
-    if rows.is_empty():
-        return pl.DataFrame(schema=out)
-    rank = rows.get_column("rank").cast(pl.Int64).to_numpy()
-    step = rows.get_column("step").to_numpy()
-    if not plan._blocks_in_order(rank, step):
-        order = np.lexsort((step, rank))
-        rows = rows[order]
-        rank, step = rank[order], step[order]
-    same_rank = rank[1:] == rank[:-1]
-    cut = np.ones(len(rank), dtype=bool)
-    cut[1:] = ~same_rank | (step[1:] != step[:-1])
-    starts = np.flatnonzero(cut)
-    group = np.cumsum(cut) - 1
-    ts = rows.get_column("timestamp").to_physical().to_numpy()
-    cols: dict[str, Any] = {"rank": rank[starts], "step": step[starts], f"{s}_e": np.ones(len(starts), dtype=bool),
-                            f"{s}_ts": np.maximum.reduceat(ts, starts)}
-    for c in vals:
-        v = rows.get_column(c)
-        n = np.bincount(group, weights=v.is_not_null().to_numpy(), minlength=len(starts))
-        if c in clause.sums or column_kind(c) == "float":
-            tot = np.bincount(group, weights=v.cast(pl.Float64).fill_null(0.0).to_numpy(), minlength=len(starts))
-            got = tot if c in clause.sums else tot / np.maximum(n, 1)
-        else:
-            got = np.maximum.reduceat(v.cast(pl.Int64).fill_null(np.iinfo(np.int64).min).to_numpy(), starts)
-        cols[f"{s}_v_{c}"] = pl.Series(got).scatter(np.flatnonzero(n == 0), None) if (n == 0).any() else got
-    return pl.DataFrame(cols).with_columns(pl.col(k).cast(t) for k, t in out.items())
-
-
-STEP_CLAUSES = [
-    '[match]\nby = "step"\nsum = ["comm_ms"]\nall = [{ col = "comm_ms", op = ">", expr = "0.4 * step_time_ms" }]\n',
-    '[match]\nby = "step"\nsum = ["seq"]\nall = [{ col = "seq", op = ">", value = 3 }, { col = "peer_rank", op = ">", value = 1 },'
-    ' { col = "loss", op = ">", value = 1 }, { col = "exit_code", op = "<", value = 2 }]\n',
-]
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_step_frame_combines_each_step_as_before(tmp_path: Path, seed: int) -> None:
-    """Steps of one row or many (sums of three values and more, whose rounding depends on the
-    order), values missing, NaN and infinite, integer columns, ranks in blocks or interleaved."""
-    rnd = random.Random(seed)
-    r, errors = parse_rule(write_rule(tmp_path, rnd.choice(STEP_CLAUSES), f"s{seed}"))
-    assert r is not None, [str(e) for e in errors]
-    c = r.clause
-    rows: list[dict[str, Any]] = []
-    for rank in rnd.sample(range(6), rnd.randint(1, 5)):
-        step = rnd.randint(0, 3)
-        for _ in range(rnd.randint(0, 60)):
-            step += rnd.choice([0, 0, 1, 1, 2])
-            rows.append({"rank": rank, "step": step, "timestamp": rnd.randint(0, 10**9),
-                         **{v: None if rnd.random() < 0.3 else
-                            rnd.choice([rnd.uniform(-1e3, 1e3), 0.1, 1e-9, float("nan"), float("inf")])
-                            if column_kind(v) == "float" else rnd.randint(-5, 5) for v in step_values(c)}})
-    if seed % 3 == 0:
-        rnd.shuffle(rows)          # not in blocks: sorted first
-    schema = {"rank": pl.Int32, "step": pl.Int64, "timestamp": pl.Int64, **{v: EVENT_SCHEMA[v] for v in step_values(c)}}
-    df = pl.DataFrame(rows, schema=schema).with_columns(pl.col("timestamp").cast(EVENT_SCHEMA["timestamp"]))
-    new, old = plan._step_frame(df, c, "_c0_0"), _step_frame_before(df, c, "_c0_0")
-    assert new.schema == old.schema
-    assert new.equals(old, null_equal=True), (new, old)
-    assert seed > 0 or new.height > 0

@@ -169,7 +169,7 @@ def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
     integers). A store is written rank by rank in line order, so each rank's rows are one block
     whose steps never go back: the steps are then cut where (rank, step) changes, without
     hashing a million groups; otherwise the rows are first ordered by (rank, step) (a stable
-    sort keeps each step's rows in order). Millions of rows: each column is copied out once."""
+    sort keeps each step's rows in order)."""
     vals = step_values(clause)
     out = {"rank": pl.Int32, "step": pl.Int64, f"{s}_e": pl.Boolean, f"{s}_ts": EVENT_SCHEMA["timestamp"],
            **{f"{s}_v_{c}": (pl.Float64 if c in clause.sums or column_kind(c) == "float" else EVENT_SCHEMA.get(c, pl.Float64))
@@ -182,32 +182,26 @@ def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
         order = np.lexsort((step, rank))        # stable: a step's rows keep their order
         rows = rows[order]
         rank, step = rank[order], step[order]
-    cut = np.empty(len(rank), dtype=bool)
-    cut[0] = True
-    np.not_equal(rank[1:], rank[:-1], out=cut[1:])
-    cut[1:] |= step[1:] != step[:-1]
+    same_rank = rank[1:] == rank[:-1]
+    cut = np.ones(len(rank), dtype=bool)
+    cut[1:] = ~same_rank | (step[1:] != step[:-1])
     starts = np.flatnonzero(cut)
+    group = np.cumsum(cut) - 1
     ts = rows.get_column("timestamp").to_physical().to_numpy()
     cols: dict[str, Any] = {"rank": rank[starts], "step": step[starts], f"{s}_e": np.ones(len(starts), dtype=bool),
                             f"{s}_ts": np.maximum.reduceat(ts, starts)}
-    del rank, step, ts
-    adds = [c for c in vals if c in clause.sums or column_kind(c) == "float"]
-    group = np.cumsum(cut) - 1 if adds else None
+    del rank, step, ts, same_rank, cut      # millions of rows: freed before the values are copied out
     for c in vals:
         v = rows.get_column(c)
-        known = v.is_not_null().to_numpy()
-        if c in adds:
-            w = v.cast(pl.Float64).to_numpy(writable=True)
-            w[~known] = 0.0
+        n = np.bincount(group, weights=v.is_not_null().to_numpy(), minlength=len(starts))
+        if c in clause.sums or column_kind(c) == "float":
             # bincount adds each step's values one after another, in the rows' order
-            got = np.bincount(group, weights=w, minlength=len(starts))
-            if c not in clause.sums:
-                got /= np.maximum(np.add.reduceat(known, starts, dtype=np.int64), 1)
+            tot = np.bincount(group, weights=v.cast(pl.Float64).fill_null(0.0).to_numpy(), minlength=len(starts))
+            got = tot if c in clause.sums else tot / np.maximum(n, 1)
         else:
             got = np.maximum.reduceat(v.cast(pl.Int64).fill_null(np.iinfo(np.int64).min).to_numpy(), starts)
         # a step without any such row has no value, not zero
-        has = np.logical_or.reduceat(known, starts)
-        cols[f"{s}_v_{c}"] = got if has.all() else pl.Series(got).scatter(np.flatnonzero(~has), None)
+        cols[f"{s}_v_{c}"] = pl.Series(got).scatter(np.flatnonzero(n == 0), None) if (n == 0).any() else got
     return pl.DataFrame(cols).with_columns(pl.col(k).cast(t) for k, t in out.items())
 
 
