@@ -24,6 +24,14 @@ def test_relative_spike_without_threshold_on_one_rank() -> None:
     assert f.ranks == [1] and f.evidence["spike_steps"] == [40] and f.evidence["threshold"] is None
 
 
+def test_only_non_finite_norms_are_a_finding_not_a_crash() -> None:
+    # every norm of the spiking step is NaN: the step has no largest finite norm to quote
+    rows = train_only(steps=60, loss=lambda s: 2.0, grad_norm=lambda s: float("nan") if s == 40 else 1.0)
+    [f] = grad_norm.find(rows.ctx())
+    assert f.evidence["spike_steps"] == [40] and f.evidence["nonfinite"] is True
+    assert f.title.startswith("gradient norm is not finite at step(s) 40") and f.lines
+
+
 def test_large_first_norms_have_no_baseline_and_are_not_spikes() -> None:
     ctx = train_only(steps=60, loss=lambda s: 2.0, grad_norm=lambda s: 50.0 if s < 3 else 1.0).ctx()
     assert grad_norm.find(ctx) == []

@@ -30,6 +30,19 @@ def test_the_same_oscillation_after_warmup_is_divergence() -> None:
     assert 58 <= f.evidence["onset_step"] <= 66
 
 
+def test_divergence_and_plateau_cite_the_lines_of_their_steps() -> None:
+    rows = train_only(steps=120, loss=lambda s: 2.0 + (0.03 * (s - 60) if s > 60 else 0.0))
+    plateau = train_only(steps=600, every=10, loss=lambda s: 2.8 - 0.0001 * s, noise=0.005,
+                         lr=lambda s: 1e-4 * min(1, (s + 1) / 100))
+    for r, kind in ((rows, "loss_divergence"), (plateau, "loss_plateau")):
+        [f] = loss.find(r.ctx())
+        assert f.kind == kind and f.lines, kind
+        by_line = {(x["source_file"], x["line"]): x for x in r.rows}
+        for ev in f.lines:
+            row = by_line[(ev.source_file, ev.line)]     # a line of the run: the lowest rank's loss of that step
+            assert row["rank"] == 0 and row["loss"] is not None and f"step {row['step']}:" in ev.text
+
+
 def test_one_noisy_point_is_not_divergence() -> None:
     ctx = train_only(steps=120, loss=lambda s: 2.5 - 0.003 * s + (2.0 if s == 70 else 0.0)).ctx()
     assert [f.kind for f in loss.find(ctx)] == []

@@ -86,15 +86,17 @@ def _spikes(ctx: Context) -> list[Finding]:
     steps_txt = ", ".join(str(s) for s in spike_steps.head(8)) + (" …" if len(spike_steps) > 8 else "")
     ref = (f"threshold {thr.max():.3g}" if len(thr) else f"{SPIKE_FACTOR:.0f}x the recent median {base.median():.3g}"
            if len(base) else "a finite value")
-    title = (f"gradient norm spikes to {top['gmax']:.3g} ({ref}) at step(s) {steps_txt}"
-             + (f" on {ranks_phrase(ranks)}" if ranks else "")
-             + (" — non-finite gradients" if bool(spikes.get_column("nonfinite").any()) else ""))
+    nonfinite = bool(spikes.get_column("nonfinite").any())
+    # a step whose every norm is NaN/inf has no largest finite norm: when no step has one, say so
+    what = f"spikes to {top['gmax']:.3g} ({ref})" if top["gmax"] is not None else "is not finite"
+    title = (f"gradient norm {what} at step(s) {steps_txt}" + (f" on {ranks_phrase(ranks)}" if ranks else "")
+             + (" — non-finite gradients" if nonfinite and top["gmax"] is not None else ""))
     return [Finding(
         rule=pass_id("grad_norm"), kind="grad_norm_spike", layer="training", severity="WARN", ranks=ranks,
         title=title,
         evidence={"max_grad_norm": num(top["gmax"]), "threshold": num(thr.max()) if len(thr) else None,
                   "baseline": num(base.median()) if len(base) else None, "spike_steps": [int(s) for s in spike_steps.head(50)],
-                  "spikes": len(spike_steps), "nonfinite": bool(spikes.get_column("nonfinite").any())},
+                  "spikes": len(spike_steps), "nonfinite": nonfinite},
         lines=cite(at.head(20).iter_rows(named=True), limit=4),
         first_seen=iso(spikes.get_column("t").min()), last_seen=iso(spikes.get_column("t").max()),
     )]

@@ -97,7 +97,10 @@ def warmup_end(s: pl.DataFrame) -> int | None:
 
 
 def _cite_rows(s: pl.DataFrame, steps: list[int], text: str) -> list[dict]:
-    return [dict(r, text=f"{text} step {r['step']}: loss {r['loss']:.4g}")
+    """The series' rows of `steps` as `cite` reads them: the step's line (the lowest rank's,
+    `_loss_frames`) and its last time."""
+    return [{"source_file": r["file"], "line": r["line"], "timestamp": r["t1"],
+             "text": f"{text} step {r['step']}: loss {r['loss']:.4g}"}
             for r in s.filter(pl.col("step").is_in(steps)).iter_rows(named=True)]
 
 
