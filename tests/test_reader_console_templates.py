@@ -129,11 +129,16 @@ def test_cri_partial_line_is_marked() -> None:
 
 # --- binary garbage ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", [None, 1, 2, 3, 4, 5])
+# seeds 13, 313 and 372 start with "{": the file is read as JSON lines (formats.sniff), whose
+# JSON-shaped garbage used to be rejected as "truncated JSON object" / "invalid JSON"
+@pytest.mark.parametrize("seed", [None, 1, 2, 3, 4, 5, 13, 313, 372])
 def test_random_bytes_named_jsonl_are_rejected_not_events(tmp_path: Path, seed) -> None:
     """200 KB of random bytes named rank_0.jsonl: every line a reject ("binary data"), none an
-    event, lines read = events + rejects, raw bytes kept."""
+    event, lines read = events + rejects, raw bytes kept. Random bytes hold a few short runs of
+    printable text (measured: 10 such lines in 100 files of 200 KB); those may stay text (an
+    event in a console file, "not JSON: text line" in a JSON-lines one), never more than a handful."""
     from forensics.ingest import ingest
+    from forensics.ingest.binary import is_binary_text
     from forensics.store import open_store
 
     data = os.urandom(200_000) if seed is None else random.Random(seed).randbytes(200_000)
@@ -144,14 +149,12 @@ def test_random_bytes_named_jsonl_are_rejected_not_events(tmp_path: Path, seed) 
     lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     assert s.lines_read == lines == s.events + s.rejected
     st = open_store(tmp_path / "store")
-    if seed is None:
-        # os.urandom: a few bytes of printable text between garbage can read as text (measured:
-        # 10 such lines in 100 files of 200 KB); never more than a handful
-        assert s.events <= lines // 100, st.events().select("message").collect()["message"].to_list()
-    else:
-        assert s.events == 0, s.to_dict()
-    assert set(s.rejected_by_reason) <= {BINARY, "blank line"}
     rej = st.rejects().collect()
+    text = rej.filter(pl.col("reason") == "not JSON: text line")
+    assert s.events + text.height <= lines // 100, (st.events().select("message").collect()["message"].to_list(),
+                                                     text["raw"].to_list())
+    assert not any(is_binary_text(r.decode("utf-8", errors="replace")) for r in text["raw"].to_list())
+    assert set(s.rejected_by_reason) <= {BINARY, "blank line", "not JSON: text line"}, s.rejected_by_reason
     assert rej.height == s.rejected and rej["raw_len"].sum() + s.events <= len(data) + lines
 
 

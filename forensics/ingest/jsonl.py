@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from ..schema import RAW_LIMIT, REJECT_SCHEMA, arrow_schema, conform
 from . import native
-from .binary import BINARY, is_binary_text
+from .binary import BINARY, binary_runs, is_binary_text
 from .normalize import KEY_COLON, KNOWN_TOP, canonical
 
 RAW_SCHEMA = {k: pl.String for k in KNOWN_TOP}
@@ -69,10 +69,12 @@ def _reason(raw: bytes, is_last_unterminated: bool) -> str | None:
         return "blank line"
     if s.startswith(b"{") and s.endswith(b"}"):
         return None
-    if s.startswith(b"{"):
-        return "truncated line (no newline at end of file)" if is_last_unterminated else "truncated JSON object"
+    if s.startswith(b"{") and is_last_unterminated:
+        return "truncated line (no newline at end of file)"
     if is_binary_text(s.decode("utf-8", errors="replace")):
         return BINARY  # the rule every line reader shares (forensics/ingest/binary.py)
+    if s.startswith(b"{"):
+        return "truncated JSON object"
     if s.startswith(b"[") or s.startswith(b'"'):
         return "JSON value is not an object"
     if b"\x00" in s or sum(c < 9 or 13 < c < 32 for c in s[:256]) > 2:
@@ -200,9 +202,10 @@ def scan_block(buf: bytes | memoryview, first_line: int, at_eof: bool, rank_hint
         return Block(table, rejects_frame([]), n, in_order)
     offs = line_offsets(buf)
     sub = b"".join([buf[offs[i] : offs[i + 1]] for i in declined])
-    slow = parse_block_py(sub, 0, at_eof, rank_hint, host_hint)
+    slow = parse_block_py(sub, 0, at_eof, rank_hint, host_hint, whole=False)
     to_line = declined + first_line  # sub-block line i is block line declined[i]
     rej = slow.rejects.with_columns(pl.Series("line", to_line[slow.rejects["line"].to_numpy()], dtype=pl.Int64))
+    rej = binary_neighbours(rej, first_line, n)
     if slow.events.height:
         ev = slow.events.with_columns(pl.Series("line", to_line[slow.events["line"].to_numpy()], dtype=pl.Int64))
         both = pa.concat_tables([table, _to_table(ev)])
@@ -243,11 +246,10 @@ def scan_files(bufs: list[bytes], hints: list[tuple[int | None, str | None]]) ->
         for k in np.unique(which):
             idx = declined[which == k]
             sub = b"".join([buf[offs[i] : offs[i + 1]] for i in idx])
-            slow = parse_block_py(sub, 0, True, *hints[k])
+            slow = parse_block_py(sub, 0, True, *hints[k], whole=False)
             to_line = idx - first[k] + 1                  # sub-block line i is file line to_line[i]
-            rejects.append(slow.rejects.with_columns(
-                pl.Series("line", to_line[slow.rejects["line"].to_numpy()], dtype=pl.Int64),
-                pl.lit(int(k), pl.Int64).alias("file")))
+            rej_k = slow.rejects.with_columns(pl.Series("line", to_line[slow.rejects["line"].to_numpy()], dtype=pl.Int64))
+            rejects.append(binary_neighbours(rej_k, 1, int(lines[k])).with_columns(pl.lit(int(k), pl.Int64).alias("file")))
             if slow.events.height:
                 ev = slow.events.with_columns(pl.Series("line", to_line[slow.events["line"].to_numpy()], dtype=pl.Int64))
                 events.append(_to_table(ev))
@@ -267,9 +269,12 @@ def _to_table(ev: pl.DataFrame) -> pa.Table:
     return conform(ev).to_arrow().cast(arrow_schema())
 
 
-def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None, host_hint: str | None) -> Block:
+def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | None, host_hint: str | None,
+                   whole: bool = True) -> Block:
     """The pure-Python parse of one newline-aligned block (the reference the scanner must match).
-    Line numbers are 1-based; `first_line` is the number of the block's first line.
+    Line numbers are 1-based; `first_line` is the number of the block's first line. `whole`:
+    the lines are consecutive (False for the scanner's declined lines, whose caller judges short
+    lines between binary ones once it knows their real numbers: binary_neighbours).
     Accounting: lines == events.height + rejects.height."""
     if not buf:
         return Block(empty_events(), rejects_frame([]), 0)
@@ -307,7 +312,9 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
         try:
             o = orjson.loads(b)
         except orjson.JSONDecodeError as e:
-            rejects.append((i, f"invalid JSON: {e}", buf[offs[i] : offs[i + 1]], int(lens[i])))
+            raw = buf[offs[i] : offs[i + 1]]
+            why = BINARY if is_binary_text(b.decode()) else f"invalid JSON: {e}"
+            rejects.append((i, why, raw, int(lens[i])))
             continue
         if isinstance(o, dict):
             objs_slow[i] = o
@@ -350,8 +357,40 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
     else:
         events = empty_events()
     rej = rejects_frame([(i + first_line, why, raw, ln) for i, why, raw, ln in rejects])
+    if whole:
+        rej = binary_neighbours(rej, first_line, n)
     assert events.height + rej.height == n, (events.height, rej.height, n)
     return Block(events, rej, n)
+
+
+def binary_neighbours(rej: pl.DataFrame, first_line: int, n: int) -> pl.DataFrame:
+    """Rejects (of a block of `n` lines from `first_line`) with the short lines that sit between
+    binary lines marked binary too (binary.binary_runs: a 2-byte fragment of random data is not
+    text). A line that is not a reject is an event: text, so it ends a run of garbage."""
+    if rej.height < 2 or not (rej["reason"] == BINARY).any():
+        return rej
+    lines = rej["line"].to_list()
+    reasons = rej["reason"].to_list()
+    text = [r.decode("utf-8", errors="replace").rstrip("\r\n") for r in rej["raw"].to_list()]
+    out = list(reasons)
+    start = 0
+    while start < len(lines):
+        end = start + 1
+        while end < len(lines) and lines[end] == lines[end - 1] + 1:
+            end += 1
+        run = text[start:end]
+        flags = [r == BINARY for r in reasons[start:end]]
+        if lines[end - 1] < first_line + n - 1:      # an event follows the run in this block
+            run, flags = run + ["event"], flags + [False]
+        before = None if lines[start] == first_line else False
+        for k, b in enumerate(binary_runs(run, flags, before)[: end - start]):
+            # an unterminated last line keeps its reason: the append logic reads it again
+            if b and not flags[k] and not reasons[start + k].startswith("truncated line"):
+                out[start + k] = BINARY
+        start = end
+    if out == reasons:
+        return rej
+    return rej.with_columns(pl.Series("reason", out, dtype=pl.String))
 
 
 def _parse_fast(buf: bytes, offs: np.ndarray, idx: np.ndarray, n: int) -> tuple[pl.DataFrame, list[tuple[int, str]]]:
