@@ -627,17 +627,14 @@ class Partial:
         """Write the part's partials (atomically: temp file, then rename)."""
         if self._chunks[STEPS]:
             self._write_steps()
+        if self._out is not None:   # the (rank, step) states, written as they came
+            self._out.close()
+            self._out = None
+            os.replace(self._tmp, partial_path(self.root, self.part, STEPS))
         for name in PARTIALS:
-            target = partial_path(self.root, self.part, name)
-            if name == STEPS:
-                if self._out is None:
-                    continue
-                self._out.close()
-                self._out = None
-                os.replace(self._tmp, target)
-                continue
             if not self._chunks[name]:
                 continue
+            target = partial_path(self.root, self.part, name)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
             _merge(name, self._chunks[name]).write_ipc(tmp, compression="zstd")

@@ -40,7 +40,7 @@ from . import (
     trace_straggler,
     utilization,
 )
-from .context import Context
+from .context import Context, median
 from .evidence import iso, num, pass_id
 
 if TYPE_CHECKING:
@@ -110,7 +110,6 @@ def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
     the phases) and every host: the run's per-rank summary (forensics.summaries, written at
     ingest), or one group_by over in-memory events."""
     from ..summaries import rank_rows, rank_table
-    from .context import median
 
     agg = rank_table(ctx.run) if ctx.run is not None else rank_rows(ctx.events).collect()
     agg = agg.select("rank", "events", "errors", "warnings", "first_seen", "last_seen", "host", "hosts", "gpu_util",

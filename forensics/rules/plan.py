@@ -27,7 +27,7 @@ import polars as pl
 from . import expr as X
 from .compile import _lhs, compile_cond, compile_leaf, dyn_columns, needed_columns, row_filter, step_values
 from ..schema import EVENT_SCHEMA
-from .spec import Clause, Cond, Leaf, Rule, column_kind
+from .spec import Clause, Cond, Leaf, Rule, column_kind, leaves
 
 Rows = Callable[[Clause], pl.LazyFrame]
 
@@ -61,9 +61,9 @@ def _row_cond(clause: Clause) -> pl.Expr:
     return compile_cond(clause.cond, clause.per) if clause.cond is not None else pl.lit(True)
 
 
-def _based(c: Cond) -> bool:
+def _based(c: Cond | None) -> bool:
     """The condition holds a comparison with a per-rank baseline."""
-    return _from_other_rows(c) if isinstance(c, Leaf) else any(_based(i) for i in c.items)
+    return any(_from_other_rows(lf) for lf in leaves(c))
 
 
 def _can_be(c: Cond, per: str) -> tuple[pl.Expr, pl.Expr]:
@@ -217,7 +217,7 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
         dyn.update(dyn_columns(sl.clause))
     steps = [sl for sl in slots if sl.clause.by_step]
     # a per-rank baseline (median(...)) needs the rank's rows: such clauses get a branch of their own
-    based = [sl for sl in slots if not sl.clause.by_step and any(_from_other_rows(lf) for lf in sl.clause.leaves())]
+    based = [sl for sl in slots if not sl.clause.by_step and _based(sl.clause.cond)]
     rows = [sl for sl in slots if not sl.clause.by_step and sl not in based]
     cols: list[pl.Expr] = []
     raw: list[str] = []

@@ -109,6 +109,13 @@ class Group:
 Cond = Leaf | Group
 
 
+def leaves(c: Cond | None) -> list[Leaf]:
+    """The leaves of a condition tree, left to right."""
+    if isinstance(c, Leaf):
+        return [c]
+    return [lf for i in c.items for lf in leaves(i)] if isinstance(c, Group) else []
+
+
 @dataclass(frozen=True)
 class Clause:
     """Which events (and, with `by = "step"`, which per-step sums) satisfy what, for how long."""
@@ -124,17 +131,7 @@ class Clause:
     within_s: float = 0.0           # joins: how far apart in time two episodes may be
 
     def leaves(self) -> list[Leaf]:
-        out: list[Leaf] = []
-
-        def walk(c: Cond | None) -> None:
-            if isinstance(c, Leaf):
-                out.append(c)
-            elif isinstance(c, Group):
-                for i in c.items:
-                    walk(i)
-
-        walk(self.cond)
-        return out
+        return leaves(self.cond)
 
     def primary(self) -> Leaf | None:
         """The first ordering condition: its column is the measured value, its margin ranks 'worst'."""
