@@ -111,8 +111,44 @@ def test_row_groups_hold_whole_ranks_and_split_a_big_one() -> None:
 
     ranks = pa.array([0] * 5 + [1] * 250 + [2] * 3 + [None] * 4, pa.int32())
     groups = store_mod.rank_groups(ranks, max_rows=100)
-    assert groups == [(0, 5), (5, 105), (105, 205), (205, 262)]
-    assert store_mod.rank_groups(pa.array([0] * 60 + [1] * 60 + [2] * 30, pa.int32()), max_rows=100) == [(0, 60), (60, 150)]
+    assert groups == [(0, 5), (5, 105), (105, 205), (205, 255), (255, 262)]
+    # small ranks share a group until it is half full; a rank that would overflow it starts the next
+    assert store_mod.rank_groups(pa.array([0] * 20 + [1] * 20 + [2] * 20 + [3] * 20, pa.int32()), max_rows=100) == [(0, 60), (60, 80)]
+    assert store_mod.rank_groups(pa.array([0] * 40 + [1] * 70 + [2] * 30, pa.int32()), max_rows=100) == [(0, 40), (40, 110), (110, 140)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_part_streamed_in_rank_order_has_the_groups_of_the_whole_table(tmp_path: Path, monkeypatch, seed: int) -> None:
+    """Fed in rank order in chunks of any size, the part writer writes the row groups of the whole
+    table (rank_groups) and holds, besides the rank still coming in, less than half a group."""
+    import random
+
+    import pyarrow as pa
+
+    from forensics.schema import arrow_schema
+
+    monkeypatch.setattr(store_mod, "ROW_GROUP", 100)
+    rng = random.Random(seed)
+    ranks = [r for r in range(rng.randint(1, 20)) for _ in range(rng.choice([1, 3, 20, 49, 50, 51, 99, 100, 101, 250]))]
+    ranks += [None] * rng.choice([0, 0, 7])
+    n = len(ranks)
+    schema = arrow_schema()
+    cols = {"rank": pa.array(ranks, pa.int32()), "timestamp": pa.array(range(n), pa.int64()).cast(schema.field("timestamp").type),
+            "line": pa.array(range(n), pa.int64())}
+    table = pa.Table.from_arrays([cols.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)
+    w = store_mod.PartWriter(tmp_path / "part.parquet", "events")
+    at = 0
+    while at < n:
+        k = min(n - at, rng.choice([1, 2, 17, 40, 120]))
+        w.add(table.slice(at, k), in_order=True)
+        at += k
+        held = pa.concat_tables(w._buf)["rank"].to_pylist() if w._buf else []
+        assert sum(1 for r in held if r != ranks[at - 1]) < 50      # was up to a whole group
+    w.close()
+    md = pq.ParquetFile(tmp_path / "part.parquet").metadata
+    sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    assert sizes == [b - a for a, b in store_mod.rank_groups(table["rank"])]
+    assert pq.read_table(tmp_path / "part.parquet")["rank"].to_pylist() == ranks
 
 
 def test_appends_of_small_files_are_compacted(tmp_path: Path) -> None:
