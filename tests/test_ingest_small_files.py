@@ -115,12 +115,40 @@ def test_many_files_path_gives_the_store_of_the_per_file_path(tmp_path: Path, mo
     d = tmp_path / "logs"
     write_files(d, 160)
     forensics.ingest([str(d)], tmp_path / "joined", workers=1)
-    monkeypatch.setattr(unit_mod, "_joinable", lambda p: False)   # every file through its reader, alone
+    monkeypatch.setattr(unit_mod, "_joinable", lambda p, cap: False)   # every file through its reader, alone
     forensics.ingest([str(d)], tmp_path / "alone", workers=1)
     a, b = store_tables(tmp_path / "joined"), store_tables(tmp_path / "alone")
     assert_frame_equal(a[0], b[0])
     assert_frame_equal(a[1], b[1])
     assert a[2] == b[2]
+
+
+def test_files_that_grew_after_planning_leave_their_neighbours_intact(tmp_path: Path, monkeypatch) -> None:
+    """_read_files reads the files into one buffer, each asked for one byte more than listed: a
+    file that grew since planning is left to its reader, and the next file's bytes are its own
+    (the grown file's extra byte is overwritten). Same store as the per-file path."""
+    d = tmp_path / "logs"
+    monkeypatch.setattr(ing, "CARRY_BYTES", 0)   # read by the unit, not carried from planning
+    real = ing._dispatch
+
+    def grow(units, *a, **k):
+        for i in (1, 2, 5, 20):
+            with open(d / f"node{i // 8}" / f"rank_{i:04d}.jsonl", "ab") as f:
+                f.write(b'{"event": "LATE", "rank": 9}\n')
+        return real(units, *a, **k)
+
+    monkeypatch.setattr(ing, "_dispatch", grow)
+    tables = []
+    for name, joinable in (("joined", unit_mod._joinable), ("alone", lambda p, cap: False)):
+        write_files(d, 24)   # the same files again (the last ingest grew some)
+        monkeypatch.setattr(unit_mod, "_joinable", joinable)
+        forensics.ingest([str(d)], tmp_path / name, workers=1)
+        tables.append(store_tables(tmp_path / name))
+    (ev, rj, srcs), (ev2, rj2, srcs2) = tables
+    assert_frame_equal(ev, ev2)
+    assert_frame_equal(rj, rj2)
+    assert srcs == srcs2
+    assert ev.filter(pl.col("event") == "LATE").height == 4
 
 
 def test_append_over_many_files_adds_up(tmp_path: Path) -> None:
@@ -151,7 +179,7 @@ def test_append_over_many_files_adds_up(tmp_path: Path) -> None:
 def test_scan_files_numbers_lines_per_file_with_each_files_hints() -> None:
     a = b'{"event": "A", "rank": 3}\n{"event": "B"}\n'
     b = b'not json\n{"event": "C", "host": "h9"}\n{"event": "D"}\n'
-    fb = scan_files([a, b], [(7, "hostA"), (None, "hostB")])
+    fb = scan_files(a + b, [len(a), len(a + b)], [(7, "hostA"), (None, "hostB")])
     assert fb.lines.tolist() == [2, 3] and fb.file_of.tolist() == [0, 0, 1, 1]
     t = fb.events.select(["rank", "host", "event", "line", "rank_source"]).to_pylist()
     assert [(r["rank"], r["host"], r["event"], r["line"], r["rank_source"]) for r in t] == [

@@ -41,7 +41,7 @@ from .formats import reader_for, sniff
 from .sources import (
     TAIL_BYTES,
     FileInfo,
-    expand,
+    expand_names,
     file_info_and_head,
     host_from_path,
     prefix_hash,
@@ -194,7 +194,7 @@ def _file_info_or_gone(path: str) -> tuple[FileInfo, _Looked | None] | str:
     """file_info (and, for a plain file, a _Looked), or the path when the file vanished since
     it was listed."""
     try:
-        info, head, tail = file_info_and_head(Path(path), resolved=True)   # expand's paths are resolved
+        info, head, tail = file_info_and_head(path, resolved=True)   # expand's paths are resolved
     except ForensicsError:
         if not os.path.exists(path):
             return os.path.realpath(path)
@@ -280,7 +280,7 @@ def ingest(
         cluster = DaskCluster(dask)  # before the lock: an unreachable scheduler writes nothing
         target = target.absolute()   # parts are written by workers whose working directory is not ours
     gmap = parse_gpu_map(gpu_map)
-    files = [str(p) for p in expand(inputs)]   # str: a Path costs ~4x its string, per file
+    files = expand_names(inputs)
     try:
         with locked(target):
             recover(target)
@@ -386,7 +386,8 @@ def _rank_key(head: bytes, fmt: str, rank_hint: int | None) -> int | None:
     JSON line names, else the rank its path names, else None (last). Only an ordering hint:
     parts are sorted by the ranks read, whatever this says (a path may name a local rank)."""
     if fmt == "jsonl":
-        m = _RANK_IN_LINE.search(head.split(b"\n", 1)[0])
+        nl = head.find(b"\n")
+        m = _RANK_IN_LINE.search(head, 0, nl if nl >= 0 else len(head))   # the first line, not copied
         if m:
             return int(m.group(1))
     return rank_hint
@@ -561,12 +562,12 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     def absorb(u: Unit, res: UnitResult) -> None:
         """A finished unit's parts and counts into the part table and its sources (as units
         finish: 100,000 files' counts are not all held at once)."""
-        for rel, entry in ((os.path.relpath(u.events_part, writer.staging), res.events_part),
-                           (os.path.relpath(u.rejects_part, writer.staging), res.rejects_part)):
+        ev_rel, rj_rel = os.path.relpath(u.events_part, writer.staging), os.path.relpath(u.rejects_part, writer.staging)
+        for rel, entry in ((ev_rel, res.events_part), (rj_rel, res.rejects_part)):
             if entry is not None:
                 parts[rel] = {"path": rel, **entry}
         for piece, pr in zip(u.pieces, res.pieces):
-            _merge(sources[piece.path], pr, writer, u)
+            _merge(sources[piece.path], pr, ev_rel, rj_rel)
             if pr.kernel_rows:   # a trace's GPU activities: one part, one source, no rank range
                 rel = os.path.relpath(piece.kernels_part, writer.staging)
                 sources[piece.path].setdefault("kernel_parts", []).append(rel)
@@ -808,8 +809,9 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
                 procs.shutdown(cancel_futures=True)
 
 
-def _merge(s: dict[str, Any], r: PieceResult, writer: StoreWriter, u: Unit) -> None:
-    """Add one piece's counts to its source, and the unit's parts to the source's part lists."""
+def _merge(s: dict[str, Any], r: PieceResult, events_part: str, rejects_part: str) -> None:
+    """Add one piece's counts to its source, and its unit's parts (paths in the store) to the
+    source's part lists."""
     s["lines_read"] += r.lines
     s["events"] += r.events
     s["rejected"] += r.rejected
@@ -825,9 +827,9 @@ def _merge(s: dict[str, Any], r: PieceResult, writer: StoreWriter, u: Unit) -> N
     if r.end_ts and (s["end"] is None or r.end_ts > s["end"]):
         s["end"] = r.end_ts
     if r.wrote_events:
-        s["event_parts"].append(os.path.relpath(u.events_part, writer.staging))
+        s["event_parts"].append(events_part)
     if r.wrote_rejects:
-        s["reject_parts"].append(os.path.relpath(u.rejects_part, writer.staging))
+        s["reject_parts"].append(rejects_part)
     if r.problem:
         s["problems"] = [*s.get("problems", []), r.problem]
 
