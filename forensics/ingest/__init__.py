@@ -185,14 +185,15 @@ def _infos(paths: list[str]) -> list[tuple[FileInfo, _Looked | None, int | None,
     in futures and locks than a small file's planning), with the path's rank and host hints."""
     out: list[tuple[FileInfo, _Looked | None, int | None, str | None] | str] = []
     for path in paths:
-        item = _file_info_or_gone(path)
-        out.append(item if isinstance(item, str) else (*item, rank_from_path(item[0].path), host_from_path(item[0].path)))
+        rank = rank_from_path(path)   # expand's paths are the sources' (resolved)
+        item = _file_info_or_gone(path, rank)
+        out.append(item if isinstance(item, str) else (*item, rank, host_from_path(path)))
     return out
 
 
-def _file_info_or_gone(path: str) -> tuple[FileInfo, _Looked | None] | str:
+def _file_info_or_gone(path: str, rank_hint: int | None) -> tuple[FileInfo, _Looked | None] | str:
     """file_info (and, for a plain file, a _Looked), or the path when the file vanished since
-    it was listed."""
+    it was listed. `rank_hint`: the rank the path names."""
     try:
         info, head, tail = file_info_and_head(path, resolved=True)   # expand's paths are resolved
     except ForensicsError:
@@ -211,7 +212,7 @@ def _file_info_or_gone(path: str) -> tuple[FileInfo, _Looked | None] | str:
         end = info.size - len(tail) + tail.rfind(b"\n") + 1   # the last newline is in the tail read
     else:
         end = None
-    return info, _Looked(fmt, _rank_key(first, fmt, rank_from_path(info.path)), end,
+    return info, _Looked(fmt, _rank_key(first, fmt, rank_hint), end,
                          head if len(head) == info.size <= CARRY_BYTES else None)
 
 

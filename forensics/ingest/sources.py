@@ -140,16 +140,16 @@ def file_info_and_head(path: str | Path, resolved: bool = False) -> tuple[FileIn
     is already absolute and free of symlinks (expand's paths)."""
     p = str(path) if resolved else str(Path(path).resolve())
     try:
-        st = os.stat(p)
-        with open(p, "rb") as f:
+        # os-level calls, not open(): no file objects (half the CPU of a one-line file's read)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)
             # no more than the file holds: a 1 MiB read buffer for a 150-byte file cost more
             # than the rest of its planning
-            head = f.read(min(HEAD_BYTES, st.st_size + 1))
-            if st.st_size > HEAD_BYTES:
-                f.seek(max(HEAD_BYTES, st.st_size - TAIL_BYTES))
-                tail = f.read(TAIL_BYTES)
-            else:
-                tail = b""
+            head = _read_at(fd, min(HEAD_BYTES, st.st_size + 1), 0)
+            tail = _read_at(fd, TAIL_BYTES, max(HEAD_BYTES, st.st_size - TAIL_BYTES)) if st.st_size > HEAD_BYTES else b""
+        finally:
+            os.close(fd)
     except OSError as e:
         raise ForensicsError(f"cannot read {path}", where=str(path), reason=e.strerror, code=UNREADABLE) from None
     h = hashlib.blake2b(head, digest_size=16)
@@ -158,6 +158,15 @@ def file_info_and_head(path: str | Path, resolved: bool = False) -> tuple[FileIn
     h.update(str(st.st_size).encode())
     fp = h.hexdigest()
     return FileInfo(p, st.st_size, st.st_mtime, compression_of(head[:4]), fp, hh), head, tail
+
+
+def _read_at(fd: int, n: int, at: int) -> bytes:
+    """Up to n bytes from offset `at` (fewer only at the end of the file)."""
+    out = os.pread(fd, n, at)
+    if 0 < len(out) < n:   # a short read before the end (rare): read on
+        more = _read_at(fd, n - len(out), at + len(out))
+        out += more
+    return out
 
 
 def prefix_hash(path: str, n: int) -> str:
