@@ -146,8 +146,9 @@ def file_info_and_head(path: str | Path, resolved: bool = False) -> tuple[FileIn
             st = os.fstat(fd)
             # no more than the file holds: a 1 MiB read buffer for a 150-byte file cost more
             # than the rest of its planning
-            head = _read_at(fd, min(HEAD_BYTES, st.st_size + 1), 0)
-            tail = _read_at(fd, TAIL_BYTES, max(HEAD_BYTES, st.st_size - TAIL_BYTES)) if st.st_size > HEAD_BYTES else b""
+            head = _read_at(fd, min(HEAD_BYTES, st.st_size + 1), 0, st.st_size)
+            tail = (_read_at(fd, TAIL_BYTES, max(HEAD_BYTES, st.st_size - TAIL_BYTES), st.st_size)
+                    if st.st_size > HEAD_BYTES else b"")
         finally:
             os.close(fd)
     except OSError as e:
@@ -160,12 +161,11 @@ def file_info_and_head(path: str | Path, resolved: bool = False) -> tuple[FileIn
     return FileInfo(p, st.st_size, st.st_mtime, compression_of(head[:4]), fp, hh), head, tail
 
 
-def _read_at(fd: int, n: int, at: int) -> bytes:
-    """Up to n bytes from offset `at` (fewer only at the end of the file)."""
+def _read_at(fd: int, n: int, at: int, size: int) -> bytes:
+    """Up to n bytes from offset `at` (fewer only at the end of the file; `size`: its size)."""
     out = os.pread(fd, n, at)
-    if 0 < len(out) < n:   # a short read before the end (rare): read on
-        more = _read_at(fd, n - len(out), at + len(out))
-        out += more
+    if 0 < len(out) < n and at + len(out) < size:   # a short read before the end (rare): read on
+        out += _read_at(fd, n - len(out), at + len(out), size)
     return out
 
 

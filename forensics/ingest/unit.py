@@ -289,16 +289,14 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
 
 
 def _read_into(path: str, into: memoryview) -> int:
-    """Read the file's first len(into) bytes into `into` (unbuffered: one read call for a small
-    file); how many there were."""
-    n = 0
-    with open(path, "rb", buffering=0) as f:
-        while n < len(into):
-            got = f.readinto(into[n:])
-            if not got:
-                break
-            n += got
-    return n
+    """Read the file's first len(into) bytes into `into` in one read call (no file object; a
+    short read of a file not at its end, rare, leaves it short: it is then read by its reader);
+    how many there were."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.readv(fd, [into])
+    finally:
+        os.close(fd)
 
 
 def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: bytes | None = None) -> PieceResult:
