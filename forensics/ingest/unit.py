@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+from datetime import timedelta
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
-from ..store import COMPRESSION, ROW_GROUP, PartWriter, arrow_array, min_max
+from ..store import _EPOCH, COMPRESSION, ROW_GROUP, PartWriter, arrow_array, min_max
 from ..summaries import Partial
 from . import native
 from .formats import ReaderContext, reader_for
@@ -258,23 +259,7 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
         if not (fb.in_order or _in_order(ev)):
             ev = ev.sort_by(_ORDER)   # stable: a rank's files stay in their order
         ew.add(ev, in_order=True)
-        # per file: rows, ranks, hosts, first and last time, where the ranks came from
-        df = pl.from_arrow(fb.events.select(["rank", "host", "timestamp", "rank_source"])).with_columns(
-            pl.Series("file", fb.file_of))
-        per = df.group_by("file").agg(
-            pl.len().alias("n"), pl.col("rank").drop_nulls().unique().sort().alias("ranks"),
-            pl.col("host").drop_nulls().unique().sort().alias("hosts"),
-            pl.col("timestamp").min().alias("tmin"), pl.col("timestamp").max().alias("tmax"))
-        # column lists, naive UTC times (iter_rows and zone-aware values cost ~50 us a file)
-        per = per.with_columns(pl.col("tmin", "tmax").dt.replace_time_zone(None))
-        for f, n, ranks, hosts, tmin, tmax in zip(*(per[c].to_list() for c in per.columns)):
-            r = out[idx[f]]
-            r.events, r.wrote_events, r.ranks, r.hosts = n, True, ranks, hosts
-            r.start_ts = tmin.isoformat() + "+00:00" if tmin is not None else None
-            r.end_ts = tmax.isoformat() + "+00:00" if tmax is not None else None
-        srcs = df.group_by("file", pl.col("rank_source").cast(pl.String)).len()
-        for f, src, n in srcs.iter_rows():
-            out[idx[f]].rank_sources[src] = n
+        _count_per_file(fb.events, fb.file_of, [out[k] for k in idx])
     rj = fb.rejects
     if rj.height:
         files = rj["file"].to_numpy()
@@ -286,6 +271,73 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
             r.wrote_rejects = True
             r.rejected_by_reason[reason] = r.rejected_by_reason.get(reason, 0) + n
     return out, held
+
+
+def _numbers(a: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """An integer (or timestamp) column's values as int64 (0 where null) and where they are
+    valid, read from its buffers (Array.to_numpy imports pandas)."""
+    arr = a.combine_chunks()
+    n, off, dt = len(arr), arr.offset, np.dtype(f"int{arr.type.bit_width}")
+    values = np.frombuffer(arr.buffers()[1], dtype=dt, count=n, offset=off * dt.itemsize).astype(np.int64)
+    if not arr.null_count:
+        return values, np.ones(n, dtype=bool)
+    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+    valid = np.unpackbits(bits, count=off + n, bitorder="little")[off:].astype(bool)
+    return np.where(valid, values, 0), valid
+
+
+def _count_per_file(ev: pa.Table, file_of: np.ndarray, results: list[PieceResult]) -> None:
+    """Per file of scan_files' events (rows in file order, `file_of` their file's index in
+    `results`): its rows, ranks, hosts, first and last time and where its ranks came from, into
+    its result. numpy over the block's rows, then a little Python per file (a polars group_by
+    per block cost ~3 ms: a tenth of the per-file path's CPU on 4,096 files)."""
+    counts = np.bincount(file_of, minlength=len(results))
+    files = np.flatnonzero(counts)
+    starts = (np.cumsum(counts) - counts)[files]
+    big = np.iinfo(np.int64)
+
+    def span(values: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per file with rows: the least and greatest valid value, and how many are valid."""
+        return (np.minimum.reduceat(np.where(valid, values, big.max), starts),
+                np.maximum.reduceat(np.where(valid, values, big.min), starts),
+                np.add.reduceat(valid.astype(np.int64), starts))
+
+    def pairs(values: np.ndarray, valid: np.ndarray) -> list[tuple[int, int, int]]:
+        """(file, value, rows) of each valid value a file holds (a file's values in order). A
+        file of one value (most: one rank, one host) is told by its span; the others by np.unique."""
+        lo, hi, n = span(values, valid)
+        one = (lo == hi) & (n > 0)
+        out = list(zip(files[one].tolist(), lo[one].tolist(), n[one].tolist()))
+        mixed = files[(lo != hi) & (n > 0)]
+        if len(mixed):
+            rows = valid & np.isin(file_of, mixed)
+            u, k = np.unique(np.stack([file_of[rows], values[rows]], axis=1), axis=0, return_counts=True)
+            out += zip(u[:, 0].tolist(), u[:, 1].tolist(), k.tolist())
+        return out
+
+    def strings(name: str) -> list[tuple[int, str, int]]:
+        """pairs() of a string column (or of an enum's: a dictionary column)."""
+        col = ev[name]
+        d = (col.unify_dictionaries() if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)).combine_chunks()
+        names = d.dictionary.to_pylist()
+        return [(f, names[code], n) for f, code, n in pairs(*_numbers(pa.chunked_array([d.indices])))]
+
+    ranks: list[list[int]] = [[] for _ in results]
+    for f, rank, _ in pairs(*_numbers(ev["rank"])):
+        ranks[f].append(rank)
+    hosts: list[list[str]] = [[] for _ in results]
+    for f, host, _ in strings("host"):
+        hosts[f].append(host)
+    for f, kind, n in strings("rank_source"):
+        results[f].rank_sources[kind] = n
+    # first and last time of each file: over the times it has (None: none)
+    lo, hi, timed = span(*_numbers(ev["timestamp"]))
+    for f, n, t, a, b in zip(files.tolist(), counts[files].tolist(), timed.tolist(), lo.tolist(), hi.tolist()):
+        r = results[f]
+        r.events, r.wrote_events, r.ranks, r.hosts = n, True, ranks[f], sorted(hosts[f])
+        if t:
+            r.start_ts = (_EPOCH + timedelta(microseconds=a)).isoformat()
+            r.end_ts = (_EPOCH + timedelta(microseconds=b)).isoformat()
 
 
 def _read_into(path: str, into: memoryview) -> int:
