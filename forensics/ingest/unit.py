@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import io
 import os
-from datetime import timedelta
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
