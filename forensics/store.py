@@ -347,7 +347,7 @@ def write_sources_table(sources: list[dict[str, Any]], path: Path) -> None:
 
     for k in _JSON_FIELDS:
         cols[k] = [text(s.get(k)) for s in sources]
-    cols["more"] = [text({k: v for k, v in s.items() if k not in known}) for s in sources]
+    cols["more"] = ["{}" if known.issuperset(s) else text({k: v for k, v in s.items() if k not in known}) for s in sources]
     cols["mtime"] = [float(x) if x is not None else None for x in cols["mtime"]]
     schema = {**_SCALARS, **_LIST_FIELDS, **{k: pl.String for k in _JSON_FIELDS}, "more": pl.String}
     # built from the lists' buffers (polars' constructor took ~5x longer for 100,000 sources, and
@@ -359,7 +359,7 @@ def write_sources_table(sources: list[dict[str, Any]], path: Path) -> None:
 
 def _validity(values: list[Any]) -> tuple[Any, int]:
     """The validity bitmap of a list's None entries (None when there are none) and their count."""
-    nulls = sum(v is None for v in values)
+    nulls = values.count(None)
     if not nulls:
         return None, 0
     bits = np.packbits(np.fromiter((v is not None for v in values), dtype=bool, count=len(values)), bitorder="little")

@@ -159,14 +159,14 @@ def test_file_that_shrank_or_vanished_while_read(tmp_path: Path, monkeypatch, ca
 
 def test_file_vanished_between_listing_and_fingerprint(tmp_path: Path, monkeypatch) -> None:
     d = make_run(tmp_path / "logs", ranks=2)
-    real = ing.expand
+    real = ing.expand_names
 
     def listing(inputs):
         files = real(inputs)
         os.unlink(d / "rank_1.jsonl")
         return files
 
-    monkeypatch.setattr(ing, "expand", listing)
+    monkeypatch.setattr(ing, "expand_names", listing)
     s = forensics.ingest([str(d)], tmp_path / "st")
     assert s.files == 1 and [Path(p["path"]).name for p in s.problems] == ["rank_1.jsonl"]
 

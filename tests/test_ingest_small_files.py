@@ -115,12 +115,40 @@ def test_many_files_path_gives_the_store_of_the_per_file_path(tmp_path: Path, mo
     d = tmp_path / "logs"
     write_files(d, 160)
     forensics.ingest([str(d)], tmp_path / "joined", workers=1)
-    monkeypatch.setattr(unit_mod, "_joinable", lambda p: False)   # every file through its reader, alone
+    monkeypatch.setattr(unit_mod, "_joinable", lambda p, cap: False)   # every file through its reader, alone
     forensics.ingest([str(d)], tmp_path / "alone", workers=1)
     a, b = store_tables(tmp_path / "joined"), store_tables(tmp_path / "alone")
     assert_frame_equal(a[0], b[0])
     assert_frame_equal(a[1], b[1])
     assert a[2] == b[2]
+
+
+def test_files_that_grew_after_planning_leave_their_neighbours_intact(tmp_path: Path, monkeypatch) -> None:
+    """_read_files reads the files into one buffer, each asked for one byte more than listed: a
+    file that grew since planning is left to its reader, and the next file's bytes are its own
+    (the grown file's extra byte is overwritten). Same store as the per-file path."""
+    d = tmp_path / "logs"
+    monkeypatch.setattr(ing, "CARRY_BYTES", 0)   # read by the unit, not carried from planning
+    real = ing._dispatch
+
+    def grow(units, *a, **k):
+        for i in (1, 2, 5, 20):
+            with open(d / f"node{i // 8}" / f"rank_{i:04d}.jsonl", "ab") as f:
+                f.write(b'{"event": "LATE", "rank": 9}\n')
+        return real(units, *a, **k)
+
+    monkeypatch.setattr(ing, "_dispatch", grow)
+    tables = []
+    for name, joinable in (("joined", unit_mod._joinable), ("alone", lambda p, cap: False)):
+        write_files(d, 24)   # the same files again (the last ingest grew some)
+        monkeypatch.setattr(unit_mod, "_joinable", joinable)
+        forensics.ingest([str(d)], tmp_path / name, workers=1)
+        tables.append(store_tables(tmp_path / name))
+    (ev, rj, srcs), (ev2, rj2, srcs2) = tables
+    assert_frame_equal(ev, ev2)
+    assert_frame_equal(rj, rj2)
+    assert srcs == srcs2
+    assert ev.filter(pl.col("event") == "LATE").height == 4
 
 
 def test_append_over_many_files_adds_up(tmp_path: Path) -> None:
@@ -151,7 +179,7 @@ def test_append_over_many_files_adds_up(tmp_path: Path) -> None:
 def test_scan_files_numbers_lines_per_file_with_each_files_hints() -> None:
     a = b'{"event": "A", "rank": 3}\n{"event": "B"}\n'
     b = b'not json\n{"event": "C", "host": "h9"}\n{"event": "D"}\n'
-    fb = scan_files([a, b], [(7, "hostA"), (None, "hostB")])
+    fb = scan_files(a + b, [len(a), len(a + b)], [(7, "hostA"), (None, "hostB")])
     assert fb.lines.tolist() == [2, 3] and fb.file_of.tolist() == [0, 0, 1, 1]
     t = fb.events.select(["rank", "host", "event", "line", "rank_source"]).to_pylist()
     assert [(r["rank"], r["host"], r["event"], r["line"], r["rank_source"]) for r in t] == [
@@ -214,3 +242,53 @@ def test_append_with_a_step_logged_without_time_is_no_traceback(tmp_path: Path) 
     (d / "rank_1b.jsonl").write_bytes(json.dumps(rec(1, 3)).encode() + b"\n")
     s = forensics.ingest([str(d)], st, append=True)
     assert s.new_files == 1 and s.lines_read == 2 and s.events == 2
+
+
+def _count_per_file_by_polars(ev, file_of, n_files: int) -> list[tuple]:
+    """The per-file counts as a polars group_by gave them (the code unit._count_per_file replaced)."""
+    df = pl.from_arrow(ev.select(["rank", "host", "timestamp", "rank_source"])).with_columns(pl.Series("file", file_of))
+    per = df.group_by("file").agg(
+        pl.len().alias("n"), pl.col("rank").drop_nulls().unique().sort().alias("ranks"),
+        pl.col("host").drop_nulls().unique().sort().alias("hosts"),
+        pl.col("timestamp").min().alias("tmin"), pl.col("timestamp").max().alias("tmax"))
+    out = [(0, False, [], [], None, None, {}) for _ in range(n_files)]
+    for f, n, ranks, hosts, tmin, tmax in per.iter_rows():
+        out[f] = (n, True, ranks, hosts, tmin.isoformat() if tmin else None, tmax.isoformat() if tmax else None, {})
+    for f, src, n in df.group_by("file", pl.col("rank_source").cast(pl.String)).len().iter_rows():
+        out[f][6][src] = n
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_count_per_file_matches_a_group_by(seed: int) -> None:
+    """unit._count_per_file (numpy) against the polars group_by it replaced, on random rows:
+    files without rows (gaps, also at the end), null ranks, hosts and times, a file without any
+    time, negative ranks, repeated values."""
+    import numpy as np
+    import pyarrow as pa
+
+    from forensics.schema import arrow_schema
+
+    rng = np.random.default_rng(seed)
+    n_files, n = 30, int(rng.integers(3, 400))
+    file_of = np.sort(rng.choice(np.arange(n_files)[rng.random(n_files) < 0.6], n))   # in file order, as scan_files gives them
+    null = lambda p: rng.random(n) < p   # noqa: E731
+    ranks = rng.integers(-3, 5, n) * int(rng.choice([1, 1 << 20]))
+    hosts = np.array(["node1", "node10", "node2", "nodé", "a"])[rng.integers(0, 5, n)]
+    us = 1_749_736_800_000_000 + rng.integers(-10**7, 10**7, n) * int(rng.choice([1, 1000, 10**6]))
+    t_null = null(0.3) | (file_of == file_of[-1])   # the last file has no time at all
+    kinds = ["record", "path", "none"]
+    schema = arrow_schema()
+    ev = pa.table({
+        "rank": pa.array([None if m else int(r) for r, m in zip(ranks, null(0.2))], pa.int32()),
+        "host": pa.array([None if m else h for h, m in zip(hosts, null(0.2))], pa.large_string()),
+        "timestamp": pa.array([None if m else int(x) for x, m in zip(us, t_null)], pa.timestamp("us", tz="UTC")),
+        "rank_source": pa.array([kinds[k] for k in rng.integers(0, 3, n)], pa.large_string()).cast(
+            schema.field("rank_source").type),
+    })
+    cut = seed % 3   # a slice of the rows
+    ev, file_of = ev.slice(cut), file_of[cut:]
+    results = [unit_mod.PieceResult("f", 0, 0) for _ in range(n_files)]
+    unit_mod._count_per_file(ev, file_of, results)
+    got = [(r.events, r.wrote_events, r.ranks, r.hosts, r.start_ts, r.end_ts, r.rank_sources) for r in results]
+    assert got == _count_per_file_by_polars(ev, file_of, n_files)

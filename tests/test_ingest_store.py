@@ -358,7 +358,7 @@ def test_small_plain_file_is_opened_once_or_twice(tmp_path: Path, monkeypatch: p
     with open(d / "rank_2.jsonl", "ab") as f:
         f.write(b'{"timestamp": "2025-06-12T14:59:00Z", "rank": 2, "ev')   # truncated last line
     opens: dict[str, int] = {}
-    real_open, real_io_open = builtins.open, io.open
+    real_open, real_io_open, real_os_open = builtins.open, io.open, os.open
 
     def counting(real):
         def op(file, *a, **k):
@@ -369,6 +369,7 @@ def test_small_plain_file_is_opened_once_or_twice(tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(builtins, "open", counting(real_open))
     monkeypatch.setattr(io, "open", counting(real_io_open))
+    monkeypatch.setattr(os, "open", counting(real_os_open))   # planning and the many-files path read so
     s = forensics.ingest([str(d)], tmp_path / "store", workers=1)
     monkeypatch.undo()
     assert sorted(opens.values()) == ([1, 1, 1] if carry else [2, 2, 2]), opens

@@ -41,7 +41,7 @@ from .formats import reader_for, sniff
 from .sources import (
     TAIL_BYTES,
     FileInfo,
-    expand,
+    expand_names,
     file_info_and_head,
     host_from_path,
     prefix_hash,
@@ -185,16 +185,17 @@ def _infos(paths: list[str]) -> list[tuple[FileInfo, _Looked | None, int | None,
     in futures and locks than a small file's planning), with the path's rank and host hints."""
     out: list[tuple[FileInfo, _Looked | None, int | None, str | None] | str] = []
     for path in paths:
-        item = _file_info_or_gone(path)
-        out.append(item if isinstance(item, str) else (*item, rank_from_path(item[0].path), host_from_path(item[0].path)))
+        rank = rank_from_path(path)   # expand's paths are the sources' (resolved)
+        item = _file_info_or_gone(path, rank)
+        out.append(item if isinstance(item, str) else (*item, rank, host_from_path(path)))
     return out
 
 
-def _file_info_or_gone(path: str) -> tuple[FileInfo, _Looked | None] | str:
+def _file_info_or_gone(path: str, rank_hint: int | None) -> tuple[FileInfo, _Looked | None] | str:
     """file_info (and, for a plain file, a _Looked), or the path when the file vanished since
-    it was listed."""
+    it was listed. `rank_hint`: the rank the path names."""
     try:
-        info, head, tail = file_info_and_head(Path(path), resolved=True)   # expand's paths are resolved
+        info, head, tail = file_info_and_head(path, resolved=True)   # expand's paths are resolved
     except ForensicsError:
         if not os.path.exists(path):
             return os.path.realpath(path)
@@ -211,7 +212,7 @@ def _file_info_or_gone(path: str) -> tuple[FileInfo, _Looked | None] | str:
         end = info.size - len(tail) + tail.rfind(b"\n") + 1   # the last newline is in the tail read
     else:
         end = None
-    return info, _Looked(fmt, _rank_key(first, fmt, rank_from_path(info.path)), end,
+    return info, _Looked(fmt, _rank_key(first, fmt, rank_hint), end,
                          head if len(head) == info.size <= CARRY_BYTES else None)
 
 
@@ -280,7 +281,7 @@ def ingest(
         cluster = DaskCluster(dask)  # before the lock: an unreachable scheduler writes nothing
         target = target.absolute()   # parts are written by workers whose working directory is not ours
     gmap = parse_gpu_map(gpu_map)
-    files = [str(p) for p in expand(inputs)]   # str: a Path costs ~4x its string, per file
+    files = expand_names(inputs)
     try:
         with locked(target):
             recover(target)
@@ -386,7 +387,8 @@ def _rank_key(head: bytes, fmt: str, rank_hint: int | None) -> int | None:
     JSON line names, else the rank its path names, else None (last). Only an ordering hint:
     parts are sorted by the ranks read, whatever this says (a path may name a local rank)."""
     if fmt == "jsonl":
-        m = _RANK_IN_LINE.search(head.split(b"\n", 1)[0])
+        nl = head.find(b"\n")
+        m = _RANK_IN_LINE.search(head, 0, nl if nl >= 0 else len(head))   # the first line, not copied
         if m:
             return int(m.group(1))
     return rank_hint
@@ -561,12 +563,12 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     def absorb(u: Unit, res: UnitResult) -> None:
         """A finished unit's parts and counts into the part table and its sources (as units
         finish: 100,000 files' counts are not all held at once)."""
-        for rel, entry in ((os.path.relpath(u.events_part, writer.staging), res.events_part),
-                           (os.path.relpath(u.rejects_part, writer.staging), res.rejects_part)):
+        ev_rel, rj_rel = os.path.relpath(u.events_part, writer.staging), os.path.relpath(u.rejects_part, writer.staging)
+        for rel, entry in ((ev_rel, res.events_part), (rj_rel, res.rejects_part)):
             if entry is not None:
                 parts[rel] = {"path": rel, **entry}
         for piece, pr in zip(u.pieces, res.pieces):
-            _merge(sources[piece.path], pr, writer, u)
+            _merge(sources[piece.path], pr, ev_rel, rj_rel)
             if pr.kernel_rows:   # a trace's GPU activities: one part, one source, no rank range
                 rel = os.path.relpath(piece.kernels_part, writer.staging)
                 sources[piece.path].setdefault("kernel_parts", []).append(rel)
@@ -808,8 +810,9 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
                 procs.shutdown(cancel_futures=True)
 
 
-def _merge(s: dict[str, Any], r: PieceResult, writer: StoreWriter, u: Unit) -> None:
-    """Add one piece's counts to its source, and the unit's parts to the source's part lists."""
+def _merge(s: dict[str, Any], r: PieceResult, events_part: str, rejects_part: str) -> None:
+    """Add one piece's counts to its source, and its unit's parts (paths in the store) to the
+    source's part lists."""
     s["lines_read"] += r.lines
     s["events"] += r.events
     s["rejected"] += r.rejected
@@ -825,9 +828,9 @@ def _merge(s: dict[str, Any], r: PieceResult, writer: StoreWriter, u: Unit) -> N
     if r.end_ts and (s["end"] is None or r.end_ts > s["end"]):
         s["end"] = r.end_ts
     if r.wrote_events:
-        s["event_parts"].append(os.path.relpath(u.events_part, writer.staging))
+        s["event_parts"].append(events_part)
     if r.wrote_rejects:
-        s["reject_parts"].append(os.path.relpath(u.rejects_part, writer.staging))
+        s["reject_parts"].append(rejects_part)
     if r.problem:
         s["problems"] = [*s.get("problems", []), r.problem]
 

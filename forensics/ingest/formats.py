@@ -40,7 +40,7 @@ def sniff(head: bytes, path: str) -> str:
 
     jsonl | hf_state | kineto | flight_recorder | nvidia_smi | dcgm | console | empty
     """
-    if not head.strip():
+    if not head or head.isspace():   # (not head.strip(): that copies a head that ends in a newline)
         return "empty"
     if PICKLE_MAGIC.match(head):
         return "flight_recorder"
@@ -51,10 +51,11 @@ def sniff(head: bytes, path: str) -> str:
         if json_like * 2 > len(lines):
             return "jsonl"  # a JSONL file whose first line is crash debris
     if s.startswith(b"{"):
-        first = s.split(b"\n", 1)[0].strip()
+        nl = s.find(b"\n")
+        first = (s[:nl] if nl >= 0 else s).strip()   # slicing, not split: that copied the rest of the head
         if first.startswith(b'{"log":') and b'"stream":' in first:
             return "console"  # Docker json-file: console text in a JSON envelope (console.py unwraps it)
-        if b'"traceEvents"' in head[:65536] or b'"schemaVersion"' in first:
+        if head.find(b'"traceEvents"', 0, 65536) >= 0 or b'"schemaVersion"' in first:
             return "kineto"
         if b'"log_history"' in head or (first == b"{" and b'"global_step"' in head):
             return "hf_state"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..schema import REJECT_SCHEMA, arrow_schema, conform
-from ..store import COMPRESSION, ROW_GROUP, PartWriter, arrow_array, min_max
+from ..store import _EPOCH, COMPRESSION, ROW_GROUP, PartWriter, arrow_array, min_max
 from ..summaries import Partial
 from . import native
 from .formats import ReaderContext, reader_for
@@ -158,10 +159,10 @@ def _write_kernels(u: Piece, kernels: pa.Table) -> None:
 JOIN_MAX = 1 << 20   # whole plain JSON-lines files up to this size are read many to a scanner call
 
 
-def _joinable(p: Piece) -> bool:
-    """A whole small plain JSON-lines file, for the many-files path (_read_files)."""
-    return (p.fmt == "jsonl" and p.compression == "none" and p.start == 0 and p.end < 0
-            and 0 < p.size <= min(JOIN_MAX, max_line_bytes()) and native.available())
+def _joinable(p: Piece, cap: int) -> bool:
+    """A whole small plain JSON-lines file, for the many-files path (_read_files). `cap`: the
+    largest such file (0 without the compiled scanner)."""
+    return p.fmt == "jsonl" and p.compression == "none" and p.start == 0 and p.end < 0 and 0 < p.size <= cap
 
 
 def run_unit(u: Unit) -> UnitResult:
@@ -176,15 +177,18 @@ def run_unit(u: Unit) -> UnitResult:
     rw = PartWriter(u.rejects_part, "rejects")
     out = UnitResult(pieces=[], bytes=u.weight)
     results: list[PieceResult | None] = [None] * len(u.pieces)
+    # the cap once per unit, not per file (it reads the environment)
+    cap = min(JOIN_MAX, max_line_bytes()) if native.available() else 0
+    joinable = [_joinable(p, cap) for p in u.pieces]
     try:
         i = 0
         while i < len(u.pieces):
-            if not _joinable(u.pieces[i]):
+            if not joinable[i]:
                 results[i] = _read_piece(u.pieces[i], u, ew, rw)
                 i += 1
                 continue
             j, size = i, 0
-            while j < len(u.pieces) and _joinable(u.pieces[j]) and (j == i or size + u.pieces[j].size <= u.block_bytes):
+            while j < len(u.pieces) and joinable[j] and (j == i or size + u.pieces[j].size <= u.block_bytes):
                 size += u.pieces[j].size
                 j += 1
             done, held = _read_files(u.pieces[i:j], ew, rw)
@@ -215,27 +219,36 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
     size, unreadable) or without a final newline (its last line is the reader's to judge) is
     left out, for _read_piece to read and report; the second dict holds the bytes already read
     of those of the listed size (read once, not twice)."""
-    bufs: list[bytes] = []
+    # The files are read straight into one buffer, each where the last kept one ends (no bytes
+    # object per file, no join). A file is asked for one byte more than listed: one that grew
+    # is seen, its bytes overwritten by the next file (the buffer has that one byte to spare).
+    buf = bytearray(sum(p.size for p in pieces) + 1)
+    mv = memoryview(buf)
+    ends: list[int] = []
     idx: list[int] = []
     held: dict[int, bytes] = {}
+    pos = 0
     for k, p in enumerate(pieces):
-        data = p.data
-        if data is None:
+        if p.data is not None:   # the whole file, read by planning
+            n = len(p.data)
+            if n <= p.size:
+                mv[pos:pos + n] = p.data
+        else:
             try:
-                with open(p.path, "rb") as f:
-                    data = f.read(p.size + 1)
+                n = _read_into(p.path, mv[pos:pos + p.size + 1])
             except OSError:
                 continue
-        if len(data) == p.size and data.endswith(b"\n"):
-            bufs.append(data)
+        if n == p.size and buf[pos + n - 1] == 10:   # ends with a newline
             idx.append(k)
-        elif len(data) == p.size:
-            held[k] = data
-    if not bufs:
+            pos += n
+            ends.append(pos)
+        elif n == p.size:
+            held[k] = bytes(mv[pos:pos + n])
+    if not idx:
         return {}, held
     chosen = [pieces[k] for k in idx]
-    fb = scan_files(bufs, [(p.rank_hint, p.host_hint) for p in chosen])
-    del bufs
+    fb = scan_files(mv[:pos], ends, [(p.rank_hint, p.host_hint) for p in chosen])
+    del mv, buf
     out = {k: PieceResult(p.path, 0, p.size, lines=int(n)) for k, p, n in zip(idx, chosen, fb.lines)}
     ev = fb.events
     schema = arrow_schema()
@@ -246,23 +259,7 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
         if not (fb.in_order or _in_order(ev)):
             ev = ev.sort_by(_ORDER)   # stable: a rank's files stay in their order
         ew.add(ev, in_order=True)
-        # per file: rows, ranks, hosts, first and last time, where the ranks came from
-        df = pl.from_arrow(fb.events.select(["rank", "host", "timestamp", "rank_source"])).with_columns(
-            pl.Series("file", fb.file_of))
-        per = df.group_by("file").agg(
-            pl.len().alias("n"), pl.col("rank").drop_nulls().unique().sort().alias("ranks"),
-            pl.col("host").drop_nulls().unique().sort().alias("hosts"),
-            pl.col("timestamp").min().alias("tmin"), pl.col("timestamp").max().alias("tmax"))
-        # column lists, naive UTC times (iter_rows and zone-aware values cost ~50 us a file)
-        per = per.with_columns(pl.col("tmin", "tmax").dt.replace_time_zone(None))
-        for f, n, ranks, hosts, tmin, tmax in zip(*(per[c].to_list() for c in per.columns)):
-            r = out[idx[f]]
-            r.events, r.wrote_events, r.ranks, r.hosts = n, True, ranks, hosts
-            r.start_ts = tmin.isoformat() + "+00:00" if tmin is not None else None
-            r.end_ts = tmax.isoformat() + "+00:00" if tmax is not None else None
-        srcs = df.group_by("file", pl.col("rank_source").cast(pl.String)).len()
-        for f, src, n in srcs.iter_rows():
-            out[idx[f]].rank_sources[src] = n
+        _count_per_file(fb.events, fb.file_of, [out[k] for k in idx])
     rj = fb.rejects
     if rj.height:
         files = rj["file"].to_numpy()
@@ -274,6 +271,84 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
             r.wrote_rejects = True
             r.rejected_by_reason[reason] = r.rejected_by_reason.get(reason, 0) + n
     return out, held
+
+
+def _numbers(a: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """An integer (or timestamp) column's values as int64 (0 where null) and where they are
+    valid, read from its buffers (Array.to_numpy imports pandas)."""
+    arr = a.combine_chunks()
+    n, off, dt = len(arr), arr.offset, np.dtype(f"int{arr.type.bit_width}")
+    values = np.frombuffer(arr.buffers()[1], dtype=dt, count=n, offset=off * dt.itemsize).astype(np.int64)
+    if not arr.null_count:
+        return values, np.ones(n, dtype=bool)
+    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+    valid = np.unpackbits(bits, count=off + n, bitorder="little")[off:].astype(bool)
+    return np.where(valid, values, 0), valid
+
+
+def _count_per_file(ev: pa.Table, file_of: np.ndarray, results: list[PieceResult]) -> None:
+    """Per file of scan_files' events (rows in file order, `file_of` their file's index in
+    `results`): its rows, ranks, hosts, first and last time and where its ranks came from, into
+    its result. numpy over the block's rows, then a little Python per file (a polars group_by
+    per block cost ~3 ms: a tenth of the per-file path's CPU on 4,096 files)."""
+    counts = np.bincount(file_of, minlength=len(results))
+    files = np.flatnonzero(counts)
+    starts = (np.cumsum(counts) - counts)[files]
+    big = np.iinfo(np.int64)
+
+    def span(values: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per file with rows: the least and greatest valid value, and how many are valid."""
+        return (np.minimum.reduceat(np.where(valid, values, big.max), starts),
+                np.maximum.reduceat(np.where(valid, values, big.min), starts),
+                np.add.reduceat(valid.astype(np.int64), starts))
+
+    def pairs(values: np.ndarray, valid: np.ndarray) -> list[tuple[int, int, int]]:
+        """(file, value, rows) of each valid value a file holds (a file's values in order). A
+        file of one value (most: one rank, one host) is told by its span; the others by np.unique."""
+        lo, hi, n = span(values, valid)
+        one = (lo == hi) & (n > 0)
+        out = list(zip(files[one].tolist(), lo[one].tolist(), n[one].tolist()))
+        mixed = files[(lo != hi) & (n > 0)]
+        if len(mixed):
+            rows = valid & np.isin(file_of, mixed)
+            u, k = np.unique(np.stack([file_of[rows], values[rows]], axis=1), axis=0, return_counts=True)
+            out += zip(u[:, 0].tolist(), u[:, 1].tolist(), k.tolist())
+        return out
+
+    def strings(name: str) -> list[tuple[int, str, int]]:
+        """pairs() of a string column (or of an enum's: a dictionary column)."""
+        col = ev[name]
+        d = (col.unify_dictionaries() if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)).combine_chunks()
+        names = d.dictionary.to_pylist()
+        return [(f, names[code], n) for f, code, n in pairs(*_numbers(pa.chunked_array([d.indices])))]
+
+    ranks: list[list[int]] = [[] for _ in results]
+    for f, rank, _ in pairs(*_numbers(ev["rank"])):
+        ranks[f].append(rank)
+    hosts: list[list[str]] = [[] for _ in results]
+    for f, host, _ in strings("host"):
+        hosts[f].append(host)
+    for f, kind, n in strings("rank_source"):
+        results[f].rank_sources[kind] = n
+    # first and last time of each file: over the times it has (None: none)
+    lo, hi, timed = span(*_numbers(ev["timestamp"]))
+    for f, n, t, a, b in zip(files.tolist(), counts[files].tolist(), timed.tolist(), lo.tolist(), hi.tolist()):
+        r = results[f]
+        r.events, r.wrote_events, r.ranks, r.hosts = n, True, ranks[f], sorted(hosts[f])
+        if t:
+            r.start_ts = (_EPOCH + timedelta(microseconds=a)).isoformat()
+            r.end_ts = (_EPOCH + timedelta(microseconds=b)).isoformat()
+
+
+def _read_into(path: str, into: memoryview) -> int:
+    """Read the file's first len(into) bytes into `into` in one read call (no file object; a
+    short read of a file not at its end, rare, leaves it short: it is then read by its reader);
+    how many there were."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.readv(fd, [into])
+    finally:
+        os.close(fd)
 
 
 def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: bytes | None = None) -> PieceResult:
