@@ -201,7 +201,12 @@ def _write_at(target: Path, name: str, df: pl.DataFrame | Iterator[pl.DataFrame]
                 for piece in df:
                     t = piece.to_arrow()
                     if writer is None:
-                        writer = pq.ParquetWriter(tmp, t.schema, compression="zstd", write_statistics=True)
+                        # a dictionary only for the text columns: over the numbers it cost a third
+                        # of the write, for a bigger file (the 64-rank bench's step groups: 0.39 ->
+                        # 0.25 CPU s, 16.6 -> 11.9 MB)
+                        text = [f.name for f in t.schema if not pa.types.is_primitive(f.type)]
+                        writer = pq.ParquetWriter(tmp, t.schema, compression="zstd", write_statistics=True,
+                                                  use_dictionary=text)
                     writer.write_table(t.cast(writer.schema))
             finally:
                 if writer is not None:
@@ -734,9 +739,25 @@ def _assembled_steps(root: Path, parts: list[dict[str, Any]]) -> Iterator[pl.Dat
     # rows without a rank sort last: only the last part in rank order may hold them
     order = ranked + unranked
     if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
-        return (finish_group_states(pl.read_ipc(partial_path(root, s[3], STEPS)).lazy(), evidence=True)
-                .collect(engine="in-memory") for s in order)
+        return _ahead(lambda s: finish_group_states(pl.read_ipc(partial_path(root, s[3], STEPS)).lazy(), evidence=True)
+                      .collect(engine="in-memory"), order)
     return _finish(STEPS, _merge(STEPS, [pl.read_ipc(partial_path(root, p["path"], STEPS)) for p in parts]))
+
+
+def _ahead(fn: Callable[[Any], pl.DataFrame], items: list[Any]) -> Iterator[pl.DataFrame]:
+    """`fn` of each item in turn, the next one computed in a thread while the caller uses this
+    one (the commit reads and finishes a part's step groups while the last one is written: both
+    release the GIL); two pieces are held at most."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not items:
+        return
+    with ThreadPoolExecutor(1) as pool:
+        nxt = pool.submit(fn, items[0])
+        for item in items[1:]:
+            cur, nxt = nxt, pool.submit(fn, item)
+            yield cur.result()
+        yield nxt.result()
 
 
 __all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",
