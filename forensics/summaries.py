@@ -208,6 +208,7 @@ def _write_at(target: Path, name: str, df: pl.DataFrame | Iterator[pl.DataFrame]
                         writer = pq.ParquetWriter(tmp, t.schema, compression="zstd", write_statistics=True,
                                                   use_dictionary=text)
                     writer.write_table(t.cast(writer.schema))
+                    del piece, t   # not held while the next piece is made
             finally:
                 if writer is not None:
                     writer.close()
@@ -747,17 +748,17 @@ def _assembled_steps(root: Path, parts: list[dict[str, Any]]) -> Iterator[pl.Dat
 def _ahead(fn: Callable[[Any], pl.DataFrame], items: list[Any]) -> Iterator[pl.DataFrame]:
     """`fn` of each item in turn, the next one computed in a thread while the caller uses this
     one (the commit reads and finishes a part's step groups while the last one is written: both
-    release the GIL); two pieces are held at most."""
+    release the GIL). Two pieces are held at most when the caller drops each before the next."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if not items:
-        return
     with ThreadPoolExecutor(1) as pool:
-        nxt = pool.submit(fn, items[0])
-        for item in items[1:]:
-            cur, nxt = nxt, pool.submit(fn, item)
-            yield cur.result()
-        yield nxt.result()
+        nxt = pool.submit(fn, items[0]) if items else None
+        for k in range(len(items)):
+            assert nxt is not None
+            cur = nxt.result()
+            nxt = pool.submit(fn, items[k + 1]) if k + 1 < len(items) else None
+            yield cur
+            del cur
 
 
 __all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",
