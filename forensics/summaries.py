@@ -201,12 +201,7 @@ def _write_at(target: Path, name: str, df: pl.DataFrame | Iterator[pl.DataFrame]
                 for piece in df:
                     t = piece.to_arrow()
                     if writer is None:
-                        # a dictionary only for the text columns: over the numbers it cost a third
-                        # of the write, for a bigger file (the 64-rank bench's step groups: 0.39 ->
-                        # 0.25 CPU s, 16.6 -> 11.9 MB)
-                        text = [f.name for f in t.schema if not pa.types.is_primitive(f.type)]
-                        writer = pq.ParquetWriter(tmp, t.schema, compression="zstd", write_statistics=True,
-                                                  use_dictionary=text)
+                        writer = pq.ParquetWriter(tmp, t.schema, compression="zstd", write_statistics=True)
                     writer.write_table(t.cast(writer.schema))
                     del piece, t   # not held while the next piece is made
             finally:
