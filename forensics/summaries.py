@@ -203,7 +203,6 @@ def _write_at(target: Path, name: str, df: pl.DataFrame | Iterator[pl.DataFrame]
                     if writer is None:
                         writer = pq.ParquetWriter(tmp, t.schema, compression="zstd", write_statistics=True)
                     writer.write_table(t.cast(writer.schema))
-                    del piece, t   # not held while the next piece is made
             finally:
                 if writer is not None:
                     writer.close()
@@ -735,25 +734,9 @@ def _assembled_steps(root: Path, parts: list[dict[str, Any]]) -> Iterator[pl.Dat
     # rows without a rank sort last: only the last part in rank order may hold them
     order = ranked + unranked
     if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
-        return _ahead(lambda s: finish_group_states(pl.read_ipc(partial_path(root, s[3], STEPS)).lazy(), evidence=True)
-                      .collect(engine="in-memory"), order)
+        return (finish_group_states(pl.read_ipc(partial_path(root, s[3], STEPS)).lazy(), evidence=True)
+                .collect(engine="in-memory") for s in order)
     return _finish(STEPS, _merge(STEPS, [pl.read_ipc(partial_path(root, p["path"], STEPS)) for p in parts]))
-
-
-def _ahead(fn: Callable[[Any], pl.DataFrame], items: list[Any]) -> Iterator[pl.DataFrame]:
-    """`fn` of each item in turn, the next one computed in a thread while the caller uses this
-    one (the commit reads and finishes a part's step groups while the last one is written: both
-    release the GIL). Two pieces are held at most when the caller drops each before the next."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as pool:
-        nxt = pool.submit(fn, items[0]) if items else None
-        for k in range(len(items)):
-            assert nxt is not None
-            cur = nxt.result()
-            nxt = pool.submit(fn, items[k + 1]) if k + 1 < len(items) else None
-            yield cur
-            del cur
 
 
 __all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",
