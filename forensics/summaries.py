@@ -343,11 +343,12 @@ def build(run: Run) -> None:
 PARTS_DIR = "parts"
 GPU = "gpu"                       # (rank, gpu_util, n): the per-rank median merges from counts
 PARTIALS = (STEPS, RANKS, GPU, ERRORS, UNTIMED, LAYOUT)
-# the event columns the partials read
+# the event columns the partials read: the wide text ones only the layout's (`_layout_rows`)
+_LAYOUT_INPUT = ("rank", "extra", "fields", "message")
 _PARTIAL_INPUT = ("rank", "step", "host", "timestamp", "event", "level", "line", "source_file", "loss", "lr",
                   "samples_per_s", "stage", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms", "duration_s",
                   "compute_ms", "fwd_ms", "bwd_ms", "grad_ready_ts", "disk_read_mbps", "temp_c", "gpu_util",
-                  "sm_clock_mhz", "extra", "fields", "message")
+                  "sm_clock_mhz", *_LAYOUT_INPUT[1:])
 
 
 def enabled() -> bool:
@@ -396,8 +397,9 @@ def _gpu_state(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.filter(pl.col("gpu_util").is_not_null()).group_by("rank", "gpu_util").agg(pl.len().alias("n"))
 
 
-def _partials_of(df: pl.DataFrame) -> list[pl.LazyFrame]:
-    """The PARTIALS of some events, in that order (states, or rows for the few-row tables)."""
+def _partials_of(df: pl.DataFrame, text: pl.DataFrame) -> list[pl.LazyFrame]:
+    """The PARTIALS of some events, in that order (states, or rows for the few-row tables);
+    `text`: their _LAYOUT_INPUT columns, `df` the others."""
     from .topology import candidates
 
     lf = df.lazy()
@@ -407,7 +409,7 @@ def _partials_of(df: pl.DataFrame) -> list[pl.LazyFrame]:
         _gpu_state(lf),
         lf.filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS),
         lf.filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique()),
-        candidates(_layout_rows(df).lazy()),
+        candidates(_layout_rows(text).lazy()),
     ]
 
 
@@ -417,25 +419,27 @@ def _layout_rows(df: pl.DataFrame) -> pl.DataFrame:
     given (a regex after the literal test in one filter still runs on every row): given these
     only, it costs a fraction. Its text is extra + " " + fields, and no EVENT_HINTS holds a space,
     so a hint in that text is in one of the two."""
-    return df.lazy().select("rank", "extra", "fields", "message").filter(_layout_hint()).collect(engine="in-memory")
+    return df.lazy().select(_LAYOUT_INPUT).filter(_layout_hint()).collect(engine="in-memory")
 
 
 @functools.cache
 def _layout_hint() -> pl.Expr:
-    """`_layout_rows`' test. In extra, '"stage"' counts only where `candidates`' stage pattern
-    ('"stage"\\s*:\\s*"?\\d') can go on from it: there or at the end of extra (its text goes on in
-    fields). Else every TRAIN_STEP's '"stage":"warmup"' passed (1 row in 6 of the bench, to
-    regexes costing as much as this test). One regex of the literals: ~25% cheaper than
-    Aho-Corasick (str.contains_any) over the bench's extra."""
+    """`_layout_rows`' test. A hint is looked for by its last six characters (wherever a hint is,
+    they are): a dozen literals are one fast SIMD search, the 39 hints an automaton at a third of
+    the speed ("tensor_size_mb", "peer_rank" do not match). In extra, '"stage"' counts only where
+    `candidates`' stage pattern ('"stage"\\s*:\\s*"?\\d') can go on from it: there or at the end of
+    extra (its text goes on in fields). Else every TRAIN_STEP's '"stage":"warmup"' passed (1 row
+    in 6 of the bench, to regexes costing as much as this test)."""
     import re
 
     from .topology import EVENT_HINTS, TEXT_HINTS
 
     stage = '"stage"'
-    keys = "|".join(re.escape(h) for h in EVENT_HINTS if h != stage)
+    ends = sorted({h[-6:] for h in EVENT_HINTS if h != stage})
+    keys = "|".join(re.escape(h) for h in ends)
     in_extra = pl.col("extra").str.contains(rf'{keys}|{re.escape(stage)}\s*(?::\s*"?)?(?:\d|$)')
     return (in_extra.fill_null(False)
-            | pl.col("fields").str.contains_any(EVENT_HINTS).fill_null(False)
+            | pl.col("fields").str.contains(f"{keys}|{re.escape(stage)}").fill_null(False)
             | pl.col("message").str.contains_any(TEXT_HINTS).fill_null(False))
 
 
@@ -548,6 +552,14 @@ def _step_state(df: pl.DataFrame) -> pl.LazyFrame:
             .group_by("rank", "step", maintain_order=True).agg(aggs))
 
 
+def _typed(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with the columns the store types otherwise (a reader's null column) cast to its type."""
+    from .schema import EVENT_SCHEMA
+
+    wrong = {c: EVENT_SCHEMA[c] for c, d in df.schema.items() if d != EVENT_SCHEMA[c]}
+    return df.cast(wrong) if wrong else df  # type: ignore[arg-type]
+
+
 def _rank_span(df: pl.DataFrame) -> tuple[float, float]:
     """The (rank, step) states' first and last rank in the summary's order (a null rank last)."""
     r = df.get_column("rank")
@@ -577,21 +589,23 @@ class Partial:
         self._tmp = partial_path(root, part, STEPS).parent / f".{Path(part).stem}.{STEPS}.tmp-{uuid.uuid4().hex[:8]}"
 
     def add(self, t: pa.Table | pl.DataFrame) -> None:
-        from .schema import EVENT_SCHEMA
-
-        # a part writer's table is the reader's blocks (one or more per file: hundreds for small
-        # files): joined in Arrow first, converting costs 1/4 of converting the chunks (measured
-        # on 4,096-rank files), and aggregating one contiguous chunk less than many
-        df = (t.select(list(_PARTIAL_INPUT)).rechunk() if isinstance(t, pl.DataFrame)
-              else pl.from_arrow(t.select(list(_PARTIAL_INPUT)).combine_chunks()))
-        assert isinstance(df, pl.DataFrame)
-        wrong = {c: EVENT_SCHEMA[c] for c, d in df.schema.items() if d != EVENT_SCHEMA[c]}
-        if wrong:
-            df = df.cast(wrong)  # type: ignore[arg-type]
+        narrow = [c for c in _PARTIAL_INPUT if c not in _LAYOUT_INPUT[1:]]
+        if isinstance(t, pl.DataFrame):
+            df, text = t.select(narrow).rechunk(), t.select(_LAYOUT_INPUT)
+        else:
+            # a part writer's table is the reader's blocks (one or more per file: hundreds for small
+            # files): joined in Arrow first, converting costs 1/4 of converting the chunks (measured
+            # on 4,096-rank files), and aggregating one contiguous chunk less than many. The wide
+            # text columns, only searched for the layout's hints, are converted as they are (joining
+            # them copied every row's text)
+            df = pl.from_arrow(t.select(narrow).combine_chunks())
+            text = pl.from_arrow(t.select(list(_LAYOUT_INPUT)))
+        assert isinstance(df, pl.DataFrame) and isinstance(text, pl.DataFrame)
+        df, text = _typed(df), _typed(text)
         # one chunk (tens of thousands of rows): the in-memory engine costs ~1/3 less CPU than the
         # streaming one here (measured on the 64-rank bench's chunks)
-        frames = pl.collect_all(_partials_of(df), engine="in-memory")
-        del df
+        frames = pl.collect_all(_partials_of(df, text), engine="in-memory")
+        del df, text
         first, last = _rank_span(frames[0])
         if self._out is not None and first <= self._out_last:
             # back in rank order: the states written out are held again, and so are the rest

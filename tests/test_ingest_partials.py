@@ -121,7 +121,9 @@ def test_the_layout_prefilter_keeps_every_row_the_layout_candidates_keep() -> No
 
     rng = random.Random(7)
     bits = ['"stage"', ":", " ", '"', "5", "12", "warmup", "=", "..", '"tp_rank"', "pp_size", "world_size", "x",
-            "_size", "{", "}", ",", "\t", "STAGE=", "world size:", "stage=3 layers=", "Using topology:", "tp_size"]
+            "_size", "{", "}", ",", "\t", "STAGE=", "world size:", "stage=3 layers=", "Using topology:", "tp_size",
+            # hints of each ending the test looks for (`_layout_hint`), and words near them
+            "dp_id", "num_stages", "pipe_stage", "data_parallel_id", "stage_id", "ep_rank", "tensor_size_mb", "peer_rank"]
 
     def text() -> str | None:
         return None if rng.random() < 0.2 else "".join(rng.choice(bits) for _ in range(rng.randint(0, 6)))
