@@ -10,9 +10,11 @@ milliseconds.
 
 - `step_groups`: one row per (rank, step) of the events, a null rank or step included (the
   groups of `timeline.steps._step_groups` with the evidence columns and the per-rank counts):
-  times, phases, waits, metrics, the lines to cite. What needs the whole run (derived step
-  times, `complete`, wait estimates, clock alignment) is done when the table is read
-  (`timeline.steps.finish_groups`, `passes.context`), never stored.
+  times, phases, waits, metrics, the lines to cite. Stored as their aggregation states, a
+  folder of Parquet files in rank order (the parts' partials, linked: `_assemble_steps`),
+  finished as they are read. What needs the whole run (derived step times, `complete`, wait
+  estimates, clock alignment) is done when the table is read (`timeline.steps.finish_groups`,
+  `passes.context`), never stored.
 - `rank_table`: one row per rank: events, errors, warnings, first/last seen, host (the first
   logged) and every host, median gpu_util, max temp_c, min sm_clock_mhz, last step, whether its
   rows are in line and time order.
@@ -31,9 +33,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import polars as pl
 
@@ -43,7 +46,7 @@ from .store import Run
 pa = lazy("pyarrow")   # the writing side's: reading a summary needs no pyarrow (~0.25 s to import)
 
 # Raise when the stored columns or their meaning change: older files are then never read.
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 SUMMARIES_DIR = "summaries"
 STEPS = "steps"
 RANKS = "ranks"
@@ -77,7 +80,12 @@ def key_of(rels: list[str]) -> str:
 
 
 def path_of(run: Run, name: str) -> Path:
-    return run.path / SUMMARIES_DIR / f"{name}-{key(run)}.parquet"
+    """Where the summary `name` of the run is: a Parquet file; for STEPS a folder (`_assemble_steps`)."""
+    return _path_at(run.path / SUMMARIES_DIR, name, key(run))
+
+
+def _path_at(d: Path, name: str, k: str) -> Path:
+    return d / (f"{name}-{k}" if name == STEPS else f"{name}-{k}.parquet")
 
 
 _RANK_INPUT = ("rank", "host", "level", "timestamp", "line", "step", "gpu_util", "temp_c", "sm_clock_mhz")
@@ -171,11 +179,25 @@ def compute_layout(run: Run) -> pl.DataFrame:
     return candidates(run.events()).collect()
 
 
+def _scan(p: Path) -> pl.LazyFrame:
+    """The stored summary at `p`: a Parquet file, or the STEPS folder: its (rank, step) state
+    files in rank order, finished as they are read (`timeline.steps.finish_group_states`: a few
+    column-wise expressions, only those of the columns asked for run)."""
+    if not p.is_dir():
+        return pl.scan_parquet(p)
+    from .timeline.steps import finish_group_states
+
+    files = sorted(p.glob("*.parquet"))
+    for f in files:
+        pl.read_parquet_schema(f)   # a readable footer: not cut short (a full disk, a damaged copy)
+    return finish_group_states(pl.scan_parquet(files), evidence=True)
+
+
 def _read(p: Path, columns: list[str] | None = None) -> pl.DataFrame | None:
     try:
         # a scan's projection decodes the columns asked for in parallel: 0.45 s instead of read_parquet's
         # 0.75 s for the 64-rank bench store's 1.8 M (rank, step) groups, the same frame
-        lf = pl.scan_parquet(p)
+        lf = _scan(p)
         return (lf.select(columns) if columns is not None else lf).collect()
     except (OSError, pl.exceptions.PolarsError):
         return None   # missing, or cut short by a crash of another writer: computed again
@@ -187,27 +209,12 @@ def _write(run: Run, name: str, df: pl.DataFrame) -> bool:
     return _write_at(path_of(run, name), name, df)
 
 
-def _write_at(target: Path, name: str, df: pl.DataFrame | Iterator[pl.DataFrame]) -> bool:
-    """`_write` to `target`; pieces of a table (an iterator) are written one at a time, never
-    held together."""
+def _write_at(target: Path, name: str, df: pl.DataFrame) -> bool:
+    """`_write` to `target`."""
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         target.parent.mkdir(exist_ok=True)
-        if not isinstance(df, pl.DataFrame):   # pieces written in turn, one row group (or more) each
-            import pyarrow.parquet as pq
-
-            writer = None
-            try:
-                for piece in df:
-                    t = piece.to_arrow()
-                    if writer is None:
-                        writer = pq.ParquetWriter(tmp, t.schema, compression="zstd", write_statistics=True)
-                    writer.write_table(t.cast(writer.schema))
-            finally:
-                if writer is not None:
-                    writer.close()
-        else:
-            df.write_parquet(tmp, statistics=True)
+        df.write_parquet(tmp, statistics=True)
         os.replace(tmp, target)
     except OSError:
         try:
@@ -215,26 +222,26 @@ def _write_at(target: Path, name: str, df: pl.DataFrame | Iterator[pl.DataFrame]
         except OSError:
             pass
         return False
-    for old in target.parent.glob(f"{name}-*.parquet"):
-        if old.name != target.name:
-            try:
-                old.unlink()
-            except OSError:
-                pass
+    _remove_others(target, name)
     return True
 
 
 def _load(run: Run, name: str, compute: Callable[[Run], pl.DataFrame],
           columns: list[str] | None = None) -> pl.DataFrame:
     """The summary `name` of the run (only `columns`, when given): read, else computed and
-    written."""
+    written (STEPS: from the parts' partials, `_build_steps`)."""
     p = path_of(run, name)
-    if p.is_file():
+    if p.exists():
+        df = _read(p, columns)
+        if df is not None:
+            return df
+    store = bool(run.event_parts()) and writable(run)
+    if name == STEPS and store and _build_steps(run):
         df = _read(p, columns)
         if df is not None:
             return df
     df = compute(run)
-    if run.event_parts() and writable(run):
+    if store and name != STEPS:
         _write(run, name, df)
     return df.select(columns) if columns is not None else df
 
@@ -254,13 +261,12 @@ def step_groups(run: Run, columns: list[str] | None = None) -> pl.DataFrame:
 
 def scan_step_groups(run: Run) -> pl.LazyFrame:
     """`step_groups` as a LazyFrame over the stored summary, so that a filter on rank (the
-    file is sorted by rank) reads only the row groups whose statistics can match; the table read
-    or computed (`step_groups`) when the file is missing or cut short."""
+    files are sorted by rank) reads only the row groups whose statistics can match; the table read
+    or computed (`step_groups`) when the summary is missing or damaged."""
     p = path_of(run, STEPS)
-    if p.is_file():
+    if p.is_dir():
         try:
-            pl.read_parquet_schema(p)   # a readable footer: not cut short by a crash
-            return pl.scan_parquet(p)
+            return _scan(p)
         except (OSError, pl.exceptions.PolarsError):
             pass
     return step_groups(run).lazy()
@@ -306,8 +312,13 @@ def carry(previous: Run | None, staging: Path) -> None:
     dst = staging / SUMMARIES_DIR
     try:
         dst.mkdir(exist_ok=True)
-        for f in src.glob("*.parquet"):
-            os.link(f, dst / f.name)
+        for f in src.glob("*-*"):
+            if f.is_dir():   # STEPS: a folder of links to the parts' partials
+                (dst / f.name).mkdir()
+                for g in f.iterdir():
+                    os.link(g, dst / f.name / g.name)
+            else:
+                os.link(f, dst / f.name)
     except OSError:
         pass   # then they are computed again after the commit
 
@@ -317,7 +328,10 @@ def build(run: Run) -> None:
     no-op when `assemble` wrote them); existing ones of the same key are kept."""
     if not run.event_parts() or not writable(run):
         return
-    todo = [name for name in COMPUTE if not path_of(run, name).is_file()]
+    todo = [name for name in COMPUTE if not path_of(run, name).exists()]
+    if STEPS in todo:
+        _build_steps(run)
+        todo.remove(STEPS)
     if ERRORS in todo or UNTIMED in todo:
         rare = dict(zip((ERRORS, UNTIMED), _rare(run)))
         for name in (ERRORS, UNTIMED):
@@ -333,8 +347,10 @@ def build(run: Run) -> None:
 # Each events part gets the summaries of its own rows, as aggregation *states* (what merges),
 # written by the unit that wrote the part: `Partial` is fed every sorted chunk the part writer
 # writes (`store.PartWriter(on_write=...)`) from the rows the unit holds in memory, and writes
-# summaries/parts/<part>.<name>.arrow beside the part. The commit (`assemble`) merges the
-# partials of the new version's parts in the order `Run.events()` reads them (sorted part paths):
+# summaries/parts/<part>.<name>.arrow (the (rank, step) states: .parquet) beside the part. The
+# commit (`assemble`) links the states files into the STEPS summary when the parts hold disjoint
+# rank ranges, and otherwise merges the partials of the new version's parts in the order
+# `Run.events()` reads them (sorted part paths):
 # a (rank, step) or a rank cut between parts (a big file read in 64 MB ranges, a rank's files in
 # different units) merges by min / max / sum / count / first / last in that order, which is what
 # one scan of the events gives (float sums of a merged group up to rounding). A kept part keeps
@@ -359,7 +375,9 @@ def enabled() -> bool:
 def partial_path(root: str | os.PathLike[str], part: str, name: str) -> Path:
     """Where the partial `name` of the events part `part` (its path, absolute or relative to the
     store `root`) lives."""
-    return Path(root) / SUMMARIES_DIR / PARTS_DIR / f"{Path(part).stem}.{name}.arrow"
+    # the (rank, step) states are Parquet: linked as they are into the STEPS summary (`_assemble_steps`)
+    suffix = "parquet" if name == STEPS else "arrow"
+    return Path(root) / SUMMARIES_DIR / PARTS_DIR / f"{Path(part).stem}.{name}.{suffix}"
 
 
 def _rank_state(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -479,10 +497,6 @@ def _merge_by_rank(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
     """A merged partial as the summary table `build` writes."""
-    if name == STEPS:
-        from .timeline.steps import finish_group_states
-
-        return finish_group_states(df.lazy(), evidence=True).collect().sort("rank", "step", nulls_last=True)
     if name == RANKS:
         assert gpu is not None
         med = (gpu.select("rank", pl.col("gpu_util").repeat_by("n")).explode("gpu_util")
@@ -568,6 +582,11 @@ def _rank_span(df: pl.DataFrame) -> tuple[float, float]:
     return (lo if lo is not None else inf), (inf if r.null_count() or hi is None else hi)  # type: ignore[return-value]
 
 
+# (rank, step) states held before they are written out (a row group): a few MB. Written a chunk's
+# (~6,000 rows) at a time, the Parquet writer's per-row-group work cost 1/3 more CPU.
+STATES_ROW_GROUP = 65_536
+
+
 class Partial:
     """The partial summaries of the events part `part` (its path) of the store being assembled in
     `root`, fed its rows chunk by chunk in the part's order (`store.PartWriter(on_write=
@@ -575,15 +594,15 @@ class Partial:
 
     The (rank, step) states, the big one (a row per group), are not held to the end while the
     chunks come in rank order (a part written streaming: the usual case): the states of the
-    ranks before a chunk's first rank are final, and go to the partial's temp file as they come
-    (-70 MB peak RSS on the 4,096-rank bench). A chunk that goes back in rank (a part sorted in
-    runs) reads them back: held and merged, as the other partials are."""
+    ranks before a chunk's first rank are final, and go to the partial's temp file a row group
+    (STATES_ROW_GROUP) at a time (-70 MB peak RSS on the 4,096-rank bench). A chunk that goes back
+    in rank (a part sorted in runs) reads them back: held and merged, as the other partials are."""
 
     def __init__(self, root: str | os.PathLike[str], part: str) -> None:
         self.root, self.part = root, part
         self._chunks: dict[str, list[pl.DataFrame]] = {n: [] for n in PARTIALS}
         self._held_last = float("-inf")   # the last rank of the held states
-        self._out: Any = None             # the states' temp file (a pyarrow IPC writer), once written to
+        self._out: Any = None             # the states' temp file (a Parquet writer), once written to
         self._out_last = float("-inf")    # ... and the last rank in it
         self._streaming = True            # no chunk went back in rank order yet
         self._tmp = partial_path(root, part, STEPS).parent / f".{Path(part).stem}.{STEPS}.tmp-{uuid.uuid4().hex[:8]}"
@@ -611,10 +630,11 @@ class Partial:
             # back in rank order: the states written out are held again, and so are the rest
             self._out.close()
             self._out = None
-            self._chunks[STEPS].insert(0, pl.read_ipc(self._tmp))
+            self._chunks[STEPS].insert(0, pl.read_parquet(self._tmp).with_columns(pl.col("file").cast(pl.String)))
             self._tmp.unlink()
             self._streaming = False
-        elif self._streaming and self._chunks[STEPS] and first > self._held_last:
+        elif (self._streaming and first > self._held_last
+              and sum(f.height for f in self._chunks[STEPS]) >= STATES_ROW_GROUP):
             self._write_steps()
         for name, frame in zip(PARTIALS, frames):
             self._chunks[name].append(frame)
@@ -625,16 +645,20 @@ class Partial:
                 self._chunks[name] = [_merge(name, self._chunks[name])]
 
     def _write_steps(self) -> None:
-        """The held (rank, step) states, merged, in the summary's order, to the temp file."""
-        import pyarrow.ipc as ipc
+        """The held (rank, step) states, merged, in the summary's order, to the temp file: Parquet
+        (zstd, statistics: the STEPS summary reads it as it is), the file names as a dictionary
+        (`finish_group_states`' Categorical, cast here on the unit's thread rather than at every read)."""
+        import pyarrow.parquet as pq
 
-        t = _merge(STEPS, self._chunks[STEPS]).sort("rank", "step", nulls_last=True).to_arrow()
+        t = (_merge(STEPS, self._chunks[STEPS]).sort("rank", "step", nulls_last=True)
+             .with_columns(pl.col("file").cast(pl.Categorical)).to_arrow())
         self._chunks[STEPS] = []
         if self._out is None:
             self._tmp.parent.mkdir(parents=True, exist_ok=True)
-            # zstd: ~8x smaller than plain (the store keeps them)
-            self._out = ipc.new_file(self._tmp, t.schema, options=ipc.IpcWriteOptions(compression="zstd"))
-        self._out.write_table(t)
+            # dictionaries for the few names only: on the numbers they cost 1/3 of the write for a larger file
+            self._out = pq.ParquetWriter(self._tmp, t.schema, compression="zstd", write_statistics=True,
+                                         use_dictionary=["host", "file"])
+        self._out.write_table(t.cast(self._out.schema))
         self._out_last = self._held_last
 
     def write(self) -> None:
@@ -709,7 +733,7 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
     if not todo:
         return
     if STEPS in todo:
-        _write_at(d / f"{STEPS}-{k}.parquet", STEPS, _assembled_steps(root, events))
+        _assemble_steps(root, events, _path_at(d, STEPS, k))
         todo.remove(STEPS)
     merged: dict[str, pl.DataFrame] = {}
     for name in (GPU, *todo) if RANKS in todo else todo:
@@ -718,14 +742,12 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
         _write_at(d / f"{name}-{k}.parquet", name, _finish(name, merged.pop(name), merged.get(GPU)))
 
 
-def _assembled_steps(root: Path, parts: list[dict[str, Any]]) -> Iterator[pl.DataFrame] | pl.DataFrame:
-    """The step groups of the events parts `parts` (part-table rows, in path order). When the
-    parts hold disjoint rank ranges (the usual layout: each part's partial is sorted by
-    (rank, step)), the parts' partials in rank order,
-    each finished on its own, are the table: streamed to the file, never held whole (the table
-    is as big as the events have (rank, step) pairs). Else merged in memory."""
-    from .timeline.steps import finish_group_states
-
+def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> None:
+    """The STEPS summary folder `target` of the events parts `parts` (part-table rows, in path
+    order), from their partials. When the parts hold disjoint rank ranges (the usual layout: each
+    part's states are sorted by (rank, step)) the states files themselves, linked in rank order:
+    nothing is read or written (the units wrote them, in parallel). Else one file of them merged.
+    Written under a temp name, then renamed: a reader sees the whole folder or none."""
     # the part table's rank span and rows without a rank (unknown: counted as some, then merged)
     spans = [(p["rank_min"], p["rank_max"], p.get("unranked", 1) > 0, p["path"]) for p in parts]
     ranked = sorted((s for s in spans if s[0] is not None), key=lambda s: s[0])
@@ -733,10 +755,58 @@ def _assembled_steps(root: Path, parts: list[dict[str, Any]]) -> Iterator[pl.Dat
     disjoint = all(a[1] < b[0] for a, b in zip(ranked, ranked[1:]))
     # rows without a rank sort last: only the last part in rank order may hold them
     order = ranked + unranked
-    if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
-        return (finish_group_states(pl.read_ipc(partial_path(root, s[3], STEPS)).lazy(), evidence=True)
-                .collect(engine="in-memory") for s in order)
-    return _finish(STEPS, _merge(STEPS, [pl.read_ipc(partial_path(root, p["path"], STEPS)) for p in parts]))
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
+            for i, s in enumerate(order):
+                _link(partial_path(root, s[3], STEPS), tmp / f"{i:06d}.parquet")
+        else:
+            states = [pl.read_parquet(partial_path(root, p["path"], STEPS)) for p in parts]
+            (_merge(STEPS, states).sort("rank", "step", nulls_last=True)
+             .write_parquet(tmp / f"{0:06d}.parquet", compression="zstd", statistics=True))
+        if target.exists():   # damaged (`_build_steps`)
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _remove_others(target, STEPS)
+
+
+def _link(src: Path, dst: Path) -> None:
+    """A hard link (summaries are never changed in place), or a copy where the file system has none."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _remove_others(target: Path, name: str) -> None:
+    """Remove the summaries `name` of other keys (earlier versions of the store) beside `target`."""
+    for old in target.parent.glob(f"{name}-*"):
+        if old.name == target.name:
+            continue
+        try:
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        except OSError:
+            pass
+
+
+def _build_steps(run: Run) -> bool:
+    """Write the STEPS summary of a committed store from its parts' partials, computing those
+    missing or unreadable from the parts' rows; False when the store cannot be written."""
+    root = run.path
+    events = sorted((p for p in run.parts if p["kind"] == "events"), key=lambda p: p["path"])
+    try:
+        for p in events:
+            try:
+                pl.read_parquet_schema(partial_path(root, p["path"], STEPS))
+            except (OSError, pl.exceptions.PolarsError):
+                Partial.of_part(root, p["path"]).write()
+        _assemble_steps(root, events, path_of(run, STEPS))
+    except OSError:
+        return False
+    return True
 
 
 __all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,7 +79,8 @@ def _tables(store: Path) -> dict[str, pl.DataFrame]:
     out: dict[str, pl.DataFrame] = {}
     groups: dict[str, list[Path]] = {}
     for p in sorted(store.rglob("*.parquet")):
-        groups.setdefault(str(p.parent.relative_to(store)), []).append(p)
+        # the STEPS summary is a folder named by the summaries' key (a hash of the random part names)
+        groups.setdefault(re.sub(r"-[0-9a-f]{20}$", "", str(p.parent.relative_to(store))), []).append(p)
     for name, parts in groups.items():
         df = pl.concat([pl.read_parquet(p) for p in parts], how="diagonal_relaxed")
         df = df.drop([c for c in df.columns if c.endswith(_PART_KEYS)])  # a part's (random) name

@@ -26,13 +26,21 @@ def _store(tmp_path: Path, *logs: Path, append: bool = False):
 
 
 def _files(run) -> list[str]:
+    """The summaries in the store (files, and the STEPS folder), the parts' partials aside."""
     d = run.path / S.SUMMARIES_DIR
-    return sorted(p.name for p in d.iterdir() if p.is_file()) if d.is_dir() else []
+    return sorted(p.name for p in d.iterdir() if p.name != S.PARTS_DIR) if d.is_dir() else []
 
 
 def _all(run) -> list[str]:
-    """Every summary's file name for the run as it is now."""
-    return sorted(f"{name}-{S.key(run)}.parquet" for name in S.COMPUTE)
+    """Every summary's name for the run as it is now."""
+    return sorted(S.path_of(run, name).name for name in S.COMPUTE)
+
+
+def _stored(run, name: str) -> pl.DataFrame:
+    """The summary `name` as stored (read, never computed)."""
+    df = S._read(S.path_of(run, name))
+    assert df is not None
+    return df
 
 
 def _assert_stored_equal_computed(run, exact: bool = True) -> None:
@@ -42,7 +50,7 @@ def _assert_stored_equal_computed(run, exact: bool = True) -> None:
     from polars.testing import assert_frame_equal
 
     for name, compute in S.COMPUTE.items():
-        stored = pl.read_parquet(S.path_of(run, name))
+        stored = _stored(run, name)
         want = compute(run)
         if name == S.ERRORS:   # "in no particular order"
             stored, want = stored.sort(pl.all()), want.sort(pl.all())
@@ -124,16 +132,16 @@ def test_a_store_that_cannot_be_written_computes_its_summaries_in_memory(tmp_pat
     assert _files(run) == []           # nor did first use
     monkeypatch.delenv("FORENSICS_SUMMARIES")
     assert C.Context.from_run(open_store(run.path)).steps.equals(st)
-    assert _files(run) == [f"steps-{S.key(run)}.parquet"]
+    assert _files(run) == [f"steps-{S.key(run)}"]
 
 
 def test_a_damaged_summary_is_computed_again(tmp_path: Path) -> None:
     run = _store(tmp_path, REPO / "sample_logs" / "thermal_throttling")
     want = C.step_table(run.events(), run, summary=False)
-    p = S.path_of(run, S.STEPS)
-    p.write_bytes(p.read_bytes()[:100])   # cut short (a crash of another writer, a full disk)
+    p = next(S.path_of(run, S.STEPS).iterdir())   # the states file (linked: the part's partial too)
+    p.write_bytes(p.read_bytes()[:100])   # cut short (a full disk, a damaged copy)
     assert C.step_table(run.events(), run).equals(want)
-    assert pl.read_parquet(p).height == S.compute_step_groups(run).height   # and written again whole
+    assert _stored(run, S.STEPS).equals(S.compute_step_groups(run))   # and written again whole
 
 
 def test_summaries_are_keyed_by_the_event_parts(tmp_path: Path) -> None:
@@ -343,11 +351,12 @@ def test_summaries_merged_from_a_rank_split_over_units(tmp_path: Path, monkeypat
     assert S.rank_table(run).filter(pl.col("rank") == 2)["in_order"].item() is False  # its two files interleave
 
 
-def test_summaries_of_parts_of_disjoint_ranks_are_streamed_in_rank_order(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_summaries_of_parts_of_disjoint_ranks_are_their_partials_linked_in_rank_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A part per rank file and one for the unranked launcher: the step groups are the parts'
-    partials in rank order, each finished on its own (streamed to the file), and equal the
-    events' (exactly: no group is merged)."""
+    partials themselves (the same files, linked in rank order: nothing read or written at the
+    commit), and equal the events' (exactly: no group is merged). Parts whose ranks overlap get one
+    file of their merged states instead."""
     import forensics.ingest as ing
     import forensics.store as store_mod
 
@@ -355,13 +364,17 @@ def test_summaries_of_parts_of_disjoint_ranks_are_streamed_in_rank_order(tmp_pat
     monkeypatch.setattr(ing, "BATCH_BYTES", 1)
     monkeypatch.setattr(ing, "BATCH_MIN", 1)
     monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
-    streamed: list[object] = []
-    real = S._assembled_steps
-    monkeypatch.setattr(S, "_assembled_steps", lambda *a: streamed.append(real(*a)) or streamed[-1])
     run = _store(tmp_path, tmp_path / "logs")
     assert len(run.event_parts()) == 7 and not _cut_by_rank(run)
-    assert len(streamed) == 1 and not isinstance(streamed[0], pl.DataFrame)   # pieces, not one table
+    linked = sorted(S.path_of(run, S.STEPS).iterdir())
+    spans = {p["path"]: p["rank_min"] for p in run.parts if p["kind"] == "events"}
+    order = sorted(spans, key=lambda rel: (spans[rel] is None, spans[rel] or 0))
+    assert [f.stat().st_ino for f in linked] == [S.partial_path(run.path, rel, S.STEPS).stat().st_ino for rel in order]
     _assert_stored_equal_computed(run)
+    # overlapping ranks: merged into one file
+    _mixed_run(tmp_path / "split", files="split")
+    split = _store(tmp_path / "s", tmp_path / "split")
+    assert _cut_by_rank(split) and len(list(S.path_of(split, S.STEPS).iterdir())) == 1
 
 
 def test_append_merges_the_kept_parts_partials_with_the_new_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
