@@ -730,7 +730,7 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
             f.unlink()
     k = key_of(rels)
     d = root / SUMMARIES_DIR
-    todo = [n for n in COMPUTE if not (d / f"{n}-{k}.parquet").is_file()]
+    todo = [n for n in COMPUTE if not _path_at(d, n, k).exists()]
     if not todo:
         return
     if STEPS in todo:
@@ -740,7 +740,7 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
     for name in (GPU, *todo) if RANKS in todo else todo:
         merged[name] = _merge(name, [pl.read_ipc(partial_path(root, rel, name)) for rel in rels])
     for name in todo:
-        _write_at(d / f"{name}-{k}.parquet", name, _finish(name, merged.pop(name), merged.get(GPU)))
+        _write_at(_path_at(d, name, k), name, _finish(name, merged.pop(name), merged.get(GPU)))
 
 
 def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> None:

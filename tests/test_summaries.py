@@ -212,6 +212,7 @@ def test_a_re_ingest_that_keeps_every_part_keeps_its_summaries(tmp_path: Path,
     with monkeypatch.context() as m:
         for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout"):
             m.setattr(S, name, boom)
+        m.setattr(S, "_assemble_steps", lambda *_a: boom(None))   # the STEPS folder is carried, not made again
         again = _store(tmp_path, logs)
     assert S.key(again) == S.key(run)
     # the same files (linked into the new version, not computed again)
