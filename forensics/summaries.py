@@ -312,15 +312,19 @@ def carry(previous: Run | None, staging: Path) -> None:
     dst = staging / SUMMARIES_DIR
     try:
         dst.mkdir(exist_ok=True)
-        for f in src.glob("*-*"):
-            if f.is_dir():   # STEPS: a folder of links to the parts' partials
-                (dst / f.name).mkdir()
-                for g in f.iterdir():
-                    os.link(g, dst / f.name / g.name)
+        entries = list(src.iterdir())
+    except OSError:
+        return   # then they are computed again after the commit
+    for f in entries:
+        if f.name.startswith(".") or f.name == PARTS_DIR:   # a crashed writer's temp files; partials: `assemble`
+            continue
+        try:
+            if f.is_dir():   # STEPS: a folder, carried whole or not at all
+                _publish_dir(dst / f.name, lambda tmp, f=f: [os.link(g, tmp / g.name) for g in f.iterdir()])
             else:
                 os.link(f, dst / f.name)
-    except OSError:
-        pass   # then they are computed again after the commit
+        except OSError:
+            pass   # computed again
 
 
 def build(run: Run) -> None:
@@ -748,7 +752,7 @@ def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> No
     order), from their partials. When the parts hold disjoint rank ranges (the usual layout: each
     part's states are sorted by (rank, step)) the states files themselves, linked in rank order:
     nothing is read or written (the units wrote them, in parallel). Else one file of them merged.
-    Written under a temp name, then renamed: a reader sees the whole folder or none."""
+    Published whole (`_publish_dir`)."""
     # the part table's rank span and rows without a rank (unknown: counted as some, then merged)
     spans = [(p["rank_min"], p["rank_max"], p.get("unranked", 1) > 0, p["path"]) for p in parts]
     ranked = sorted((s for s in spans if s[0] is not None), key=lambda s: s[0])
@@ -756,9 +760,7 @@ def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> No
     disjoint = all(a[1] < b[0] for a, b in zip(ranked, ranked[1:]))
     # rows without a rank sort last: only the last part in rank order may hold them
     order = ranked + unranked
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
-    try:
+    def fill(tmp: Path) -> None:
         if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
             for i, s in enumerate(order):
                 _link(partial_path(root, s[3], STEPS), tmp / f"{i:06d}.parquet")
@@ -766,12 +768,24 @@ def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> No
             states = [pl.read_parquet(partial_path(root, p["path"], STEPS)) for p in parts]
             (_merge(STEPS, states).sort("rank", "step", nulls_last=True)
              .write_parquet(tmp / f"{0:06d}.parquet", compression="zstd", statistics=True))
-        if target.exists():   # damaged (`_build_steps`)
+
+    _publish_dir(target, fill)
+    _remove_others(target, STEPS)
+
+
+def _publish_dir(target: Path, fill: Callable[[Path], Any]) -> None:
+    """Make the folder `target` whole or not at all: `fill` fills a temp folder beside it, which
+    then replaces it (a damaged one, `_build_steps`) by a rename. Readers see the old folder, the
+    new one, or none; never a part of one."""
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        fill(tmp)
+        if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    _remove_others(target, STEPS)
 
 
 def _link(src: Path, dst: Path) -> None:

@@ -430,3 +430,36 @@ def test_the_summaries_are_merged_from_the_units_partials_not_the_events(tmp_pat
     _mixed_run(tmp_path / "logs", files="split")
     run = _store(tmp_path, tmp_path / "logs")
     assert calls == [] and _files(run) == _all(run)
+
+
+def test_a_steps_folder_is_carried_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link that fails half-way through carrying the STEPS folder (a full disk, a file system
+    without hard links) leaves no folder at all in the next version (a part of one would be read
+    as the whole run), nor a temp folder; the other summaries are carried."""
+    import forensics.ingest as ing
+    import forensics.store as store_mod
+
+    _mixed_run(tmp_path / "logs", files="per_rank")
+    monkeypatch.setattr(ing, "BATCH_BYTES", 1)
+    monkeypatch.setattr(ing, "BATCH_MIN", 1)
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
+    run = _store(tmp_path, tmp_path / "logs")
+    steps = S.path_of(run, S.STEPS)
+    assert len(list(steps.iterdir())) > 2
+    real, calls = os.link, []
+
+    def link(src, dst):  # noqa: ANN001
+        if Path(src).parent == steps:
+            calls.append(src)
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(S.os, "link", link)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    S.carry(run, staging)
+    assert len(calls) == 2
+    carried = sorted(p.name for p in (staging / S.SUMMARIES_DIR).iterdir())
+    assert steps.name not in carried and not [n for n in carried if n.startswith(".")]
+    assert S.path_of(run, S.RANKS).name in carried
