@@ -369,6 +369,7 @@ _PARTIAL_INPUT = ("rank", "step", "host", "timestamp", "event", "level", "line",
                   "samples_per_s", "stage", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms", "duration_s",
                   "compute_ms", "fwd_ms", "bwd_ms", "grad_ready_ts", "disk_read_mbps", "temp_c", "gpu_util",
                   "sm_clock_mhz", *_LAYOUT_INPUT[1:])
+_NARROW_INPUT = [c for c in _PARTIAL_INPUT if c not in _LAYOUT_INPUT[1:]]   # all but the wide text columns
 
 
 def enabled() -> bool:
@@ -478,25 +479,30 @@ def _merge(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def _merge_by_rank(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Only the rows of ranks found in more than one frame are merged (a group_by); the others
-    (most: parts hold disjoint rank ranges, a rank's rows are cut only where a file is) are
+    """Only the rows whose key is found in more than one frame are merged (a group_by): the
+    (rank, step) groups for STEPS (a rank cut between chunks shares the one step at the cut,
+    not its thousands of others: merging them all cost 5 of the 10 s of the 64-rank store's
+    states), the rank otherwise. The others (most: parts hold disjoint rank ranges) are
     concatenated as they are."""
     from .timeline.steps import merge_group_states
 
-    seen = pl.concat([f.select(pl.col("rank").unique()) for f in frames], rechunk=False)
-    shared = seen.filter(pl.col("rank").is_duplicated())
+    keys = ["rank", "step"] if name == STEPS else ["rank"]
+    # a frame's keys are unique but for GPU's (rank, gpu_util) rows
+    seen = pl.concat([f.select(keys).unique() for f in frames], rechunk=False)
+    shared = seen.filter(pl.struct(keys).is_duplicated()).unique()
     df = pl.concat(frames, rechunk=False)
     if not shared.height:
         return df
-    cut = pl.col("rank").is_in(shared["rank"].implode(), nulls_equal=True)
-    todo = df.filter(cut).lazy()
+    # in the frames' order (merges take the first / last value in event order)
+    todo = df.join(shared, on=keys, how="semi", nulls_equal=True, maintain_order="left").lazy()
     if name == STEPS:
         merged = merge_group_states(todo).collect()
     elif name == RANKS:
         merged = _merge_rank_states(todo).collect()
     else:
         merged = todo.group_by("rank", "gpu_util").agg(pl.col("n").sum()).collect()
-    return pl.concat([df.filter(~cut), merged.select(df.columns)], rechunk=False)
+    rest = df.join(shared, on=keys, how="anti", nulls_equal=True, maintain_order="left")
+    return pl.concat([rest, merged.select(df.columns)], rechunk=False)
 
 
 def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -603,8 +609,9 @@ class Partial:
     (STATES_ROW_GROUP) at a time (-70 MB peak RSS on the 4,096-rank bench). A chunk that goes back
     in rank (a part sorted in runs) reads them back: held and merged, as the other partials are."""
 
-    def __init__(self, root: str | os.PathLike[str], part: str) -> None:
+    def __init__(self, root: str | os.PathLike[str], part: str, steps_only: bool = False) -> None:
         self.root, self.part = root, part
+        self._steps_only = steps_only     # only the (rank, step) states (`of_part`)
         self._chunks: dict[str, list[pl.DataFrame]] = {n: [] for n in PARTIALS}
         self._held_last = float("-inf")   # the last rank of the held states
         self._out: Any = None             # the states' temp file (a Parquet writer), once written to
@@ -613,23 +620,28 @@ class Partial:
         self._tmp = partial_path(root, part, STEPS).parent / f".{Path(part).stem}.{STEPS}.tmp-{uuid.uuid4().hex[:8]}"
 
     def add(self, t: pa.Table | pl.DataFrame) -> None:
-        narrow = [c for c in _PARTIAL_INPUT if c not in _LAYOUT_INPUT[1:]]
-        if isinstance(t, pl.DataFrame):
-            df, text = t.select(narrow).rechunk(), t.select(_LAYOUT_INPUT)
-        else:
-            # a part writer's table is the reader's blocks (one or more per file: hundreds for small
-            # files): joined in Arrow first, converting costs 1/4 of converting the chunks (measured
-            # on 4,096-rank files), and aggregating one contiguous chunk less than many. The wide
-            # text columns, only searched for the layout's hints, are converted as they are (joining
-            # them copied every row's text)
-            df = pl.from_arrow(t.select(narrow).combine_chunks())
-            text = pl.from_arrow(t.select(list(_LAYOUT_INPUT)))
-        assert isinstance(df, pl.DataFrame) and isinstance(text, pl.DataFrame)
-        df, text = _typed(df), _typed(text)
+        # a part writer's table is the reader's blocks (one or more per file: hundreds for small
+        # files): joined in Arrow first, converting costs 1/4 of converting the chunks (measured on
+        # 4,096-rank files), and aggregating one contiguous chunk less than many. The wide text
+        # columns, only searched for the layout's hints, are converted as they are (joining them
+        # copied every row's text)
+        df = t.select(_NARROW_INPUT).rechunk() if isinstance(t, pl.DataFrame) else pl.from_arrow(
+            t.select(_NARROW_INPUT).combine_chunks())
+        assert isinstance(df, pl.DataFrame)
+        df = _typed(df)
+        if self._steps_only:
+            self._add([_step_state(df).collect(engine="in-memory")])
+            return
+        text = t.select(_LAYOUT_INPUT) if isinstance(t, pl.DataFrame) else pl.from_arrow(t.select(list(_LAYOUT_INPUT)))
+        assert isinstance(text, pl.DataFrame)
         # one chunk (tens of thousands of rows): the in-memory engine costs ~1/3 less CPU than the
         # streaming one here (measured on the 64-rank bench's chunks)
-        frames = pl.collect_all(_partials_of(df, text), engine="in-memory")
+        frames = pl.collect_all(_partials_of(df, _typed(text)), engine="in-memory")
         del df, text
+        self._add(frames)
+
+    def _add(self, frames: list[pl.DataFrame]) -> None:
+        """Hold the partials of a chunk (PARTIALS, in that order: the first only, `steps_only`)."""
         first, last = _rank_span(frames[0])
         if self._out is not None and first <= self._out_last:
             # back in rank order: the states written out are held again, and so are the rest
@@ -647,7 +659,8 @@ class Partial:
         # several chunks' states of one part: merged as they come, so few are held
         if len(self._chunks[STEPS]) >= 16:
             for name in PARTIALS:
-                self._chunks[name] = [_merge(name, self._chunks[name])]
+                if self._chunks[name]:
+                    self._chunks[name] = [_merge(name, self._chunks[name])]
 
     def _write_steps(self) -> None:
         """The held (rank, step) states, merged, in the summary's order, to the temp file: Parquet
@@ -692,15 +705,16 @@ class Partial:
         self._tmp.unlink(missing_ok=True)
 
     @classmethod
-    def of_part(cls, root: str | os.PathLike[str], part: str) -> "Partial":
+    def of_part(cls, root: str | os.PathLike[str], part: str, steps_only: bool = False) -> "Partial":
         """The partials of a written part (its path relative to `root`), from its rows (one row
-        group at a time)."""
+        group at a time). `steps_only`: the (rank, step) states alone, from the narrow columns (a
+        store whose other partials are good: written before the states were Parquet)."""
         import pyarrow.parquet as pq
 
-        out = cls(root, part)
+        out = cls(root, part, steps_only)
         f = pq.ParquetFile(str(Path(root) / part))
         for i in range(f.num_row_groups):
-            out.add(f.read_row_group(i, columns=list(_PARTIAL_INPUT)))
+            out.add(f.read_row_group(i, columns=list(_NARROW_INPUT if steps_only else _PARTIAL_INPUT)))
         return out
 
 
@@ -817,7 +831,9 @@ def _build_steps(run: Run) -> bool:
             try:
                 pl.read_parquet_schema(partial_path(root, p["path"], STEPS))
             except (OSError, pl.exceptions.PolarsError):
-                Partial.of_part(root, p["path"]).write()
+                # the others when any is missing (`assemble` computes them all then too)
+                others = all(partial_path(root, p["path"], n).is_file() for n in PARTIALS if n != STEPS)
+                Partial.of_part(root, p["path"], steps_only=others).write()
         _assemble_steps(root, events, path_of(run, STEPS))
     except OSError:
         return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -382,8 +383,6 @@ def test_append_merges_the_kept_parts_partials_with_the_new_ones(tmp_path: Path,
     """--append keeps the store's parts and their partial summaries (the same files, linked) and
     merges them with the new parts'; the summaries are those of the events. A kept part whose
     partials are missing (a store written before them) gets them from its rows."""
-    import shutil
-
     import forensics.store as store_mod
 
     monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)   # the first store's part is kept as it is
@@ -463,3 +462,39 @@ def test_a_steps_folder_is_carried_whole_or_not_at_all(tmp_path: Path, monkeypat
     carried = sorted(p.name for p in (staging / S.SUMMARIES_DIR).iterdir())
     assert steps.name not in carried and not [n for n in carried if n.startswith(".")]
     assert S.path_of(run, S.RANKS).name in carried
+
+
+def test_a_store_without_the_states_partials_gets_only_those(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store whose parts have every partial but the (rank, step) states (written before they
+    were Parquet files) gets only those, from the parts' narrow columns: the other partials are
+    kept as they are; the step groups are the events'. A part missing another partial gets all."""
+    import forensics.ingest as ing
+    import forensics.store as store_mod
+
+    _mixed_run(tmp_path / "logs", files="per_rank")
+    monkeypatch.setattr(ing, "BATCH_BYTES", 1)
+    monkeypatch.setattr(ing, "BATCH_MIN", 1)
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
+    run = _store(tmp_path, tmp_path / "logs")
+    rels = sorted(p["path"] for p in run.parts if p["kind"] == "events")
+    shutil.rmtree(S.path_of(run, S.STEPS))
+    for rel in rels:
+        S.partial_path(run.path, rel, S.STEPS).unlink()
+    S.partial_path(run.path, rels[0], S.RANKS).unlink()   # this part's partials are all computed again
+    others = {p.name: p.stat().st_ino for p in (run.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()}
+    calls: list[tuple[str, bool]] = []
+    real = S.Partial.of_part
+
+    def spy(root, part, steps_only=False):  # noqa: ANN001
+        calls.append((part, steps_only))
+        return real(root, part, steps_only)
+
+    monkeypatch.setattr(S.Partial, "of_part", staticmethod(spy))
+    from polars.testing import assert_frame_equal
+
+    assert_frame_equal(S.step_groups(run), S.compute_step_groups(run))
+    assert sorted(calls) == sorted([(rels[0], False)] + [(rel, True) for rel in rels[1:]])
+    now = {p.name: p.stat().st_ino for p in (run.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()}
+    kept = {k: v for k, v in others.items() if not k.startswith(Path(rels[0]).stem)}
+    assert {k: now[k] for k in kept} == kept
+    assert all(S.partial_path(run.path, rel, n).is_file() for rel in rels for n in S.PARTIALS)
