@@ -10,11 +10,10 @@ milliseconds.
 
 - `step_groups`: one row per (rank, step) of the events, a null rank or step included (the
   groups of `timeline.steps._step_groups` with the evidence columns and the per-rank counts):
-  times, phases, waits, metrics, the lines to cite. Stored as their aggregation states, a
-  folder of Parquet files in rank order (the parts' partials, linked: `_assemble_steps`),
-  finished as they are read. What needs the whole run (derived step times, `complete`, wait
-  estimates, clock alignment) is done when the table is read (`timeline.steps.finish_groups`,
-  `passes.context`), never stored.
+  times, phases, waits, metrics, the lines to cite. Stored as a folder of Parquet files in
+  rank order (the parts' step groups, linked: `_assemble_steps`). What needs the whole run
+  (derived step times, `complete`, wait estimates, clock alignment) is done when the table is
+  read (`timeline.steps.finish_groups`, `passes.context`), never stored.
 - `rank_table`: one row per rank: events, errors, warnings, first/last seen, host (the first
   logged) and every host, median gpu_util, max temp_c, min sm_clock_mhz, last step, whether its
   rows are in line and time order.
@@ -180,17 +179,13 @@ def compute_layout(run: Run) -> pl.DataFrame:
 
 
 def _scan(p: Path) -> pl.LazyFrame:
-    """The stored summary at `p`: a Parquet file, or the STEPS folder: its (rank, step) state
-    files in rank order, finished as they are read (`timeline.steps.finish_group_states`: a few
-    column-wise expressions, only those of the columns asked for run)."""
+    """The stored summary at `p`: a Parquet file, or the STEPS folder: its files in rank order."""
     if not p.is_dir():
         return pl.scan_parquet(p)
-    from .timeline.steps import finish_group_states
-
     files = sorted(p.glob("*.parquet"))
     for f in files:
         pl.read_parquet_schema(f)   # a readable footer: not cut short (a full disk, a damaged copy)
-    return finish_group_states(pl.scan_parquet(files), evidence=True)
+    return pl.scan_parquet(files)
 
 
 def _read(p: Path, columns: list[str] | None = None) -> pl.DataFrame | None:
@@ -351,10 +346,10 @@ def build(run: Run) -> None:
 # Each events part gets the summaries of its own rows, as aggregation *states* (what merges),
 # written by the unit that wrote the part: `Partial` is fed every sorted chunk the part writer
 # writes (`store.PartWriter(on_write=...)`) from the rows the unit holds in memory, and writes
-# summaries/parts/<part>.<name>.arrow (the (rank, step) states: .parquet) beside the part. The
-# commit (`assemble`) links the states files into the STEPS summary when the parts hold disjoint
-# rank ranges, and otherwise merges the partials of the new version's parts in the order
-# `Run.events()` reads them (sorted part paths):
+# summaries/parts/<part>.<name>.arrow beside the part, and the step groups its (rank, step)
+# states finish into (<part>.groups.parquet). The commit (`assemble`) links those into the STEPS
+# summary when the parts hold disjoint rank ranges, and otherwise merges the partials of the new
+# version's parts in the order `Run.events()` reads them (sorted part paths):
 # a (rank, step) or a rank cut between parts (a big file read in 64 MB ranges, a rank's files in
 # different units) merges by min / max / sum / count / first / last in that order, which is what
 # one scan of the events gives (float sums of a merged group up to rounding). A kept part keeps
@@ -363,6 +358,8 @@ def build(run: Run) -> None:
 PARTS_DIR = "parts"
 GPU = "gpu"                       # (rank, gpu_util, n): the per-rank median merges from counts
 PARTIALS = (STEPS, RANKS, GPU, ERRORS, UNTIMED, LAYOUT)
+GROUPS = "groups"                 # the step groups the STEPS states finish into (Parquet)
+PARTIAL_FILES = (*PARTIALS, GROUPS)
 # the event columns the partials read: the wide text ones only the layout's (`_layout_rows`)
 _LAYOUT_INPUT = ("rank", "extra", "fields", "message")
 _PARTIAL_INPUT = ("rank", "step", "host", "timestamp", "event", "level", "line", "source_file", "loss", "lr",
@@ -380,8 +377,8 @@ def enabled() -> bool:
 def partial_path(root: str | os.PathLike[str], part: str, name: str) -> Path:
     """Where the partial `name` of the events part `part` (its path, absolute or relative to the
     store `root`) lives."""
-    # the (rank, step) states are Parquet: linked as they are into the STEPS summary (`_assemble_steps`)
-    suffix = "parquet" if name == STEPS else "arrow"
+    # the step groups are Parquet: linked as they are into the STEPS summary (`_assemble_steps`)
+    suffix = "parquet" if name == GROUPS else "arrow"
     return Path(root) / SUMMARIES_DIR / PARTS_DIR / f"{Path(part).stem}.{name}.{suffix}"
 
 
@@ -592,11 +589,26 @@ def _rank_span(df: pl.DataFrame) -> tuple[float, float]:
     return (lo if lo is not None else inf), (inf if r.null_count() or hi is None else hi)  # type: ignore[return-value]
 
 
-# (rank, step) states held before they are written out (a row group, ~6 MB). A chunk's states
-# (~6,000 rows) written at once cost 1/3 more CPU to write (57 vs 41 ms for one bench part's
-# 48,000); 65,536 held cost +50 MB peak RSS on the 490 MB bench for no measurable gain.
+# (rank, step) states held before they are written out (a row group of the step groups, ~6 MB):
+# a chunk's (~6,000 rows) at a time cost 1/3 more CPU to write (57 vs 41 ms for one bench part's
+# 48,000); 65,536 held cost +50 MB peak RSS on the 490 MB bench.
 STATES_ROW_GROUP = 16_384
-_STATES_STATS = ("rank", "step", "t_start", "t_end")   # what readers of the step groups filter on
+
+
+def _write_groups(path: Path, states: pl.DataFrame, writer: Any = None) -> Any:
+    """Append the step groups of `states` (sorted (rank, step) states of whole groups) to the
+    Parquet file `path` (`writer`: its open writer, or None to start it); returns the writer. As
+    the STEPS summary reads them: zstd, dictionaries and statistics on every column (without the
+    dictionaries, -0.29 CPU s at ingest, +0.17 s at every diagnose of the 64-rank store)."""
+    import pyarrow.parquet as pq
+
+    from .timeline.steps import finish_group_states
+
+    t = finish_group_states(states.lazy(), evidence=True).collect(engine="in-memory").to_arrow()
+    if writer is None:
+        writer = pq.ParquetWriter(path, t.schema, compression="zstd", write_statistics=True)
+    writer.write_table(t.cast(writer.schema))
+    return writer
 
 
 class Partial:
@@ -607,18 +619,23 @@ class Partial:
     The (rank, step) states, the big one (a row per group), are not held to the end while the
     chunks come in rank order (a part written streaming: the usual case): the states of the
     ranks before a chunk's first rank are final, and go to the partial's temp file a row group
-    (STATES_ROW_GROUP) at a time (-70 MB peak RSS on the 4,096-rank bench). A chunk that goes back
-    in rank (a part sorted in runs) reads them back: held and merged, as the other partials are."""
+    (STATES_ROW_GROUP) at a time (-70 MB peak RSS on the 4,096-rank bench), and so do the step
+    groups they finish into (GROUPS: what the STEPS summary links when no other part holds the
+    same ranks). A chunk that goes back in rank (a part sorted in runs) reads the states back:
+    held and merged, as the other partials are."""
 
     def __init__(self, root: str | os.PathLike[str], part: str, steps_only: bool = False) -> None:
         self.root, self.part = root, part
         self._steps_only = steps_only     # only the (rank, step) states (`of_part`)
         self._chunks: dict[str, list[pl.DataFrame]] = {n: [] for n in PARTIALS}
         self._held_last = float("-inf")   # the last rank of the held states
-        self._out: Any = None             # the states' temp file (a Parquet writer), once written to
-        self._out_last = float("-inf")    # ... and the last rank in it
+        # the temp files of the states (an Arrow IPC writer) and of their step groups (Parquet), once written to
+        self._out: Any = None
+        self._groups: Any = None
+        self._out_last = float("-inf")    # ... and the last rank in them
         self._streaming = True            # no chunk went back in rank order yet
-        self._tmp = partial_path(root, part, STEPS).parent / f".{Path(part).stem}.{STEPS}.tmp-{uuid.uuid4().hex[:8]}"
+        d, tag = partial_path(root, part, STEPS).parent, f"{Path(part).stem}.{{}}.tmp-{uuid.uuid4().hex[:8]}"
+        self._tmp, self._gtmp = d / ("." + tag.format(STEPS)), d / ("." + tag.format(GROUPS))
 
     def add(self, t: pa.Table | pl.DataFrame) -> None:
         # a part writer's table is the reader's blocks (one or more per file: hundreds for small
@@ -646,10 +663,9 @@ class Partial:
         first, last = _rank_span(frames[0])
         if self._out is not None and first <= self._out_last:
             # back in rank order: the states written out are held again, and so are the rest
-            self._out.close()
-            self._out = None
-            self._chunks[STEPS].insert(0, pl.read_parquet(self._tmp).with_columns(pl.col("file").cast(pl.String)))
-            self._tmp.unlink()
+            self._close()
+            self._chunks[STEPS].insert(0, pl.read_ipc(self._tmp))
+            self._unlink()
             self._streaming = False
         elif (self._streaming and first > self._held_last
               and sum(f.height for f in self._chunks[STEPS]) >= STATES_ROW_GROUP):
@@ -664,33 +680,39 @@ class Partial:
                     self._chunks[name] = [_merge(name, self._chunks[name])]
 
     def _write_steps(self) -> None:
-        """The held (rank, step) states, merged, in the summary's order, to the temp file: Parquet
-        (zstd, statistics: the STEPS summary reads it as it is), the file names as a dictionary
-        (`finish_group_states`' Categorical, cast here on the unit's thread rather than at every read)."""
-        import pyarrow.parquet as pq
+        """The held (rank, step) states, merged, in the summary's order, to the temp files: the
+        states (zstd: ~8x smaller than plain, the store keeps them) and the step groups they
+        finish into (`_finish_groups`)."""
+        import pyarrow.ipc as ipc
 
-        t = (_merge(STEPS, self._chunks[STEPS]).sort("rank", "step", nulls_last=True)
-             .with_columns(pl.col("file").cast(pl.Categorical)).to_arrow())
+        df = _merge(STEPS, self._chunks[STEPS]).sort("rank", "step", nulls_last=True)
         self._chunks[STEPS] = []
+        t = df.to_arrow()
         if self._out is None:
             self._tmp.parent.mkdir(parents=True, exist_ok=True)
-            # dictionaries for the few names only (on the numbers they cost 1/3 of the write for a
-            # larger file), statistics where readers filter (on all 42 columns: +10-30% write time).
-            # lz4 wrote 62,000 states in 35 ms instead of 50, a file 1/3 larger: no gain measurable
-            # on a whole ingest, so the smaller file
-            self._out = pq.ParquetWriter(self._tmp, t.schema, compression="zstd", write_statistics=list(_STATES_STATS),
-                                         use_dictionary=["host", "file"])
-        self._out.write_table(t.cast(self._out.schema))
+            self._out = ipc.new_file(self._tmp, t.schema, options=ipc.IpcWriteOptions(compression="zstd"))
+        self._out.write_table(t)
+        self._groups = _write_groups(self._gtmp, df, self._groups)
         self._out_last = self._held_last
+
+    def _close(self) -> None:
+        for w in (self._out, self._groups):
+            if w is not None:
+                w.close()
+        self._out = self._groups = None
+
+    def _unlink(self) -> None:
+        self._tmp.unlink(missing_ok=True)
+        self._gtmp.unlink(missing_ok=True)
 
     def write(self) -> None:
         """Write the part's partials (atomically: temp file, then rename)."""
         if self._chunks[STEPS]:
             self._write_steps()
-        if self._out is not None:   # the (rank, step) states, written as they came
-            self._out.close()
-            self._out = None
+        if self._out is not None:   # the (rank, step) states and their groups, written as they came
+            self._close()
             os.replace(self._tmp, partial_path(self.root, self.part, STEPS))
+            os.replace(self._gtmp, partial_path(self.root, self.part, GROUPS))
         for name in PARTIALS:
             if not self._chunks[name]:
                 continue
@@ -702,11 +724,9 @@ class Partial:
         self._chunks = {n: [] for n in PARTIALS}
 
     def abort(self) -> None:
-        """Remove the temp file (the part is not written)."""
-        if self._out is not None:
-            self._out.close()
-            self._out = None
-        self._tmp.unlink(missing_ok=True)
+        """Remove the temp files (the part is not written)."""
+        self._close()
+        self._unlink()
 
     @classmethod
     def of_part(cls, root: str | os.PathLike[str], part: str, steps_only: bool = False) -> "Partial":
@@ -734,10 +754,10 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
     if not rels:
         return
     for rel in rels:
-        have = [partial_path(root, rel, n).is_file() for n in PARTIALS]
+        have = [partial_path(root, rel, n).is_file() for n in PARTIAL_FILES]
         if all(have):
             continue
-        old = [partial_path(previous.path, rel, n) for n in PARTIALS] if previous is not None else []
+        old = [partial_path(previous.path, rel, n) for n in PARTIAL_FILES] if previous is not None else []
         if old and all(p.is_file() for p in old):
             pdir.mkdir(parents=True, exist_ok=True)
             for p in old:
@@ -768,8 +788,8 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
 def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> None:
     """The STEPS summary folder `target` of the events parts `parts` (part-table rows, in path
     order), from their partials. When the parts hold disjoint rank ranges (the usual layout: each
-    part's states are sorted by (rank, step)) the states files themselves, linked in rank order:
-    nothing is read or written (the units wrote them, in parallel). Else one file of them merged.
+    part's groups are sorted by (rank, step)) the step groups files the units wrote, linked in
+    rank order: nothing is read or written here. Else one file of the parts' states merged.
     Published whole (`_publish_dir`)."""
     # the part table's rank span and rows without a rank (unknown: counted as some, then merged)
     spans = [(p["rank_min"], p["rank_max"], p.get("unranked", 1) > 0, p["path"]) for p in parts]
@@ -778,14 +798,14 @@ def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> No
     disjoint = all(a[1] < b[0] for a, b in zip(ranked, ranked[1:]))
     # rows without a rank sort last: only the last part in rank order may hold them
     order = ranked + unranked
+
     def fill(tmp: Path) -> None:
         if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
             for i, s in enumerate(order):
-                _link(partial_path(root, s[3], STEPS), tmp / f"{i:06d}.parquet")
+                _link(partial_path(root, s[3], GROUPS), tmp / f"{i:06d}.parquet")
         else:
-            states = [pl.read_parquet(partial_path(root, p["path"], STEPS)) for p in parts]
-            (_merge(STEPS, states).sort("rank", "step", nulls_last=True)
-             .write_parquet(tmp / f"{0:06d}.parquet", compression="zstd", statistics=True))
+            states = [pl.read_ipc(partial_path(root, p["path"], STEPS)) for p in parts]
+            _write_groups(tmp / f"{0:06d}.parquet", _merge(STEPS, states).sort("rank", "step", nulls_last=True)).close()
 
     _publish_dir(target, fill)
     _remove_others(target, STEPS)
@@ -826,18 +846,30 @@ def _remove_others(target: Path, name: str) -> None:
 
 
 def _build_steps(run: Run) -> bool:
-    """Write the STEPS summary of a committed store from its parts' partials, computing those
-    missing or unreadable from the parts' rows; False when the store cannot be written."""
+    """Write the STEPS summary of a committed store from its parts' partials: a part's step groups
+    missing (a store of SUMMARY_VERSION 1) or unreadable are finished from its states, or, those
+    missing too, computed from its rows (the states alone when its other partials are there).
+    False when the store cannot be written."""
     root = run.path
     events = sorted((p for p in run.parts if p["kind"] == "events"), key=lambda p: p["path"])
     try:
         for p in events:
+            rel = p["path"]
             try:
-                pl.read_parquet_schema(partial_path(root, p["path"], STEPS))
+                pl.read_parquet_schema(partial_path(root, rel, GROUPS))
+                continue
             except (OSError, pl.exceptions.PolarsError):
-                # the others when any is missing (`assemble` computes them all then too)
-                others = all(partial_path(root, p["path"], n).is_file() for n in PARTIALS if n != STEPS)
-                Partial.of_part(root, p["path"], steps_only=others).write()
+                pass
+            try:
+                states = pl.read_ipc(partial_path(root, rel, STEPS))
+            except (OSError, pl.exceptions.PolarsError):
+                others = all(partial_path(root, rel, n).is_file() for n in PARTIALS if n != STEPS)
+                Partial.of_part(root, rel, steps_only=others).write()
+                continue
+            target = partial_path(root, rel, GROUPS)
+            tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+            _write_groups(tmp, states).close()
+            os.replace(tmp, target)
         _assemble_steps(root, events, path_of(run, STEPS))
     except OSError:
         return False

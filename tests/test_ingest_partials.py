@@ -234,12 +234,16 @@ def test_a_partial_fed_chunk_by_chunk_writes_the_state_of_all_its_rows(tmp_path:
     if cut == "two sorted runs":   # ... until the second run: held from then on
         assert p._out is None and not p._streaming
     p.write()
-    got = pl.read_parquet(S.partial_path(tmp_path, "events/p.parquet", S.STEPS))
-    assert got["file"].dtype == pl.Categorical   # as the step groups hold it
-    got = got.with_columns(pl.col("file").cast(pl.String))
+    got = pl.read_ipc(S.partial_path(tmp_path, "events/p.parquet", S.STEPS))
     assert_frame_equal(got, _reference(part), check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
+    # ... and the step groups they finish into, written beside them as they came
+    from forensics.timeline.steps import finish_group_states
+
+    groups = pl.read_parquet(S.partial_path(tmp_path, "events/p.parquet", S.GROUPS))
+    assert_frame_equal(groups, finish_group_states(_reference(part).lazy(), evidence=True).collect(),
+                       check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
     assert sorted(f.name for f in (tmp_path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()) == sorted(
-        S.partial_path(tmp_path, "events/p.parquet", n).name for n in S.PARTIALS)
+        S.partial_path(tmp_path, "events/p.parquet", n).name for n in S.PARTIAL_FILES)
 
 
 def test_an_aborted_partial_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

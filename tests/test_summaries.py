@@ -356,9 +356,9 @@ def test_summaries_merged_from_a_rank_split_over_units(tmp_path: Path, monkeypat
 def test_summaries_of_parts_of_disjoint_ranks_are_their_partials_linked_in_rank_order(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A part per rank file and one for the unranked launcher: the step groups are the parts'
-    partials themselves (the same files, linked in rank order: nothing read or written at the
-    commit), and equal the events' (exactly: no group is merged). Parts whose ranks overlap get one
-    file of their merged states instead."""
+    step groups files themselves (the same files, linked in rank order: nothing read or written at
+    the commit), and equal the events' (exactly: no group is merged). Parts whose ranks overlap get
+    one file of their merged states instead."""
     import forensics.ingest as ing
     import forensics.store as store_mod
 
@@ -371,7 +371,7 @@ def test_summaries_of_parts_of_disjoint_ranks_are_their_partials_linked_in_rank_
     linked = sorted(S.path_of(run, S.STEPS).iterdir())
     spans = {p["path"]: p["rank_min"] for p in run.parts if p["kind"] == "events"}
     order = sorted(spans, key=lambda rel: (spans[rel] is None, spans[rel] or 0))
-    assert [f.stat().st_ino for f in linked] == [S.partial_path(run.path, rel, S.STEPS).stat().st_ino for rel in order]
+    assert [f.stat().st_ino for f in linked] == [S.partial_path(run.path, rel, S.GROUPS).stat().st_ino for rel in order]
     _assert_stored_equal_computed(run)
     # overlapping ranks: merged into one file
     _mixed_run(tmp_path / "split", files="split")
@@ -464,12 +464,15 @@ def test_a_steps_folder_is_carried_whole_or_not_at_all(tmp_path: Path, monkeypat
     assert S.path_of(run, S.RANKS).name in carried
 
 
-def test_a_store_without_the_states_partials_gets_only_those(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A store whose parts have every partial but the (rank, step) states (written before they
-    were Parquet files) gets only those, from the parts' narrow columns: the other partials are
-    kept as they are; the step groups are the events'. A part missing another partial gets all."""
+def test_step_groups_missing_from_a_store_are_made_from_what_it_has(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store whose parts lack their step groups files (SUMMARY_VERSION 1 wrote none) gets them
+    finished from the parts' states, without reading the parts; a part without its states either
+    gets those alone from its narrow columns (its other partials are kept as they are), or every
+    partial when another is missing too. The step groups are the events'."""
     import forensics.ingest as ing
     import forensics.store as store_mod
+    from polars.testing import assert_frame_equal
 
     _mixed_run(tmp_path / "logs", files="per_rank")
     monkeypatch.setattr(ing, "BATCH_BYTES", 1)
@@ -477,11 +480,15 @@ def test_a_store_without_the_states_partials_gets_only_those(tmp_path: Path, mon
     monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)
     run = _store(tmp_path, tmp_path / "logs")
     rels = sorted(p["path"] for p in run.parts if p["kind"] == "events")
+    assert len(rels) > 3
     shutil.rmtree(S.path_of(run, S.STEPS))
     for rel in rels:
+        S.partial_path(run.path, rel, S.GROUPS).unlink()
+    for rel in rels[:2]:   # these two have no states either; the first no rank table
         S.partial_path(run.path, rel, S.STEPS).unlink()
-    S.partial_path(run.path, rels[0], S.RANKS).unlink()   # this part's partials are all computed again
-    others = {p.name: p.stat().st_ino for p in (run.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()}
+    S.partial_path(run.path, rels[0], S.RANKS).unlink()
+    pdir = run.path / S.SUMMARIES_DIR / S.PARTS_DIR
+    before = {p.name: p.stat().st_ino for p in pdir.iterdir()}
     calls: list[tuple[str, bool]] = []
     real = S.Partial.of_part
 
@@ -490,11 +497,10 @@ def test_a_store_without_the_states_partials_gets_only_those(tmp_path: Path, mon
         return real(root, part, steps_only)
 
     monkeypatch.setattr(S.Partial, "of_part", staticmethod(spy))
-    from polars.testing import assert_frame_equal
-
     assert_frame_equal(S.step_groups(run), S.compute_step_groups(run))
-    assert sorted(calls) == sorted([(rels[0], False)] + [(rel, True) for rel in rels[1:]])
-    now = {p.name: p.stat().st_ino for p in (run.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()}
-    kept = {k: v for k, v in others.items() if not k.startswith(Path(rels[0]).stem)}
-    assert {k: now[k] for k in kept} == kept
-    assert all(S.partial_path(run.path, rel, n).is_file() for rel in rels for n in S.PARTIALS)
+    assert sorted(calls) == [(rels[0], False), (rels[1], True)]
+    now = {p.name: p.stat().st_ino for p in pdir.iterdir()}
+    stem = Path(rels[0]).stem
+    assert {k: now[k] for k in before if not k.startswith(stem)} == {k: v for k, v in before.items()
+                                                                   if not k.startswith(stem)}
+    assert all(S.partial_path(run.path, rel, n).is_file() for rel in rels for n in S.PARTIAL_FILES)
