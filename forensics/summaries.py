@@ -589,12 +589,6 @@ def _rank_span(df: pl.DataFrame) -> tuple[float, float]:
     return (lo if lo is not None else inf), (inf if r.null_count() or hi is None else hi)  # type: ignore[return-value]
 
 
-# (rank, step) states held before they are written out (a row group of the step groups, ~6 MB):
-# a chunk's (~6,000 rows) at a time cost 1/3 more CPU to write (57 vs 41 ms for one bench part's
-# 48,000); 65,536 held cost +50 MB peak RSS on the 490 MB bench.
-STATES_ROW_GROUP = 16_384
-
-
 def _write_groups(path: Path, states: pl.DataFrame, writer: Any = None) -> Any:
     """Append the step groups of `states` (sorted (rank, step) states of whole groups) to the
     Parquet file `path` (`writer`: its open writer, or None to start it); returns the writer. As
@@ -618,8 +612,8 @@ class Partial:
 
     The (rank, step) states, the big one (a row per group), are not held to the end while the
     chunks come in rank order (a part written streaming: the usual case): the states of the
-    ranks before a chunk's first rank are final, and go to the partial's temp file a row group
-    (STATES_ROW_GROUP) at a time (-70 MB peak RSS on the 4,096-rank bench), and so do the step
+    ranks before a chunk's first rank are final, and go to the partial's temp file as they come
+    (-70 MB peak RSS on the 4,096-rank bench), and so do the step
     groups they finish into (GROUPS: what the STEPS summary links when no other part holds the
     same ranks). A chunk that goes back in rank (a part sorted in runs) reads the states back:
     held and merged, as the other partials are."""
@@ -667,8 +661,9 @@ class Partial:
             self._chunks[STEPS].insert(0, pl.read_ipc(self._tmp))
             self._unlink()
             self._streaming = False
-        elif (self._streaming and first > self._held_last
-              and sum(f.height for f in self._chunks[STEPS]) >= STATES_ROW_GROUP):
+        elif self._streaming and self._chunks[STEPS] and first > self._held_last:
+            # (held to 16,384 states and written as one row group: same CPU, +45 MB peak RSS on
+            # the 490 MB bench)
             self._write_steps()
         for name, frame in zip(PARTIALS, frames):
             self._chunks[name].append(frame)

@@ -193,18 +193,13 @@ def test_units_on_threads_give_the_summaries_the_events_give(tmp_path: Path, mon
         assert_frame_equal(stored, want, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
 
 
-@pytest.mark.parametrize("row_group", [1, 8])
 @pytest.mark.parametrize("cut", ["whole ranks", "anywhere", "two sorted runs"])
-def test_a_partial_fed_chunk_by_chunk_writes_the_state_of_all_its_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                      cut: str, row_group: int) -> None:
+def test_a_partial_fed_chunk_by_chunk_writes_the_state_of_all_its_rows(tmp_path: Path, cut: str) -> None:
     """The (rank, step) states of a part's chunks, written out as they come (chunks of whole ranks
-    in rank order, once STATES_ROW_GROUP are held), merged where a rank or the unranked rows go on
-    in the next chunk, read back and held when a chunk goes back in rank order (a part sorted in
-    runs): the partial written is the state of all the part's rows, in (rank, step) order, and no
-    temp file is left."""
+    in rank order), merged where a rank or the unranked rows go on in the next chunk, read back
+    and held when a chunk goes back in rank order (a part sorted in runs): the partial written is
+    the state of all the part's rows, in (rank, step) order, and no temp file is left."""
     import random
-
-    monkeypatch.setattr(S, "STATES_ROW_GROUP", row_group)
 
     rng = random.Random(11)
     events = ["DATA_LOAD", "ALLREDUCE", "forward", "TRAIN_STEP", None]
@@ -246,8 +241,7 @@ def test_a_partial_fed_chunk_by_chunk_writes_the_state_of_all_its_rows(tmp_path:
         S.partial_path(tmp_path, "events/p.parquet", n).name for n in S.PARTIAL_FILES)
 
 
-def test_an_aborted_partial_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(S, "STATES_ROW_GROUP", 1)
+def test_an_aborted_partial_leaves_no_file(tmp_path: Path) -> None:
     p = S.Partial(tmp_path, "events/p.parquet")
     for r in range(3):   # whole ranks in order: the first states are written out
         p.add(_events([{"rank": r, "step": 1, "line": 1, "timestamp": T0}]))
