@@ -752,13 +752,15 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
         have = [partial_path(root, rel, n).is_file() for n in PARTIAL_FILES]
         if all(have):
             continue
-        old = [partial_path(previous.path, rel, n) for n in PARTIAL_FILES] if previous is not None else []
+        old = [partial_path(previous.path, rel, n) for n in PARTIALS] if previous is not None else []
         if old and all(p.is_file() for p in old):
             pdir.mkdir(parents=True, exist_ok=True)
-            for p in old:
+            for p in (*old, partial_path(previous.path, rel, GROUPS)):
                 dst = pdir / p.name
-                if not dst.exists():
+                if p.is_file() and not dst.exists():
                     os.link(p, dst)
+            if not partial_path(root, rel, GROUPS).is_file():   # a store of SUMMARY_VERSION 1
+                _write_part_groups(root, rel, pl.read_ipc(partial_path(root, rel, STEPS)))
             continue
         Partial.of_part(root, rel).write()
     stems = {Path(rel).stem for rel in rels}
@@ -840,6 +842,14 @@ def _remove_others(target: Path, name: str) -> None:
             pass
 
 
+def _write_part_groups(root: Path, rel: str, states: pl.DataFrame) -> None:
+    """The step groups file of the part `rel` from its (rank, step) states (temp file, then rename)."""
+    target = partial_path(root, rel, GROUPS)
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    _write_groups(tmp, states).close()
+    os.replace(tmp, target)
+
+
 def _build_steps(run: Run) -> bool:
     """Write the STEPS summary of a committed store from its parts' partials: a part's step groups
     missing (a store of SUMMARY_VERSION 1) or unreadable are finished from its states, or, those
@@ -861,10 +871,7 @@ def _build_steps(run: Run) -> bool:
                 others = all(partial_path(root, rel, n).is_file() for n in PARTIALS if n != STEPS)
                 Partial.of_part(root, rel, steps_only=others).write()
                 continue
-            target = partial_path(root, rel, GROUPS)
-            tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
-            _write_groups(tmp, states).close()
-            os.replace(tmp, target)
+            _write_part_groups(root, rel, states)
         _assemble_steps(root, events, path_of(run, STEPS))
     except OSError:
         return False

@@ -504,3 +504,30 @@ def test_step_groups_missing_from_a_store_are_made_from_what_it_has(tmp_path: Pa
     assert {k: now[k] for k in before if not k.startswith(stem)} == {k: v for k, v in before.items()
                                                                    if not k.startswith(stem)}
     assert all(S.partial_path(run.path, rel, n).is_file() for rel in rels for n in S.PARTIAL_FILES)
+
+
+def test_an_append_onto_a_store_without_step_groups_files_finishes_them_from_its_states(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--append onto a store whose parts have every partial but the step groups file (SUMMARY_VERSION
+    1 wrote none): the kept parts' partials are linked and their groups finished from their states,
+    none read from its rows; the summaries are the events'."""
+    import forensics.store as store_mod
+
+    monkeypatch.setattr(store_mod, "COMPACT_ROWS", 1)   # the first store's part is kept as it is
+    _mixed_run(tmp_path / "all", files="split")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for f in ("rank_0.jsonl", "rank_1.jsonl"):
+        shutil.copy(tmp_path / "all" / f, logs / f)
+    first = _store(tmp_path, logs)
+    kept = [p["path"] for p in first.parts if p["kind"] == "events"]
+    for rel in kept:
+        S.partial_path(first.path, rel, S.GROUPS).unlink()
+    calls: list[str] = []
+    real = S.Partial.of_part
+    monkeypatch.setattr(S.Partial, "of_part", staticmethod(lambda root, part, *a: calls.append(part) or real(root, part, *a)))
+    shutil.copy(tmp_path / "all" / "rank_3.jsonl", logs / "rank_3.jsonl")
+    second = _store(tmp_path, logs, append=True)
+    assert calls == [] and set(kept) <= {p["path"] for p in second.parts}
+    assert all(S.partial_path(second.path, rel, S.GROUPS).is_file() for rel in kept)
+    _assert_stored_equal_computed(second, exact=False)
