@@ -29,6 +29,7 @@ print, or write anything in the store but its own files under summaries/.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -180,12 +181,7 @@ def compute_layout(run: Run) -> pl.DataFrame:
 
 def _scan(p: Path) -> pl.LazyFrame:
     """The stored summary at `p`: a Parquet file, or the STEPS folder: its files in rank order."""
-    if not p.is_dir():
-        return pl.scan_parquet(p)
-    files = sorted(p.glob("*.parquet"))
-    for f in files:
-        pl.read_parquet_schema(f)   # a readable footer: not cut short (a full disk, a damaged copy)
-    return pl.scan_parquet(files)
+    return pl.scan_parquet(sorted(p.glob("*.parquet")) if p.is_dir() else p)
 
 
 def _read(p: Path, columns: list[str] | None = None) -> pl.DataFrame | None:
@@ -206,19 +202,26 @@ def _write(run: Run, name: str, df: pl.DataFrame) -> bool:
 
 def _write_at(target: Path, name: str, df: pl.DataFrame) -> bool:
     """`_write` to `target`."""
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         target.parent.mkdir(exist_ok=True)
-        df.write_parquet(tmp, statistics=True)
-        os.replace(tmp, target)
+        _replace_with(target, lambda tmp: df.write_parquet(tmp, statistics=True))
     except OSError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         return False
     _remove_others(target, name)
     return True
+
+
+def _replace_with(target: Path, write: Callable[[Path], Any]) -> None:
+    """Write `target` atomically: `write` writes a temp file beside it, which then replaces it
+    (readers see the old file or the new one, never a part of one)."""
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _load(run: Run, name: str, compute: Callable[[Run], pl.DataFrame],
@@ -261,7 +264,10 @@ def scan_step_groups(run: Run) -> pl.LazyFrame:
     p = path_of(run, STEPS)
     if p.is_dir():
         try:
-            return _scan(p)
+            lf = _scan(p)
+            for f in p.glob("*.parquet"):   # readable footers: not cut short (a full disk, a damaged copy)
+                pl.read_parquet_schema(f)
+            return lf
         except (OSError, pl.exceptions.PolarsError):
             pass
     return step_groups(run).lazy()
@@ -315,7 +321,7 @@ def carry(previous: Run | None, staging: Path) -> None:
             continue
         try:
             if f.is_dir():   # STEPS: a folder, carried whole or not at all
-                _publish_dir(dst / f.name, lambda tmp, f=f: [os.link(g, tmp / g.name) for g in f.iterdir()])
+                _publish_dir(dst / f.name, functools.partial(_link_all, f))
             else:
                 os.link(f, dst / f.name)
         except OSError:
@@ -677,7 +683,7 @@ class Partial:
     def _write_steps(self) -> None:
         """The held (rank, step) states, merged, in the summary's order, to the temp files: the
         states (zstd: ~8x smaller than plain, the store keeps them) and the step groups they
-        finish into (`_finish_groups`)."""
+        finish into (`_write_groups`)."""
         import pyarrow.ipc as ipc
 
         df = _merge(STEPS, self._chunks[STEPS]).sort("rank", "step", nulls_last=True)
@@ -713,9 +719,8 @@ class Partial:
                 continue
             target = partial_path(self.root, self.part, name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
-            _merge(name, self._chunks[name]).write_ipc(tmp, compression="zstd")
-            os.replace(tmp, target)
+            df = _merge(name, self._chunks[name])
+            _replace_with(target, lambda tmp: df.write_ipc(tmp, compression="zstd"))
         self._chunks = {n: [] for n in PARTIALS}
 
     def abort(self) -> None:
@@ -823,6 +828,12 @@ def _publish_dir(target: Path, fill: Callable[[Path], Any]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _link_all(src: Path, dst: Path) -> None:
+    """Hard-link every file of the folder `src` into the folder `dst`."""
+    for f in src.iterdir():
+        os.link(f, dst / f.name)
+
+
 def _link(src: Path, dst: Path) -> None:
     """A hard link (summaries are never changed in place), or a copy where the file system has none."""
     try:
@@ -843,11 +854,8 @@ def _remove_others(target: Path, name: str) -> None:
 
 
 def _write_part_groups(root: Path, rel: str, states: pl.DataFrame) -> None:
-    """The step groups file of the part `rel` from its (rank, step) states (temp file, then rename)."""
-    target = partial_path(root, rel, GROUPS)
-    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
-    _write_groups(tmp, states).close()
-    os.replace(tmp, target)
+    """The step groups file of the part `rel` from its (rank, step) states."""
+    _replace_with(partial_path(root, rel, GROUPS), lambda tmp: _write_groups(tmp, states).close())
 
 
 def _build_steps(run: Run) -> bool:
