@@ -5,6 +5,7 @@
     python bench/ingest.py --src /work/scale/r4096 --no-summaries     # any folder of *.jsonl (recursive)
     python bench/ingest.py --one-line 100000 --tools forensics,duckdb  # 100,000 one-line files
     python bench/ingest.py --tools forensics,duckdb --baseline OLD_TREE  # also an older checkout
+    python bench/ingest.py --row mimalloc:ARROW_DEFAULT_MEMORY_POOL=mimalloc  # forensics again, other env
 
 --src reads an existing folder (e.g. bench/_gen.py's 4,096 per-rank files in per-host folders);
 --one-line N writes N one-line files (bench/_data.one_line_files, kept under --data): the costs
@@ -12,7 +13,9 @@ that grow with the number of files, not bytes. --no-summaries runs forensics wit
 FORENSICS_SUMMARIES=0 (the ingest path alone, without the summaries built after it).
 --baseline DIR (a directory holding an older `forensics/` package, e.g. `git archive` of a commit
 with the built scanner copied in) adds a row "baseline": that tree's ingest, interleaved with the
-others, so a change is measured against the old code under the same load.
+others, so a change is measured against the old code under the same load. --row NAME:K=V[,K=V]
+(repeatable) adds a row NAME: this tree's forensics run with those environment variables (e.g.
+pyarrow's allocator, FORENSICS_SUMMARIES=0), interleaved the same way.
 
 Each tool runs in its own process (so its memory is its own), writing Parquet from the same
 JSONL files; a separate, untimed process then counts the rows written and checks that a key seen
@@ -133,6 +136,8 @@ def main() -> None:
     ap.add_argument("--one-line", type=int, metavar="N", help="N one-line files instead (written once under --data)")
     ap.add_argument("--no-summaries", action="store_true", help="forensics with FORENSICS_SUMMARIES=0")
     ap.add_argument("--baseline", metavar="DIR", help="a directory holding an older forensics/ package: a row of its own")
+    ap.add_argument("--row", action="append", default=[], metavar="NAME:K=V[,K=V]",
+                    help="a row NAME: forensics run with these environment variables (repeatable)")
     args = ap.parse_args()
 
     if args.src or args.one_line:
@@ -153,6 +158,13 @@ def main() -> None:
     if args.baseline:   # the older tree first on the path (its store is checked by this one)
         envs["baseline"] = {**envs["forensics"], "PYTHONPATH": str(Path(args.baseline).resolve())}
         tools.insert(tools.index("forensics") + 1 if "forensics" in tools else 0, "baseline")
+    for row in args.row:
+        name, _, assigns = row.partition(":")
+        if not name or name in codes or "=" not in assigns:
+            raise SystemExit(f"--row {row!r}: expected NAME:K=V[,K=V] with a new NAME")
+        codes[name], CHECKS[name] = FORENSICS, FORENSICS_CHECK
+        envs[name] = {**envs["forensics"], **dict(a.split("=", 1) for a in assigns.split(","))}
+        tools.append(name)
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     Path(args.data).mkdir(parents=True, exist_ok=True)   # --src leaves it unmade
     for rep in range(args.reps):
