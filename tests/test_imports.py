@@ -37,6 +37,21 @@ def test_a_store_is_opened_and_scanned_without_the_ingest_package(tmp_path: Path
     assert [m for m in loaded(code) if m in HEAVY] == []
 
 
+def test_pyarrow_allocates_from_the_c_library_unless_the_user_chose() -> None:
+    """`import forensics` picks pyarrow's system allocator (its default keeps the pages an ingest
+    frees: peak RSS); a user's ARROW_DEFAULT_MEMORY_POOL stays theirs."""
+    code = "import forensics, pyarrow\nprint(pyarrow.default_memory_pool().backend_name)"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+
+    def backend(**extra: str) -> str:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                             env={**env, **extra})
+        return out.stdout.strip()
+
+    assert backend() == "system"
+    assert backend(ARROW_DEFAULT_MEMORY_POOL="mimalloc") == "mimalloc"
+
+
 def test_lazy_module_imports_on_first_use() -> None:
     from forensics._lazy import lazy
 
