@@ -357,9 +357,9 @@ def build(run: Run) -> None:
 # writes (`store.PartWriter(on_write=...)`) from the rows the unit holds in memory, and writes
 # summaries/parts/<part>.<name>.arrow beside the part; the (rank, step) states go to
 # <part>.steps.parquet with the step groups they finish into (`_write_groups`). The commit
-# (`assemble`) links those files into the STEPS
-# summary when the parts hold disjoint rank ranges, and otherwise merges the partials of the new
-# version's parts in the order `Run.events()` reads them (sorted part paths):
+# (`assemble`) links those files into the STEPS summary when the parts hold disjoint rank ranges,
+# and otherwise merges the partials of the new version's parts in the order `Run.events()` reads
+# them (sorted part paths):
 # a (rank, step) or a rank cut between parts (a big file read in 64 MB ranges, a rank's files in
 # different units) merges by min / max / sum / count / first / last in that order, which is what
 # one scan of the events gives (float sums of a merged group up to rounding). A kept part keeps
