@@ -46,7 +46,7 @@ from .store import Run
 pa = lazy("pyarrow")   # the writing side's: reading a summary needs no pyarrow (~0.25 s to import)
 
 # Raise when the stored columns or their meaning change: older files are then never read.
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 SUMMARIES_DIR = "summaries"
 STEPS = "steps"
 RANKS = "ranks"
@@ -180,8 +180,11 @@ def compute_layout(run: Run) -> pl.DataFrame:
 
 
 def _scan(p: Path) -> pl.LazyFrame:
-    """The stored summary at `p`: a Parquet file, or the STEPS folder: its files in rank order."""
-    return pl.scan_parquet(sorted(p.glob("*.parquet")) if p.is_dir() else p)
+    """The stored summary at `p`: a Parquet file, or the STEPS folder: its files in rank order,
+    their step groups columns (the state columns after them are for merges: `_write_groups`)."""
+    if p.is_dir():
+        return pl.scan_parquet(sorted(p.glob("*.parquet"))).select(_step_columns()[1])
+    return pl.scan_parquet(p)
 
 
 def _read(p: Path, columns: list[str] | None = None) -> pl.DataFrame | None:
@@ -352,10 +355,11 @@ def build(run: Run) -> None:
 # Each events part gets the summaries of its own rows, as aggregation *states* (what merges),
 # written by the unit that wrote the part: `Partial` is fed every sorted chunk the part writer
 # writes (`store.PartWriter(on_write=...)`) from the rows the unit holds in memory, and writes
-# summaries/parts/<part>.<name>.arrow beside the part, and the step groups its (rank, step)
-# states finish into (<part>.groups.parquet). The commit (`assemble`) links those into the STEPS
-# summary when the parts hold disjoint rank ranges, and otherwise merges the partials of the new
-# version's parts in the order `Run.events()` reads them (sorted part paths):
+# summaries/parts/<part>.<name>.arrow beside the part; the (rank, step) states go to
+# <part>.steps.parquet with the step groups they finish into (`_write_groups`). The commit
+# (`assemble`) links those files into the STEPS summary when the parts hold disjoint rank ranges,
+# and otherwise merges the partials of the new version's parts in the order `Run.events()` reads
+# them (sorted part paths):
 # a (rank, step) or a rank cut between parts (a big file read in 64 MB ranges, a rank's files in
 # different units) merges by min / max / sum / count / first / last in that order, which is what
 # one scan of the events gives (float sums of a merged group up to rounding). A kept part keeps
@@ -364,8 +368,6 @@ def build(run: Run) -> None:
 PARTS_DIR = "parts"
 GPU = "gpu"                       # (rank, gpu_util, n): the per-rank median merges from counts
 PARTIALS = (STEPS, RANKS, GPU, ERRORS, UNTIMED, LAYOUT)
-GROUPS = "groups"                 # the step groups the STEPS states finish into (Parquet)
-PARTIAL_FILES = (*PARTIALS, GROUPS)
 # the event columns the partials read: the wide text ones only the layout's (`_layout_rows`)
 _LAYOUT_INPUT = ("rank", "extra", "fields", "message")
 _PARTIAL_INPUT = ("rank", "step", "host", "timestamp", "event", "level", "line", "source_file", "loss", "lr",
@@ -383,9 +385,16 @@ def enabled() -> bool:
 def partial_path(root: str | os.PathLike[str], part: str, name: str) -> Path:
     """Where the partial `name` of the events part `part` (its path, absolute or relative to the
     store `root`) lives."""
-    # the step groups are Parquet: linked as they are into the STEPS summary (`_assemble_steps`)
-    suffix = "parquet" if name == GROUPS else "arrow"
+    # the (rank, step) states with their step groups are Parquet: linked as they are into the
+    # STEPS summary (`_assemble_steps`)
+    suffix = "parquet" if name == STEPS else "arrow"
     return Path(root) / SUMMARIES_DIR / PARTS_DIR / f"{Path(part).stem}.{name}.{suffix}"
+
+
+def _legacy_states(root: str | os.PathLike[str], part: str) -> Path:
+    """Where a store of SUMMARY_VERSION 1 or 2 kept a part's (rank, step) states (Arrow IPC, and
+    its step groups apart, or none): what its STEPS partial is made from (`_write_part_groups`)."""
+    return Path(root) / SUMMARIES_DIR / PARTS_DIR / f"{Path(part).stem}.{STEPS}.arrow"
 
 
 def _rank_state(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -595,20 +604,56 @@ def _rank_span(df: pl.DataFrame) -> tuple[float, float]:
     return (lo if lo is not None else inf), (inf if r.null_count() or hi is None else hi)  # type: ignore[return-value]
 
 
+@functools.cache
+def _step_columns() -> tuple[pl.Schema, list[str], list[str]]:
+    """The (rank, step) state's schema (`_step_state`'s, as `timeline.steps._step_groups` gives it:
+    no pyarrow needed to read a summary), the step groups' columns it finishes into
+    (`timeline.steps.finish_group_states`) and the state's columns those lack."""
+    from .schema import EVENT_SCHEMA
+    from .timeline.inputs import TS
+    from .timeline.steps import _step_groups, finish_group_states
+
+    events = pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in _NARROW_INPUT})
+    state = _step_groups(events, TS, evidence=True, per_rank=True, state=True)
+    groups = finish_group_states(state, evidence=True).collect_schema().names()
+    schema = state.collect_schema()
+    return schema, groups, [c for c in schema.names() if c not in groups]
+
+
+# step groups columns whose values differ from group to group: a step's number, times, lines, loss
+_UNIQUE = frozenset({"step", "t_start", "t_end", "comm_end", "grad_ready_ts", "train_line", "data_line", "comm_line",
+                     "ready_line", "loss"})
+
+
 def _write_groups(path: Path, states: pl.DataFrame, writer: Any = None) -> Any:
-    """Append the step groups of `states` (sorted (rank, step) states of whole groups) to the
-    Parquet file `path` (`writer`: its open writer, or None to start it); returns the writer. As
-    the STEPS summary reads them: zstd, dictionaries and statistics on every column (without the
-    dictionaries, -0.29 CPU s at ingest, +0.17 s at every diagnose of the 64-rank store)."""
+    """Append the step groups of `states` (sorted (rank, step) states of whole groups), and after
+    them the state's own columns (what merges read back: `_read_states`), to the Parquet file
+    `path` (`writer`: its open writer, or None to start it); returns the writer. One file for both:
+    an Arrow IPC file of the states beside it cost ~1/5 of the partials' CPU (zstd), and a
+    mostly null state column costs next to nothing in Parquet. The groups as the STEPS summary
+    reads them: zstd and dictionaries (without, -0.29 CPU s at ingest, +0.17 s at every diagnose
+    of the 64-rank store) but on the columns of a value per group (_UNIQUE: there a dictionary
+    only costs, the 64-rank store's STEPS summary read in 0.37 CPU s instead of 0.44-0.49, 58 MB
+    instead of 89); statistics only on what readers filter on (rank, step, times)."""
     import pyarrow.parquet as pq
 
     from .timeline.steps import finish_group_states
 
-    t = finish_group_states(states.lazy(), evidence=True).collect(engine="in-memory").to_arrow()
+    _, groups, own = _step_columns()
+    g = finish_group_states(states.lazy(), evidence=True).collect(engine="in-memory")
+    t = pl.concat([g, states.select(own)], how="horizontal").to_arrow()
     if writer is None:
-        writer = pq.ParquetWriter(path, t.schema, compression="zstd", write_statistics=True)
+        writer = pq.ParquetWriter(path, t.schema, compression="zstd",
+                                  use_dictionary=[c for c in groups if c not in _UNIQUE],
+                                  write_statistics=["rank", "step", "t_start", "t_end"])
     writer.write_table(t.cast(writer.schema))
     return writer
+
+
+def _read_states(path: Path) -> pl.DataFrame:
+    """The (rank, step) states of a STEPS partial (`_write_groups`)."""
+    schema = _step_columns()[0]
+    return pl.read_parquet(path, columns=schema.names()).cast(dict(schema))
 
 
 class Partial:
@@ -619,23 +664,22 @@ class Partial:
     The (rank, step) states, the big one (a row per group), are not held to the end while the
     chunks come in rank order (a part written streaming: the usual case): the states of the
     ranks before a chunk's first rank are final, and go to the partial's temp file as they come
-    (-70 MB peak RSS on the 4,096-rank bench), and so do the step
-    groups they finish into (GROUPS: what the STEPS summary links when no other part holds the
-    same ranks). A chunk that goes back in rank (a part sorted in runs) reads the states back:
-    held and merged, as the other partials are."""
+    (-70 MB peak RSS on the 4,096-rank bench), with the step groups they finish into (what the
+    STEPS summary links when no other part holds the same ranks: `_write_groups`). A chunk that
+    goes back in rank (a part sorted in runs) reads the states back: held and merged, as the
+    other partials are."""
 
     def __init__(self, root: str | os.PathLike[str], part: str, steps_only: bool = False) -> None:
         self.root, self.part = root, part
         self._steps_only = steps_only     # only the (rank, step) states (`of_part`)
         self._chunks: dict[str, list[pl.DataFrame]] = {n: [] for n in PARTIALS}
         self._held_last = float("-inf")   # the last rank of the held states
-        # the temp files of the states (an Arrow IPC writer) and of their step groups (Parquet), once written to
+        # the temp file of the states and their step groups (its Parquet writer), once written to
         self._out: Any = None
-        self._groups: Any = None
-        self._out_last = float("-inf")    # ... and the last rank in them
+        self._out_last = float("-inf")    # ... and the last rank in it
         self._streaming = True            # no chunk went back in rank order yet
-        d, tag = partial_path(root, part, STEPS).parent, f"{Path(part).stem}.{{}}.tmp-{uuid.uuid4().hex[:8]}"
-        self._tmp, self._gtmp = d / ("." + tag.format(STEPS)), d / ("." + tag.format(GROUPS))
+        target = partial_path(root, part, STEPS)
+        self._tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
 
     def add(self, t: pa.Table | pl.DataFrame) -> None:
         # a part writer's table is the reader's blocks (one or more per file: hundreds for small
@@ -664,8 +708,8 @@ class Partial:
         if self._out is not None and first <= self._out_last:
             # back in rank order: the states written out are held again, and so are the rest
             self._close()
-            self._chunks[STEPS].insert(0, pl.read_ipc(self._tmp))
-            self._unlink()
+            self._chunks[STEPS].insert(0, _read_states(self._tmp))
+            self._tmp.unlink()
             self._streaming = False
         elif self._streaming and self._chunks[STEPS] and first > self._held_last:
             # (held to 16,384 states and written as one row group: same CPU, +45 MB peak RSS on
@@ -681,30 +725,19 @@ class Partial:
                     self._chunks[name] = [_merge(name, self._chunks[name])]
 
     def _write_steps(self) -> None:
-        """The held (rank, step) states, merged, in the summary's order, to the temp files: the
-        states (zstd: ~8x smaller than plain, the store keeps them) and the step groups they
-        finish into (`_write_groups`)."""
-        import pyarrow.ipc as ipc
-
+        """The held (rank, step) states, merged, in the summary's order, with the step groups they
+        finish into, to the temp file (`_write_groups`)."""
         df = _merge(STEPS, self._chunks[STEPS]).sort("rank", "step", nulls_last=True)
         self._chunks[STEPS] = []
-        t = df.to_arrow()
         if self._out is None:
             self._tmp.parent.mkdir(parents=True, exist_ok=True)
-            self._out = ipc.new_file(self._tmp, t.schema, options=ipc.IpcWriteOptions(compression="zstd"))
-        self._out.write_table(t)
-        self._groups = _write_groups(self._gtmp, df, self._groups)
+        self._out = _write_groups(self._tmp, df, self._out)
         self._out_last = self._held_last
 
     def _close(self) -> None:
-        for w in (self._out, self._groups):
-            if w is not None:
-                w.close()
-        self._out = self._groups = None
-
-    def _unlink(self) -> None:
-        self._tmp.unlink(missing_ok=True)
-        self._gtmp.unlink(missing_ok=True)
+        if self._out is not None:
+            self._out.close()
+        self._out = None
 
     def write(self) -> None:
         """Write the part's partials (atomically: temp file, then rename)."""
@@ -713,7 +746,6 @@ class Partial:
         if self._out is not None:   # the (rank, step) states and their groups, written as they came
             self._close()
             os.replace(self._tmp, partial_path(self.root, self.part, STEPS))
-            os.replace(self._gtmp, partial_path(self.root, self.part, GROUPS))
         for name in PARTIALS:
             if not self._chunks[name]:
                 continue
@@ -724,9 +756,9 @@ class Partial:
         self._chunks = {n: [] for n in PARTIALS}
 
     def abort(self) -> None:
-        """Remove the temp files (the part is not written)."""
+        """Remove the temp file (the part is not written)."""
         self._close()
-        self._unlink()
+        self._tmp.unlink(missing_ok=True)
 
     @classmethod
     def of_part(cls, root: str | os.PathLike[str], part: str, steps_only: bool = False) -> "Partial":
@@ -754,20 +786,10 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
     if not rels:
         return
     for rel in rels:
-        have = [partial_path(root, rel, n).is_file() for n in PARTIAL_FILES]
-        if all(have):
+        if all(partial_path(root, rel, n).is_file() for n in PARTIALS):
             continue
-        old = [partial_path(previous.path, rel, n) for n in PARTIALS] if previous is not None else []
-        if old and all(p.is_file() for p in old):
-            pdir.mkdir(parents=True, exist_ok=True)
-            for p in (*old, partial_path(previous.path, rel, GROUPS)):
-                dst = pdir / p.name
-                if p.is_file() and not dst.exists():
-                    os.link(p, dst)
-            if not partial_path(root, rel, GROUPS).is_file():   # a store of SUMMARY_VERSION 1
-                _write_part_groups(root, rel, pl.read_ipc(partial_path(root, rel, STEPS)))
-            continue
-        Partial.of_part(root, rel).write()
+        if previous is None or not _link_kept(previous.path, root, rel):
+            Partial.of_part(root, rel).write()
     stems = {Path(rel).stem for rel in rels}
     for f in pdir.iterdir():
         if f.name.split(".", 1)[0] not in stems:
@@ -787,6 +809,24 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
         _write_at(_path_at(d, name, k), name, _finish(name, merged.pop(name), merged.get(GPU)))
 
 
+def _link_kept(prev: Path, root: Path, rel: str) -> bool:
+    """Link the partials of the kept part `rel` from the store version at `prev` into the one
+    being assembled in `root`; False when some are missing. A store of SUMMARY_VERSION 1 or 2 kept
+    the (rank, step) states apart (`_legacy_states`): the STEPS partial is made from them."""
+    old = [partial_path(prev, rel, n) for n in PARTIALS]
+    legacy = _legacy_states(prev, rel)
+    if not all(p.is_file() for p in old[1:]) or not (old[0].is_file() or legacy.is_file()):
+        return False
+    pdir = root / SUMMARIES_DIR / PARTS_DIR
+    pdir.mkdir(parents=True, exist_ok=True)
+    for p in old:
+        if p.is_file() and not (pdir / p.name).exists():
+            os.link(p, pdir / p.name)
+    if not partial_path(root, rel, STEPS).is_file():
+        _write_part_groups(root, rel, pl.read_ipc(legacy))
+    return True
+
+
 def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> None:
     """The STEPS summary folder `target` of the events parts `parts` (part-table rows, in path
     order), from their partials. When the parts hold disjoint rank ranges (the usual layout: each
@@ -804,9 +844,9 @@ def _assemble_steps(root: Path, parts: list[dict[str, Any]], target: Path) -> No
     def fill(tmp: Path) -> None:
         if disjoint and len(unranked) <= 1 and not any(s[2] for s in order[:-1]):
             for i, s in enumerate(order):
-                _link(partial_path(root, s[3], GROUPS), tmp / f"{i:06d}.parquet")
+                _link(partial_path(root, s[3], STEPS), tmp / f"{i:06d}.parquet")
         else:
-            states = [pl.read_ipc(partial_path(root, p["path"], STEPS)) for p in parts]
+            states = [_read_states(partial_path(root, p["path"], STEPS)) for p in parts]
             _write_groups(tmp / f"{0:06d}.parquet", _merge(STEPS, states).sort("rank", "step", nulls_last=True)).close()
 
     _publish_dir(target, fill)
@@ -854,27 +894,27 @@ def _remove_others(target: Path, name: str) -> None:
 
 
 def _write_part_groups(root: Path, rel: str, states: pl.DataFrame) -> None:
-    """The step groups file of the part `rel` from its (rank, step) states."""
-    _replace_with(partial_path(root, rel, GROUPS), lambda tmp: _write_groups(tmp, states).close())
+    """The STEPS partial of the part `rel` from its (rank, step) states."""
+    _replace_with(partial_path(root, rel, STEPS), lambda tmp: _write_groups(tmp, states).close())
 
 
 def _build_steps(run: Run) -> bool:
-    """Write the STEPS summary of a committed store from its parts' partials: a part's step groups
-    missing (a store of SUMMARY_VERSION 1) or unreadable are finished from its states, or, those
-    missing too, computed from its rows (the states alone when its other partials are there).
-    False when the store cannot be written."""
+    """Write the STEPS summary of a committed store from its parts' partials: a part's STEPS
+    partial missing (a store of SUMMARY_VERSION 1 or 2) or unreadable is made from its states
+    kept apart (`_legacy_states`), or, those missing too, computed from its rows (the states
+    alone when its other partials are there). False when the store cannot be written."""
     root = run.path
     events = sorted((p for p in run.parts if p["kind"] == "events"), key=lambda p: p["path"])
     try:
         for p in events:
             rel = p["path"]
             try:
-                pl.read_parquet_schema(partial_path(root, rel, GROUPS))
+                pl.read_parquet_schema(partial_path(root, rel, STEPS))
                 continue
             except (OSError, pl.exceptions.PolarsError):
                 pass
             try:
-                states = pl.read_ipc(partial_path(root, rel, STEPS))
+                states = pl.read_ipc(_legacy_states(root, rel))
             except (OSError, pl.exceptions.PolarsError):
                 others = all(partial_path(root, rel, n).is_file() for n in PARTIALS if n != STEPS)
                 Partial.of_part(root, rel, steps_only=others).write()

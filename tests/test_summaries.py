@@ -371,7 +371,7 @@ def test_summaries_of_parts_of_disjoint_ranks_are_their_partials_linked_in_rank_
     linked = sorted(S.path_of(run, S.STEPS).iterdir())
     spans = {p["path"]: p["rank_min"] for p in run.parts if p["kind"] == "events"}
     order = sorted(spans, key=lambda rel: (spans[rel] is None, spans[rel] or 0))
-    assert [f.stat().st_ino for f in linked] == [S.partial_path(run.path, rel, S.GROUPS).stat().st_ino for rel in order]
+    assert [f.stat().st_ino for f in linked] == [S.partial_path(run.path, rel, S.STEPS).stat().st_ino for rel in order]
     _assert_stored_equal_computed(run)
     # overlapping ranks: merged into one file
     _mixed_run(tmp_path / "split", files="split")
@@ -464,12 +464,21 @@ def test_a_steps_folder_is_carried_whole_or_not_at_all(tmp_path: Path, monkeypat
     assert S.path_of(run, S.RANKS).name in carried
 
 
+def _as_version_2(root: Path, rel: str) -> None:
+    """Make the STEPS partial of the part `rel` as a store of SUMMARY_VERSION 2 kept it: the
+    (rank, step) states in an Arrow IPC file, the step groups in a Parquet file of their own."""
+    steps = S.partial_path(root, rel, S.STEPS)
+    S._read_states(steps).write_ipc(S._legacy_states(root, rel), compression="zstd")
+    pl.read_parquet(steps, columns=S._step_columns()[1]).write_parquet(steps.with_name(f"{Path(rel).stem}.groups.parquet"))
+    steps.unlink()
+
+
 def test_step_groups_missing_from_a_store_are_made_from_what_it_has(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """A store whose parts lack their step groups files (SUMMARY_VERSION 1 wrote none) gets them
-    finished from the parts' states, without reading the parts; a part without its states either
-    gets those alone from its narrow columns (its other partials are kept as they are), or every
-    partial when another is missing too. The step groups are the events'."""
+    """A store whose parts lack their STEPS partials (SUMMARY_VERSION 2 kept the states in a file
+    of their own) gets them made from the parts' states, without reading the parts; a part without
+    its states either gets those alone from its narrow columns (its other partials are kept as
+    they are), or every partial when another is missing too. The step groups are the events'."""
     import forensics.ingest as ing
     import forensics.store as store_mod
     from polars.testing import assert_frame_equal
@@ -483,9 +492,9 @@ def test_step_groups_missing_from_a_store_are_made_from_what_it_has(tmp_path: Pa
     assert len(rels) > 3
     shutil.rmtree(S.path_of(run, S.STEPS))
     for rel in rels:
-        S.partial_path(run.path, rel, S.GROUPS).unlink()
+        _as_version_2(run.path, rel)
     for rel in rels[:2]:   # these two have no states either; the first no rank table
-        S.partial_path(run.path, rel, S.STEPS).unlink()
+        S._legacy_states(run.path, rel).unlink()
     S.partial_path(run.path, rels[0], S.RANKS).unlink()
     pdir = run.path / S.SUMMARIES_DIR / S.PARTS_DIR
     before = {p.name: p.stat().st_ino for p in pdir.iterdir()}
@@ -503,13 +512,13 @@ def test_step_groups_missing_from_a_store_are_made_from_what_it_has(tmp_path: Pa
     stem = Path(rels[0]).stem
     assert {k: now[k] for k in before if not k.startswith(stem)} == {k: v for k, v in before.items()
                                                                    if not k.startswith(stem)}
-    assert all(S.partial_path(run.path, rel, n).is_file() for rel in rels for n in S.PARTIAL_FILES)
+    assert all(S.partial_path(run.path, rel, n).is_file() for rel in rels for n in S.PARTIALS)
 
 
-def test_an_append_onto_a_store_without_step_groups_files_finishes_them_from_its_states(
+def test_an_append_onto_a_store_of_summary_version_2_makes_its_steps_partials_from_its_states(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--append onto a store whose parts have every partial but the step groups file (SUMMARY_VERSION
-    1 wrote none): the kept parts' partials are linked and their groups finished from their states,
+    """--append onto a store whose parts keep their (rank, step) states apart (SUMMARY_VERSION 2):
+    the kept parts' other partials are linked and their STEPS partials made from their states,
     none read from its rows; the summaries are the events'."""
     import forensics.store as store_mod
 
@@ -522,12 +531,12 @@ def test_an_append_onto_a_store_without_step_groups_files_finishes_them_from_its
     first = _store(tmp_path, logs)
     kept = [p["path"] for p in first.parts if p["kind"] == "events"]
     for rel in kept:
-        S.partial_path(first.path, rel, S.GROUPS).unlink()
+        _as_version_2(first.path, rel)
     calls: list[str] = []
     real = S.Partial.of_part
     monkeypatch.setattr(S.Partial, "of_part", staticmethod(lambda root, part, *a: calls.append(part) or real(root, part, *a)))
     shutil.copy(tmp_path / "all" / "rank_3.jsonl", logs / "rank_3.jsonl")
     second = _store(tmp_path, logs, append=True)
     assert calls == [] and set(kept) <= {p["path"] for p in second.parts}
-    assert all(S.partial_path(second.path, rel, S.GROUPS).is_file() for rel in kept)
+    assert all(S.partial_path(second.path, rel, S.STEPS).is_file() for rel in kept)
     _assert_stored_equal_computed(second, exact=False)
