@@ -327,3 +327,16 @@ def test_extra_text_is_stored_as_written_on_both_paths():
             '{"a" : 1}', '{"c":3}', '{"e" :5}']
     assert scan_block(buf, 1, True, None, None).events["extra"].to_pylist() == want
     assert _to_table(parse_block_py(buf, 1, True, None, None).events)["extra"].to_pylist() == want
+
+
+def test_null_columns_on_the_shared_buffer_are_pa_nulls():
+    """native._nulls (a block's all-null columns on one shared zeroed buffer) makes what pa.nulls
+    makes, for every type of the event schema the scanner's table has; arrays made before the
+    shared buffer grew stay whole, and past its cap each column gets its own."""
+    from forensics.schema import arrow_schema
+
+    types = {f.type for f in arrow_schema() if not pa.types.is_dictionary(f.type)}
+    made = [(n, t, native._nulls(n, t)) for n in (0, 1, 7, 8, 9, 1000, 50_000, native._ZEROS_MAX) for t in types]
+    for n, t, a in made:
+        a.validate(full=True)
+        assert a.type == t and a.null_count == n and a.equals(pa.nulls(n, t)), (n, t)

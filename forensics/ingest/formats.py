@@ -21,6 +21,12 @@ from .jsonl import Block
 PICKLE_MAGIC = re.compile(rb"^\x80[\x02-\x05]")
 
 
+# Input bytes a reader parses at a time (and small files joined per scanner call). A unit holds
+# about two blocks' input and the table of one while it reads (-15 MiB peak RSS for 2 MiB instead
+# of 4, both 490 MB benches: 64 and 4,096 files; same CPU).
+BLOCK_BYTES = 2 << 20
+
+
 @dataclass(frozen=True)
 class ReaderContext:
     path: str                      # absolute path of the source file
@@ -29,7 +35,7 @@ class ReaderContext:
     first_line: int = 1            # number of the stream's first line in the file
     at_eof: bool = True            # the stream ends where the file ends
     gpu_map: dict[tuple[str | None, int], int] = field(default_factory=dict)  # (host, gpu) -> rank
-    block_bytes: int = 4 << 20
+    block_bytes: int = BLOCK_BYTES
 
 
 Reader = Callable[[str, BinaryIO, ReaderContext], Iterator[Block]]

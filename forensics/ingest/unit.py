@@ -25,7 +25,7 @@ from ..schema import REJECT_SCHEMA, arrow_schema, conform
 from ..store import _EPOCH, COMPRESSION, ROW_GROUP, PartWriter, arrow_array, min_max
 from ..summaries import Partial
 from . import native
-from .formats import ReaderContext, reader_for
+from .formats import BLOCK_BYTES, ReaderContext, reader_for
 from .jsonl import scan_files
 from .sources import GuardedStream, RangeReader, max_line_bytes, open_binary, zstd_damage
 
@@ -54,7 +54,7 @@ class Unit:
     events_part: str = ""
     rejects_part: str = ""
     gpu_map: tuple[tuple[str | None, int, int], ...] = ()
-    block_bytes: int = 4 << 20
+    block_bytes: int = BLOCK_BYTES
     weight: int = 0           # input bytes planned (progress)
     summaries: bool = False   # also write the events part's partial summaries (forensics.summaries)
 
