@@ -394,7 +394,7 @@ def partial_path(root: str | os.PathLike[str], part: str, name: str) -> Path:
 def _legacy_states(root: str | os.PathLike[str], part: str) -> Path:
     """Where a store of SUMMARY_VERSION 1 or 2 kept a part's (rank, step) states (Arrow IPC, and
     its step groups apart, or none): what its STEPS partial is made from (`_write_part_groups`)."""
-    return Path(root) / SUMMARIES_DIR / PARTS_DIR / f"{Path(part).stem}.{STEPS}.arrow"
+    return partial_path(root, part, STEPS).with_suffix(".arrow")
 
 
 def _rank_state(lf: pl.LazyFrame) -> pl.LazyFrame:
