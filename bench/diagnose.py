@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -85,18 +86,21 @@ def phases(store: Path) -> None:
     proj = re.findall(r"PROJECT (\d+/\d+) COLUMNS", q.explain())
     print(f"step table scan reads {', '.join(proj)} columns of the store; "
           f"{len(timeline.rank_slices(run))} rank slices of <= ~{timeline.SLICE_EVENTS:,} events")
-    print(f"  {'phase':<18} {'wall s':>7} {'CPU s':>7} {'peak MB':>8} {'after MB':>9}  result")
+    # sys s and page faults: memory first touched (zeroed by the kernel) costs system time
+    print(f"  {'phase':<18} {'wall s':>7} {'CPU s':>7} {'sys s':>6} {'faults':>8} {'peak MB':>8} {'after MB':>9}  result")
 
     peaks: list[float] = []
     spent: dict[str, tuple[float, float]] = {}
 
     def phase(name: str, fn):  # type: ignore[no-untyped-def]
         pk.reset()
-        t, c = time.perf_counter(), time.process_time()
+        t, c, ru = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
         res = fn()
         peaks.append(pk.peak() or 0.0)
         spent[name] = (time.perf_counter() - t, time.process_time() - c)
-        print(f"  {name:<18} {spent[name][0]:7.2f} {spent[name][1]:7.2f} {_mb(pk.peak()):>8} "
+        end = resource.getrusage(resource.RUSAGE_SELF)
+        print(f"  {name:<18} {spent[name][0]:7.2f} {spent[name][1]:7.2f} {end.ru_stime - ru.ru_stime:6.2f} "
+              f"{end.ru_minflt - ru.ru_minflt:8,} {_mb(pk.peak()):>8} "
               f"{_mb(pk.now()):>9}  {describe(res)}", flush=True)
         return res
 
