@@ -3,6 +3,7 @@ data: where a clause's condition may be known."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from forensics.rules.compile import compile_leaf
 from forensics.rules.spec import Cond, Leaf, parse_rule
 from forensics.schema import EVENT_SCHEMA
 
-from test_rules_engine import write_rule
+from test_rules_engine import T0, write_rule
 
 # --- where a condition may be known: Kleene logic instead of (can be true) | (can be false) ------
 
@@ -81,3 +82,70 @@ def test_known_is_where_the_condition_can_be_true_or_false(tmp_path: Path, seed:
     got = df.select(plan._known(c).alias("new"), (t | f).alias("old"))
     assert got["new"].null_count() == 0
     assert got["new"].to_list() == got["old"].to_list(), _random_cond(random.Random(seed))
+
+
+# --- a by-step clause's steps combined without float copies of the rows' flags ----------------
+
+
+def _step_frame_before(rows: pl.DataFrame, clause: Any, s: str) -> pl.DataFrame:
+    """The census's former `_step_frame` (counts as float weights of bincount, nulls filled by a
+    copy, means divided into a new array)."""
+    import numpy as np
+
+    from forensics.rules.compile import step_values
+    from forensics.rules.spec import column_kind
+
+    vals = step_values(clause)
+    out = {"rank": pl.Int32, "step": pl.Int64, f"{s}_e": pl.Boolean, f"{s}_ts": EVENT_SCHEMA["timestamp"],
+           **{f"{s}_v_{c}": (pl.Float64 if c in clause.sums or column_kind(c) == "float" else EVENT_SCHEMA.get(c, pl.Float64))
+              for c in vals}}
+    rank = rows.get_column("rank").to_numpy()
+    step = rows.get_column("step").to_numpy()
+    if not plan._blocks_in_order(rank, step):
+        order = np.lexsort((step, rank))
+        rows = rows[order]
+        rank, step = rank[order], step[order]
+    cut = np.ones(len(rank), dtype=bool)
+    cut[1:] = (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])
+    starts = np.flatnonzero(cut)
+    group = np.cumsum(cut) - 1
+    ts = rows.get_column("timestamp").to_physical().to_numpy()
+    cols: dict[str, Any] = {"rank": rank[starts], "step": step[starts], f"{s}_e": np.ones(len(starts), dtype=bool),
+                            f"{s}_ts": np.maximum.reduceat(ts, starts)}
+    for c in vals:
+        v = rows.get_column(c)
+        n = np.bincount(group, weights=v.is_not_null().to_numpy(), minlength=len(starts))
+        if c in clause.sums or column_kind(c) == "float":
+            tot = np.bincount(group, weights=v.cast(pl.Float64).fill_null(0.0).to_numpy(), minlength=len(starts))
+            got = tot if c in clause.sums else tot / np.maximum(n, 1)
+        else:
+            got = np.maximum.reduceat(v.cast(pl.Int64).fill_null(np.iinfo(np.int64).min).to_numpy(), starts)
+        cols[f"{s}_v_{c}"] = pl.Series(got).scatter(np.flatnonzero(n == 0), None) if (n == 0).any() else got
+    return pl.DataFrame(cols).with_columns(pl.col(k).cast(t) for k, t in out.items())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_step_frame_combines_steps_as_before(tmp_path: Path, seed: int) -> None:
+    """Sums (added in the rows' order: long steps too), means of floats, maxima of integers, per
+    (rank, step) of rows in blocks or interleaved, with nulls, NaN, gaps in the steps and several
+    chunks (a streaming query's output)."""
+    from polars.testing import assert_frame_equal
+
+    rnd = random.Random(seed)
+    body = ('[match]\nby = "step"\nsum = ["comm_ms"]\nall = [{ col = "comm_ms", op = ">", expr = "0.4 * step_time_ms" },\n'
+            '       { col = "throttle_reasons", op = "bits", value = 64 }]\n')
+    r, errors = parse_rule(write_rule(tmp_path, body, f"s{seed}"))
+    assert r is not None, [str(e) for e in errors]
+    n = rnd.randint(1, 400)
+    long = rnd.random() < 0.5      # few steps: groups of dozens of rows
+    rows = [{"rank": rnd.randint(0, 3), "step": rnd.randint(0, 3 if long else 40) * rnd.choice([1, 1, 7]),
+             "timestamp": T0 + timedelta(seconds=rnd.randint(0, 50)),
+             "comm_ms": rnd.choice([None, float("nan"), rnd.uniform(0, 1e3), 1e16, 0.1]),
+             "step_time_ms": rnd.choice([None, rnd.uniform(0, 1e3), float("nan")]),
+             "throttle_reasons": rnd.choice([None, 0, 0x40, -5])} for _ in range(n)]
+    df = pl.DataFrame(rows, schema={c: EVENT_SCHEMA[c] for c in rows[0]})
+    if rnd.random() < 0.5:         # a store's order: each rank one block, steps never going back
+        df = df.sort("rank", "step", maintain_order=True)
+    cut = sorted(rnd.sample(range(n + 1), min(n + 1, 3)))
+    df = pl.concat([df.slice(a, b - a) for a, b in zip([0, *cut], [*cut, n])], rechunk=False)
+    assert_frame_equal(plan._step_frame(df, r.clause, "_c"), _step_frame_before(df, r.clause, "_c"), check_exact=True)

@@ -182,24 +182,35 @@ def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
         order = np.lexsort((step, rank))        # stable: a step's rows keep their order
         rows = rows[order]
         rank, step = rank[order], step[order]
-    same_rank = rank[1:] == rank[:-1]
-    cut = np.ones(len(rank), dtype=bool)
-    cut[1:] = ~same_rank | (step[1:] != step[:-1])
+    cut = np.empty(len(rank), dtype=bool)
+    cut[0] = True
+    np.not_equal(rank[1:], rank[:-1], out=cut[1:])
+    cut[1:] |= step[1:] != step[:-1]
     starts = np.flatnonzero(cut)
-    group = np.cumsum(cut) - 1
+    # each row's step number (0, 1, ...) summed up in place: no temporary of the rows' size.
+    # Millions of rows here: every full-size temporary is memory touched afresh (page faults)
+    group = np.zeros(len(rank), dtype=np.intp)
+    group[starts[1:]] = 1
+    np.cumsum(group, out=group)
     ts = rows.get_column("timestamp").to_physical().to_numpy()
     cols: dict[str, Any] = {"rank": rank[starts], "step": step[starts], f"{s}_e": np.ones(len(starts), dtype=bool),
                             f"{s}_ts": np.maximum.reduceat(ts, starts)}
-    del rank, step, ts, same_rank, cut      # millions of rows: freed before the values are copied out
+    del rank, step, ts, cut      # freed before the values are copied out
     for c in vals:
         v = rows.get_column(c)
-        n = np.bincount(group, weights=v.is_not_null().to_numpy(), minlength=len(starts))
+        valid = v.is_not_null().to_numpy()
+        n = np.bincount(group[valid], minlength=len(starts))   # counted as integers: no float copy of the flags
         if c in clause.sums or column_kind(c) == "float":
+            x = v.cast(pl.Float64).to_numpy(writable=True)    # a null is NaN here: made 0, as fill_null(0.0)
+            x[~valid] = 0.0
             # bincount adds each step's values one after another, in the rows' order
-            tot = np.bincount(group, weights=v.cast(pl.Float64).fill_null(0.0).to_numpy(), minlength=len(starts))
-            got = tot if c in clause.sums else tot / np.maximum(n, 1)
+            got = np.bincount(group, weights=x, minlength=len(starts))
+            del x
+            if c not in clause.sums:
+                got /= np.maximum(n, 1)
         else:
             got = np.maximum.reduceat(v.cast(pl.Int64).fill_null(np.iinfo(np.int64).min).to_numpy(), starts)
+        del valid
         # a step without any such row has no value, not zero
         cols[f"{s}_v_{c}"] = pl.Series(got).scatter(np.flatnonzero(n == 0), None) if (n == 0).any() else got
     return pl.DataFrame(cols).with_columns(pl.col(k).cast(t) for k, t in out.items())
