@@ -540,3 +540,29 @@ def test_an_append_onto_a_store_of_summary_version_2_makes_its_steps_partials_fr
     assert calls == [] and set(kept) <= {p["path"] for p in second.parts}
     assert all(S.partial_path(second.path, rel, S.STEPS).is_file() for rel in kept)
     _assert_stored_equal_computed(second, exact=False)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ranked_step_groups_read_in_batches_are_the_ranked_rows_of_the_step_groups(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """The step table's groups read from the summary a few columns at a time (READ_BATCH) are
+    `ranked_rows` of the whole read: the same rows (unranked and unstepped groups left out), in one
+    chunk per column, whatever columns are asked for in whatever order; and computed the same way
+    when the store has no summary."""
+    import random
+
+    from forensics.timeline.steps import ranked_rows
+
+    rnd = random.Random(seed)
+    _mixed_run(tmp_path / "logs", ranks=rnd.randint(2, 7), steps=rnd.randint(3, 30),
+               files=rnd.choice(["one", "split"]))
+    if seed % 3 == 0:   # no summary stored: computed in memory
+        monkeypatch.setenv("FORENSICS_SUMMARIES", "0")
+    run = _store(tmp_path, tmp_path / "logs")
+    monkeypatch.setattr(S, "READ_BATCH", rnd.randint(1, 5))
+    cols = rnd.sample(C.GROUP_COLUMNS, rnd.randint(2, len(C.GROUP_COLUMNS)))
+    got = S.ranked_step_groups(run, cols)
+    want = ranked_rows(S.step_groups(run, [*cols, *(c for c in ("rank", "step") if c not in cols)])).select(cols)
+    assert got.equals(want)
+    assert got.height < S.step_groups(run).height     # an unranked and an untimed event's groups left out
+    assert all(c.n_chunks() == 1 for c in got.get_columns())

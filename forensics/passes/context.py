@@ -71,9 +71,9 @@ def step_table(events: pl.LazyFrame, run: Run | None = None, *, summary: bool = 
 def _collect_steps(events: pl.LazyFrame, run: Run | None, summary: bool) -> pl.DataFrame:
     """`step_table` without wait_est."""
     if run is not None and summary:
-        from ..summaries import step_groups
+        from ..summaries import ranked_step_groups
 
-        df = timeline.steps.finish_collected(step_groups(run, GROUP_COLUMNS), STEP_COLUMNS, evidence=True)
+        df = timeline.steps.finish_collected(ranked_step_groups(run, GROUP_COLUMNS), STEP_COLUMNS, evidence=True)
     else:
         slices = timeline.rank_slices(run) if run is not None else None
         steps = timeline.step_rows(events, evidence=True, slices=slices)

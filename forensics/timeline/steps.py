@@ -11,12 +11,15 @@ for the last rank to arrive.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import polars as pl
 
 from ..store import Run
 from .inputs import SUMMARY_EVENT, TS, Events, _ms, lazy
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 # --- steps ------------------------------------------------------------------------------------
@@ -107,18 +110,25 @@ def finish_collected(groups: pl.DataFrame, columns: list[str], evidence: bool = 
     return pl.DataFrame([c.rechunk() for c in lf.collect(engine="in-memory").get_columns()])
 
 
-def ranked_rows(groups: pl.DataFrame) -> pl.DataFrame:
+def ranked_rows(groups: pl.DataFrame, keep: "np.ndarray | None" = None) -> pl.DataFrame:
     """The rows of `groups` with a rank and a step, in one chunk per column: the runs of such rows
     (a summary has one unstepped row per rank) concatenated, each column copied once (a filter
-    copies each chunk, then the rechunk again)."""
+    copies each chunk, then the rechunk again). `keep`: which rows those are, when `groups` holds
+    other columns of the table (`ranked_mask` of its rank and step)."""
     import numpy as np
 
-    keep = groups.select(pl.col("rank").is_not_null() & pl.col("step").is_not_null()).to_series().to_numpy()
+    if keep is None:
+        keep = ranked_mask(groups)
     # the runs of kept rows: [start, end) where keep turns on, then off
     edges = np.flatnonzero(np.diff(np.concatenate(([False], keep, [False])).astype(np.int8)))
     if not len(edges):
         return groups.clear()
     return pl.concat([groups.slice(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2])], rechunk=True)
+
+
+def ranked_mask(groups: pl.DataFrame) -> "np.ndarray":
+    """Per row of `groups` (rank and step columns): whether it has a rank and a step."""
+    return groups.select(pl.col("rank").is_not_null() & pl.col("step").is_not_null()).to_series().to_numpy()
 
 
 def collect_sorted(lf: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
