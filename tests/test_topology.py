@@ -16,7 +16,7 @@ from forensics.passes.context import Context
 from forensics.schema import conform
 from forensics.store import open_store
 from pass_helpers import Rows
-from pipeline_run import pipeline_rows, write_jsonl
+from pipeline_run import frame, pipeline_rows, write_jsonl
 
 
 def _ctx(rows: Rows) -> Context:
@@ -213,3 +213,22 @@ def test_layout_prefilter_passes_layout_keys_only() -> None:
     for r in range(4):
         rows.add(0.0, r, "ALLREDUCE", step=0, extra=json.dumps({"tensor_size_mb": 512, "pp_size": 2, "world_size": 4}))
     assert _ctx(rows).topology.stages() == {0: [0, 1], 1: [2, 3]}
+
+
+@pytest.mark.parametrize("layout", ["events", "none"])
+@pytest.mark.parametrize("seed", range(4))
+def test_with_groups_gives_the_rows_their_group_columns(seed: int, layout: str) -> None:
+    """Context.with_groups (constants without a topology, never made into columns) gives a
+    selection of the step table the `peer` and `dgroup` of `group_columns`, as the passes read
+    them before: with a pipeline layout and without one (the logs do not say)."""
+    import random
+
+    from forensics.passes.context import group_columns
+
+    rnd = random.Random(seed)
+    ctx = Context.from_frame(frame(pipeline_rows(2, rnd.randint(1, 3), steps=rnd.randint(2, 12), layout=layout,
+                                                 seed=seed)))
+    assert (ctx.topology is None) == (layout == "none")
+    df = ctx.steps.select(rnd.sample(ctx.steps.columns, rnd.randint(1, 5)))
+    want = df.with_columns(group_columns(ctx.steps, ctx.topology).get_columns())
+    assert ctx.with_groups(df).equals(want)

@@ -373,14 +373,14 @@ class Context:
             return topo_mod.read(layout(self.run).lazy(), self.ranks)
         return topo_mod.read(self._events, self.ranks)
 
-    @property
-    def groups(self) -> pl.DataFrame:
-        """`peer` and `dgroup` (topology.with_groups) of every row of `steps`, in its order.
-        Kept only under a topology (a join): without one they are two constants, made again
-        when asked for rather than holding 45 MB of them on the bench store."""
+    def with_groups(self, df: pl.DataFrame) -> pl.DataFrame:
+        """`df` (rows of `steps`, in its order) with `peer` and `dgroup` (topology.with_groups).
+        Kept only under a topology (a join): without one they are two constants, added as
+        such (polars never makes them 1.8 M values on the bench store: 45 MB, touched afresh
+        each time, ~11k page faults a pass)."""
         if self.topology is None:
-            return group_columns(self.steps, None)
-        return self._topo_groups
+            return topo_mod.with_groups(df, None)
+        return df.hstack(self._topo_groups)
 
     @cached_property
     def _topo_groups(self) -> pl.DataFrame:
@@ -391,7 +391,7 @@ class Context:
         """`peers(group)`: the rows of `steps` grouped by step, or by step and `group` ("peer":
         the pipeline stage, "dgroup": the data-parallel group) under a topology (without one
         every rank is in one group: by step alone). Built once per grouping."""
-        return peer_groups(self.steps, self.topology, lambda: self.groups, by_step=self._by_step)
+        return peer_groups(self.steps, self.topology, lambda: self._topo_groups, by_step=self._by_step)
 
     @cached_property
     def median_step_ms(self) -> float | None:

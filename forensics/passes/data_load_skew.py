@@ -52,8 +52,8 @@ def find(ctx: Context) -> list[Finding]:
     per = peers.agg(st.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("data_load_ms")).alias("dl")),
                     pl.col("ok").sum().alias("n"), median("dl").alias("peer_dl"), pl.col("step").first())
     df = rank_major(
-        st.with_columns(*peers.broadcast(per.select("n", "peer_dl")), *ctx.groups.get_columns(),
-                        wait_expr().alias("wait"))
+        ctx.with_groups(st.with_columns(*peers.broadcast(per.select("n", "peer_dl"))))
+        .with_columns(wait_expr().alias("wait"))
         .pipe(keep, ok & (pl.col("n") >= 2))
         .with_columns(
             ((pl.col("data_load_ms") >= RATIO * pl.col("peer_dl"))

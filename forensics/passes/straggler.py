@@ -90,9 +90,9 @@ def straggling_steps(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFra
 
 def find(ctx: Context) -> list[Finding]:
     topo = ctx.topology
-    steps = ctx.steps.select(
+    steps = ctx.with_groups(ctx.steps.select(
         "rank", "step", "compute_ms", "wait_est", "t_start", "t_end", "file", "train_line", "ready_line", "comm_line",
-    ).with_columns(ctx.groups.get_columns())
+    ))
     out = slow_stages(steps, topo) if topo is not None else []
     df, n_steps = straggling_steps(steps, ctx.peers("peer"))
     if df.is_empty():
