@@ -173,6 +173,17 @@ def test_peer_groups_give_what_a_window_over_the_step_gives() -> None:
             assert got.equals(df.with_columns(pl.col("y").sum().over(by).alias("s"), pl.col("x").mean().over(by).alias("m")))
 
 
+def test_peer_groups_step_is_each_groups_first_step() -> None:
+    """PeerGroups.step (taken while the groups are made) is what `agg` of the step's first value
+    gives: by step and by step and group, rows in any order, null steps and groups."""
+    for seed in range(8):
+        df = _random_steps(seed).sample(fraction=1.0, shuffle=seed % 2 == 1, seed=seed)
+        df = df.with_columns(pl.when(pl.int_range(pl.len()) % (seed + 3) == 1).then(None).otherwise("step").alias("step"))
+        for group in (None, "group"):
+            peers = C.PeerGroups(df["step"], df[group] if group else None)
+            assert peers.step.equals(peers.agg(df, pl.col("step").first()).get_column("step")), (seed, group)
+
+
 def test_peer_groups_of_the_context_follow_its_step_table() -> None:
     df = _random_steps(3).select("rank", "step", "x")
     st = C.PeerGroups(df["step"])

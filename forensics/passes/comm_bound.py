@@ -46,11 +46,10 @@ def per_step_shares(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFram
         (pl.col("wait").fill_null(0.0) / pl.col("step_time_ms")).alias("wshare"),
     )
     judged = ("share", "wshare", "comm_ms", "wait", "step_time_ms", "t_start", "t_end")
-    x = df.select("rank", "step", "ok", *(pl.when("ok").then(pl.col(c)).alias(c) for c in judged))
+    x = df.select("rank", "ok", *(pl.when("ok").then(pl.col(c)).alias(c) for c in judged))
     per = (
         peers.agg(
             x,
-            pl.col("step").first(),
             pl.col("ok").sum().alias("n"),
             *(median(c) for c in judged[:5]),
             # the judged ranks in the table's order, as a group_by of those rows gives them
@@ -58,6 +57,7 @@ def per_step_shares(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFram
             pl.col("t_start").min().alias("t0"),
             pl.col("t_end").max().alias("t1"),
         )
+        .insert_column(0, peers.step)
         .filter(pl.col("n") > 0)
         .sort("step")
     )

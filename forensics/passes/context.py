@@ -154,7 +154,9 @@ class PeerGroups:
 
     A frame given to `over` / `agg` must have the rows of the table the groups were built from,
     in its order (a selection of its columns); filter after, or mask (when/then) the values an
-    aggregation must leave out, as one would filter before an `over`.
+    aggregation must leave out, as one would filter before an `over`. `step`: each group's step
+    (null for the rows without one), one value per group in group order, as `agg` of
+    `pl.col("step").first()` gives it.
     """
 
     def __init__(self, step: pl.Series, group: pl.Series | None = None) -> None:
@@ -175,6 +177,8 @@ class PeerGroups:
         for k in keys:
             ks = k[order]
             same[1:] &= ks[1:] == ks[:-1]
+        # without gathering the table's step column in each `agg` (15 MB touched afresh on the bench)
+        self.step = step.gather(order[~same]).rename("step")
         self._set(order, np.cumsum(~same) - 1)
 
     def _set(self, order, gid) -> None:  # type: ignore[no-untyped-def]

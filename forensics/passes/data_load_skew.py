@@ -49,8 +49,8 @@ def find(ctx: Context) -> list[Finding]:
     # per step (and data-parallel group): how many ranks logged their loading, and its median
     # over them (the rows without one masked, as filtering them first would leave them out)
     peers = ctx.peers("dgroup")
-    per = peers.agg(st.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("data_load_ms")).alias("dl")),
-                    pl.col("ok").sum().alias("n"), median("dl").alias("peer_dl"), pl.col("step").first())
+    per = peers.agg(st.select(ok.alias("ok"), pl.when(ok).then(pl.col("data_load_ms")).alias("dl")),
+                    pl.col("ok").sum().alias("n"), median("dl").alias("peer_dl")).with_columns(peers.step)
     df = rank_major(
         ctx.with_groups(st.with_columns(*peers.broadcast(per.select("n", "peer_dl"))))
         .with_columns(wait_expr().alias("wait"))

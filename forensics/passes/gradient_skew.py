@@ -51,11 +51,11 @@ def find(ctx: Context) -> list[Finding]:
     peers = ctx.peers("dgroup")
     g = pl.col("g")
     per = peers.agg(
-        steps.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("grad_ready_ts")).alias("g"),
+        steps.select(ok.alias("ok"), pl.when(ok).then(pl.col("grad_ready_ts")).alias("g"),
                      pl.when(ok).then(wait_expr()).alias("w")),
         pl.col("ok").sum().alias("n"), ((g.max() - g.min()) * 1000.0).alias("spread_ms"), median(g).alias("g_med"),
-        g.max().alias("g_max"), median("w").alias("med_wait"), pl.col("step").first(),
-    ).with_columns((pl.col("spread_ms") >= thr).alias("skewed"))
+        g.max().alias("g_max"), median("w").alias("med_wait"),
+    ).with_columns(peers.step, (pl.col("spread_ms") >= thr).alias("skewed"))
     # only the columns judged; the ones cited are taken from the table by row (`_row`)
     df = rank_major(
         steps.select("rank", "step", "grad_ready_ts", wait_expr().alias("wait"),

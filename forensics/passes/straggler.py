@@ -56,12 +56,12 @@ def straggling_steps(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFra
     `steps` (the step table's, in its order) that way. Also the number of steps judged."""
     ok = pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null() & wait_expr().is_not_null()
     # per step (and stage), over the ranks with both a compute and a wait time
-    x = steps.select("step", ok.alias("ok"), pl.when(ok).then(pl.col("compute_ms")).alias("c"),
+    x = steps.select(ok.alias("ok"), pl.when(ok).then(pl.col("compute_ms")).alias("c"),
                      pl.when(ok).then(wait_expr()).alias("w"))
     per = peers.agg(
         x, pl.col("ok").sum().alias("n"), median("c").alias("peer_compute"),
-        median("w").alias("med_wait"), pl.col("w").min().alias("min_wait"), pl.col("step").first(),
-    ).with_columns(peers.agg_in_order(x.select("w"), pl.col("w").sum().alias("sum_wait")))
+        median("w").alias("med_wait"), pl.col("w").min().alias("min_wait"),
+    ).with_columns(peers.step).with_columns(peers.agg_in_order(x.select("w"), pl.col("w").sum().alias("sum_wait")))
     df = (
         steps.select("rank", "step", "compute_ms", "peer", wait_expr().alias("wait"),
                      pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"))
