@@ -88,8 +88,8 @@ def test_known_is_where_the_condition_can_be_true_or_false(tmp_path: Path, seed:
 
 
 def _step_frame_before(rows: pl.DataFrame, clause: Any, s: str) -> pl.DataFrame:
-    """The census's former `_step_frame` (counts as float weights of bincount, nulls filled by a
-    copy, means divided into a new array)."""
+    """The census's former `_step_frame` (all the rows at once in numpy, counts as float weights
+    of bincount, nulls filled by a copy, means divided into a new array)."""
     import numpy as np
 
     from forensics.rules.compile import step_values
@@ -101,7 +101,9 @@ def _step_frame_before(rows: pl.DataFrame, clause: Any, s: str) -> pl.DataFrame:
               for c in vals}}
     rank = rows.get_column("rank").to_numpy()
     step = rows.get_column("step").to_numpy()
-    if not plan._blocks_in_order(rank, step):
+    same = rank[1:] == rank[:-1]
+    blocks = rank[np.flatnonzero(np.concatenate(([True], ~same)))]
+    if len(np.unique(blocks)) != len(blocks) or not np.all(~same | (step[1:] >= step[:-1])):
         order = np.lexsort((step, rank))
         rows = rows[order]
         rank, step = rank[order], step[order]
@@ -125,27 +127,32 @@ def _step_frame_before(rows: pl.DataFrame, clause: Any, s: str) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_step_frame_combines_steps_as_before(tmp_path: Path, seed: int) -> None:
+def test_step_frame_combines_steps_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     """Sums (added in the rows' order: long steps too), means of floats, maxima of integers, per
     (rank, step) of rows in blocks or interleaved, with nulls, NaN, gaps in the steps and several
-    chunks (a streaming query's output)."""
+    chunks (a streaming query's output), combined in pieces of whole ranks of any size."""
     from polars.testing import assert_frame_equal
 
     rnd = random.Random(seed)
+    monkeypatch.setattr(plan, "PIECE_ROWS", rnd.choice([1, 7, 50, 1 << 18]))
     body = ('[match]\nby = "step"\nsum = ["comm_ms"]\nall = [{ col = "comm_ms", op = ">", expr = "0.4 * step_time_ms" },\n'
             '       { col = "throttle_reasons", op = "bits", value = 64 }]\n')
     r, errors = parse_rule(write_rule(tmp_path, body, f"s{seed}"))
     assert r is not None, [str(e) for e in errors]
     n = rnd.randint(1, 400)
     long = rnd.random() < 0.5      # few steps: groups of dozens of rows
-    rows = [{"rank": rnd.randint(0, 3), "step": rnd.randint(0, 3 if long else 40) * rnd.choice([1, 1, 7]),
+    rows = [{"rank": rnd.randint(0, 9), "step": rnd.randint(0, 3 if long else 40) * rnd.choice([1, 1, 7]),
              "timestamp": T0 + timedelta(seconds=rnd.randint(0, 50)),
              "comm_ms": rnd.choice([None, float("nan"), rnd.uniform(0, 1e3), 1e16, 0.1]),
              "step_time_ms": rnd.choice([None, rnd.uniform(0, 1e3), float("nan")]),
              "throttle_reasons": rnd.choice([None, 0, 0x40, -5])} for _ in range(n)]
     df = pl.DataFrame(rows, schema={c: EVENT_SCHEMA[c] for c in rows[0]})
-    if rnd.random() < 0.5:         # a store's order: each rank one block, steps never going back
+    order = rnd.choice(["shuffled", "store", "split"])
+    if order != "shuffled":        # a store's order: each rank one block, steps never going back
         df = df.sort("rank", "step", maintain_order=True)
+    if order == "split":           # a rank in two blocks (two parts of it), each in order
+        late = (pl.col("rank") == df["rank"][0]) & (pl.col("step") > df["step"].median())
+        df = pl.concat([df.filter(~late), df.filter(late)])
     cut = sorted(rnd.sample(range(n + 1), min(n + 1, 3)))
     df = pl.concat([df.slice(a, b - a) for a, b in zip([0, *cut], [*cut, n])], rechunk=False)
     assert_frame_equal(plan._step_frame(df, r.clause, "_c"), _step_frame_before(df, r.clause, "_c"), check_exact=True)

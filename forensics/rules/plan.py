@@ -121,15 +121,6 @@ def _step_bound(clause: Clause, s: str, fill: bool = True) -> pl.Expr:
     return b.fill_null(False) if fill else b
 
 
-def _blocks_in_order(rank: np.ndarray, key: np.ndarray) -> bool:
-    """Each rank's rows are one block, in which `key` never goes back."""
-    if len(rank) == 0:
-        return True
-    same = rank[1:] == rank[:-1]
-    starts = rank[np.flatnonzero(np.concatenate(([True], ~same)))]
-    return len(np.unique(starts)) == len(starts) and bool(np.all(~same | (key[1:] >= key[:-1])))
-
-
 def _step_runs(per_step: pl.LazyFrame, clause: Clause, s: str) -> pl.DataFrame:
     """Per rank, the first and last step (`{s}_rlo`, `{s}_rhi`) of the widest stretch of steps,
     in the order compile.episodes takes them (by time), that holds no step where the condition
@@ -138,11 +129,10 @@ def _step_runs(per_step: pl.LazyFrame, clause: Clause, s: str) -> pl.DataFrame:
     The steps come in (rank, step) order, mostly also in time order: sorted only when not."""
     b = _step_bound(clause, s, fill=False)
     mine = per_step.filter(pl.col(f"{s}_e")).select("rank", "step", pl.col(f"{s}_ts"), b.alias("_b")).collect()
+    if _pieces(mine, f"{s}_ts") is None:
+        mine = mine.sort("rank", f"{s}_ts", maintain_order=True)
     rank = mine.get_column("rank").cast(pl.Int64).to_numpy()
     ts = mine.get_column(f"{s}_ts").to_physical().to_numpy()
-    if not _blocks_in_order(rank, ts):
-        order = np.lexsort((ts, rank))
-        mine, rank, ts = mine[order], rank[order], ts[order]
     same = rank[1:] == rank[:-1]
     tie = np.zeros(len(rank), dtype=bool)
     tie[1:] = same & (ts[1:] == ts[:-1])
@@ -162,6 +152,12 @@ def _step_runs(per_step: pl.LazyFrame, clause: Clause, s: str) -> pl.DataFrame:
     return ties.join(segs, on="rank", how="left").with_columns(pl.col("rank").cast(pl.Int32))
 
 
+# A by-step clause's rows are combined a piece of whole ranks at a time, of about this many rows:
+# every numpy temporary is then a piece's size and the next piece reuses its memory (arrays of
+# the millions of rows of a store are each memory touched afresh: 4 KB a page fault)
+PIECE_ROWS = 1 << 18
+
+
 def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
     """Per (rank, step) of a by-step clause's rows (rank, step, timestamp and its values, in the
     store's order): whether the step has a row of the clause (`{s}_e`), its last time (`{s}_ts`)
@@ -176,26 +172,50 @@ def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
               for c in vals}}
     if rows.is_empty():
         return pl.DataFrame(schema=out)
-    rank = rows.get_column("rank").to_numpy()      # the clause's rows all have a rank and a step
+    pieces = _pieces(rows, "step")      # the clause's rows all have a rank and a step
+    if pieces is None:       # (parts come in any order: blocks need not be sorted)
+        rows = rows.sort("rank", "step", maintain_order=True)    # stable: a step's rows keep their order
+        pieces = _pieces(rows, "step")
+        assert pieces is not None
+    return (pl.concat([_combine_steps(rows.slice(a, b - a), clause, s, vals) for a, b in pieces])
+            .with_columns(pl.col(k).cast(t) for k, t in out.items()))
+
+
+def _pieces(df: pl.DataFrame, key: str) -> list[tuple[int, int]] | None:
+    """The rows of `df` in pieces of whole ranks of about PIECE_ROWS rows ([start, end) each),
+    when each rank's rows are one block in which `key` never goes back; None otherwise. Read a
+    piece at a time too (a shift of the whole column is a copy of it)."""
+    runs = df.select(pl.col("rank").rle()).unnest("rank")      # a row per block: len, value
+    if runs.get_column("value").n_unique() < runs.height:
+        return None
+    cuts = [0]
+    for b in np.cumsum(runs.get_column("len").to_numpy())[:-1].tolist():
+        if b - cuts[-1] >= PIECE_ROWS:
+            cuts.append(b)
+    pieces = list(zip(cuts, [*cuts[1:], df.height]))
+    for a, b in pieces:
+        rank, k = (df.get_column(c).slice(a, b - a).to_physical().to_numpy() for c in ("rank", key))
+        if not np.all((rank[1:] != rank[:-1]) | (k[1:] >= k[:-1])):
+            return None
+    return pieces
+
+
+def _combine_steps(rows: pl.DataFrame, clause: Clause, s: str, vals: list[str]) -> pl.DataFrame:
+    """`_step_frame` of rows in (rank, step) blocks, its columns not yet cast."""
+    rank = rows.get_column("rank").to_numpy()
     step = rows.get_column("step").to_numpy()
-    if not _blocks_in_order(rank, step):       # (parts come in any order: blocks need not be sorted)
-        order = np.lexsort((step, rank))        # stable: a step's rows keep their order
-        rows = rows[order]
-        rank, step = rank[order], step[order]
     cut = np.empty(len(rank), dtype=bool)
     cut[0] = True
     np.not_equal(rank[1:], rank[:-1], out=cut[1:])
     cut[1:] |= step[1:] != step[:-1]
     starts = np.flatnonzero(cut)
-    # each row's step number (0, 1, ...) summed up in place: no temporary of the rows' size.
-    # Millions of rows here: every full-size temporary is memory touched afresh (page faults)
+    # each row's step number (0, 1, ...) summed up in place: no other temporary of the rows' size
     group = np.zeros(len(rank), dtype=np.intp)
     group[starts[1:]] = 1
     np.cumsum(group, out=group)
     ts = rows.get_column("timestamp").to_physical().to_numpy()
     cols: dict[str, Any] = {"rank": rank[starts], "step": step[starts], f"{s}_e": np.ones(len(starts), dtype=bool),
                             f"{s}_ts": np.maximum.reduceat(ts, starts)}
-    del rank, step, ts, cut      # freed before the values are copied out
     for c in vals:
         v = rows.get_column(c)
         valid = v.is_not_null().to_numpy()
@@ -205,15 +225,13 @@ def _step_frame(rows: pl.DataFrame, clause: Clause, s: str) -> pl.DataFrame:
             x[~valid] = 0.0
             # bincount adds each step's values one after another, in the rows' order
             got = np.bincount(group, weights=x, minlength=len(starts))
-            del x
             if c not in clause.sums:
                 got /= np.maximum(n, 1)
         else:
             got = np.maximum.reduceat(v.cast(pl.Int64).fill_null(np.iinfo(np.int64).min).to_numpy(), starts)
-        del valid
         # a step without any such row has no value, not zero
         cols[f"{s}_v_{c}"] = pl.Series(got).scatter(np.flatnonzero(n == 0), None) if (n == 0).any() else got
-    return pl.DataFrame(cols).with_columns(pl.col(k).cast(t) for k, t in out.items())
+    return pl.DataFrame(cols)
 
 
 def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
