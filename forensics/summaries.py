@@ -279,8 +279,8 @@ def ranked_step_groups(run: Run, columns: list[str]) -> pl.DataFrame:
         try:
             lf = _scan(p)
             keep = ranked_mask(lf.select("rank", "step").collect())
-            return pl.DataFrame([c for i in range(0, len(columns), READ_BATCH)
-                                 for c in ranked_rows(lf.select(columns[i:i + READ_BATCH]).collect(), keep).get_columns()])
+            batches = [columns[i:i + READ_BATCH] for i in range(0, len(columns), READ_BATCH)]
+            return pl.DataFrame([c for b in batches for c in ranked_rows(lf.select(b).collect(), keep).get_columns()])
         except (OSError, pl.exceptions.PolarsError):
             pass    # missing, or damaged: read or computed again, as step_groups does
     return ranked_rows(step_groups(run, list(dict.fromkeys([*columns, "rank", "step"])))).select(columns)

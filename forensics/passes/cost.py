@@ -181,7 +181,8 @@ def per_step(steps: pl.DataFrame, quantity: str, peers: Callable[[str | None], P
         q = pl.col("step_time_ms")
     else:
         q = (pl.col("comm_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0)
-    x = steps.select(pl.when(pl.col("rank").is_not_null()).then(q).alias("q"), pl.col("rank").is_not_null().alias("ranked"))
+    ranked = pl.col("rank").is_not_null()
+    x = steps.select(pl.when(ranked).then(q).alias("q"), ranked.alias("ranked"))
     by_step = peers(None)
     per = by_step.agg(x, median("q"), pl.col("ranked").any()).with_columns(by_step.step)
     return per.filter(pl.col("ranked")).select("step", "q").drop_nulls("q").sort("step")
