@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ForensicsError
-from .ingest.flight_recorder import MAX_DUMP_BYTES, _pg_ranks, loads_any_dump
 
 # Dump file names the recorder writes: TORCH_NCCL_DEBUG_INFO_TEMP_FILE / TORCH_FR_DUMP_TEMP_FILE
 # (default /tmp/nccl_trace_rank_) + rank, and the `_dump_<rank>` names of resiliency tooling.
@@ -255,6 +254,8 @@ def _path_rank(path: str) -> int | None:
 
 def read_dump(path: str) -> tuple[Dump, dict[str, Any] | None]:
     """One file -> its Dump row and, when usable, the loaded dump. Never raises for bad content."""
+    from .ingest.flight_recorder import MAX_DUMP_BYTES, loads_any_dump
+
     prank = _path_rank(path)
     try:
         with open(path, "rb") as f:
@@ -438,6 +439,8 @@ def build_from(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
 
 
 def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
+    from .ingest.flight_recorder import _pg_ranks
+
     dumps: list[Dump] = []
     usable: set[int] = set()
     first_path: dict[int, str] = {}

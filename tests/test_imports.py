@@ -116,3 +116,13 @@ def test_post_mortem_commands_load_only_their_own_modules(tmp_path: Path) -> Non
 
 def test_the_passes_do_not_load_the_trace_reader() -> None:
     assert loaded_by("import forensics.passes", ["forensics.traces.stats", "forensics.traces.reader"]) == []
+
+
+def test_diagnose_of_a_store_without_flight_recorder_dumps_loads_neither_ingest_nor_pyarrow(tmp_path: Path) -> None:
+    """The Flight Recorder table (stuck_collective asks for it on every run) reads dumps with the
+    ingest package's loader: imported only when there are dumps to read (it brought in the ingest
+    package and pyarrow, ~0.4 s of a diagnose's serial start-up)."""
+    store = tmp_path / "st"
+    forensics.ingest([str(REPO / "sample_logs" / "healthy")], store)
+    code = f"from forensics.cli import main\nsys.argv = ['forensics', 'diagnose', {str(store)!r}, '--format', 'json']\nmain()"
+    assert loaded_by(code, ["forensics.ingest", "pyarrow", "forensics.fr_table"]) == ["forensics.fr_table"]
