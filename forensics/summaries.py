@@ -844,13 +844,15 @@ def _link_kept(prev: Path, root: Path, rel: str) -> bool:
     """Link the partials of the kept part `rel` from the store version at `prev` into the one
     being assembled in `root`; False when some are missing. A store of SUMMARY_VERSION 1 or 2 kept
     the (rank, step) states apart (`_legacy_states`): the STEPS partial is made from them."""
-    old = [partial_path(prev, rel, n) for n in PARTIALS]
+    old = {n: partial_path(prev, rel, n) for n in PARTIALS}
+    if not all(p.is_file() for n, p in old.items() if n != STEPS):
+        return False
     legacy = _legacy_states(prev, rel)
-    if not all(p.is_file() for p in old[1:]) or not (old[0].is_file() or legacy.is_file()):
+    if not (old[STEPS].is_file() or legacy.is_file()):
         return False
     pdir = root / SUMMARIES_DIR / PARTS_DIR
     pdir.mkdir(parents=True, exist_ok=True)
-    for p in old:
+    for p in old.values():
         if p.is_file() and not (pdir / p.name).exists():
             os.link(p, pdir / p.name)
     if not partial_path(root, rel, STEPS).is_file():
