@@ -340,3 +340,41 @@ def test_null_columns_on_the_shared_buffer_are_pa_nulls():
     for n, t, a in made:
         a.validate(full=True)
         assert a.type == t and a.null_count == n and a.equals(pa.nulls(n, t)), (n, t)
+
+
+@needs_scanner
+@settings(max_examples=400, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from([b'"traceEvents"', b'"log_history"', b'"trace', b'Events"', b'"', b"{", b"\n",
+                                    b"x", b"\x00", b'"log_hi', b'story"']), max_size=40),
+    needle=st.sampled_from([b'"traceEvents"', b'"log_history"', b"", b'"', b"\x00x"]),
+    end=st.integers(min_value=0, max_value=400),
+)
+def test_find_is_bytes_find(parts, needle, end):
+    """native.find (memmem, formats.sniff's searches) says what bytes.find(needle, 0, end) says:
+    needles whole, cut, repeated, across `end`, at its edges, beyond the haystack."""
+    hay = b"".join(parts)
+    for e in (end, len(hay), max(0, len(hay) - 1), len(hay) + 5):
+        assert native._scan.find(hay, needle, e) == hay.find(needle, 0, e), (hay, needle, e)
+
+
+@needs_scanner
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from([b'{"rank": 0, "event": "TRAIN_STEP"}', b'{"traceEvents": []}', b'{"log_history": []}',
+                                    b'{"schemaVersion": 1}', b"{", b'"global_step": 3', b"plain console text",
+                                    b'{"log": "x", "stream": "stdout"}', b"  ", b""]), max_size=12),
+    pad=st.integers(min_value=0, max_value=70_000),
+)
+def test_sniff_is_the_same_with_and_without_the_scanner(lines, pad):
+    """formats.sniff's answer does not depend on the scanner (its key searches use native.find),
+    also for a key just inside or past the 64 KiB the kineto search looks at."""
+    from forensics.ingest.formats import sniff
+
+    head = b"\n".join(lines[:1] + [b" " * pad] + lines[1:])
+    got = []
+    for flag in ("1", "0"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("FORENSICS_NATIVE", flag)
+            got.append(sniff(head, "x.log"))
+    assert got[0] == got[1], head[:200]

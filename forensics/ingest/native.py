@@ -121,6 +121,12 @@ def _strings(n: int, t: tuple) -> pa.Array:
     return pa.Array.from_buffers(pa.large_string(), n, [_buf(valid), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
+def find(buf: bytes, needle: bytes, end: int) -> int:
+    """buf.find(needle, 0, end) for end >= 0: by the scanner (memmem, without the GIL) when
+    there is one."""
+    return _scan.find(buf, needle, end) if available() else buf.find(needle, 0, end)
+
+
 def scan(buf: bytes, first_line: int, rank_hint: int | None, host_hint: str | None):
     """Scan a newline-aligned block. Returns (lines, table of the accepted lines in the event
     schema with `source_file`/`format` null, in line order; indices of declined lines; whether
