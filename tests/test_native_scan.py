@@ -373,8 +373,25 @@ def test_sniff_is_the_same_with_and_without_the_scanner(lines, pad):
 
     head = b"\n".join(lines[:1] + [b" " * pad] + lines[1:])
     got = []
-    for flag in ("1", "0"):
+    for scanner in (native._scan, None):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("FORENSICS_NATIVE", flag)
+            mp.setattr(native, "_scan", scanner)
             got.append(sniff(head, "x.log"))
     assert got[0] == got[1], head[:200]
+
+
+@pytest.mark.parametrize("scanner", [True, False])
+def test_sniff_key_searches_keep_their_bounds(scanner, monkeypatch):
+    """"traceEvents" makes a JSON head kineto only within its first 64 KiB (ending at byte
+    65,536 at most); "log_history" makes it hf_state anywhere in the head it is given."""
+    from forensics.ingest.formats import sniff
+
+    if not scanner:
+        monkeypatch.setattr(native, "_scan", None)
+    line = b'{"rank": 0, "event": "TRAIN_STEP"}\n'
+    key = b'"traceEvents"'
+    for at, fmt in ((65536 - len(key), "kineto"), (65536 - len(key) + 1, "jsonl")):
+        head = line + b"x" * (at - len(line)) + key + b"\n"
+        assert head.find(key) == at and sniff(head, "x.log") == fmt, at
+    assert sniff(line + b"x" * 70_000 + b'"log_history"', "x.log") == "hf_state"
+    assert sniff(line + b"x" * 70_000 + b'"log_histor', "x.log") == "jsonl"

@@ -122,9 +122,10 @@ def _strings(n: int, t: tuple) -> pa.Array:
 
 
 def find(buf: bytes, needle: bytes, end: int) -> int:
-    """buf.find(needle, 0, end) for end >= 0: by the scanner (memmem, without the GIL) when
-    there is one."""
-    return _scan.find(buf, needle, end) if available() else buf.find(needle, 0, end)
+    """buf.find(needle, 0, end) for end >= 0: by the scanner (memmem, without the GIL) when it is
+    built, whatever FORENSICS_NATIVE says (the same answer; reading the setting cost as much as
+    the search of a small file's head)."""
+    return _scan.find(buf, needle, end) if _scan is not None else buf.find(needle, 0, end)
 
 
 def scan(buf: bytes, first_line: int, rank_hint: int | None, host_hint: str | None):
