@@ -320,7 +320,7 @@ def test_key_first_seen_in_a_late_block_of_a_later_file_survives(tmp_path: Path,
     monkeypatch.setattr(jsonl_reader, "read", small_blocks)
     import forensics.ingest.formats as formats
 
-    monkeypatch.setattr(formats, "_READERS", None)
+    monkeypatch.setattr(formats, "_READERS", {})
     monkeypatch.setattr(jsonl_reader, "read", small_blocks)
     d = tmp_path / "logs"
     d.mkdir()
