@@ -373,9 +373,9 @@ def test_sniff_is_the_same_with_and_without_the_scanner(lines, pad):
 
     head = b"\n".join(lines[:1] + [b" " * pad] + lines[1:])
     got = []
-    for scanner in (native._scan, None):
+    for scanner in (native._find, None):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(native, "_scan", scanner)
+            mp.setattr(native, "_find", scanner)
             got.append(sniff(head, "x.log"))
     assert got[0] == got[1], head[:200]
 
@@ -387,7 +387,7 @@ def test_sniff_key_searches_keep_their_bounds(scanner, monkeypatch):
     from forensics.ingest.formats import sniff
 
     if not scanner:
-        monkeypatch.setattr(native, "_scan", None)
+        monkeypatch.setattr(native, "_find", None)
     line = b'{"rank": 0, "event": "TRAIN_STEP"}\n'
     key = b'"traceEvents"'
     for at, fmt in ((65536 - len(key), "kineto"), (65536 - len(key) + 1, "jsonl")):

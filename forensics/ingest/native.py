@@ -121,11 +121,15 @@ def _strings(n: int, t: tuple) -> pa.Array:
     return pa.Array.from_buffers(pa.large_string(), n, [_buf(valid), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
+# None without the scanner, or with one built before it had find (`pip install -e .` rebuilds it)
+_find = getattr(_scan, "find", None)
+
+
 def find(buf: bytes, needle: bytes, end: int) -> int:
     """buf.find(needle, 0, end) for end >= 0: by the scanner (memmem, without the GIL) when it is
     built, whatever FORENSICS_NATIVE says (the same answer; reading the setting cost as much as
     the search of a small file's head)."""
-    return _scan.find(buf, needle, end) if _scan is not None else buf.find(needle, 0, end)
+    return _find(buf, needle, end) if _find is not None else buf.find(needle, 0, end)
 
 
 def scan(buf: bytes, first_line: int, rank_hint: int | None, host_hint: str | None):
