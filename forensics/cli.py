@@ -688,6 +688,12 @@ def _only_invoked(argv: list[str]) -> tuple[list[Any], list[Any]] | None:
 
 
 def main() -> None:
+    import os
+
+    # numpy's bundled OpenBLAS starts threads that busy-wait after start-up: 0.03-0.06 CPU s of every
+    # command that imports numpy (the thread's own CPU time in /proc), for no work: forensics does
+    # no linear algebra. Read when numpy is first imported: no import above brings it in.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     saved = _only_invoked(sys.argv[1:])
     try:
         app()

@@ -139,3 +139,20 @@ def test_an_ingest_of_json_lines_loads_no_other_reader(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_text("step 1 loss 2.5\n")
     code = f"import forensics\nforensics.ingest([{str(tmp_path / 'train.log')!r}], {str(tmp_path / 'b')!r})"
     assert loaded_by(code, readers) == ["forensics.ingest.console"]
+
+
+def test_the_cli_keeps_numpy_s_blas_to_one_thread_unless_the_user_chose() -> None:
+    """numpy's OpenBLAS threads busy-wait after start-up (CPU for no work: forensics does no linear
+    algebra); `main` sets their number before any command imports numpy, a user's setting stays."""
+    code = ("import os, sys\nsys.argv = ['forensics', '--version']\nfrom forensics import cli\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "import numpy\nprint(os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def threads(**extra: str) -> str:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                             env={**env, **extra})
+        return out.stdout.strip().splitlines()[-1]
+
+    assert threads() == "1"
+    assert threads(OPENBLAS_NUM_THREADS="4") == "4"
