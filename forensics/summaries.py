@@ -1,5 +1,5 @@
 """Summaries of a store, written at ingest: the per-(rank, step) groups, the per-rank table, the
-ERROR events and the files with untimed events.
+ERROR events, the files with untimed events and the events that may be failures.
 
 Owns computing them from the events, writing them under STORE/summaries/ and reading them
 back. At ingest they are not computed from the committed events: each ingest unit writes the
@@ -19,7 +19,11 @@ milliseconds.
   rows are in line and time order.
 - `errors`: the ERROR events (time, rank, event, file, line): what the stop of the run is
   judged from; `untimed`: the files holding events without a time; `layout`: the events that
-  may state the parallel layout (`topology.candidates`: rank, extra, fields, message).
+  may state the parallel layout (`topology.candidates`: rank, extra, fields, message);
+  `failures`: the events that may be failures (`failure_rows.rows`: WARN/ERROR lines and events
+  named so), what `passes.failures` classifies. A table of its own, not more columns of `errors`:
+  it holds the WARN lines and the text (message, extra), `errors` is read by every `timeline`
+  and `last-10s`, which need neither.
 
 A summary file is named by a key over the store's event parts (`Run.event_parts()`: part names
 are unique per write) and SUMMARY_VERSION, so a changed store or a changed summary definition
@@ -40,6 +44,7 @@ from typing import Any, Callable
 
 import polars as pl
 
+from . import failure_rows
 from ._lazy import lazy
 from .store import Run
 
@@ -53,6 +58,7 @@ RANKS = "ranks"
 ERRORS = "errors"
 UNTIMED = "untimed"
 LAYOUT = "layout"
+FAILURES = "failures"
 
 # The per-rank table's columns, in order (what the report's per-rank rows and `ranks` need).
 RANK_COLUMNS = ("rank", "events", "errors", "warnings", "first_seen", "last_seen", "host", "hosts", "gpu_util",
@@ -177,6 +183,11 @@ def compute_layout(run: Run) -> pl.DataFrame:
     from .topology import candidates
 
     return candidates(run.events()).collect()
+
+
+def compute_failures(run: Run) -> pl.DataFrame:
+    """The events that may be failures (`failure_rows.rows`), in order."""
+    return failure_rows.rows(run.events()).collect()
 
 
 def _scan(p: Path) -> pl.LazyFrame:
@@ -325,9 +336,17 @@ def layout(run: Run) -> pl.DataFrame:
     return _load(run, LAYOUT, compute_layout)
 
 
+def failures(run: Run) -> pl.DataFrame:
+    """The events of the run that may be failures (`failure_rows.COLUMNS`, typed as the events),
+    in order: from the store's summary, or computed."""
+    from .schema import EVENT_SCHEMA
+
+    return _load(run, FAILURES, compute_failures).cast({c: EVENT_SCHEMA[c] for c in failure_rows.COLUMNS})
+
+
 COMPUTE: dict[str, Callable[[Run], pl.DataFrame]] = {
     STEPS: compute_step_groups, RANKS: compute_rank_table, ERRORS: compute_errors, UNTIMED: compute_untimed,
-    LAYOUT: compute_layout,
+    LAYOUT: compute_layout, FAILURES: compute_failures,
 }
 
 
@@ -393,14 +412,15 @@ def build(run: Run) -> None:
 # at commit, an older store) gets them from its rows.
 PARTS_DIR = "parts"
 GPU = "gpu"                       # (rank, gpu_util, n): the per-rank median merges from counts
-PARTIALS = (STEPS, RANKS, GPU, ERRORS, UNTIMED, LAYOUT)
-# the event columns the partials read: the wide text ones only the layout's (`_layout_rows`)
+PARTIALS = (STEPS, RANKS, GPU, ERRORS, UNTIMED, LAYOUT, FAILURES)
+# the event columns the partials read of every row: the wide text ones only the layout's
+# (`_layout_rows`); FAILURES' others only of its rows (`_failure_rows`)
 _LAYOUT_INPUT = ("rank", "extra", "fields", "message")
-_PARTIAL_INPUT = ("rank", "step", "host", "timestamp", "event", "level", "line", "source_file", "loss", "lr",
-                  "samples_per_s", "stage", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms", "duration_s",
-                  "compute_ms", "fwd_ms", "bwd_ms", "grad_ready_ts", "disk_read_mbps", "temp_c", "gpu_util",
-                  "sm_clock_mhz", *_LAYOUT_INPUT[1:])
-_NARROW_INPUT = [c for c in _PARTIAL_INPUT if c not in _LAYOUT_INPUT[1:]]   # all but the wide text columns
+_NARROW_INPUT = ["rank", "step", "host", "timestamp", "event", "level", "line", "source_file", "loss", "lr",
+                 "samples_per_s", "stage", "step_time_ms", "data_load_ms", "comm_ms", "wait_ms", "duration_s",
+                 "compute_ms", "fwd_ms", "bwd_ms", "grad_ready_ts", "disk_read_mbps", "temp_c", "gpu_util",
+                 "sm_clock_mhz"]
+_PARTIAL_INPUT = list(dict.fromkeys([*_NARROW_INPUT, *_LAYOUT_INPUT[1:], *failure_rows.COLUMNS]))
 
 
 def enabled() -> bool:
@@ -474,6 +494,19 @@ def _partials_of(df: pl.DataFrame, text: pl.DataFrame) -> list[pl.LazyFrame]:
     ]
 
 
+def _failure_rows(t: pa.Table | pl.DataFrame, narrow: pl.DataFrame) -> pl.DataFrame:
+    """The FAILURES partial of the events `t` (`narrow`: their _NARROW_INPUT columns, typed):
+    `failure_rows.test` on the narrow columns, with the chunk's distinct event names, and only
+    the rows it keeps (a few in a thousand) taken from `t` and converted."""
+    names = failure_rows.named(narrow.get_column("event").unique().to_list())
+    keep = narrow.select(failure_rows.test(names)).to_series()
+    cols = list(failure_rows.COLUMNS)
+    rows = t.select(cols).filter(keep) if isinstance(t, pl.DataFrame) else pl.from_arrow(
+        t.select(cols).filter(keep.to_arrow()))
+    assert isinstance(rows, pl.DataFrame)
+    return _typed(rows)
+
+
 def _layout_rows(df: pl.DataFrame) -> pl.DataFrame:
     """The rows `topology.candidates` may keep, and a few more: those whose extra, fields or
     message hold one of its literal hints (`_layout_hint`). `candidates` tests its regexes on every row it is
@@ -513,7 +546,7 @@ def _merge(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
     df = pl.concat(frames, rechunk=False)
     if name == UNTIMED:
         return df.unique()
-    return df   # ERRORS, LAYOUT: rows in event order
+    return df   # ERRORS, LAYOUT, FAILURES: rows in event order
 
 
 def _merge_by_rank(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -730,6 +763,7 @@ class Partial:
         # one chunk (tens of thousands of rows): the in-memory engine costs ~1/3 less CPU than the
         # streaming one here (measured on the 64-rank bench's chunks)
         frames = pl.collect_all(_partials_of(df, _typed(text)), engine="in-memory")
+        frames.append(_failure_rows(t, df))
         del df, text
         self._add(frames)
 
@@ -960,4 +994,4 @@ def _build_steps(run: Run) -> bool:
 
 
 __all__ = ["SUMMARY_VERSION", "RANK_COLUMNS", "ERROR_COLUMNS", "build", "carry", "step_groups", "rank_table",
-           "rank_rows", "errors", "untimed", "layout", "key", "Partial", "assemble", "enabled"]
+           "rank_rows", "errors", "untimed", "layout", "failures", "key", "Partial", "assemble", "enabled"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from forensics import failure_rows
 from forensics.passes import failures
 from pass_helpers import Rows, at, sync_run
 
@@ -208,5 +209,5 @@ def test_failure_names_filtered_in_the_scan_equal_re_over_every_distinct_name() 
     for i in range(50):
         names = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 30))]
         events = pl.DataFrame({"event": [*names, None]}).sample(fraction=1.0, shuffle=True, seed=i).lazy()
-        want = {n for n in names if re.search(failures.NAMED_RE, n)}
-        assert set(failures._named(events)) == want, i
+        want = {n for n in names if re.search(failure_rows.NAMED_RE, n)}
+        assert set(failure_rows.event_names(events)) == want, i

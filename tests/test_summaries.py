@@ -14,7 +14,7 @@ import forensics
 from forensics import summaries as S
 from forensics import timeline as tl
 from forensics.passes import context as C
-from forensics.passes import diagnose
+from forensics.passes import diagnose, failures
 from forensics.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,6 +72,9 @@ def test_summaries_written_at_ingest_give_the_tables_the_events_give(tmp_path: P
     # the per-rank table and the `ranks` command
     assert S.rank_table(run).equals(S.rank_rows(run.events()).collect())
     assert tl.rank_summary(run).equals(tl.rank_summary(run.events()))
+    # the failures pass' rows: from the FAILURES summary == found in the events
+    assert failures._candidates(C.Context.from_run(run)).collect().equals(
+        failures._candidates(C.Context(run.events())).collect())
     # the post-mortem questions: a Run (summaries, parts pruned by rank and time) == its events
     ev = run.events()
     assert tl.stop_time(run) == tl.stop_time(ev)
@@ -97,7 +100,7 @@ def test_a_stored_summary_is_what_is_read(tmp_path: Path, monkeypatch: pytest.Mo
         raise AssertionError("summary recomputed from the events")
 
     ranks, snap, mono = tl.rank_summary(run), tl.last_window(run).to_dict(), tl.monotonicity(run)
-    for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed"):
+    for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_failures"):
         monkeypatch.setattr(S, name, boom)
     assert diagnose(open_store(run.path)).to_json() == report
     assert tl.rank_summary(run).equals(ranks)
@@ -211,7 +214,8 @@ def test_a_re_ingest_that_keeps_every_part_keeps_its_summaries(tmp_path: Path,
         raise AssertionError("summary recomputed on a re-ingest that changed nothing")
 
     with monkeypatch.context() as m:
-        for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout"):
+        for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout",
+                 "compute_failures"):
             m.setattr(S, name, boom)
         m.setattr(S, "_assemble_steps", lambda *_a: boom(None))   # the STEPS folder is carried, not made again
         again = _store(tmp_path, logs)
@@ -280,6 +284,9 @@ def _mixed_run(d: Path, ranks: int = 6, steps: int = 40, files: str = "one") -> 
                                        "extra": {"step": s, "loss": 3.0 - s / 97, "lr": 1e-4,
                                                  "step_time_ms": 300.0 + r + s / 3, "tp_rank": r % 2,
                                                  "pp_rank": r // 2}}))
+            if r == 5 and s % 9 == 4:   # an INFO line the failures pass keeps for its name
+                rows.append((ts(s, r, 4), {**base, "level": "INFO", "event": "nccl_Watchdog" if s % 2 else "KİLLED",
+                                           "message": "status", "extra": {"last_enqueued": s}}))
     rows.sort(key=lambda x: x[0])
     lines = {r: [] for r in range(ranks)}
     order: list[str] = []
@@ -424,7 +431,8 @@ def test_the_summaries_are_merged_from_the_units_partials_not_the_events(tmp_pat
         return real(root, part)
 
     monkeypatch.setattr(S.Partial, "of_part", staticmethod(spy))
-    for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout"):
+    for name in ("compute_step_groups", "compute_rank_table", "compute_errors", "compute_untimed", "compute_layout",
+                 "compute_failures"):
         monkeypatch.setattr(S, name, lambda _run: (_ for _ in ()).throw(AssertionError("computed from the events")))
     _mixed_run(tmp_path / "logs", files="split")
     run = _store(tmp_path, tmp_path / "logs")
