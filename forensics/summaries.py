@@ -337,11 +337,9 @@ def layout(run: Run) -> pl.DataFrame:
 
 
 def failures(run: Run) -> pl.DataFrame:
-    """The events of the run that may be failures (`failure_rows.COLUMNS`, typed as the events),
-    in order: from the store's summary, or computed."""
-    from .schema import EVENT_SCHEMA
-
-    return _load(run, FAILURES, compute_failures).cast({c: EVENT_SCHEMA[c] for c in failure_rows.COLUMNS})
+    """The events of the run that may be failures (`failure_rows.COLUMNS`), in order: from the
+    store's summary, or computed."""
+    return _load(run, FAILURES, compute_failures)
 
 
 COMPUTE: dict[str, Callable[[Run], pl.DataFrame]] = {
