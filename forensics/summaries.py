@@ -875,9 +875,11 @@ def assemble(root: Path, parts: list[dict[str, Any]], previous: Run | None) -> N
 def _link_kept(prev: Path, root: Path, rel: str) -> bool:
     """Link the partials of the kept part `rel` from the store version at `prev` into the one
     being assembled in `root`; False when some are missing. A store of SUMMARY_VERSION 1 or 2 kept
-    the (rank, step) states apart (`_legacy_states`): the STEPS partial is made from them."""
+    the (rank, step) states apart (`_legacy_states`): the STEPS partial is made from them. A store
+    written before the FAILURES partials gets them from the part's rows (16 columns, not the 28 of
+    `Partial.of_part`)."""
     old = {n: partial_path(prev, rel, n) for n in PARTIALS}
-    if not all(p.is_file() for n, p in old.items() if n != STEPS):
+    if not all(p.is_file() for n, p in old.items() if n not in (STEPS, FAILURES)):
         return False
     legacy = _legacy_states(prev, rel)
     if not (old[STEPS].is_file() or legacy.is_file()):
@@ -889,6 +891,9 @@ def _link_kept(prev: Path, root: Path, rel: str) -> bool:
             os.link(p, pdir / p.name)
     if not partial_path(root, rel, STEPS).is_file():
         _write_part_groups(root, rel, pl.read_ipc(legacy))
+    if not partial_path(root, rel, FAILURES).is_file():
+        df = failure_rows.rows(pl.scan_parquet(root / rel)).collect()
+        _replace_with(partial_path(root, rel, FAILURES), lambda tmp: df.write_ipc(tmp, compression="zstd"))
     return True
 
 

@@ -409,10 +409,20 @@ def test_append_merges_the_kept_parts_partials_with_the_new_ones(tmp_path: Path,
     assert {k: now[k] for k in kept} == kept and len(now) > len(kept)
     _assert_stored_equal_computed(second, exact=False)
     assert _files(second) == _all(second)
+    # the kept parts' FAILURES partials missing (a store written before them): made from their
+    # rows, the other partials linked
+    for f in (second.path / S.SUMMARIES_DIR / S.PARTS_DIR).glob(f"*.{S.FAILURES}.arrow"):
+        f.unlink()
+    others = {p.name: p.stat().st_ino for p in (second.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()}
+    shutil.copy(tmp_path / "all" / "rank_4.jsonl", logs / "rank_4.jsonl")
+    second = _store(tmp_path, logs, append=True)
+    now = {p.name: p.stat().st_ino for p in (second.path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()}
+    assert {k: now[k] for k in others} == others
+    assert all(S.partial_path(second.path, p, S.FAILURES).is_file() for p in second.event_parts())
+    _assert_stored_equal_computed(second, exact=False)
     # the kept parts' partials gone (an older store): computed from their rows on the next append
     shutil.rmtree(second.path / S.SUMMARIES_DIR)
-    for f in ("rank_4.jsonl", "launcher.jsonl"):
-        shutil.copy(tmp_path / "all" / f, logs / f)
+    shutil.copy(tmp_path / "all" / "launcher.jsonl", logs / "launcher.jsonl")
     third = _store(tmp_path, logs, append=True)
     _assert_stored_equal_computed(third, exact=False)
     stems = {Path(p).stem for p in third.event_parts()}
