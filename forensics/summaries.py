@@ -50,7 +50,8 @@ from .store import Run
 
 pa = lazy("pyarrow")   # the writing side's: reading a summary needs no pyarrow (~0.25 s to import)
 
-# Raise when the stored columns or their meaning change: older files are then never read.
+# Raise when the stored columns or their meaning change (`failure_rows`' test and columns
+# included): older files are then never read.
 SUMMARY_VERSION = 3
 SUMMARIES_DIR = "summaries"
 STEPS = "steps"
