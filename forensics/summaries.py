@@ -815,8 +815,7 @@ class Partial:
                 continue
             target = partial_path(self.root, self.part, name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            df = _merge(name, self._chunks[name])
-            _replace_with(target, lambda tmp: df.write_ipc(tmp, compression="zstd"))
+            _write_partial(target, _merge(name, self._chunks[name]))
         self._chunks = {n: [] for n in PARTIALS}
 
     def abort(self) -> None:
@@ -893,8 +892,7 @@ def _link_kept(prev: Path, root: Path, rel: str) -> bool:
     if not partial_path(root, rel, STEPS).is_file():
         _write_part_groups(root, rel, pl.read_ipc(legacy))
     if not partial_path(root, rel, FAILURES).is_file():
-        df = failure_rows.rows(pl.scan_parquet(root / rel)).collect()
-        _replace_with(partial_path(root, rel, FAILURES), lambda tmp: df.write_ipc(tmp, compression="zstd"))
+        _write_partial(partial_path(root, rel, FAILURES), failure_rows.rows(pl.scan_parquet(root / rel)).collect())
     return True
 
 
@@ -962,6 +960,11 @@ def _remove_others(target: Path, name: str) -> None:
             shutil.rmtree(old) if old.is_dir() else old.unlink()
         except OSError:
             pass
+
+
+def _write_partial(target: Path, df: pl.DataFrame) -> None:
+    """A partial other than STEPS (`_write_part_groups`): Arrow IPC, zstd, written atomically."""
+    _replace_with(target, lambda tmp: df.write_ipc(tmp, compression="zstd"))
 
 
 def _write_part_groups(root: Path, rel: str, states: pl.DataFrame) -> None:
