@@ -103,10 +103,11 @@ def build_timeline(events: Events, steps: tuple[int | None, int | None] | None =
     """Steps `steps` (inclusive bounds, None = open), default the `last` steps the run reached,
     with phases, arrival order and clock alignment. Reads only those steps (plus the one before,
     to derive a step time when none is logged)."""
-    from ..summaries import step_groups
+    from ..summaries import scan_step_groups
 
-    # a Run: its (rank, step) summary, finished over the steps read (as a step filter on the events)
-    groups = step_groups(events).lazy() if isinstance(events, Run) else None
+    # a Run: its (rank, step) summary, finished over the steps read: a scan, so that only the
+    # step column is read whole and the other columns only where the step filter keeps rows
+    groups = scan_step_groups(events) if isinstance(events, Run) else None
     lf = groups if groups is not None else lazy(events)
     lo_hi = lf.select(pl.col("step").min().alias("a"), pl.col("step").max().alias("b")).collect().row(0)
     if lo_hi[0] is None:

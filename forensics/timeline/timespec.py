@@ -90,9 +90,10 @@ def parse_time_spec(spec: str, events: Events) -> dt.datetime:
             raise ForensicsError(f"cannot read the time {spec!r}", reason="step:N needs an integer step",
                                  help="e.g. step:1500", code=BAD_ARGUMENT) from None
         if isinstance(events, Run):   # the step's first event, from the run's (rank, step) summary
-            from ..summaries import step_groups
+            from ..summaries import scan_step_groups
 
-            t = step_groups(events, ["step", "t_start"]).filter(pl.col("step") == step)["t_start"].min()
+            t = (scan_step_groups(events).filter(pl.col("step") == step).select(pl.col("t_start").min())
+                 .collect().item())
         else:
             t = lazy(events).filter(pl.col("step") == step).select(pl.col(TS).min()).collect().item()
         if t is None:
