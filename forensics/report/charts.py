@@ -18,6 +18,7 @@ import base64
 import html
 import math
 import struct
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -45,6 +46,20 @@ def fmt_num(v: float | None) -> str:
     if a >= 0.01 or v == 0:
         return f"{v:.3g}"
     return f"{v:.2g}"
+
+
+def fmt_nums(v: np.ndarray) -> list[str]:
+    """`fmt_num` of every value, commas dropped, "" for NaN: the cells of a heatmap's data-v.
+    Whole numbers (100 <= |v| < 1e15, most step times) are rounded by numpy, exactly as `.0f`
+    does (half to even on the binary value); the rest go through fmt_num."""
+    v = np.asarray(v, float).ravel()
+    out = np.full(v.size, "", dtype=object)
+    a = np.abs(v)
+    big = (a >= 100) & (a < 1e15)       # False for NaN
+    out[big] = list(map(str, np.round(v[big]).astype(np.int64).tolist()))
+    small = np.isfinite(v) & ~big
+    out[small] = [fmt_num(x).replace(",", "") for x in v[small].tolist()]
+    return out.tolist()
 
 
 # --- colour -----------------------------------------------------------------------------------
@@ -220,16 +235,92 @@ def colorbar(cmap: str, lo: float, hi: float, unit: str, width: int = 220, gid: 
     return _svg(width + 60, 30, body, f"colour scale {unit}", ' class="colorbar"')
 
 
+# --- rows of per-rank charts ------------------------------------------------------------------
+
+# Rows of a per-rank chart (heatmap rows, bars): one per rank up to this many, as on a small run;
+# above, a row stands for a bin of consecutive ranks. 256 rows at the heatmap's 3 px minimum is
+# ~770 px, one screen, and the rank labels (every 4th row) stay legible; a 10,240-rank run would
+# otherwise be a 30,000 px picture of 1 M cells that nobody can read.
+ROW_BUDGET = 256
+
+
+@dataclass
+class RankRows:
+    """Row i stands for ranks[start[i]:stop[i]]: one rank each, or (`binned`) bins of `per`
+    consecutive ranks (whole 8-GPU nodes from 8 up), the highlighted ranks rows of their own."""
+
+    ranks: np.ndarray
+    start: np.ndarray
+    stop: np.ndarray
+    per: int = 1
+
+    @property
+    def binned(self) -> bool:
+        return self.per > 1
+
+    @property
+    def first(self) -> list[int]:
+        return self.ranks[self.start].tolist()
+
+    def labels(self) -> list[str]:
+        """A rank, or a bin's range of ranks "0–47"."""
+        last = self.ranks[self.stop - 1].tolist()
+        return [str(a) if a == b else f"{a}–{b}" for a, b in zip(self.first, last)]
+
+
+def rank_rows(ranks: Sequence[int], highlight: Sequence[int] = (), budget: int = ROW_BUDGET) -> RankRows:
+    """The rows for `ranks` (sorted): one per rank within `budget`, else bins of consecutive
+    ranks aligned to multiples of the bin size, split around the highlighted ranks, at most
+    `budget` rows in all."""
+    rs = np.asarray(ranks, dtype=np.int64)
+    n = rs.size
+    if n <= budget:
+        idx = np.arange(n)
+        return RankRows(rs, idx, idx + 1)
+    hl = np.flatnonzero(np.isin(rs, list(highlight)))
+    # each highlighted rank cuts at most one bin in two and adds its own row
+    need = math.ceil(n / max(budget - 2 * hl.size, 1))
+    per = 1 << (need - 1).bit_length() if need <= 8 else 8 * math.ceil(need / 8)
+    cuts = np.union1d(np.arange(0, n, per), np.concatenate([hl, hl + 1]))
+    cuts = cuts[cuts < n]
+    return RankRows(rs, cuts, np.append(cuts[1:], n), per)
+
+
+def pick_outliers(values: np.ndarray, rows: RankRows) -> tuple[np.ndarray, np.ndarray]:
+    """`values` (a row per rank, a column per step bin, NaN = no value) reduced to `rows`: per
+    row and column, the value of the rank farthest from that column's median over all ranks,
+    and that rank (-1 where the row has no value; ties: the lowest rank). In a synchronous job a
+    straggler is the one rank that waits least while everyone's step time rises with it: a bin's
+    mean would wash it out and its max would hide a low one; the farthest value keeps either."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # a column without any value has no median
+        med = np.nanmedian(values, axis=0)
+    dev = np.abs(values - med)
+    dev[np.isnan(dev)] = -1.0          # no value: never picked over one
+    out = np.full((rows.start.size, values.shape[1]), np.nan)
+    who = np.full(out.shape, -1, dtype=np.int64)
+    cols = np.arange(values.shape[1])
+    for i, (a, b) in enumerate(zip(rows.start.tolist(), rows.stop.tolist())):   # <= ROW_BUDGET rows
+        k = a + np.argmax(dev[a:b], axis=0)
+        out[i] = values[k, cols]
+        who[i] = np.where(np.isnan(out[i]), -1, rows.ranks[k])
+    return out, who
+
+
 # --- heatmap ----------------------------------------------------------------------------------
 
 
 def heatmap(values: np.ndarray, rows: Sequence[int], col_lo: Sequence[int], col_hi: Sequence[int], *,
             cmap: str, unit: str, label: str, highlight: Sequence[int] = (), width: int = 1040,
-            gid: str = "hm", xtitle: str = "step") -> str:
+            gid: str = "hm", xtitle: str = "step", labels: Sequence[str] | None = None,
+            who: np.ndarray | None = None) -> str:
     """Rows are ranks, columns are step bins [col_lo[j], col_hi[j]]. NaN cells are grey.
 
     The cell values travel in `data-v` (rounded, row-major) so the page's script can show a
-    tooltip; the picture itself needs no script.
+    tooltip; the picture itself needs no script. Binned rows (see `rank_rows`): `rows` are their
+    first ranks (the axis), `labels` their ranges (the tooltip), `who` the rank each cell's value
+    is from, which data-v carries as "rank 13: 120" (the tooltip reads "rank 0–47 · step 5 ·
+    rank 13: 120 ms").
     """
     nr, nc = values.shape
     row_h = max(3, min(22, 360 // max(nr, 1)))
@@ -257,8 +348,12 @@ def heatmap(values: np.ndarray, rows: Sequence[int], col_lo: Sequence[int], col_
     body.append(f'<text class="axis" x="{fr.left + fr.pw:.1f}" y="{fr.height - 2}" text-anchor="end">{esc(xtitle)}</text>')
     body.append(f'<text class="axis" x="12" y="{fr.top + fr.ph / 2:.1f}" text-anchor="middle" '
                 f'transform="rotate(-90 12 {fr.top + fr.ph / 2:.1f})">rank</text>')
-    data = ",".join("" if not math.isfinite(v) else fmt_num(float(v)).replace(",", "") for v in values.ravel())
-    attrs = (f' class="heatmap" data-rows="{esc(",".join(map(str, rows)))}" data-c0="{esc(",".join(map(str, col_lo)))}"'
+    cells = fmt_nums(values)
+    if who is not None:
+        cells = [f"rank {w}: {c}" if c else c for w, c in zip(who.ravel().tolist(), cells)]
+    data = ",".join(cells)
+    attrs = (f' class="heatmap" data-rows="{esc(",".join(map(str, labels if labels is not None else rows)))}"'
+             f' data-c0="{esc(",".join(map(str, col_lo)))}"'
              f' data-c1="{esc(",".join(map(str, col_hi)))}" data-v="{data}" data-unit="{esc(unit)}"'
              f' data-box="{fr.left},{fr.top},{fr.pw:.1f},{fr.ph:.1f}"')
     return _svg(width, fr.height, body, label, attrs) + colorbar(cmap, lo, hi, unit, gid=gid)
@@ -404,8 +499,11 @@ def legend(items: Sequence[tuple[str, str, str]]) -> str:
 
 
 def bar_chart(ranks: Sequence[int], med: np.ndarray, p90: np.ndarray, *, unit: str, label: str,
-              highlight: Sequence[int] = (), width: int = 1040, height: int = 200) -> str:
-    """One bar per rank (the median) with a tick at the 90th percentile."""
+              highlight: Sequence[int] = (), width: int = 1040, height: int = 200,
+              labels: Sequence[str] | None = None, who: Sequence[int] | None = None) -> str:
+    """One bar per rank (the median) with a tick at the 90th percentile. Binned rows (see
+    `rank_rows`): `ranks` are their first ranks (the axis), `labels` their ranges and `who` the
+    rank each bar is from (the tooltip)."""
     n = len(ranks)
     top = float(np.nanmax(np.concatenate([med, p90]))) if n and np.isfinite(np.concatenate([med, p90])).any() else 1.0
     fr = Frame(width=width, height=height, x0=-0.5, x1=n - 0.5, y0=0, y1=top * 1.08 or 1.0, left=56)
@@ -420,8 +518,9 @@ def bar_chart(ranks: Sequence[int], med: np.ndarray, p90: np.ndarray, *, unit: s
         cls = "bar hl" if r in hl else "bar"
         if math.isfinite(m):
             y = fr.sy(m)
+            name = f"rank {r}" if who is None or labels[i] == str(who[i]) else f"ranks {labels[i]}, rank {who[i]}"
             body.append(f'<rect class="{cls}" x="{x - bw / 2:.1f}" y="{y:.1f}" width="{bw:.1f}" height="{fr.top + fr.ph - y:.1f}">'
-                        f'<title>rank {esc(r)}: median {esc(fmt_num(float(m)))} {esc(unit)}, p90 {esc(fmt_num(float(p)))} {esc(unit)}</title></rect>')
+                        f'<title>{esc(name)}: median {esc(fmt_num(float(m)))} {esc(unit)}, p90 {esc(fmt_num(float(p)))} {esc(unit)}</title></rect>')
         if math.isfinite(p):
             y = fr.sy(p)
             body.append(f'<line class="p90" x1="{x - bw / 2:.1f}" x2="{x + bw / 2:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>')

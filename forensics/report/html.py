@@ -40,6 +40,7 @@ import polars as pl
 from .. import __version__
 from .charts import (
     PEER,
+    ROW_BUDGET,
     SERIES,
     Band,
     LineChart,
@@ -50,6 +51,8 @@ from .charts import (
     heatmap,
     legend,
     line_chart,
+    pick_outliers,
+    rank_rows,
 )
 from .fmt import clock, cost_text, kind_label, rank_phrase
 from .model import Evidence, Finding, Report, basis_phrase, local_ranks_phrase
@@ -423,6 +426,7 @@ def _figures(run: "Run", highlight: list[int], scrub, paths: _PathNames) -> list
     figs: list[str] = []
     # heatmaps
     hm = []
+    rows = rank_rows(ranks, highlight)
     for col, title, cmap, gid in (("step_time_ms", "Step time per rank × step", "ylorrd", "hm-step"),
                                   ("wait_ms", "Collective wait per rank × step", "ylorrd", "hm-wait")):
         mat = _step_matrix(steps, col, ranks)
@@ -432,8 +436,15 @@ def _figures(run: "Run", highlight: list[int], scrub, paths: _PathNames) -> list
         values, c0, c1 = mat
         sub = f"ms · {len(ranks)} ranks · steps {c0[0]}–{c1[-1]}" + (
             f" · {math.ceil((c1[-1] - c0[0] + 1) / len(c0))} steps per column (mean)" if c1[0] != c0[0] else "")
-        hm.append(_figure(title, sub, heatmap(values, ranks, c0, c1, cmap=cmap, unit="ms", label=title,
-                                              highlight=highlight, gid=gid + "-cb"), gid))
+        if rows.binned:
+            values, who = pick_outliers(values, rows)
+            sub += (f" · {rows.per} ranks per row: the rank farthest from the step's median over all ranks"
+                    " (hover for which)")
+            svg = heatmap(values, rows.first, c0, c1, cmap=cmap, unit="ms", label=title, highlight=highlight,
+                          gid=gid + "-cb", labels=rows.labels(), who=who)
+        else:
+            svg = heatmap(values, ranks, c0, c1, cmap=cmap, unit="ms", label=title, highlight=highlight, gid=gid + "-cb")
+        hm.append(_figure(title, sub, svg, gid))
     figs.extend(hm)
 
     # data load per rank + comm share over the run
@@ -461,10 +472,11 @@ def _step_matrix(steps: pl.DataFrame, col: str, ranks: list[int]):
          .group_by("rank", "c").agg(pl.col(col).mean()))
     nc = (s1 - s0) // per + 1
     values = np.full((len(ranks), nc), np.nan)
-    ri = {r: i for i, r in enumerate(ranks)}
-    for r, c, v in g.iter_rows():
-        if r in ri:
-            values[ri[r], int(c)] = v
+    rs = np.asarray(ranks, dtype=np.int64)
+    r = g["rank"].to_numpy()
+    i = np.minimum(np.searchsorted(rs, r), len(rs) - 1)
+    ok = rs[i] == r
+    values[i[ok], g["c"].to_numpy()[ok]] = g[col].to_numpy()[ok]
     c0 = [s0 + j * per for j in range(nc)]
     c1 = [min(s0 + (j + 1) * per - 1, s1) for j in range(nc)]
     return values, c0, c1
@@ -482,7 +494,16 @@ def _data_load(steps: pl.DataFrame, ranks: list[int], highlight: list[int]) -> s
     p90 = np.array([m[r][1] for r in rs], float)
     overall = float(np.nanmedian(med)) if med.size else float("nan")
     sub = f"ms per step · bar = median, tick = 90th percentile · median over ranks {fmt_num(overall)} ms"
-    return _figure(title, sub, bar_chart(rs, med, p90, unit="ms", label=title, highlight=highlight), "data-load")
+    rows = rank_rows(rs, highlight)
+    if not rows.binned:
+        return _figure(title, sub, bar_chart(rs, med, p90, unit="ms", label=title, highlight=highlight), "data-load")
+    # a bar per bin of ranks: the rank whose median lies farthest from the median over ranks
+    m, who = pick_outliers(med[:, None], rows)
+    who = who[:, 0]
+    tick = np.where(who >= 0, p90[np.searchsorted(rows.ranks, who)], np.nan)     # that rank's p90
+    sub += f" · {rows.per} ranks per bar: the rank farthest from that median (hover for which)"
+    return _figure(title, sub, bar_chart(rows.first, m[:, 0], tick, unit="ms", label=title, highlight=highlight,
+                                         labels=rows.labels(), who=who.tolist()), "data-load")
 
 
 def _comm_share(steps: pl.DataFrame) -> str:
@@ -594,6 +615,26 @@ def _loss(s: pl.DataFrame, warmup_end) -> str:
     return _figure(title, "mean over ranks per step", legend(items) + line_chart(chart), "loss")
 
 
+def _snapshot_bins(table: pl.DataFrame, highlight: list[int]) -> tuple[pl.DataFrame, dict[int, int]]:
+    """The snapshot's rows for a run of more than ROW_BUDGET ranks: a row per bin of ranks
+    (`rank_rows`), the table row of the rank whose silence lies farthest from the median (a
+    rank that stopped logging early, or the one still logging in a hang) with the bin's range
+    in `bin`, and which row each rank's events are drawn on (rank -> the row's rank). Ranks
+    without a number keep their row."""
+    ranked = table.filter(pl.col("rank").is_not_null()).sort("rank")
+    rows = rank_rows(ranked["rank"].to_list(), highlight)
+    silent = ranked["silent_s"].fill_null(float("inf")).to_numpy().astype(float)    # no events: the farthest
+    _, who = pick_outliers(silent[:, None], rows)
+    pick = who[:, 0].tolist()
+    members = np.repeat(pick, rows.stop - rows.start)
+    labels = [b if "–" in b else f"rank {b}" for b in rows.labels()]
+    picked = (pl.DataFrame({"rank": pick, "bin": labels}, schema={"rank": table.schema["rank"], "bin": pl.String})
+              .join(ranked, on="rank", how="left", maintain_order="left"))
+    rest = table.filter(pl.col("rank").is_null()).with_columns(pl.lit("no rank").alias("bin"))
+    return (pl.concat([picked, rest.select(picked.columns)]),
+            dict(zip(ranked["rank"].to_list(), members.tolist())))
+
+
 def _snapshot(run: "Run", ranks: list[int], highlight: list[int], scrub, paths: _PathNames) -> str:
     from .. import timeline
 
@@ -606,12 +647,14 @@ def _snapshot(run: "Run", ranks: list[int], highlight: list[int], scrub, paths: 
         if isinstance(e, ForensicsError):
             return _empty(title, e.what, "snapshot")
         raise
-    width, label_w, info_w = 1040, 64, 330
+    rows, bins = snap.ranks, {}
+    if rows.height > ROW_BUDGET:
+        rows, bins = _snapshot_bins(rows, highlight)
+    width, label_w, info_w = 1040, 96 if bins else 64, 330
     pw = width - label_w - info_w - 10
     start, stop = snap.start, snap.stop
     span = (stop - start).total_seconds() or 1.0
     ev = snap.events
-    rows = snap.ranks
     row_h = 16 if rows.height <= 40 else 11
     h = rows.height * row_h + 34
     body: list[str] = [f'<rect class="plot" x="{label_w}" y="4" width="{pw}" height="{rows.height * row_h}"/>']
@@ -621,14 +664,15 @@ def _snapshot(run: "Run", ranks: list[int], highlight: list[int], scrub, paths: 
         body.append(f'<text class="tick" x="{x:.1f}" y="{rows.height * row_h + 18}" text-anchor="middle">−{k}s</text>')
     by_rank: dict[Any, list[dict]] = {}
     for r in ev.select("rank", "timestamp", "level", "event", "message", "source_file", "line").iter_rows(named=True):
-        by_rank.setdefault(r["rank"], []).append(r)
+        by_rank.setdefault(bins.get(r["rank"], r["rank"]), []).append(r)
     hl = set(highlight)
     for i, r in enumerate(rows.iter_rows(named=True)):
         y = 4 + i * row_h
         rank = r["rank"]
         cls = "tick hl" if rank in hl else "tick"
+        name = r["bin"] if bins else "rank " + str(rank) if rank is not None else "no rank"
         body.append(f'<text class="{cls}" x="{label_w - 6}" y="{y + row_h - 4}" text-anchor="end">'
-                    f'{"▶ " if rank in hl else ""}{esc("rank " + str(rank) if rank is not None else "no rank")}</text>')
+                    f'{"▶ " if rank in hl else ""}{esc(name)}</text>')
         if i % 2:
             body.append(f'<rect x="{label_w}" y="{y}" width="{pw}" height="{row_h}" fill="#f0f2f5"/>')
         ticks: list[str] = []
@@ -655,6 +699,8 @@ def _snapshot(run: "Run", ranks: list[int], highlight: list[int], scrub, paths: 
         info = (f"silent {silent:.1f} s · last {last}" if silent is not None and silent >= 1.0 else f"last {last}")
         if r["last_ts"] is None:
             info = "no events at all"
+        if bins and name != f"rank {rank}":
+            info = f"rank {rank}: {info}"
         color = "#c62828" if (silent or 0) >= 1.0 or r["last_ts"] is None else "#5f6b7a"
         body.append(f'<text class="tick" x="{label_w + pw + 8}" y="{y + row_h - 4}" fill="{color}" style="fill:{color}">'
                     f'{esc(info)}<title>{esc(scrub(r["last_message"] or ""))} ({esc(r["last_where"] or "")})</title></text>')
@@ -665,5 +711,7 @@ def _snapshot(run: "Run", ranks: list[int], highlight: list[int], scrub, paths: 
     cut = snap.ranks.filter(pl.col("in_window") > pl.col("shown")).height
     sub = (f"{clock(timeline.iso(start))} → {clock(timeline.iso(stop))} UTC · stop: {scrub(snap.how)}"
            + (f" · newest {SNAPSHOT_EVENTS} events per rank shown" if cut else "")
+           + (" · a row per bin of ranks: all their events, the text of the rank whose silence lies farthest"
+              " from the median" if bins else "")
            + (f" · quiet ranks {_ranks(snap.quiet)}" if snap.quiet else ""))
     return _figure(title, sub, lg + svg, "snapshot")
