@@ -423,29 +423,9 @@ def _figures(run: "Run", highlight: list[int], scrub, paths: _PathNames) -> list
     gpu_ranks = sorted(int(r) for r in gpu["rank"].unique().drop_nulls().to_list()) if gpu.height else []
     all_ranks = sorted(set(ranks) | set(gpu_ranks))
 
-    figs: list[str] = []
-    # heatmaps
-    hm = []
-    rows = rank_rows(ranks, highlight)
-    for col, title, cmap, gid in (("step_time_ms", "Step time per rank × step", "ylorrd", "hm-step"),
-                                  ("wait_ms", "Collective wait per rank × step", "ylorrd", "hm-wait")):
-        mat = _step_matrix(steps, col, ranks)
-        if mat is None:
-            hm.append(_empty(title, f"no {col} in the logs (nothing to draw)", gid))
-            continue
-        values, c0, c1 = mat
-        sub = f"ms · {len(ranks)} ranks · steps {c0[0]}–{c1[-1]}" + (
-            f" · {math.ceil((c1[-1] - c0[0] + 1) / len(c0))} steps per column (mean)" if c1[0] != c0[0] else "")
-        if rows.binned:
-            values, who = pick_outliers(values, rows)
-            sub += (f" · {rows.per} ranks per row: the rank farthest from the step's median over all ranks"
-                    " (hover for which)")
-            svg = heatmap(values, rows.first, c0, c1, cmap=cmap, unit="ms", label=title, highlight=highlight,
-                          gid=gid + "-cb", labels=rows.labels(), who=who)
-        else:
-            svg = heatmap(values, ranks, c0, c1, cmap=cmap, unit="ms", label=title, highlight=highlight, gid=gid + "-cb")
-        hm.append(_figure(title, sub, svg, gid))
-    figs.extend(hm)
+    figs = [_heatmap(steps, col, title, gid, ranks, highlight)
+            for col, title, gid in (("step_time_ms", "Step time per rank × step", "hm-step"),
+                                    ("wait_ms", "Collective wait per rank × step", "hm-wait"))]
 
     # data load per rank + comm share over the run
     figs.append(_data_load(steps, ranks, highlight))
@@ -460,6 +440,23 @@ def _figures(run: "Run", highlight: list[int], scrub, paths: _PathNames) -> list
     figs.append('<div class="grid2">' + "".join(gfigs) + "</div>")
     figs.append(_snapshot(run, all_ranks, highlight, scrub, paths))
     return figs
+
+
+def _heatmap(steps: pl.DataFrame, col: str, title: str, gid: str, ranks: list[int], highlight: list[int]) -> str:
+    mat = _step_matrix(steps, col, ranks)
+    if mat is None:
+        return _empty(title, f"no {col} in the logs (nothing to draw)", gid)
+    values, c0, c1 = mat
+    sub = f"ms · {len(ranks)} ranks · steps {c0[0]}–{c1[-1]}" + (
+        f" · {math.ceil((c1[-1] - c0[0] + 1) / len(c0))} steps per column (mean)" if c1[0] != c0[0] else "")
+    rows = rank_rows(ranks, highlight)
+    if not rows.binned:
+        return _figure(title, sub, heatmap(values, ranks, c0, c1, cmap="ylorrd", unit="ms", label=title,
+                                           highlight=highlight, gid=gid + "-cb"), gid)
+    values, who = pick_outliers(values, rows)
+    sub += f" · {rows.per} ranks per row: the rank farthest from the step's median over all ranks (hover for which)"
+    return _figure(title, sub, heatmap(values, rows.first, c0, c1, cmap="ylorrd", unit="ms", label=title,
+                                       highlight=highlight, gid=gid + "-cb", labels=rows.labels(), who=who), gid)
 
 
 def _step_matrix(steps: pl.DataFrame, col: str, ranks: list[int]):
