@@ -169,6 +169,8 @@ def redact_obj(obj: Any) -> Any:
 
 
 def _walk(v: Any) -> Any:
+    if v is None or type(v) in (int, float, bool):     # most values of a report (per-rank numbers): nothing to mask
+        return v
     if isinstance(v, str):
         return redact_text(v)
     if isinstance(v, list):
@@ -205,7 +207,8 @@ def redact_json(d: dict[str, Any]) -> dict[str, Any]:
 
 def redact_report(report: Report) -> Report:
     """A redacted deep copy: titles, evidence texts and values, chain sentences, per-rank rows."""
-    r = copy.deepcopy(report)
+    # per_rank (a row per rank: 10,240 on a big run) is not deep-copied first: _walk builds new rows
+    r = copy.deepcopy(dataclasses.replace(report, per_rank=[]))
     for f in r.findings:
         f.title = redact_text(f.title)
         f.next = redact_text(f.next) if f.next else f.next
@@ -219,5 +222,5 @@ def redact_report(report: Report) -> Report:
             c.finding = redact_text(c.finding)
             for e in c.lines:
                 e.text = redact_text(e.text) if e.text else e.text
-    r.per_rank = _walk(r.per_rank)
+    r.per_rank = _walk(report.per_rank)
     return r
