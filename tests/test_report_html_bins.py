@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import polars as pl
 import pytest
 
 from forensics.report.charts import ROW_BUDGET, fmt_num, fmt_nums, pick_outliers, rank_rows
-from forensics.report.html import _data_load, _heatmap, _snapshot_bins, _step_matrix
+from forensics.report.html import _data_load, _heatmap, _per_rank, _snapshot_bins, _step_matrix
 
 N = 10_240
 STEPS = 100
@@ -179,3 +180,14 @@ def test_snapshot_bins_show_the_rank_silent_longest() -> None:
     assert hit.height == 1 and "–" in hit["bin"][0]
     a, b = map(int, hit["bin"][0].split("–"))
     assert all(row_of[r] == 1234 for r in range(a, b + 1))      # the bin's events are drawn on its row
+
+
+def test_per_rank_table_of_a_big_run_is_folded_with_the_highlighted_rows_in_sight() -> None:
+    def page(n: int) -> str:     # the outline's columns and rows, which is all _per_rank reads
+        return _per_rank(SimpleNamespace(columns=["rank", "step_time_ms"], rows=[[str(r), "800"] for r in range(n)]), [7])
+
+    small, large = page(ROW_BUDGET), page(N)
+    assert "<details>" not in small and small.count("<tr") == ROW_BUDGET + 1
+    shown, folded = large.split("<details>")
+    assert shown.count("<tr") == 2 and '<tr class="hl"><td class="num">7</td>' in shown
+    assert folded.count("<tr") == N + 1

@@ -338,7 +338,16 @@ def _per_rank(o: Any, highlight: Sequence[int]) -> str:
         cls = ' class="hl"' if rank_col is not None and row[rank_col] in hl else ""
         body.append(f"<tr{cls}>" + "".join(
             f'<td class="num">{esc(v)}</td>' if _numeric(v) else f"<td>{esc(v)}</td>" for v in row) + "</tr>")
-    return f'<h2 id="ranks">Per rank</h2><div style="overflow-x:auto"><table><tr>{head}</tr>{"".join(body)}</table></div>'
+
+    def table(rows: list[str]) -> str:
+        return f'<div style="overflow-x:auto"><table><tr>{head}</tr>{"".join(rows)}</table></div>'
+
+    if len(body) <= ROW_BUDGET:
+        return f'<h2 id="ranks">Per rank</h2>{table(body)}'
+    # a big run: the highlighted ranks' rows in sight, the whole table (searchable) folded
+    marked = [b for b in body if b.startswith('<tr class="hl">')]
+    return (f'<h2 id="ranks">Per rank</h2>{table(marked) if marked else ""}'
+            f"<details><summary>the table of all {len(body):,} ranks</summary>{table(body)}</details>")
 
 
 def _numeric(v: str) -> bool:
