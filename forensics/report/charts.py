@@ -319,8 +319,8 @@ def heatmap(values: np.ndarray, rows: Sequence[int], col_lo: Sequence[int], col_
     The cell values travel in `data-v` (rounded, row-major) so the page's script can show a
     tooltip; the picture itself needs no script. Binned rows (see `rank_rows`): `rows` are their
     first ranks (the axis), `labels` their ranges (the tooltip), `who` the rank each cell's value
-    is from, which data-v carries as "rank 13: 120" (the tooltip reads "rank 0–47 · step 5 ·
-    rank 13: 120 ms").
+    is from (-1: none, or the row's only rank), which data-v carries as "rank 13: 120" (the
+    tooltip reads "rank 0–47 · step 5 · rank 13: 120 ms").
     """
     nr, nc = values.shape
     row_h = max(3, min(22, 360 // max(nr, 1)))
@@ -350,7 +350,7 @@ def heatmap(values: np.ndarray, rows: Sequence[int], col_lo: Sequence[int], col_
                 f'transform="rotate(-90 12 {fr.top + fr.ph / 2:.1f})">rank</text>')
     cells = fmt_nums(values)
     if who is not None:
-        cells = [f"rank {w}: {c}" if c else c for w, c in zip(who.ravel().tolist(), cells)]
+        cells = [f"rank {w}: {c}" if w >= 0 else c for w, c in zip(who.ravel().tolist(), cells)]
     data = ",".join(cells)
     attrs = (f' class="heatmap" data-rows="{esc(",".join(map(str, labels if labels is not None else rows)))}"'
              f' data-c0="{esc(",".join(map(str, col_lo)))}"'

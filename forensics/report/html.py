@@ -463,6 +463,7 @@ def _heatmap(steps: pl.DataFrame, col: str, title: str, gid: str, ranks: list[in
         return _figure(title, sub, heatmap(values, ranks, c0, c1, cmap="ylorrd", unit="ms", label=title,
                                            highlight=highlight, gid=gid + "-cb"), gid)
     values, who = pick_outliers(values, rows)
+    who[rows.stop - rows.start == 1] = -1         # a row of one rank (a highlighted one) names it already
     sub += f" · {rows.per} ranks per row: the rank farthest from the step's median over all ranks (hover for which)"
     return _figure(title, sub, heatmap(values, rows.first, c0, c1, cmap="ylorrd", unit="ms", label=title,
                                        highlight=highlight, gid=gid + "-cb", labels=rows.labels(), who=who), gid)
