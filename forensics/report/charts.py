@@ -239,15 +239,16 @@ def colorbar(cmap: str, lo: float, hi: float, unit: str, width: int = 220, gid: 
 
 # Rows of a per-rank chart (heatmap rows, bars): one per rank up to this many, as on a small run;
 # above, a row stands for a bin of consecutive ranks. 256 rows at the heatmap's 3 px minimum is
-# ~770 px, one screen, and the rank labels (every 4th row) stay legible; a 10,240-rank run would
-# otherwise be a 30,000 px picture of 1 M cells that nobody can read.
+# ~800 px, one screen, with a rank label every 4th row; a 10,240-rank run would otherwise be a
+# 30,000 px picture of 1 M cells that nobody can read.
 ROW_BUDGET = 256
 
 
 @dataclass
 class RankRows:
     """Row i stands for ranks[start[i]:stop[i]]: one rank each, or (`binned`) bins of `per`
-    consecutive ranks (whole 8-GPU nodes from 8 up), the highlighted ranks rows of their own."""
+    consecutive ranks, the highlighted ranks rows of their own. From 8 up `per` is a multiple
+    of 8: whole 8-GPU nodes when ranks are numbered node by node."""
 
     ranks: np.ndarray
     start: np.ndarray
