@@ -293,6 +293,37 @@ def test_a_wide_per_rank_table_is_split_not_squeezed() -> None:
     assert "10:00:00.022" in text and "+00:00" not in text
 
 
+def _table_ranks(text: str, start: str) -> set[int]:
+    """The ranks of the per-rank table rows after the heading `start` (text or md)."""
+    rows = text[text.index(start):].splitlines()
+    out = set()
+    for ln in rows:
+        m = re.match(r"^(\d+)(?: \*)?  |^\| \**(\d+)\** \| ", ln)   # a text row, an md row
+        if m:
+            out.add(int(m.group(1) or m.group(2)))
+    return out
+
+
+@pytest.mark.parametrize("n", [64, 100, 10_240])
+def test_a_big_run_prints_the_rows_of_the_ranks_its_findings_single_out(n: int) -> None:
+    r = thermal_report()
+    r.run.ranks = n
+    r.per_rank = [{"rank": k, "host": f"node{k // 8}", "events": 15000 + k, "gpu_util": 45.0 if k == 6 else 95.0}
+                  for k in range(n)]
+    text, md = render(r, "text"), render(r, "md")
+    if n <= 64:          # a table this size is printed whole
+        assert _table_ranks(text, "Per rank") == _table_ranks(md, "## Per rank") == set(range(n))
+        assert "not shown" not in text and "not shown" not in md
+    else:
+        # the root cause's rank 6, the NCCL timeout's rank 5, the grad-norm rank 3 and the ranks the
+        # comm-bound finding names (0-5, 7: a few of a big run); no other row
+        assert _table_ranks(text, "Per rank") == _table_ranks(md, "## Per rank") == set(range(8))
+        note = f"{n - 8:,} other ranks not shown: `forensics ranks job-4711.forensics` lists every rank"
+        assert note in " ".join(text.split()) and note in md
+    # the JSON report keeps every row whatever the size
+    assert len(json.loads(render(r, "json"))["per_rank"]) == n
+
+
 def test_build_report_is_the_diagnosis() -> None:
     import forensics
 

@@ -56,7 +56,7 @@ from .charts import (
 )
 from .fmt import clock, cost_text, kind_label, rank_phrase
 from .model import Evidence, Finding, Report, basis_phrase, local_ranks_phrase
-from .outline import outline
+from .outline import few_rank_findings, outline
 
 if TYPE_CHECKING:
     from ..store import Run
@@ -259,12 +259,7 @@ def _highlight(report: Report) -> list[int]:
     that single out a few ranks (a finding naming most ranks singles out nobody)."""
     if report.root_cause is not None and report.root_cause.ranks:
         return list(dict.fromkeys(int(r) for r in report.root_cause.ranks))[:MAX_HIGHLIGHT]
-    few = max(1, report.run.ranks // 4)
-    out: list[int] = []
-    for f in sorted(report.findings, key=lambda f: {"ERROR": 0, "WARN": 1}.get(f.severity, 2)):
-        if f.kind != "log_hygiene" and f.severity in ("ERROR", "WARN") and 0 < len(f.ranks) <= few:
-            out.extend(f.ranks)
-    return list(dict.fromkeys(int(r) for r in out))[:MAX_HIGHLIGHT]
+    return few_rank_findings(report)[:MAX_HIGHLIGHT]
 
 
 def _layer(layer: str) -> str:

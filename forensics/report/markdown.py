@@ -83,12 +83,14 @@ def render_markdown(report: Report) -> str:
 
     if fr := report_block(report):     # the Flight Recorder table (forensics fr-table), when dumps were read
         md += ["## Flight Recorder", "", "```", fr, "```", ""]
-    if o.rows:
-        md += ["## Per rank", "", "| " + " | ".join(_cell(c) for c in o.columns) + " |",
-               "|" + "|".join("---" for _ in o.columns) + "|"]
+    rows, left_out = o.printed_rows()
+    if rows or left_out:
+        md += ["## Per rank", ""]
+    if rows:
+        md += ["| " + " | ".join(_cell(c) for c in o.columns) + " |", "|" + "|".join("---" for _ in o.columns) + "|"]
         rank_col = o.columns.index("rank") if "rank" in o.columns else None
         faults = {str(r) for r in o.fault_ranks}
-        for row in o.rows:
+        for row in rows:
             cells = [_cell(c) for c in row]
             if rank_col is not None and cells[rank_col] in faults:
                 cells[rank_col] = f"**{cells[rank_col]}**"
@@ -96,4 +98,6 @@ def render_markdown(report: Report) -> str:
         md.append("")
         if faults and rank_col is not None:
             md += ["Ranks in bold are at fault (root cause).", ""]
+    if left_out:
+        md += [_text(o.left_out_note(left_out, report.run.store)), ""]
     return "\n".join(md).rstrip("\n") + "\n"

@@ -15,6 +15,11 @@ from .model import LAYERS, SEVERITIES, ChainLink, Finding, Report, local_ranks_p
 
 
 FELT_BY_OTHERS = {"nccl_timeout", "comm_bound"}
+# Per-rank rows the text and md reports print whole. A bigger run's table prints the rows of the
+# ranks the report singles out (`singled_out`) and says how to list the others: 10,240 rows
+# (20,000 lines of a terminal, 1 MB of Markdown: more than a CI job summary takes) bury the
+# findings; `forensics ranks` and the JSON report keep every row.
+PER_RANK_ROWS = 64
 
 
 @dataclass
@@ -38,6 +43,41 @@ class Outline:
     rows: list[list[str]] = field(default_factory=list)
     fault_ranks: list[int] = field(default_factory=list)
     others_title: str = "Findings"
+    singled_out: list[int] = field(default_factory=list)
+
+    def printed_rows(self) -> tuple[list[list[str]], int]:
+        """The per-rank rows the text and md reports print, and how many they leave out: every
+        row up to PER_RANK_ROWS, else those of the ranks singled out (at most PER_RANK_ROWS)."""
+        if len(self.rows) <= PER_RANK_ROWS or "rank" not in self.columns:
+            return self.rows, 0
+        key = self.columns.index("rank")
+        named = {str(r) for r in self.singled_out[:PER_RANK_ROWS]}
+        shown = [r for r in self.rows if r[key] in named]
+        return shown, len(self.rows) - len(shown)
+
+    def left_out_note(self, left_out: int, store: str | None) -> str:
+        """The line under a per-rank table that leaves `left_out` rows out."""
+        what = f"forensics ranks {store}" if store else "forensics ranks LOGS"
+        return (f"{left_out:,} other ranks not shown: `{what}` lists every rank, and the JSON report "
+                f"(--format json) holds all {len(self.rows):,} rows.")
+
+
+def few_rank_findings(report: Report) -> list[int]:
+    """The ranks of the WARN/ERROR findings that single out a few ranks (at most a quarter of the
+    run: a finding naming most ranks singles out nobody; log hygiene aside), ERRORs first."""
+    few = max(1, report.run.ranks // 4)
+    out: list[int] = []
+    for f in sorted(report.findings, key=lambda f: {"ERROR": 0, "WARN": 1}.get(f.severity, 2)):
+        if f.kind != "log_hygiene" and f.severity in ("ERROR", "WARN") and 0 < len(f.ranks) <= few:
+            out.extend(f.ranks)
+    return list(dict.fromkeys(int(r) for r in out))
+
+
+def singled_out(report: Report) -> list[int]:
+    """The ranks a reader of the report looks for in its per-rank table: the root cause's, then
+    those of the findings that name a few ranks (`few_rank_findings`)."""
+    rc = [int(r) for r in report.root_cause.ranks] if report.root_cause is not None else []
+    return list(dict.fromkeys([*rc, *few_rank_findings(report)]))
 
 
 def _day_time(ts: str | None) -> tuple[str, str]:
@@ -213,4 +253,5 @@ def outline(report: Report) -> Outline:
         header=header(report), verdict=verdict, summary=summary, healthy=healthy, root=root, chain=chain,
         explained=explained, others=others, columns=columns, rows=rows,
         fault_ranks=list(rc.ranks) if rc is not None else [], others_title=others_title,
+        singled_out=singled_out(report),
     )

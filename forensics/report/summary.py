@@ -15,7 +15,7 @@ from ..errors import BAD_ARGUMENT, ForensicsError
 from .fmt import cost_text, kind_label, num, rank_phrase
 from .markdown import _cell, _code, _text
 from .model import SEVERITIES, Finding, Report
-from .outline import outline
+from .outline import outline, singled_out
 from .text import _where
 
 if TYPE_CHECKING:
@@ -44,9 +44,12 @@ def _rank_rows(report: Report, faults: set[int]) -> tuple[list[str], list[list[s
     rows = [r for r in report.per_rank if r.get("rank") is not None]
     cols = [(k, h) for k, h in RANK_COLUMNS if any(r.get(k) is not None for r in rows)]
     if len(rows) > MAX_RANK_ROWS:
-        # the ranks at fault first, then the ranks that logged errors or warnings, then the slowest
+        # the ranks the report singles out first (at fault, then named by a few-rank finding), then
+        # the ranks that logged errors or warnings, then the slowest
+        named = set(singled_out(report))
+
         def key(r: dict[str, Any]) -> tuple:
-            return (r["rank"] not in faults, -(r.get("errors") or 0), -(r.get("warnings") or 0), -(r.get("step_time_ms") or 0))
+            return (r["rank"] not in named, -(r.get("errors") or 0), -(r.get("warnings") or 0), -(r.get("step_time_ms") or 0))
         shown = sorted(sorted(rows, key=key)[:MAX_RANK_ROWS], key=lambda r: r["rank"])
     else:
         shown = rows

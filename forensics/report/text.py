@@ -172,8 +172,12 @@ def render_text(report: Report, *, width: int = 100, color: bool = False) -> str
         con.print()
         con.print(Text("Flight Recorder (forensics fr-table)", style="bold"))
         con.print(Text(fr))
-    if o.rows:
+    rows, left_out = o.printed_rows()
+    if rows or left_out:
         con.print()
         con.print(Text("Per rank", style="bold"))
-        _per_rank(con, o.columns, o.rows, o.fault_ranks, width)
+        if rows:
+            _per_rank(con, o.columns, rows, o.fault_ranks, width)
+        if left_out:
+            con.print(Text(o.left_out_note(left_out, report.run.store), style="dim"))
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
