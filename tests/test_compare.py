@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import random
 import subprocess
 import sys
@@ -145,6 +146,33 @@ def test_json_contract_and_formats(slow_result) -> None:
     assert "<script" not in html and "default-src &#x27;none&#x27;" in html   # no script runs, nothing is fetched
     with pytest.raises(ForensicsError):
         render_compare(slow_result, "pdf")
+
+
+def test_a_big_run_prints_the_rows_of_the_ranks_that_changed(slow_result) -> None:
+    import copy
+    import dataclasses
+
+    # the 4-rank result as a 100-rank one: rank 2 (slower) and 99 copies of the unchanged ranks
+    changed = next(x for x in slow_result.ranks if x.changed)
+    quiet = next(x for x in slow_result.ranks if not x.changed)
+    big = copy.copy(slow_result)
+    big.ranks = [changed if k == 2 else dataclasses.replace(quiet, rank=k) for k in range(100)]
+    text, md = render_compare(big, "text"), render_compare(big, "md")
+    rows = [ln for ln in text.splitlines() if re.match(r"^\d+\s", ln) and "not shown" not in ln]
+    assert [ln.split()[0] for ln in rows] == ["2"]
+    assert re.findall(r"^\| \**(\d+)\** \|", md, flags=re.M) == ["2"]
+    note = "99 other ranks not shown (their own time per step changed within the noise)"
+    assert note in " ".join(text.split()) and note in md
+    assert len(json.loads(render_compare(big, "json"))["ranks"]) == 100
+    # the page of a run past its row budget: the changed rank's row in sight, every rank folded
+    big.ranks = [changed if k == 2 else dataclasses.replace(quiet, rank=k) for k in range(300)]
+    page = render_compare(big, "html")
+    ranks = page[page.index("<h2>Per rank"):]
+    assert ranks.index("<details><summary>the table of all 300 ranks") > ranks.index('<tr class="hl">')
+    assert ranks[:ranks.index("<details>")].count("<tr class=") == 1
+    # up to the budget every rank is printed, as before
+    big.ranks = big.ranks[:60]
+    assert len([ln for ln in render_compare(big, "text").splitlines() if re.match(r"^\d+\s", ln)]) == 60
 
 
 def test_junit_has_one_case_per_check_and_failures_cite_lines(slow_result) -> None:

@@ -179,16 +179,21 @@ def _text(r: CompareResult, width: int) -> str:
             for e in f["evidence"][:1]:
                 g.add_row(" ", Text(f"↳ {e}"))
         con.print(g)
-    if r.ranks:
+    shown, left_out = _printed_ranks(r)
+    if shown:
         con.print()
         t = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold",
                   title="Per rank: changes from baseline to candidate (ms per step unless said); * changed most",
                   title_justify="left")
         for h in TEXT_RANK_HEAD:
             t.add_column(h, no_wrap=True, justify="left" if h in ("rank", "host") else "right")
-        for rc in r.ranks:
+        for rc in shown:
             t.add_row(*_rank_text_cells(rc))
         con.print(t)
+    if left_out:
+        if not shown:
+            con.print()
+        con.print(_left_out_note(r, shown, left_out))
     if r.only_in_baseline or r.only_in_candidate:
         con.print(f"ranks only in the baseline: {r.only_in_baseline or '-'}; only in the candidate: {r.only_in_candidate or '-'}")
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
@@ -215,16 +220,40 @@ def _markdown(r: CompareResult) -> str:
     for title, items in (("New findings", r.new_findings), ("Resolved findings", r.resolved_findings)):
         md += ["", f"## {title} ({len(items)})", ""]
         md += [f"- {_cell(_finding(f))}" + (f" (`{f['evidence'][0]}`)" if f["evidence"] else "") for f in items] or ["- none"]
-    if r.ranks:
-        md += ["", "## Per rank: candidate (change from baseline)", "",
-               "| rank | host | " + " | ".join(lab for _, lab in RANK_COLUMNS) + " |",
+    shown, left_out = _printed_ranks(r)
+    if shown or left_out:
+        md += ["", "## Per rank: candidate (change from baseline)", ""]
+    if shown:
+        md += ["| rank | host | " + " | ".join(lab for _, lab in RANK_COLUMNS) + " |",
                "|---|---|" + "---:|" * len(RANK_COLUMNS)]
-        for rc in r.ranks:
+        for rc in shown:
             cells = _rank_cells(rc)
             if rc.changed:
                 cells[0] = f"**{rc.rank}**"
             md.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if left_out:
+        md += [""] * bool(shown) + [_cell(_left_out_note(r, shown, left_out))]
     return "\n".join(md) + "\n"
+
+
+def _printed_ranks(r: CompareResult) -> tuple[list, int]:
+    """The per-rank rows text and md print, and how many they leave out: every rank up to
+    PER_RANK_ROWS (as the diagnosis report), else the ranks that changed beyond the noise (the
+    farthest PER_RANK_ROWS of them), in rank order."""
+    from .outline import PER_RANK_ROWS
+
+    if len(r.ranks) <= PER_RANK_ROWS:
+        return r.ranks, 0
+    changed = sorted((x for x in r.ranks if x.changed), key=lambda x: -abs(x.excess_ms or 0.0))[:PER_RANK_ROWS]
+    shown = sorted(changed, key=lambda x: x.rank)
+    return shown, len(r.ranks) - len(shown)
+
+
+def _left_out_note(r: CompareResult, shown: list, left_out: int) -> str:
+    why = ("their own time per step changed within the noise" if len(shown) == sum(x.changed for x in r.ranks)
+           else f"those changed least; {sum(x.changed for x in r.ranks):,} changed beyond the noise")
+    return (f"{left_out:,} {'other ' if shown else ''}ranks not shown ({why}): the JSON output (--format json) "
+            "holds every rank.")
 
 
 # --- html --------------------------------------------------------------------------------------
@@ -248,7 +277,7 @@ def _chart(label: str, unit: str, x_b: list, y_b: list, x_c: list, y_c: list) ->
 
 
 def _html(r: CompareResult) -> str:
-    from .charts import esc
+    from .charts import ROW_BUDGET, esc
     from .html import _CSS
 
     s = r.series
@@ -277,9 +306,16 @@ def _html(r: CompareResult) -> str:
                       for f in items) or "<li>none</li>"
         finds += f"<h2>{esc(title)} ({len(items)})</h2><ul>{lis}</ul>"
     head = "".join(f"<th>{esc(h)}</th>" for h in ["rank", "host", *(lab for _, lab in RANK_COLUMNS)])
-    rank_rows = "".join(
-        f'<tr class="{"hl" if rc.changed else ""}">' + "".join(f"<td>{esc(x)}</td>" for x in _rank_cells(rc)) + "</tr>"
-        for rc in r.ranks)
+    def rank_table(ranks: list) -> str:
+        return f"<table><tr>{head}</tr>" + "".join(
+            f'<tr class="{"hl" if rc.changed else ""}">' + "".join(f"<td>{esc(x)}</td>" for x in _rank_cells(rc)) + "</tr>"
+            for rc in ranks) + "</table>"
+
+    shown, _ = _printed_ranks(r)
+    ranks_html = rank_table(r.ranks) if len(r.ranks) <= ROW_BUDGET else (
+        # a big run, as the diagnosis page: the ranks that changed in sight, every rank folded
+        (rank_table(shown) if shown else "")
+        + f"<details><summary>the table of all {len(r.ranks):,} ranks</summary>{rank_table(r.ranks)}</details>")
     csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -293,7 +329,7 @@ def _html(r: CompareResult) -> str:
         *(f"<figure><figcaption>{esc(t)}</figcaption>{body}</figure>" for t, body in figs),
         f"<h2>Run level</h2><table><tr><th>figure</th><th>baseline</th><th>candidate</th><th>change</th><th></th></tr>{metric_rows}</table>",
         f"<h2>Ranks that changed most</h2><ul>{most}</ul>", finds,
-        f"<h2>Per rank: candidate (change from baseline)</h2><table><tr>{head}</tr>{rank_rows}</table>",
+        f"<h2>Per rank: candidate (change from baseline)</h2>{ranks_html}",
         "<footer>forensics compare · self-contained: no network access</footer></main></body></html>",
     ]
     return "\n".join(parts) + "\n"
