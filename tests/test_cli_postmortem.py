@@ -182,3 +182,47 @@ def test_a_rank_the_run_does_not_have_is_an_error_naming_the_ranks(store: tuple[
 def test_a_negative_rank_is_a_usage_error(store: tuple[Path, Path], cmd: str) -> None:
     st, _ = store
     assert cli(cmd, str(st), "--rank", "-1").returncode == 2
+
+
+def _snapshot(n: int):
+    """A snapshot of `n` ranks: rank 7 stopped a step early (hung), rank 50 timed out at the stop,
+    the others are waiting in the collective of step 42."""
+    import datetime as dt
+
+    import polars as pl
+
+    from forensics.timeline import Snapshot
+
+    stop = dt.datetime(2025, 6, 12, 3, 0, 0, tzinfo=dt.timezone.utc)
+    rows = []
+    for r in range(n):
+        state = ("TRAIN_STEP", "INFO", 41, 600.0) if r == 7 else ("NCCL_TIMEOUT", "ERROR", 42, 0.0) if r == 50 else \
+            ("GRAD_READY", "INFO", 42, 599.0 - r / 1000)
+        rows.append({"rank": r, "host": f"node{r // 8}", "in_window": int(r == 50), "shown": int(r == 50),
+                     "last_ts": stop - dt.timedelta(seconds=state[3]), "last_event": state[0], "last_level": state[1],
+                     "last_message": f"rank {r}", "last_where": f"node{r // 8}/rank_{r}.jsonl:{400 + r}",
+                     "silent_s": state[3], "step": state[2], "after_stop": 0})
+    ranks = pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "step": pl.Int64, "in_window": pl.UInt32,
+                                                 "shown": pl.UInt32, "after_stop": pl.UInt32})
+    return Snapshot(stop=stop, how="given", window_s=10.0, start=stop - dt.timedelta(seconds=10), ranks=ranks,
+                    events=pl.DataFrame())
+
+
+@pytest.mark.parametrize("n", [64, 100, 10_240])
+def test_last_10s_of_many_ranks_shows_a_row_per_group_in_the_same_state_smallest_first(n: int) -> None:
+    from rich.console import Console
+
+    from forensics.render.timeline import render_snapshot
+
+    buf = io.StringIO()
+    render_snapshot(_snapshot(n), "table", Console(file=buf, width=240, no_color=True))
+    lines = buf.getvalue().splitlines()
+    body = [ln for ln in lines[4:] if "│" in ln]
+    if n <= 64:                 # a row per rank, as before
+        assert [ln.split("│")[0].strip() for ln in body] == [str(r) for r in range(n)]
+        return
+    # the hung rank first, then the one that timed out, then everyone else in one row
+    assert [ln.split("│")[0].strip() for ln in body] == ["7", "50", f"0-6,8-49,51-{n - 1} ({n - 2:,})"]
+    assert "41" in body[0].split("│")[2] and "ERROR" in body[1]
+    assert f"{len({r // 8 for r in range(n) if r not in (7, 50)}):,} hosts" in body[2]
+    assert f"{n:,} ranks in 3 groups of the same step, level and last event" in buf.getvalue()

@@ -22,6 +22,9 @@ from .ingest import _ranks_text
 # Hosts whose clock estimate is within this of the consensus are not listed one by one: the
 # logged timestamps have millisecond resolution, so a few ms is noise.
 CLOCK_NOTE_MS = 5.0
+# last-10s of more ranks than this: a row per group of ranks in the same state (`_snapshot_groups`)
+GROUP_ABOVE = 64
+RANKS_CHARS = 40
 
 
 def _say(console: Console, text: str) -> None:
@@ -253,6 +256,25 @@ def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
     spec = [Col(h, j, key=d is None, drop=d or 0, wrap=8 if h == "message" else None, path=h == "file:line",
                 cap=MESSAGE_CHARS if h == "message" else None, one_line=h == "message")
             for h, j, d in heads]
+    if s.ranks.height > GROUP_ABOVE:
+        _snapshot_groups(console, s, spec, show_host, day)
+    else:
+        _snapshot_rows(console, s, spec, show_host, day)
+    if s.quiet:
+        _say(console, f"no events in the window: rank(s) {_ranks_text(s.quiet)}")
+    if s.missing:
+        _say(console, f"never logged at all: rank(s) {_ranks_text(s.missing)}")
+    if s.events.height:
+        if s.events.height <= EVENTS_SHOWN_MAX:
+            print_events_table(console, s.events, title=f"events in the window (up to the newest {s.limit} per rank)",
+                               hint="--format json has every field")
+        else:
+            _say(console, f"{s.events.height} events in the window: narrow with --rank, or see them all with "
+                          f"--format json, or: forensics events STORE --since {iso(s.start)} --until {iso(s.stop)}")
+
+
+def _snapshot_rows(console: Console, s: Snapshot, spec: list[Col], show_host: bool, day: str | None) -> None:
+    """A row per rank."""
     rows: list[list[Any]] = []
     styles: list[str] = []
     for r in s.ranks.iter_rows(named=True):
@@ -265,17 +287,43 @@ def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
                      duration_text(r["silent_s"]), cell(r["after_stop"]), _tail(r["last_where"])])
         styles.append("red" if r["last_ts"] is None else ("dim" if r["in_window"] == 0 else ""))
     print_fitted(console, spec, rows, row_styles=styles, hint="--format json has every field")
-    if s.quiet:
-        _say(console, f"no events in the window: rank(s) {_ranks_text(s.quiet)}")
-    if s.missing:
-        _say(console, f"never logged at all: rank(s) {_ranks_text(s.missing)}")
-    if s.events.height:
-        if s.events.height <= EVENTS_SHOWN_MAX:
-            print_events_table(console, s.events, title=f"events in the window (up to the newest {s.limit} per rank)",
-                               hint="--format json has every field")
-        else:
-            _say(console, f"{s.events.height} events in the window: narrow with --rank, or see them all with "
-                          f"--format json, or: forensics events STORE --since {iso(s.start)} --until {iso(s.stop)}")
+
+
+def _snapshot_groups(console: Console, s: Snapshot, spec: list[Col], show_host: bool, day: str | None) -> None:
+    """A row per group of ranks in the same state (last step, level and event), the smallest
+    groups first: on 10,240 ranks the hung one is the first row, not one among 10,240. Counts,
+    times and silences are ranges over the group; the message and file:line its first rank's."""
+    keys = ["step", "last_level", "last_event"]
+    g = (s.ranks.group_by(keys, maintain_order=True)
+         .agg(pl.col("rank"), pl.col("host").drop_nulls().unique().alias("hosts"),
+              *(getattr(pl.col(c), f)().alias(f"{c}_{f}") for c in ("in_window", "last_ts", "silent_s", "after_stop")
+                for f in ("min", "max")),
+              pl.col("last_message").first(), pl.col("last_where").first(), pl.len().alias("n"))
+         .sort("n", pl.col("rank").list.first(), nulls_last=True))
+
+    def span(lo: Any, hi: Any, show=cell) -> str:
+        a, b = show(lo), show(hi)
+        return a if a == b else f"{a}–{b}"
+
+    rows: list[list[Any]] = []
+    styles: list[str] = []
+    for r in g.iter_rows(named=True):
+        level = str(r["last_level"]) if r["last_level"] is not None else ""
+        hosts = r["hosts"]
+        rows.append([clip(_ranks_text(r["rank"]), RANKS_CHARS) + (f" ({r['n']:,})" if r["n"] > 1 else ""),
+                     *([clip(hosts[0], HOST_CHARS) if len(hosts) == 1 else f"{len(hosts):,} hosts"] if show_host else []),
+                     cell(r["step"]), span(r["in_window_min"], r["in_window_max"]),
+                     span(r["last_ts_min"], r["last_ts_max"], lambda v: clock_cell(v, day)),
+                     Text(level, style={"ERROR": "bold red", "WARN": "yellow"}.get(level, "")),
+                     cell(r["last_event"]), cell(r["last_message"]),
+                     span(r["silent_s_min"], r["silent_s_max"], duration_text),
+                     span(r["after_stop_min"], r["after_stop_max"]), _tail(r["last_where"])])
+        styles.append("red" if r["last_ts_max"] is None else ("dim" if r["in_window_max"] == 0 else ""))
+    print_fitted(console, [Col("ranks", "left", key=True), *spec[1:]], rows, row_styles=styles,
+                 hint="--format json has every field")
+    _say(console, f"{s.ranks.height:,} ranks in {g.height:,} group{'s' if g.height != 1 else ''} of the same step, "
+                  "level and last event, smallest first (counts, times, silences: ranges over the group; message, "
+                  "file:line: its first rank's); one rank: --rank N, every rank: --format json")
 
 
 def _tail(where: str | None) -> str:
