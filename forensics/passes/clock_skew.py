@@ -28,12 +28,11 @@ def find(ctx: Context) -> list[Finding]:
     off = ctx.clock_offsets.sort("offset_ms")
     if off.is_empty():
         return []
-    named = off if off.height <= TITLE_HOSTS else (
-        off.sort(off.get_column("offset_ms").abs(), descending=True, maintain_order=True)
-        .head(TITLE_HOSTS).sort("offset_ms", maintain_order=True))
+    far = off.sort(off.get_column("offset_ms").abs(), descending=True, maintain_order=True)
+    named = far.head(TITLE_HOSTS).sort("offset_ms", maintain_order=True)
     parts = [f"{r['clock']} {r['offset_ms']:+.0f} ms" for r in named.iter_rows(named=True)]
     if rest := off.height - named.height:
-        near = float(off.get_column("offset_ms").abs().sort(descending=True)[named.height])
+        near = abs(float(far.get_column("offset_ms")[named.height]))
         parts.append(f"and {rest} more host{'s' if rest != 1 else ''} within ±{near:.0f} ms")
     worst = float(off.get_column("offset_ms").abs().max())
     return [Finding(

@@ -250,8 +250,9 @@ def _printed_ranks(r: CompareResult) -> tuple[list, int]:
 
 
 def _left_out_note(r: CompareResult, shown: list, left_out: int) -> str:
-    why = ("their own time per step changed within the noise" if len(shown) == sum(x.changed for x in r.ranks)
-           else f"those changed least; {sum(x.changed for x in r.ranks):,} changed beyond the noise")
+    changed = sum(x.changed for x in r.ranks)
+    why = ("their own time per step changed within the noise" if len(shown) == changed
+           else f"those changed least; {changed:,} changed beyond the noise")
     return (f"{left_out:,} {'other ' if shown else ''}ranks not shown ({why}): the JSON output (--format json) "
             "holds every rank.")
 
@@ -306,6 +307,7 @@ def _html(r: CompareResult) -> str:
                       for f in items) or "<li>none</li>"
         finds += f"<h2>{esc(title)} ({len(items)})</h2><ul>{lis}</ul>"
     head = "".join(f"<th>{esc(h)}</th>" for h in ["rank", "host", *(lab for _, lab in RANK_COLUMNS)])
+
     def rank_table(ranks: list) -> str:
         return f"<table><tr>{head}</tr>" + "".join(
             f'<tr class="{"hl" if rc.changed else ""}">' + "".join(f"<td>{esc(x)}</td>" for x in _rank_cells(rc)) + "</tr>"
