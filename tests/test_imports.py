@@ -156,3 +156,47 @@ def test_the_cli_keeps_numpy_s_blas_to_one_thread_unless_the_user_chose() -> Non
 
     assert threads() == "1"
     assert threads(OPENBLAS_NUM_THREADS="4") == "4"
+
+
+def _graph(package: Path) -> dict[str, set[str]]:
+    """forensics' own import graph from the source (module-level and deferred imports alike)."""
+    import ast
+
+    mods = {".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        base = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                parts = base.split(".")
+                mod = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else (node.module or "")
+                subs = {f"{mod}.{a.name}" for a in node.names} & mods.keys()
+                # `from . import expr` imports the submodule; the package itself only for other names
+                out |= subs | ({mod} & mods.keys() if len(subs) < len(node.names) else set())
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name in mods}
+        graph[name] = out - {name}
+    return graph
+
+
+def _reaches(graph: dict[str, set[str]], a: str, b: str) -> bool:
+    seen, todo = set(), [a]
+    while todo:
+        m = todo.pop()
+        if m == b:
+            return True
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph.get(m, ()))
+    return False
+
+
+def test_the_rules_compiler_does_not_know_the_planner() -> None:
+    # the planner uses the compiler; the evaluation of a rule set (rules/evaluate.py) uses both
+    g = _graph(REPO / "forensics")
+    assert "forensics.rules.compile" in g["forensics.rules.plan"]
+    assert not _reaches(g, "forensics.rules.compile", "forensics.rules.plan")
+    assert {"forensics.rules.compile", "forensics.rules.plan"} <= g["forensics.rules.evaluate"]

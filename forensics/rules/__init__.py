@@ -57,7 +57,7 @@ import polars as pl
 
 from ..errors import BAD_RULE, ForensicsError
 from ..report.model import KINDS, Finding
-from .compile import evaluate as _evaluate
+from .evaluate import evaluate as _evaluate
 from .spec import NEXT_STEPS_FILE, Rule, RuleError, parse_next_steps, parse_rule
 
 __all__ = ["Rule", "RuleError", "builtin_rules_dir", "display_path", "load_rules", "check_rules", "evaluate", "rule_files",

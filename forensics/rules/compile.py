@@ -1,4 +1,4 @@
-"""Rules compiled to polars and evaluated over a run's events: `evaluate(events, rules) -> findings`.
+"""Rules compiled to polars: a rule's query (`rule_query`) and the finding its rows make (`finding_of`).
 
 Owns the meaning of a rule at run time. A clause becomes one lazy query that reads only the
 columns the rule names, keeps the rows its conditions decide (true or false; rows where they are
@@ -382,7 +382,7 @@ def _headline(rule: Rule, worst_ep: dict[str, Any], eps: list[dict[str, Any]]) -
     return " ".join(bits)
 
 
-def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
+def finding_of(rule: Rule, df: pl.DataFrame) -> Finding | None:
     if df.is_empty():
         return None
     primary = rule.clause.primary()
@@ -472,26 +472,3 @@ def _finding(rule: Rule, df: pl.DataFrame) -> Finding | None:
         evidence=evidence, lines=lines,
         first_seen=iso(_earliest(eps)), last_seen=iso(_latest(eps)),
     )
-
-
-def evaluate(events: pl.LazyFrame, rules: list[Rule], *, census: bool = True) -> list[Finding]:
-    """Every rule over the events; findings ordered by when they were first seen.
-
-    With `census` (always, but in tests that hold it against the direct way), one query over the
-    events finds which rules can match on which ranks (forensics.rules.plan), one more reads the
-    rows of those, and each of those rules is evaluated over them in memory. Without it, each rule
-    is one query over all the events, as the rule's definition reads."""
-    if not rules:
-        return []
-    if census:
-        from .plan import candidate_rows
-
-        rows = candidate_rows(events, rules)
-        todo = [(r, rule_query(r, rw)) for r, rw in zip(rules, rows) if rw is not None]
-    else:
-        todo = [(r, rule_query(r, lambda _c: events)) for r in rules]
-    # One rule at a time: collected together, the queries' peaks add up (3.0 GB on a 8.4 M-event
-    # store vs 1.5 GB one after another, when each rule scanned the store).
-    frames = [q.collect() for _, q in todo]
-    found = [f for (r, _), df in zip(todo, frames) if (f := _finding(r, df)) is not None]
-    return sorted(found, key=lambda f: (f.first_seen or "", f.rule))

@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from ..schema import EVENT_SCHEMA, conform
-from .compile import evaluate
+from .evaluate import evaluate
 from .spec import Example, Rule, RuleError
 
 
