@@ -139,20 +139,24 @@ def ingest(
     force: bool = typer.Option(False, "--force", help="With --append: add the logs even if they look like another run."),
     dask: Optional[str] = typer.Option(None, "--dask", envvar="FORENSICS_DASK", metavar="ADDRESS",
                                        help="Run the ingest on the workers of this Dask scheduler (tcp://HOST:8786; default: $FORENSICS_DASK). The logs and the store must be on a file system every worker mounts at the same path. Needs: pip install 'forensics[dask]'."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="Config file whose [schema] section names JSON-lines fields by role (see README 'Any schema'); default: the first forensics.toml found upward from the logs."),
 ) -> None:
     """Read logs into a store. Every line becomes an event, or a rejected line kept with its reason; a store is a folder of Parquet files."""
+    from .config import load_config
     from .ingest import ingest as run_ingest
-    from .render.ingest import render_summary
+    from .render.ingest import render_schemas, render_summary
 
     if dask and workers is not None:
         err.print(f"note: --workers {workers} is not used with --dask: the Dask cluster's workers read the logs "
                   "(size the cluster instead)", markup=False, highlight=False)
+    schema = load_config(paths, config).schema or None
     cb, stop = _progress()
     try:
         summary = run_ingest(paths, output, append=append, workers=workers, gpu_map=gpu_map, progress=cb, force=force,
-                             dask=dask or None)
+                             dask=dask or None, schema=schema)
     finally:
         stop()
+    render_schemas(summary, err)
     if as_json:
         print(json.dumps(summary.to_dict(), default=str))
     else:
@@ -265,7 +269,7 @@ def diagnose(
     cfg = load_config(paths, config)                 # precedence: CLI > config > defaults
     policy = fail_policy(fail_on, cfg, "diagnose")
     redact = _redacting(no_redact, [*cfg.redact_patterns, *(redact_pattern or [])])
-    run = _open_run(paths, gpu_map=gpu_map or cfg.gpu_map or None)
+    run = _open_run(paths, gpu_map=gpu_map or cfg.gpu_map or None, schema=cfg.schema)
     extra = [*cfg.rule_dirs, *(rules or [])]
     rule_dirs = [builtin_rules_dir(), *map(Path, extra)] if extra else None
     # a config file is passed on only when there is one: without it the defaults apply unchanged
@@ -412,13 +416,13 @@ def _one_run(paths: list[str]) -> None:
             code=BAD_ARGUMENT)
 
 
-def _open_run(paths: list[str], gpu_map: list[str] | None = None):  # -> Run
+def _open_run(paths: list[str], gpu_map: list[str] | None = None, schema: dict | None = None):  # -> Run
     from .run import open_run
 
     _one_run(paths)
     cb, stop = _progress()
     try:
-        return open_run(paths, progress=cb, gpu_map=gpu_map)
+        return open_run(paths, progress=cb, gpu_map=gpu_map, schema=schema or None)
     finally:
         stop()
 

@@ -30,6 +30,13 @@ add up (redaction patterns, rule folders, gpu-map entries) are joined: config fi
     baseline = "runs/last-good"                     # relative to this file
     max_slowdown = "5%"
 
+    [schema]                                        # JSON-lines fields by role (dotted paths),
+    time = "@timestamp_ms"                          # over what ingest infers (forensics.ingest.roles)
+    event = "logger"
+    event_last_part = true                          # event values are logger names: the last part
+    [schema.metrics]                                # canonical column = path (unit from its suffix)
+    step_time_ms = "payload.values.iter_ms"
+
 Bad config is a ForensicsError naming the file and the key (`rules.gpu_underutilized.level`).
 """
 from __future__ import annotations
@@ -42,7 +49,8 @@ from typing import Any, Iterable
 from .errors import BAD_ARGUMENT, BAD_CONFIG, ForensicsError
 
 FILE_NAMES = ("forensics.toml", "pyproject.toml")
-TOP_KEYS = ("gpu-map", "redact-patterns", "fail-on", "rules", "compare")
+TOP_KEYS = ("gpu-map", "redact-patterns", "fail-on", "rules", "compare", "schema")
+SCHEMA_ROLES = ("time", "rank", "local_rank", "host", "level", "event", "message")
 RULE_KEYS = ("level", "params", "value", "sustain")
 FAIL_ON_COMMANDS = ("diagnose", "lint", "compare")
 RULE_LEVELS = ("WARN", "ERROR")
@@ -60,11 +68,12 @@ class Config:
     compare: dict[str, Any] = field(default_factory=dict)      # {baseline: abs path, max_slowdown: ..., ...}
     redact_patterns: list[str] = field(default_factory=list)
     fail_on: dict[str, str] = field(default_factory=dict)      # command -> --fail-on text
+    schema: dict[str, Any] = field(default_factory=dict)       # [schema]: role -> path, metrics -> {column: path}
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "rules": {"disable": self.disabled, "dirs": self.rule_dirs, "overrides": self.overrides},
                 "gpu_map": self.gpu_map, "redact_patterns": self.redact_patterns, "fail_on": self.fail_on,
-                "compare": self.compare}
+                "compare": self.compare, **({"schema": self.schema} if self.schema else {})}
 
 
 def _bad(path: Path, key: str, reason: str, help: str | None = None) -> ForensicsError:
@@ -217,7 +226,40 @@ def parse_config(path: Path) -> Config:
             if not isinstance(cmp["baseline"], str) or not cmp["baseline"].strip():
                 raise _bad(path, "compare.baseline", f"must be a path, found {cmp['baseline']!r}")
             cfg.compare["baseline"] = str((base / cmp["baseline"]).resolve())
+    if "schema" in doc:
+        cfg.schema = _schema(path, doc["schema"])
     return cfg
+
+
+def _schema(path: Path, raw: Any) -> dict[str, Any]:
+    """[schema]: role = "dotted.path", event_last_part = bool, [schema.metrics] column = "path"."""
+    from .schema import FIELDS
+
+    if not isinstance(raw, dict):
+        raise _bad(path, "schema", 'must be a table, e.g. time = "@timestamp_ms"')
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        if k == "metrics":
+            if not isinstance(v, dict):
+                raise _bad(path, "schema.metrics", 'must be a table of column = "path"')
+            for col, p in v.items():
+                if col not in FIELDS:
+                    raise _bad(path, f"schema.metrics.{col}", f"no canonical column {col!r}",
+                               help="the columns are listed in the README's table of columns")
+                if not isinstance(p, str) or not p.strip():
+                    raise _bad(path, f"schema.metrics.{col}", f"must be a dotted path, found {p!r}")
+            out["metrics"] = dict(v)
+        elif k == "event_last_part":
+            if not isinstance(v, bool):
+                raise _bad(path, "schema.event_last_part", f"must be true or false, found {v!r}")
+            out[k] = v
+        elif k in SCHEMA_ROLES:
+            if not isinstance(v, str) or not v.strip():
+                raise _bad(path, f"schema.{k}", f"must be a dotted path such as \"proc.rank\", found {v!r}")
+            out[k] = v
+        else:
+            raise _bad(path, f"schema.{k}", f"unknown key (a role: {', '.join(SCHEMA_ROLES)}; event_last_part; metrics)")
+    return out
 
 
 def load_config(paths: list[str], explicit: str | None) -> Config:

@@ -22,13 +22,14 @@ def cache_dir() -> Path:
 
 
 def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | None = None,
-             gpu_map: list[str] | None = None) -> Run:
+             gpu_map: list[str] | None = None, schema: dict | None = None) -> Run:
     """A store path opens directly; anything else is ingested (once) into the cache.
 
     `gpu_map`: `HOST:GPU=RANK` items or @FILE, as `forensics ingest --gpu-map` (it joins
-    telemetry and local-rank console lines to ranks at ingest, so it is part of the cache key)."""
+    telemetry and local-rank console lines to ranks at ingest, so it is part of the cache key).
+    `schema`: the config's [schema] section (field roles over the inferred ones; cache key too)."""
     items = [str(p) for p in paths] if isinstance(paths, list) else [str(paths)]
-    if len(items) == 1 and not gpu_map and is_store(items[0]):
+    if len(items) == 1 and not gpu_map and not schema and is_store(items[0]):
         return open_store(items[0])       # without the ingest package (a second of imports)
     from .ingest import ingest, parse_gpu_map
 
@@ -51,6 +52,10 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
     if gmap:
         # the same logs read with another map are another run (ranks differ): another cache entry
         h.update(("gpu_map " + ";".join(f"{hst or ''}:{g}={r}" for hst, g, r in sorted(gmap, key=str)) + "\n").encode())
+    if schema:
+        import json
+
+        h.update(("schema-map " + json.dumps(schema, sort_keys=True) + "\n").encode())
     for f in sorted(files, key=str):
         i = file_info(f)
         h.update(f"{i.path}\0{i.size}\0{i.mtime}\0{i.fingerprint}\n".encode())
@@ -64,7 +69,7 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
     if run is None:
         try:
             ingest(items, target, progress=progress,
-                   gpu_map=[f"{hst + ':' if hst else ''}{g}={r}" for hst, g, r in gmap] or None)
+                   gpu_map=[f"{hst + ':' if hst else ''}{g}={r}" for hst, g, r in gmap] or None, schema=schema or None)
         except ForensicsError as e:
             if e.code != STORE_WRITE:
                 raise

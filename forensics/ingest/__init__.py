@@ -94,6 +94,8 @@ class IngestSummary:
     problems: list[dict[str, str]] = field(default_factory=list)
     repaired_files: int = 0            # sources re-read because their parts were damaged
     warnings: list[str] = field(default_factory=list)
+    # JSON-lines files read in another schema: the map chosen (SchemaMap.describe) -> their paths
+    schemas: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def mb_per_s(self) -> float:
@@ -178,20 +180,22 @@ class _Looked:
     rank_key: int | None
     complete_end: int | None
     data: bytes | None = None   # the whole file, when it is at most CARRY_BYTES
+    schema_map: Any = None      # roles.SchemaMap of a JSON-lines file in another schema (None: the seed's)
 
 
-def _infos(paths: list[str]) -> list[tuple[FileInfo, _Looked | None, int | None, str | None] | str]:
+def _infos(paths: list[str], schema: dict[str, Any] | None = None) -> list[tuple[FileInfo, _Looked | None, int | None, str | None] | str]:
     """_file_info_or_gone of each path (one pool task per many files: a task per file cost more
     in futures and locks than a small file's planning), with the path's rank and host hints."""
     out: list[tuple[FileInfo, _Looked | None, int | None, str | None] | str] = []
     for path in paths:
         rank = rank_from_path(path)   # expand's paths are the sources' (resolved)
-        item = _file_info_or_gone(path, rank)
+        item = _file_info_or_gone(path, rank, schema)
         out.append(item if isinstance(item, str) else (*item, rank, host_from_path(path)))
     return out
 
 
-def _file_info_or_gone(path: str, rank_hint: int | None) -> tuple[FileInfo, _Looked | None] | str:
+def _file_info_or_gone(path: str, rank_hint: int | None,
+                       schema: dict[str, Any] | None = None) -> tuple[FileInfo, _Looked | None] | str:
     """file_info (and, for a plain file, a _Looked), or the path when the file vanished since
     it was listed. `rank_hint`: the rank the path names."""
     try:
@@ -213,7 +217,17 @@ def _file_info_or_gone(path: str, rank_hint: int | None) -> tuple[FileInfo, _Loo
     else:
         end = None
     return info, _Looked(fmt, _rank_key(first, fmt, rank_hint), end,
-                         head if len(head) == info.size <= CARRY_BYTES else None)
+                         head if len(head) == info.size <= CARRY_BYTES else None,
+                         _schema_map(first, fmt, schema))
+
+
+def _schema_map(head: bytes, fmt: str, schema: dict[str, Any] | None):
+    """A JSON-lines file's SchemaMap (roles.infer on its head; None: the seed's schema)."""
+    if fmt != "jsonl":
+        return None
+    from .roles import infer
+
+    return infer(head, schema)
 
 
 def _ranges(path: str, start: int, end: int, first_line: int) -> list[tuple[int, int, int]]:
@@ -262,6 +276,7 @@ def ingest(
     progress: Progress | None = None,
     force: bool = False,
     dask: Any = None,
+    schema: dict[str, Any] | None = None,
 ) -> IngestSummary:
     """Ingest log files into the store at `out` and return what is now in it.
 
@@ -271,6 +286,8 @@ def ingest(
     With `dask` (a scheduler address such as "tcp://host:8786", or a `distributed.Client`), the
     units run on that cluster's workers (`ingest.distributed`); the logs and `out` must be on a
     file system every worker mounts at the same path. The store is the same as a local ingest's.
+    `schema`: the config's [schema] section (role = dotted path, and `metrics` = {column: path}),
+    over the roles inferred per JSON-lines file (ingest.roles); the maps used are in the summary.
     """
     t0 = time.perf_counter()
     target = Path(out)
@@ -302,7 +319,8 @@ def ingest(
                 gc_was = gc.isenabled()
                 gc.disable()
                 try:
-                    summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force, cluster)
+                    summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force, cluster,
+                                             schema)
                 finally:
                     if gc_was:
                         gc.enable()
@@ -424,7 +442,8 @@ def _batches(pieces: list[tuple[Piece, int | None, int]], n_workers: int) -> lis
 
 
 def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool, workers: int | None,
-                   gmap, progress: Progress | None, force: bool = False, cluster=None) -> IngestSummary:
+                   gmap, progress: Progress | None, force: bool = False, cluster=None,
+                   schema: dict[str, Any] | None = None) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
     damaged = damaged_sources(previous) if previous else set()
     problems: list[dict[str, str]] = []
@@ -448,13 +467,14 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     bytes_planned = 0
     drop_rejects_after: dict[str, int] = {}
     grown_paths: set[str] = set()
+    schemas: dict[str, list[str]] = {}
     big: list[Piece] = []                              # ranges of big plain files: a unit each
     small: list[tuple[Piece, int | None, int]] = []    # whole files (or tails): batched
 
     # Fingerprints read 1 MiB per file: on all cores (hashing and reads release the GIL).
     with ThreadPoolExecutor(max_workers=min(len(files), workers or os.cpu_count() or 1) or 1) as pool:
         chunks = [files[i : i + INFO_CHUNK] for i in range(0, len(files), INFO_CHUNK)]
-        listed = [item for chunk in pool.map(_infos, chunks) for item in chunk]
+        listed = [item for chunk in pool.map(_infos, chunks, [schema] * len(chunks)) for item in chunk]
     del chunks
     infos: list[tuple[FileInfo, _Looked | None, int | None, str | None]] = []
     for item in listed:
@@ -480,8 +500,10 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         if looked is None:
             head = read_head(info.path, info.compression)
             fmt = sniff(head, info.path)
+            smap = _schema_map(head, fmt, schema)
         else:
             fmt = looked.fmt
+            smap = looked.schema_map
         if fmt != "empty" and reader_for(fmt) is None:
             fmt = "console" if reader_for("console") else "jsonl"
         src: dict[str, Any] = {
@@ -530,6 +552,8 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         else:
             pieces = [(0, -1, 1)]
         bytes_planned += info.size - start
+        if smap is not None:
+            schemas.setdefault(smap.describe(), []).append(info.path)
         data = looked.data if looked is not None and start == 0 and carried + info.size <= CARRY_TOTAL else None
         carried += len(data) if data is not None else 0
         for a, b, line in pieces:
@@ -537,7 +561,8 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                           first_line=line, rank_hint=src["rank_hint"], host_hint=src["host_hint"], size=info.size,
                           data=data,
                           # profiler traces: their GPU activities go to a kernels part of their own
-                          kernels_part=str(writer.new_part(KERNELS_DIR)[0]) if fmt == "kineto" else "")
+                          kernels_part=str(writer.new_part(KERNELS_DIR)[0]) if fmt == "kineto" else "",
+                          schema_map=smap)
             weight = (info.size - a) * (1 if info.compression == "none" else COMPRESSED_WEIGHT) + FILE_WEIGHT
             if len(pieces) > 1 or weight >= BATCH_BYTES:
                 big.append(piece)
@@ -606,6 +631,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     summary.problems = problems
     summary.repaired_files = repaired
     summary.warnings = warnings
+    summary.schemas = schemas
     if summaries_on:   # merged from the units' partials, published with the parts
         _assemble_summaries(writer, table)
     writer.commit({"sources": ordered, "parts": table, "duplicates": duplicates, "problems": problems, "totals": {

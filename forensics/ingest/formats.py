@@ -37,6 +37,7 @@ class ReaderContext:
     at_eof: bool = True            # the stream ends where the file ends
     gpu_map: dict[tuple[str | None, int], int] = field(default_factory=dict)  # (host, gpu) -> rank
     block_bytes: int = BLOCK_BYTES
+    schema_map: object = None      # roles.SchemaMap: the file is in another JSON schema (remap.py)
 
 
 Reader = Callable[[str, BinaryIO, ReaderContext], Iterator[Block]]

@@ -45,6 +45,7 @@ class Piece:
     kernels_part: str = ""    # profiler traces: where their GPU activities go (STORE/kernels)
     # a small whole file's bytes, read by planning (its fingerprint covers them): not read again
     data: bytes | None = field(default=None, repr=False, compare=False)
+    schema_map: Any = None    # roles.SchemaMap: a JSON-lines file in another schema (None: the seed's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,8 @@ JOIN_MAX = 1 << 20   # whole plain JSON-lines files up to this size are read man
 def _joinable(p: Piece, cap: int) -> bool:
     """A whole small plain JSON-lines file, for the many-files path (_read_files). `cap`: the
     largest such file (0 without the compiled scanner)."""
-    return p.fmt == "jsonl" and p.compression == "none" and p.start == 0 and p.end < 0 and 0 < p.size <= cap
+    return (p.fmt == "jsonl" and p.compression == "none" and p.start == 0 and p.end < 0 and 0 < p.size <= cap
+            and p.schema_map is None)
 
 
 def run_unit(u: Unit) -> UnitResult:
@@ -365,6 +367,7 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: byte
         at_eof=u.end < 0,
         gpu_map={(h, g): r for h, g, r in unit.gpu_map},
         block_bytes=unit.block_bytes,
+        schema_map=u.schema_map,
     )
     try:
         if data is not None:

@@ -49,6 +49,16 @@ def render_files(s: IngestSummary, console: Console) -> None:
     console.print(t)
 
 
+def render_schemas(s: IngestSummary, console: Console) -> None:
+    """The field roles chosen for JSON-lines files not in the seed's schema, one line per family
+    of files (to stderr: a diagnostic, not the summary); `*` marks a role the config set."""
+    import os
+
+    for desc, paths in s.schemas.items():
+        name = os.path.basename(paths[0]) + (f" and {len(paths) - 1} more" if len(paths) > 1 else "")
+        console.print(Text(f"schema of {len(paths)} file(s) ({name}): {desc}"), soft_wrap=True)
+
+
 def render_summary(s: IngestSummary, console: Console, verbose: bool = False) -> None:
     if verbose:
         render_files(s, console)
