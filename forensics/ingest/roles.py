@@ -31,6 +31,7 @@ from ..schema import ALIASES, ENVELOPE_ALIASES, FIELDS, LEVEL_ALIASES
 
 ROLES = ("time", "rank", "local_rank", "host", "level", "event", "message")
 SAMPLE_LINES = 200
+SEED_CHECK_LINES = 24   # a file in the seed's schema is told from this many lines (cost per file)
 # The seed's event ids (../shared/spec/log-formats.md): a renamed event maps back to one of them.
 SEED_EVENTS = ("TRAIN_STEP", "DATA_LOAD_TIME", "ALLREDUCE", "GPU_STATS", "GRAD_NORM", "GRAD_READY",
                "CHECKPOINT", "NCCL_TIMEOUT", "CUDA_OOM", "DATA_LOAD_ERROR")
@@ -298,16 +299,18 @@ class SchemaMap:
 
 def _sample(head: bytes, n: int = SAMPLE_LINES) -> list[dict]:
     out: list[dict] = []
-    for ln in head.split(b"\n", n)[:n]:
-        s = ln.strip()
-        if not s.startswith(b"{"):
-            continue
-        try:
-            o = orjson.loads(s)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(o, dict):
-            out.append(o)
+    pos, size = 0, len(head)
+    while pos < size and len(out) < n:
+        nl = head.find(b"\n", pos)
+        end = size if nl < 0 else nl
+        if head.startswith(b"{", pos):
+            try:
+                o = orjson.loads(head[pos:end])
+            except orjson.JSONDecodeError:
+                o = None
+            if isinstance(o, dict):
+                out.append(o)
+        pos = end + 1
     return out
 
 
@@ -343,14 +346,18 @@ class _Stats:
 def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | None:
     """The SchemaMap of a JSON-lines file from its first bytes; None when the file is in the
     seed's schema (or shows no JSON records) and the config overrides nothing."""
-    objs = _sample(head)
+    objs = _sample(head, SEED_CHECK_LINES)
     if not objs:
         return None
+    if not overrides and _seed_like(objs):
+        return None
+    if len(objs) == SEED_CHECK_LINES:
+        objs = _sample(head)
     flats = [flatten(o) for o in objs]
     if overrides and not _names_any(flats, overrides):
         overrides = None   # the config names fields of another family of files
-    if not overrides and _seed_like(objs):
-        return None
+        if _seed_like(objs):
+            return None
     stats: dict[str, _Stats] = {}
     for f in flats:
         for p, v in f.items():
