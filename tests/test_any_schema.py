@@ -267,3 +267,41 @@ def test_bad_schema_config_is_an_error_naming_the_key(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["ingest", str(REPO / "sample_logs" / "straggler"), "-o", str(tmp_path / "s"),
                                    "--config", str(cfg)])
     assert res.exit_code == 1 and "schema.metrics.no_such_column" in str(res.exception)
+
+
+def test_numeric_levels_and_local_rank(tmp_path: Path) -> None:
+    """pino/bunyan write `level` 30 for info and 50 for error; a local rank is its own column."""
+    lines = [json.dumps({"level": 50 if i == 4 else 30, "time": 1749736800000 + 1000 * i, "msg": f"step {i} done",
+                         "hostname": "n1", "rank": 3, "event": "train_step", "worker": {"local_rank": 1},
+                         "step": i, "step_time_ms": 100.0}) for i in range(5)]
+    f = tmp_path / "w.log"
+    f.write_text("\n".join(lines) + "\n")
+    sm = infer(f.read_bytes())
+    assert sm is not None and sm.level == "level" and sm.local_rank == "worker.local_rank"
+    forensics.ingest([str(f)], tmp_path / "s.forensics")
+    ev = open_store(tmp_path / "s.forensics").events().collect().sort("line")
+    assert ev["level"].cast(pl.String).to_list() == ["INFO"] * 4 + ["ERROR"]
+    assert ev["local_rank"].to_list() == [1] * 5 and ev["rank"].to_list() == [3] * 5
+    assert ev["event"].unique().to_list() == ["TRAIN_STEP"] and ev["host"].unique().to_list() == ["n1"]
+
+
+def test_diagnose_reads_the_schema_section_of_the_config(tmp_path: Path) -> None:
+    """An event field under a name no rule knows (`xq`) is not guessed; the config names it."""
+    def odd(rec: dict) -> dict:
+        out = _logger_schema(rec)
+        out["xq"] = out.pop("logger")
+        return out
+
+    sample = REPO / "sample_logs" / "straggler"
+    run = tmp_path / "logs"
+    _write(sample, run, odd)
+    assert infer((run / "rank_0.log").read_bytes()[:65536]).event is None
+    assert _sig([run]) != _seed_sig(sample)          # without the config: "records carry no event id"
+    cfg = tmp_path / "forensics.toml"
+    cfg.write_text('[schema]\nevent = "xq"\nevent_last_part = true\n')
+    res = CliRunner().invoke(app, ["diagnose", str(run), "--format", "json", "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    want = _seed_sig(sample)
+    assert (doc["root_cause"]["kind"], doc["root_cause"]["ranks"], sorted({f["kind"] for f in doc["findings"]})) == want
+    assert doc["config"]["schema"]["event"] == "xq"

@@ -314,6 +314,28 @@ def _sample(head: bytes, n: int = SAMPLE_LINES) -> list[dict]:
     return out
 
 
+# A whole seed-schema line in the seed's key order (extra last, any content): told without parsing.
+_SEED_LINE = re.compile(
+    rb'\{"timestamp":(?:"[0-9T:.+Z -]*"|[0-9.eE+]+),(?:"rank":[0-9]+,)?(?:"host":"[^"\\]*",)?"level":"[A-Za-z]+",'
+    rb'"event":"[A-Z][A-Z0-9_]*","message":"(?:[^"\\]|\\.)*"(?:,"extra":\{.*\})?\}\r?$')
+
+
+def _seed_lines(head: bytes) -> bool:
+    """The head's first SEED_CHECK_LINES lines (at least one) are all seed lines as the seed's
+    writers print them (compact, keys in order): the cheap test before any JSON parse."""
+    pos, n, size = 0, 0, len(head)
+    while pos < size and n < SEED_CHECK_LINES:
+        nl = head.find(b"\n", pos)
+        end = size if nl < 0 else nl
+        if nl < 0 and n:
+            break   # a cut last line of the head: judged by the lines before it
+        if not _SEED_LINE.match(head, pos, end):
+            return False
+        n += 1
+        pos = end + 1
+    return n > 0
+
+
 def _seed_like(objs: list[dict]) -> bool:
     """Every sampled record uses only the seed's keys (or known metric names) at its top level,
     names its time `timestamp`, and its events are upper-case ids: nothing to remap."""
@@ -346,6 +368,8 @@ class _Stats:
 def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | None:
     """The SchemaMap of a JSON-lines file from its first bytes; None when the file is in the
     seed's schema (or shows no JSON records) and the config overrides nothing."""
+    if not overrides and _seed_lines(head):
+        return None
     objs = _sample(head, SEED_CHECK_LINES)
     if not objs:
         return None
