@@ -207,6 +207,11 @@ def test_metric_roles_and_units_from_names() -> None:
     assert metric_for("forward_time_ms") == ("fwd_ms", 1.0)
     assert metric_for("step_time") is None          # a duration without a unit is kept as written
     assert metric_for("record.process.id") is None
+    # a group of durations names the unit; its `step` is the step's time, never the step number
+    assert metric_for("durations_ms.step") == ("step_time_ms", 1.0)
+    assert metric_for("latency_us.allreduce") == ("comm_ms", 1e-3)
+    assert metric_for("timing.step") is None
+    assert metric_for("payload.iter") == ("step", 1.0)
 
 
 def test_event_names_as_other_code_bases_write_them() -> None:

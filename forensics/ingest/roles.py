@@ -164,6 +164,10 @@ def metric_for(path: str) -> tuple[str, float] | None:
     """The canonical column a field's values go to, and the factor to its unit; None: not a
     metric this table knows (the field is kept under its own name)."""
     name = leaf(path)
+    if "." in path:
+        timed = _duration_under(path[: -len(name) - 1], name)
+        if timed is not False:
+            return timed
     if name in ALIASES:
         return ALIASES[name]
     w = _words(name)
@@ -197,6 +201,32 @@ def metric_for(path: str) -> tuple[str, float] | None:
         if canon == "gpu_util" and unit is not None and unit[0] != "pct":
             continue
         return (canon, unit[1] if unit is not None and dim is not None else 1.0)
+    return None
+
+
+_TIME_GROUPS = {"time", "times", "timing", "timings", "duration", "durations", "latency", "latencies", "elapsed"}
+
+
+def _duration_under(parent: str, name: str) -> tuple[str, float] | None | bool:
+    """A leaf under a group of durations (`durations_ms.step`, `timing.data_s`): the duration of
+    that part of the step, in the group's unit (the leaf's own suffix first). None: a duration
+    of no known unit or role (kept as written, never read as a step number); False: not such a
+    group."""
+    pw = _words(parent.rsplit(".", 1)[-1])
+    if not pw:
+        return False
+    unit = UNITS.get(pw[-1]) if len(pw) > 1 else None
+    if not (set(pw) & _TIME_GROUPS or (unit is not None and unit[0] == "time")):
+        return False
+    w = _words(name)
+    own = UNITS.get(w[-1]) if len(w) > 1 else None
+    if own is not None:
+        return metric_for(name)
+    if unit is None or unit[0] != "time":
+        return None
+    for words, canon, dim in _METRIC_ROLES:
+        if dim == "time" and set(w) & words:
+            return canon, unit[1]
     return None
 
 
@@ -362,6 +392,7 @@ class _Stats:
     level: int = 0
     ident: int = 0
     text: int = 0
+    str_: int = 0
     values: set = field(default_factory=set)
 
 
@@ -394,6 +425,7 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
             s.level += _is_level(v)
             s.ident += _is_ident(v)
             s.text += _is_text(v)
+            s.str_ += isinstance(v, str)
             if len(s.values) < 64 and isinstance(v, (str, int, float)):
                 s.values.add(v)
     total = len(flats)
@@ -453,7 +485,7 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
                 used.add(p)
                 chosen["event"] = p
                 break
-    pick("message", lambda s: s.text + s.ident, need=0.3, name_needed=True)
+    pick("message", lambda s: s.str_, need=0.3, name_needed=True)
     pick("host", lambda s: s.n, need=0.3, name_needed=True)
     # a local rank is named as one: `rank` alone is the global rank
     if chosen["local_rank"] and "local" not in chosen["local_rank"].lower() and "gpu" not in chosen["local_rank"].lower() \
