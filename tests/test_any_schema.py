@@ -310,3 +310,21 @@ def test_diagnose_reads_the_schema_section_of_the_config(tmp_path: Path) -> None
     want = _seed_sig(sample)
     assert (doc["root_cause"]["kind"], doc["root_cause"]["ranks"], sorted({f["kind"] for f in doc["findings"]})) == want
     assert doc["config"]["schema"]["event"] == "xq"
+
+
+def test_message_is_any_text_under_a_message_name_and_gzip_files_are_mapped(tmp_path: Path) -> None:
+    """ECS-like lines whose messages are `step=0` or empty: still the message (its key=value
+    pairs are metrics); a compressed file is mapped from its decompressed head."""
+    import gzip
+
+    lines = [json.dumps({"@timestamp": f"2025-06-12T14:00:0{i}.000Z", "log": {"level": "info"},
+                         "message": f"step={i} data_load_ms=2{i}" if i % 2 else "", "event": {"action": "data_load"},
+                         "labels": {"rank": 1}}) for i in range(6)]
+    assert infer("\n".join(lines).encode()).message == "message"
+    f = tmp_path / "rank_1.log.gz"
+    f.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    s = forensics.ingest([str(f)], tmp_path / "s.forensics")
+    assert s.schemas and s.events == 6
+    ev = open_store(tmp_path / "s.forensics").events().collect().sort("line")
+    assert ev["data_load_ms"].to_list() == [None, 21.0, None, 23.0, None, 25.0]
+    assert ev["event"].unique().to_list() == ["DATA_LOAD"] and ev["rank"].unique().to_list() == [1]
