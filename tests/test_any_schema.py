@@ -291,25 +291,33 @@ def test_numeric_levels_and_local_rank(tmp_path: Path) -> None:
 
 
 def test_diagnose_reads_the_schema_section_of_the_config(tmp_path: Path) -> None:
-    """An event field under a name no rule knows (`xq`) is not guessed; the config names it."""
+    """A `type` field that names the record type, not the event, is taken for the event (its
+    name says event); the config names the field that holds it."""
     def odd(rec: dict) -> dict:
         out = _logger_schema(rec)
         out["xq"] = out.pop("logger")
+        out["type"] = "trainer"
         return out
 
     sample = REPO / "sample_logs" / "straggler"
     run = tmp_path / "logs"
     _write(sample, run, odd)
-    assert infer((run / "rank_0.log").read_bytes()[:65536]).event is None
-    assert _sig([run]) != _seed_sig(sample)          # without the config: "records carry no event id"
+    assert infer((run / "rank_0.log").read_bytes()[:65536]).event == "type"
+    forensics.ingest([str(run)], tmp_path / "a.forensics")
+    names = set(open_store(tmp_path / "a.forensics").events().collect()["event"].unique().to_list())
+    assert "TRAINER" in names and "ALLREDUCE" not in names   # without the config
     cfg = tmp_path / "forensics.toml"
-    cfg.write_text('[schema]\nevent = "xq"\nevent_last_part = true\n')
+    cfg.write_text('[schema]\nevent = "xq"\nevent_last_part = true\nhost = "proc.rank"\n')
+    forensics.ingest([str(run)], tmp_path / "b.forensics", schema={"event": "xq", "event_last_part": True})
+    names = set(open_store(tmp_path / "b.forensics").events().collect()["event"].unique().to_list())
+    assert "TRAINER" not in names and "ALLREDUCE" in names
     res = CliRunner().invoke(app, ["diagnose", str(run), "--format", "json", "--config", str(cfg)])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     want = _seed_sig(sample)
     assert (doc["root_cause"]["kind"], doc["root_cause"]["ranks"], sorted({f["kind"] for f in doc["findings"]})) == want
     assert doc["config"]["schema"]["event"] == "xq"
+    assert [r["host"] for r in doc["per_rank"]] == ["0", "1", "2", "3"]   # the config's host field
 
 
 def test_message_is_any_text_under_a_message_name_and_gzip_files_are_mapped(tmp_path: Path) -> None:

@@ -44,7 +44,8 @@ _ROLE_WORDS: dict[str, tuple[str, ...]] = {
     "local_rank": ("local_rank", "localrank", "local_rank_id", "gpu_rank", "device_rank"),
     "host": ("host", "hostname", "host_name", "node", "node_name", "nodename", "machine", "server", "name"),
     "level": ("level", "levelname", "lvl", "severity", "loglevel", "log_level", "priority"),
-    "event": ("event", "event_id", "evt", "kind", "type", "action", "name", "logger", "event_type", "tag", "category"),
+    "event": ("event", "event_id", "evt", "kind", "type", "action", "name", "logger", "event_type", "tag", "category",
+              "logger_name", "event_name", "channel", "component", "topic"),
     "message": ("message", "msg", "text", "event", "log", "body", "line", "description"),
 }
 _HOST_WORDS = {"host", "hostname", "node", "nodename", "machine", "server"}
@@ -452,7 +453,11 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
             frac_ok = ok(s) / s.n
             cover = s.n / total
             b = bonus(role, p)
-            if frac_ok < 0.9 or cover < need or (name_needed and b == 0.0):
+            # an unnamed field is an event only when on (nearly) every line with several
+            # identifier values, or logger names (`trainer.data_load_time`)
+            unnamed_event = role == "event" and b == 0.0 and cover >= 0.9 and (
+                len(s.values) >= 3 or all(isinstance(v, str) and "." in v for v in s.values))
+            if frac_ok < 0.9 or cover < need or (name_needed and b == 0.0 and not unnamed_event):
                 continue
             if role == "event" and b < 0.9 and len(s.values) < 2:   # `model_name`: one value, not an event
                 continue
