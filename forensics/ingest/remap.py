@@ -30,18 +30,17 @@ class Remapper:
 
     def __init__(self, sm: SchemaMap) -> None:
         self.sm = sm
-        self._metric: dict[str, tuple[str, float] | None] = {}
+        self._plans: dict[str, Any] = {}
         self._levels = dict(sm.level_numbers)
         self._event: dict[tuple[str, frozenset[str]], str] = {}
         self._roles = [(p, k) for p, k in ((sm.time, "timestamp"), (sm.rank, "rank"), (sm.host, "host"),
                                            (sm.level, "level"), (sm.event, "event"), (sm.message, "message"))
                        if p is not None]
 
-    def metric(self, path: str) -> tuple[str, float] | None:
-        m = self._metric.get(path, _TEXT)
-        if m is _TEXT:
-            m = self._metric[path] = self.sm.metric(path)
-        return m  # type: ignore[return-value]
+    def plan(self, path: str) -> tuple[str, float, bool] | None:
+        """(column, factor, numeric?) of a field path, or None: kept under its path."""
+        m = self.sm.metric(path)
+        return None if m is None else (m[0], m[1], FIELDS[m[0]].dtype.is_numeric())
 
     def record(self, obj: dict) -> dict:
         flat = flatten(obj)
@@ -57,20 +56,30 @@ class Remapper:
             flat["local_rank"] = lr
         extra: dict[str, Any] = {}
         rest: dict[str, Any] = {}
+        plans = self._plans
         for p, v in flat.items():
-            m = self.metric(p)
-            if m is not None and v is not None:
-                canon, f = m
-                if FIELDS[canon].dtype.is_numeric():
+            a = plans.get(p, _TEXT)
+            if a is _TEXT:
+                a = plans[p] = self.plan(p)
+            if a is None or v is None:
+                rest[p] = _finite_or_text(v)
+                continue
+            canon, f, numeric = a
+            if numeric:
+                t = type(v)
+                if t is float or t is int:
+                    x = v * f if f != 1.0 else v
+                else:
                     x = _number(v)
                     if x is None:
                         rest[p] = v
                         continue
-                    v = _finite_or_text(x * f if f != 1.0 else (v if not isinstance(v, str) else x))
-                if canon not in extra:
-                    extra[canon] = v
-                    continue
-            rest[p] = _finite_or_text(v)
+                    x *= f
+                v = _finite_or_text(x)
+            if canon in extra:
+                rest[p] = v
+            else:
+                extra[canon] = v
         for p, v in rest.items():
             extra.setdefault(p, v)
         ev = rec.get("event")
