@@ -6,12 +6,14 @@ with its first bytes and its length.
 """
 from __future__ import annotations
 
-from typing import BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from .formats import ReaderContext
 from .jsonl import Block, empty_events, rejects_frame, scan_block
-from .remap import Remapper
 from .sources import LongLine, iter_blocks, max_line_bytes
+
+if TYPE_CHECKING:
+    from .remap import Remapper
 
 TRUNCATED = "truncated line (no newline at end of file)"
 
@@ -20,7 +22,11 @@ def read(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Block]:
     line = ctx.first_line
     pending: memoryview | bytes | None = None
     cap = max_line_bytes()
-    remap = Remapper(ctx.schema_map) if ctx.schema_map is not None else None
+    remap = None
+    if ctx.schema_map is not None:   # a file in another schema (seed files never import remap)
+        from .remap import Remapper
+
+        remap = Remapper(ctx.schema_map)
     # Look one block ahead so the parser knows which block is the file's last.
     for chunk in iter_blocks(stream, ctx.block_bytes, max_line=cap):
         if pending is not None:
