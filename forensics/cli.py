@@ -420,6 +420,13 @@ def _open_run(paths: list[str], gpu_map: list[str] | None = None, schema: dict |
     from .run import open_run
 
     _one_run(paths)
+    if schema is None:   # the [schema] of the config upward from raw logs: every command reads them alike
+        from .store import is_store
+
+        if not (len(paths) == 1 and is_store(paths[0])):
+            from .config import load_config
+
+            schema = load_config(paths, None).schema
     cb, stop = _progress()
     try:
         return open_run(paths, progress=cb, gpu_map=gpu_map, schema=schema or None)

@@ -336,3 +336,12 @@ def test_message_is_any_text_under_a_message_name_and_gzip_files_are_mapped(tmp_
     ev = open_store(tmp_path / "s.forensics").events().collect().sort("line")
     assert ev["data_load_ms"].to_list() == [None, 21.0, None, 23.0, None, 25.0]
     assert ev["event"].unique().to_list() == ["DATA_LOAD"] and ev["rank"].unique().to_list() == [1]
+
+
+def test_every_command_on_raw_logs_reads_the_schema_of_the_config_found_upward(tmp_path: Path) -> None:
+    run = tmp_path / "logs"
+    _write(REPO / "sample_logs" / "straggler", run, _logger_schema)
+    (tmp_path / "forensics.toml").write_text('[schema]\nhost = "proc.rank"\n')
+    res = CliRunner().invoke(app, ["sql", str(run), "SELECT DISTINCT host FROM events ORDER BY host", "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert res.output.split() == ["host", "0", "1", "2", "3"]
