@@ -212,6 +212,10 @@ def test_metric_roles_and_units_from_names() -> None:
     assert metric_for("latency_us.allreduce") == ("comm_ms", 1e-3)
     assert metric_for("timing.step") is None
     assert metric_for("payload.iter") == ("step", 1.0)
+    # a namespace before a known name (W&B history keys)
+    assert metric_for("train/learning_rate") == ("lr", 1.0)
+    assert metric_for("train/global_step") == ("step", 1.0)
+    assert metric_for("perf/step_time_s") == ("step_time_ms", 1000.0)
 
 
 def test_event_names_as_other_code_bases_write_them() -> None:

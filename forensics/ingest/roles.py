@@ -202,6 +202,14 @@ def metric_for(path: str) -> tuple[str, float] | None:
         if canon == "gpu_util" and unit is not None and unit[0] != "pct":
             continue
         return (canon, unit[1] if unit is not None and dim is not None else 1.0)
+    # a namespace before a known name (`train/learning_rate`, `optim_lr`, `train/global_step`);
+    # not an evaluation's (`eval_loss` is not the training loss)
+    if ws & _EXCLUDE_LOSS:
+        return None
+    for k in range(1, len(w)):
+        tail = "_".join(w[k:])
+        if tail in ALIASES:
+            return ALIASES[tail]
     return None
 
 
