@@ -213,6 +213,8 @@ def test_metric_roles_and_units_from_names() -> None:
     assert metric_for("timing.step") is None
     assert metric_for("payload.iter") == ("step", 1.0)
     # a namespace before a known name (W&B history keys)
+    assert metric_for("sm_mhz") == ("sm_clock_mhz", 1.0) and metric_for("sm_util_pct") == ("gpu_util", 1.0)
+    assert metric_for("batch_load_ms") == ("data_load_ms", 1.0) and metric_for("batch_time_s") == ("step_time_ms", 1000.0)
     assert metric_for("train/learning_rate") == ("lr", 1.0)
     assert metric_for("train/global_step") == ("step", 1.0)
     assert metric_for("perf/step_time_s") == ("step_time_ms", 1000.0)

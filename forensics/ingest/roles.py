@@ -145,7 +145,7 @@ _CANON_UNIT = {"ms": ("time", 1.0), "s": ("time", 1000.0), "MB": ("size", 1.0), 
 # (words that name the role, canonical column, the dimension its unit must have or None)
 _METRIC_ROLES: list[tuple[frozenset[str], str, str | None]] = [
     (frozenset({"wait", "waiting", "blocked", "idle"}), "wait_ms", "time"),
-    (frozenset({"data", "dataload", "dataloader", "loader", "fetch", "input", "io"}), "data_load_ms", "time"),
+    (frozenset({"data", "dataload", "dataloader", "loader", "load", "loading", "fetch", "input", "io"}), "data_load_ms", "time"),
     (frozenset({"comm", "communication", "allreduce", "collective", "nccl", "allgather", "reduce", "sync", "network"}), "comm_ms", "time"),
     (frozenset({"forward", "fwd"}), "fwd_ms", "time"),
     (frozenset({"backward", "bwd"}), "bwd_ms", "time"),
@@ -153,7 +153,7 @@ _METRIC_ROLES: list[tuple[frozenset[str], str, str | None]] = [
     (frozenset({"step", "iter", "iteration", "batch", "train", "elapsed"}), "step_time_ms", "time"),
     (frozenset({"mem", "memory", "vram", "allocated", "alloc", "reserved"}), "mem_alloc_mb", "size"),
     (frozenset({"temp", "temperature"}), "temp_c", None),
-    (frozenset({"clock", "clk", "freq", "frequency"}), "sm_clock_mhz", "clock"),
+    (frozenset({"clock", "clk", "freq", "frequency", "sm", "graphics"}), "sm_clock_mhz", "clock"),
     (frozenset({"util", "utilization", "utilisation", "busy"}), "gpu_util", None),
     (frozenset({"power", "watts"}), "power_w", None),
 ]
