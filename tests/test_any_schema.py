@@ -351,3 +351,19 @@ def test_every_command_on_raw_logs_reads_the_schema_of_the_config_found_upward(t
     res = CliRunner().invoke(app, ["sql", str(run), "SELECT DISTINCT host FROM events ORDER BY host", "--format", "csv"])
     assert res.exit_code == 0, res.output
     assert res.output.split() == ["host", "0", "1", "2", "3"]
+
+
+def test_python_logging_asctime_with_a_comma_before_the_milliseconds_is_a_time(tmp_path: Path) -> None:
+    """python-json-logger's default `asctime` is logging's "%Y-%m-%d %H:%M:%S,mmm": a time."""
+    run = tmp_path / "run"
+    run.mkdir()
+    with (run / "worker-3.log").open("w") as f:
+        for step in range(6):
+            f.write(json.dumps({"asctime": f"2026-12-04 16:59:{10 + step:02d},{step * 7:03d}", "levelname": "INFO",
+                                "name": "trainer.train_step", "message": f"step {step}", "global_rank": 3,
+                                "step": step, "step_time_ms": 700.0 + step}) + "\n")
+    store = tmp_path / "s.forensics"
+    forensics.ingest([str(run)], store)
+    ev = open_store(store).events().collect().sort("line")
+    assert ev["timestamp"].null_count() == 0
+    assert ev["timestamp"][1].isoformat().startswith("2026-12-04T16:59:11.007")

@@ -94,6 +94,10 @@ class Remapper:
             rec["event"] = name
             if name != raw:
                 extra["logged_event"] = raw
+        ts = rec.get("timestamp")
+        if type(ts) is str and len(ts) > 20 and ts[19] == "," and ts[10] in " T":
+            # Python logging's default asctime: "2026-12-04 16:59:14,123" (a comma before the ms)
+            rec["timestamp"] = ts[:19] + "." + ts[20:]
         for k in ("host", "level", "message"):
             v = rec.get(k)
             if v is not None and not isinstance(v, str):
