@@ -506,7 +506,8 @@ def timeline(
     run = _open_run(paths)
     rank = check_ranks(run, rank)
     tl = build_timeline(run, parse_step_range(steps) if steps else None)
-    render_timeline(redact_frame(tl.rows) if redact else tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank)
+    render_timeline(redact_frame(tl.rows) if redact else tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank,
+                    job=tl.job)
 
 
 @app.command("last-10s")

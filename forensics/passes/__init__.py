@@ -39,6 +39,7 @@ from . import (
     throughput,
     trace_straggler,
     utilization,
+    world_size,
 )
 from .context import Context, median
 from .evidence import iso, num, own_times, pass_id
@@ -68,6 +69,7 @@ PASSES: list[Pass] = [
     grad_norm.find,          # training: spikes, vanishing adapter gradients
     throughput.find,         # training: throughput drop while loss falls
     hygiene.find,            # the logs themselves
+    world_size.find,         # the logs: ranks the stated world size counts and no line shows
     telemetry_join.find,     # the logs: GPU telemetry no rank can be joined to (needs --gpu-map)
     clock_skew.find,         # the logs' clocks (times above are compared on the common clock)
 ]
