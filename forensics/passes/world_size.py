@@ -1,12 +1,12 @@
 """Did every rank the job says it had leave a line in the logs?
 
-The question: the logs state a world size (Megatron's `using world size: 32, ...`, printed by
+Question: the logs state a world size (Megatron's `using world size: 32, ...`, printed by
 rank 0 from megatron/training/arguments.py; a `world_size` key on the events); were lines of
 that many ranks read? Ranks are found from every rank-bearing line, including the second of two
 memory reports printed onto one physical line and the ranks a launcher lists as started
 (DeepSpeed's `global_rank_mapping`, torchrun's rendezvous `global_ranks`: ingest/console.py).
 
-Domain facts: Megatron's per-rank lines are its memory reports, `[Rank r] (after k iterations)
+Domain facts relied on: Megatron's per-rank lines are its memory reports, `[Rank r] (after k iterations)
 memory (MB) | ...` (report_memory in megatron/training/utils.py), printed only where
 `mpu.get_data_parallel_rank() == 0`; with data parallelism the other replicas print nothing of
 their own, so only data-parallel rank 0 of each model-parallel group (Megatron's rank order
@@ -14,6 +14,8 @@ tp-cp-ep-dp-pp, forensics.topology.layout_from_sizes) is expected in such a log.
 expected and absent either never ran or wrote its output elsewhere: the log alone does not say
 which. So this is a finding about the logs (kind log_hygiene, WARN) naming the ranks, never a
 fault of those ranks and never silence: "29 of 32 ranks" is said, with the line that states 32.
+Findings here are about the logs: rootcause.py never picks them. Must not: judge a rank by its
+absence, or read more than the rank column, the stated sizes and the line that states them.
 """
 from __future__ import annotations
 
