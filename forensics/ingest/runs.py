@@ -42,17 +42,26 @@ def mixed_runs(sources: list[dict[str, Any]], staging: Path) -> ForensicsError |
 
     with_steps = [s for s in sources if s.get("event_parts")]
     origins = {s["path"]: origin(s["path"]) for s in with_steps}
-    if len(set(origins.values())) < 2:
+    # only a rank found in two folders can be logged twice: the usual layouts (a folder per host,
+    # a file per rank) have none, and nothing is scanned
+    where: dict[int, set[str]] = {}
+    for s in with_steps:
+        for r in s.get("ranks") or ():
+            where.setdefault(int(r), set()).add(origins[s["path"]])
+    shared = sorted(r for r, o in where.items() if len(o) > 1)
+    if not shared:
         return None
-    parts = sorted({str(staging / rel) for s in with_steps for rel in s["event_parts"]})
+    parts = sorted({str(staging / rel) for s in with_steps if set(s.get("ranks") or ()) & set(shared)
+                    for rel in s["event_parts"]})
     steps = (pl.scan_parquet(parts)
-             .filter((pl.col("event") == "TRAIN_STEP") & pl.col("rank").is_not_null()
+             .filter((pl.col("event") == "TRAIN_STEP") & pl.col("rank").is_in(shared)
                      & pl.col("step").is_not_null() & pl.col("timestamp").is_not_null())
              .select("rank", "step", "timestamp", "host", "format", pl.col("source_file").cast(pl.String), "line")
              .collect())
     if steps.is_empty():
         return None
-    steps = steps.with_columns(pl.col("source_file").replace_strict(origins, default=None).alias("origin"))
+    steps = (steps.with_columns(pl.col("source_file").replace_strict(origins, default=None).alias("origin"))
+             .filter(pl.col("origin").is_not_null()))   # a part may hold files not judged here
     # a rank number on two hosts at once is a local rank logged as global (one run, a hygiene
     # finding), not two runs; on two hosts one after the other, it is two runs
     spans = steps.group_by("rank", "origin").agg(pl.col("timestamp").min().alias("t0"),
