@@ -226,3 +226,23 @@ def test_a_moved_clock_cites_the_lines_own_time_and_the_aligned_one_beside_it(tm
     plain = [e for f in report.findings for e in f.lines if not e.aligned_timestamp]
     assert all("aligned_timestamp" not in e.to_json() for e in plain)
     assert "(aligned " in render_text(report, width=200)
+
+
+def test_own_times_cites_a_line_at_its_own_time_and_an_untimed_line_at_none() -> None:
+    """evidence.own_times on in-memory events: the pass's time (a step's end) is replaced by the
+    line's own; a line the log wrote without a time is cited without one (the pass's placement
+    is not in the file)."""
+    from forensics.passes.context import Context
+    from forensics.passes.evidence import own_times
+    from forensics.report.model import Evidence, Finding
+
+    t0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    ctx = Context.from_frame(pl.DataFrame({
+        "timestamp": [t0, None], "rank": [0, 1], "level": ["INFO", "ERROR"], "event": ["ALLREDUCE", "CUDA_OOM"],
+        "source_file": ["a.jsonl", "console.log"], "line": [7, 3]}))
+    f = Finding(rule="pass.x", kind="oom", layer="resource", severity="ERROR", ranks=[1], title="t", lines=[
+        Evidence("a.jsonl", 7, rank=0, timestamp=(t0 + dt.timedelta(milliseconds=30)).isoformat()),
+        Evidence("console.log", 3, rank=1, timestamp=(t0 + dt.timedelta(seconds=2)).isoformat())])
+    own_times([f], ctx)
+    assert _ms(f.lines[0].timestamp) == _ms(t0) and f.lines[0].aligned_timestamp is None
+    assert f.lines[1].timestamp is None and f.lines[1].aligned_timestamp is None

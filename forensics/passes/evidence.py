@@ -122,8 +122,8 @@ def own_times(findings: list[Any], ctx: Any) -> None:
     the time they hand in is the aligned one, a few ms to tens of ms off the line's own: a
     reader who opens the file must find the time the citation prints. One lookup of the cited
     lines for the whole report. A line that holds several events (two ranks on one line) gives
-    the cited rank's time; a line without a time of its own keeps what the pass gave as its
-    aligned time, with no own time claimed."""
+    the cited rank's time; a line without a time of its own is cited without one (a time the
+    pass placed it at is not in the file, and the finding's first_seen says when it counts)."""
     import polars as pl
 
     cited = [e for f in findings for e in f.lines]
@@ -144,9 +144,8 @@ def own_times(findings: list[Any], ctx: Any) -> None:
         if not got:
             continue
         mine = [g for g in got if g[0] == e.rank and g[1] is not None] or [g for g in got if g[1] is not None]
-        if not mine:   # the line has no time of its own: whatever the pass placed it at is not logged
-            if e.timestamp is not None:
-                e.aligned_timestamp, e.timestamp = e.aligned_timestamp or e.timestamp, None
+        if not mine:   # the line has no time of its own: a time the pass placed it at is not in the file
+            e.timestamp = e.aligned_timestamp = None
             continue
         _, t, ta = mine[0]
         e.timestamp = iso(t)
