@@ -594,8 +594,9 @@ def _incomparable(b: Side, c: Side, metrics: list[Delta]) -> list[str]:
     core = [m for m in metrics if m.name in ("step_time_median_ms", "throughput", "loss_matched")]
     if all(m.baseline is None or m.candidate is None for m in core):
         have = lambda side: [m.label for m in core if getattr(m, side) is not None]  # noqa: E731
-        why.append("no common metric: neither step time, throughput nor loss at matched steps is in both runs"
-                   + "".join(f" ({w}: {', '.join(have(w)) or 'none of them'})" for w in ("baseline", "candidate")))
+        why.append("no common metric: neither step time, throughput nor loss at matched steps is in both runs "
+                   f"(the baseline has {', '.join(have('baseline')) or 'none of them'}; "
+                   f"the candidate {', '.join(have('candidate')) or 'none of them'})")
     if (None not in (b.first_step, b.last_step, c.first_step, c.last_step)
             and (b.last_step < c.first_step or c.last_step < b.first_step)):  # type: ignore[operator]
         why.append(f"no overlapping steps (baseline {b.first_step}–{b.last_step}, candidate {c.first_step}–{c.last_step})")
