@@ -46,8 +46,15 @@ def _runs() -> list[Path]:
     return runs
 
 
-def _id(p: Path) -> str:
-    return f"{p.parent.name}/{p.name}"
+# as the real-data suite diagnoses it too: one node, rank i on GPU i
+SMI_MAP = [f"{g}={g}" for g in range(8)]
+
+
+def _params() -> list:
+    out = [pytest.param(p, None, id=f"{p.parent.name}/{p.name}") for p in _runs()]
+    if REAL.is_dir():
+        out.append(pytest.param(REAL / "telemetry" / "nvidia_smi_8gpu.csv", SMI_MAP, id="telemetry/smi-gpu-map"))
+    return out
 
 
 def _raw_line(path: Path, n: int) -> str | None:
@@ -200,10 +207,10 @@ def check_citations(store: Path, base: Path) -> tuple[list[str], int]:
     return faults, checked
 
 
-@pytest.mark.parametrize("src", _runs(), ids=_id)
-def test_every_citation_reads_back(src: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("src", "gpu_map"), _params())
+def test_every_citation_reads_back(src: Path, gpu_map: list[str] | None, tmp_path: Path) -> None:
     store = tmp_path / "run.forensics"
-    ingest([str(src)], store)
+    ingest([str(src)], store, gpu_map=gpu_map)
     faults, _ = check_citations(store, Path.cwd())
     assert not faults, "\n".join(faults[:20])
 
