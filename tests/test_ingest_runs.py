@@ -119,6 +119,19 @@ def test_a_local_rank_logged_as_global_on_two_hosts_is_one_run(tmp_path: Path) -
     assert open_store(tmp_path / "store")
 
 
+def test_local_ranks_logged_as_global_without_host_names_are_one_run(tmp_path: Path) -> None:
+    """As above, in per-node folders and with no host field: the same rank numbers at the same
+    steps a few ms apart (one synchronous run), not two runs."""
+    src = write_run(tmp_path / "src", hot=None, hostile=False, steps=40, ranks=4, hosts=1)
+    logs = tmp_path / "logs"
+    for name, shift in (("node-a", 0), ("node-b", 3)):
+        _shift(src, logs / name, ms=shift)
+    for f in logs.rglob("*.jsonl"):
+        f.write_text("\n".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "host"})
+                               for x in f.read_text().splitlines()) + "\n")
+    ingest([str(logs)], tmp_path / "store")
+
+
 def test_the_same_ranks_a_day_later_on_other_hosts_are_two_runs(tmp_path: Path) -> None:
     src = write_run(tmp_path / "src", hot=None, hostile=False, steps=40, ranks=4, hosts=1)
     _shift(src, tmp_path / "monday", host="node-a")

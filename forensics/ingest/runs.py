@@ -4,9 +4,9 @@ Owns `mixed_runs(sources, staging)`: the refusal (ForensicsError F212) of an ing
 hold two runs, naming both folders. Must not read raw logs (it reads the freshly written parts)
 nor decide anything about `--append` against the store (ingest._other_run does).
 
-The domain fact: one run logs each step of a rank once. The same rank's same step (a
-TRAIN_STEP with a rank and a time) at different times in files of two different folders is two
-runs (a baseline and a slowed copy of the same 8 ranks, `ingest base8/logs slow8/logs`): merged,
+The domain fact: one run logs each step of a rank once, at one moment. The same rank's same
+step (a TRAIN_STEP with a rank and a time) in files of two different folders, far apart in time
+(below), is two runs (a baseline and a slowed copy of the same 8 ranks, `ingest base8/logs slow8/logs`): merged,
 the diagnosis cites one folder's line for the other's value. A restart is not two runs: it
 resumes in the same folder (the rank's file appended, or a new file beside it), repeating the
 steps since the last checkpoint; torchelastic writes each restart to `attempt_<N>/` of one run
@@ -14,8 +14,10 @@ folder (torch.distributed.elastic.multiprocessing.api.DefaultLogsSpecs), so fold
 only in an `attempt_<N>` component are one origin. The same step at the same instant in two
 folders is a copy of the same line (a duplicate), not another run; a step in a rank's JSON
 lines and in the console (`[rank1]: step 29 ...`, stamped when the launcher read it) is the
-same step told twice, so only lines of one format are compared; the same rank number on two
-hosts at once is a local rank logged as a global one (the hygiene pass's finding), not two runs.
+same step told twice, so only lines of one format are compared. Synchronous training keeps
+every rank within a step of the others, so one rank number at the same step in two folders a
+few ms apart is one run too -- local ranks logged as global on two nodes (the hygiene pass's
+finding) -- while more than two step times (and 1 s) apart is two runs.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Any
 from ..errors import OTHER_RUN, ForensicsError
 
 _ATTEMPT = re.compile(r"^attempt_\d+$")
+SAME_MOMENT_US = 1_000_000   # a rank's same step this close in two folders is one moment of one run
 
 
 def origin(path: str) -> str:
@@ -62,18 +65,22 @@ def mixed_runs(sources: list[dict[str, Any]], staging: Path) -> ForensicsError |
         return None
     steps = (steps.with_columns(pl.col("source_file").replace_strict(origins, default=None).alias("origin"))
              .filter(pl.col("origin").is_not_null()))   # a part may hold files not judged here
-    # a rank number on two hosts at once is a local rank logged as global (one run, a hygiene
-    # finding), not two runs; on two hosts one after the other, it is two runs
-    spans = steps.group_by("rank", "origin").agg(pl.col("timestamp").min().alias("t0"),
-                                                 pl.col("timestamp").max().alias("t1"))
-    apart = (spans.join(spans, on="rank", suffix="_b").filter(pl.col("origin") < pl.col("origin_b"))
-             .filter((pl.col("t1") < pl.col("t0_b")) | (pl.col("t1_b") < pl.col("t0")))
-             .select("rank").unique())
+    # Synchronous training keeps every rank within a step of the others: one rank number in two
+    # folders at the same step a few ms apart is one run (local ranks logged as global on two
+    # nodes, with or without host names); a step apart by more than two step times (and 1 s) is
+    # not the same moment of one run
+    # a rank's time per step in each folder: the median over its consecutive logged steps (a
+    # restart's gap in one folder does not move it)
+    per_step = (steps.unique(["rank", "origin", "step"], keep="first").sort("rank", "origin", "step")
+                .with_columns((pl.col("timestamp").diff().dt.total_microseconds() / pl.col("step").diff())
+                              .over("rank", "origin").alias("d"))
+                .filter(pl.col("d") > 0).group_by("rank").agg(pl.col("d").median().alias("us_per_step")))
     both = (steps.group_by("rank", "step", "format")
-            .agg(pl.col("origin").n_unique().alias("origins"), pl.col("timestamp").n_unique().alias("times"),
-                 pl.col("host").drop_nulls().n_unique().alias("hosts"))
-            .filter((pl.col("origins") > 1) & (pl.col("times") > 1)
-                    & ((pl.col("hosts") <= 1) | pl.col("rank").is_in(apart.get_column("rank").implode()))))
+            .agg(pl.col("origin").n_unique().alias("origins"),
+                 (pl.col("timestamp").max() - pl.col("timestamp").min()).dt.total_microseconds().alias("apart_us"))
+            .join(per_step, on="rank", how="left")
+            .filter((pl.col("origins") > 1)
+                    & (pl.col("apart_us") > pl.max_horizontal(2 * pl.col("us_per_step").fill_null(0), pl.lit(SAME_MOMENT_US)))))
     if both.is_empty():
         return None
     first = both.sort("rank", "step").row(0, named=True)
@@ -90,10 +97,10 @@ def mixed_runs(sources: list[dict[str, Any]], staging: Path) -> ForensicsError |
     return ForensicsError(
         "these logs hold two runs",
         where=f"{_rel(a['origin'])} and {_rel(b['origin'])}",
-        reason=(f"rank {first['rank']} logged step {first['step']} twice, at different times: {at(a)} and {at(b)}; "
-                f"{both.height:,} (rank, step) pair(s) are logged in two folders at different times "
-                f"(of {len(folders)} folders read). One run logs each step of a rank once; merged, a diagnosis "
-                "would cite one run's line for the other's value"),
+        reason=(f"rank {first['rank']} logged step {first['step']} in two folders {first['apart_us'] / 1e6:,.2f} s apart: "
+                f"{at(a)} and {at(b)}; {both.height:,} (rank, step) pair(s) are more than two step times (and 1 s) "
+                f"apart (of {len(folders)} folders read). In one run a rank is at one step at one moment; merged, "
+                "a diagnosis would cite one run's line for the other's value"),
         help=("ingest each run into its own store, then compare them: "
               + " ; ".join(f"forensics ingest {t} -o {_store_name(t)}" for t in tops)
               + (f" ; forensics compare {_store_name(tops[0])} {_store_name(tops[1])}" if len(tops) == 2 else "")
