@@ -33,14 +33,13 @@ def find(ctx: Context) -> list[Finding]:
     found = set(ctx.ranks)
     if not found:
         return []
-    sizes = topology.stated_sizes(ctx.events)
+    sizes = topology.stated_sizes(_layout_rows(ctx))
     world = sizes.get("world")
     if not world or set(range(world)) <= found:
         return []
     layout = topology.layout_from_sizes(sizes, world)
     dp = sizes.get("dp") or 1
-    megatron_only = _per_rank_lines_are_memory_reports(ctx)
-    if dp > 1 and megatron_only and layout:
+    if dp > 1 and layout and _per_rank_lines_are_memory_reports(ctx):
         expected = {r for r, c in layout.items() if c.get("dp") == 0}
         scope = (f"Megatron prints its per-rank memory report on data-parallel rank 0 only (dp {dp}): "
                  f"{len(expected)} of the {world} ranks are expected in this log")
@@ -67,6 +66,16 @@ def find(ctx: Context) -> list[Finding]:
                   "sizes": sizes, "scope": scope or None},
         lines=lines,
     )]
+
+
+def _layout_rows(ctx: Context) -> pl.LazyFrame:
+    """The few events that can state a size: stored at ingest for a run (forensics.summaries),
+    else all of them (topology.stated_sizes filters them)."""
+    if ctx.run is not None:
+        from ..summaries import layout
+
+        return layout(ctx.run).lazy()
+    return ctx.events
 
 
 def _per_rank_lines_are_memory_reports(ctx: Context) -> bool:
