@@ -131,8 +131,8 @@ def build_timeline(events: Events, steps: tuple[int | None, int | None] | None =
     groups = scan_step_groups(events) if isinstance(events, Run) else None
     lf = groups if groups is not None else lazy(events)
     lo_hi = lf.select(pl.col("step").min().alias("a"), pl.col("step").max().alias("b")).collect().row(0)
-    job, job_span = job_steps(events, steps, last)
     if lo_hi[0] is None:
+        job, job_span = job_steps(events, steps, last)
         return Timeline(rows=pl.DataFrame(), offsets=pl.DataFrame(), span=job_span, job=job if job.height else None)
     a, b = steps if steps is not None else (lo_hi[1] - last + 1, lo_hi[1])
     cond = pl.lit(True)
@@ -150,8 +150,10 @@ def build_timeline(events: Events, steps: tuple[int | None, int | None] | None =
     aligned = align_steps(st, offsets)
     arr = arrivals(aligned).drop("host")
     rows = aligned.join(arr, on=["step", "rank"], how="left").sort("step", "rank").collect()
-    if job.height and ("step_time_ms" not in rows.columns or rows.get_column("step_time_ms").drop_nulls().is_empty()):
+    if "step_time_ms" not in rows.columns or rows.get_column("step_time_ms").drop_nulls().is_empty():
         # no rank's step is timed (Megatron: only the memory reports name a rank): the job's own
-        # step lines are the timeline
-        return Timeline(rows=pl.DataFrame(), offsets=pl.DataFrame(), span=job_span, job=job)
+        # step lines are the timeline, when it has some (read only then: a scan of the events)
+        job, job_span = job_steps(events, steps, last)
+        if job.height:
+            return Timeline(rows=pl.DataFrame(), offsets=pl.DataFrame(), span=job_span, job=job)
     return Timeline(rows=rows, offsets=offsets, span=(lo_hi[0], lo_hi[1]))
