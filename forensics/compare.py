@@ -298,9 +298,11 @@ def _figures(run: Run, findings: bool, rule_dirs: Sequence[str | os.PathLike[str
     curve, unit = throughput_series(post)
     curve = curve.join(post.group_by("step").agg(pl.col("step_time_ms").median().alias("step_ms")), on="step",
                        how="left").select("step", "step_ms", "thr").sort("step")
-    job = _job_steps(ctx.events)
+    untimed = curve.get_column("step_ms").drop_nulls().is_empty()
+    # read only when no rank's step is timed (a scan of the events)
+    job = _job_steps(ctx.events) if untimed else pl.DataFrame(schema={"step": pl.Int64})
     job_from: int | None = None
-    if curve.get_column("step_ms").drop_nulls().is_empty() and job.height:
+    if untimed and job.height:
         # no rank's step has a time: the job's own step lines are the run's pace
         j0 = int(job.get_column("step").min())
         # without a warmup, the first SKIP_STEPS logged lines are start-up (Megatron logs every
