@@ -136,7 +136,7 @@ def ingest(
                                                 help="Which rank used GPU number GPU on host HOST, for GPU telemetry that names no rank (node3:0=24); repeatable, or @FILE with one per line."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every file: the format recognised, lines, events, rejected lines."),
-    force: bool = typer.Option(False, "--force", help="With --append: add the logs even if they look like another run."),
+    force: bool = typer.Option(False, "--force", help="Add the logs even if they look like another run (with --append: than the store's; without: two runs among them)."),
     dask: Optional[str] = typer.Option(None, "--dask", envvar="FORENSICS_DASK", metavar="ADDRESS",
                                        help="Run the ingest on the workers of this Dask scheduler (tcp://HOST:8786; default: $FORENSICS_DASK). The logs and the store must be on a file system every worker mounts at the same path. Needs: pip install 'forensics[dask]'."),
     config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="Config file whose [schema] section names JSON-lines fields by role (see README 'Any schema'); default: the first forensics.toml found upward from the logs."),
@@ -316,8 +316,8 @@ def compare(
     width: Optional[int] = typer.Option(None, "--width", min=40, metavar="N", help="Text width (default: the terminal's; 100 when not a terminal)."),
     config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help=_CONFIG_HELP),
 ) -> None:
-    """Compare a run with its baseline: step time, throughput, data load, communication, GPU, loss; new findings; exit 3 on a regression."""
-    from .compare import CompareThresholds, compare_runs, parse_share
+    """Compare a run with its baseline: step time, throughput, data load, communication, GPU, loss; new findings; exit 3 on a regression, 4 when the runs cannot be compared."""
+    from .compare import NOT_COMPARABLE_EXIT, CompareThresholds, compare_runs, parse_share
     from .config import load_config
     from .report.compare_render import render_compare
 
@@ -349,6 +349,8 @@ def compare(
     tty = output is None and sys.stdout.isatty()
     text = render_compare(result, fmt.value, width=width or (out.width if tty else 100))
     _write(text, output, f": {result.verdict}")
+    if not result.comparable:
+        raise typer.Exit(NOT_COMPARABLE_EXIT)
     if not result.passed:
         raise typer.Exit(3)
 
@@ -504,7 +506,8 @@ def timeline(
     run = _open_run(paths)
     rank = check_ranks(run, rank)
     tl = build_timeline(run, parse_step_range(steps) if steps else None)
-    render_timeline(redact_frame(tl.rows) if redact else tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank)
+    render_timeline(redact_frame(tl.rows) if redact else tl.rows, fmt.value, _table_console(), offsets=tl.offsets, ranks=rank, span=tl.span, per_rank=per_rank,
+                    job=tl.job)
 
 
 @app.command("last-10s")

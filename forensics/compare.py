@@ -47,6 +47,7 @@ RANK_NOISE_MS = 5.0
 RANK_NOISE_SHARE = 0.05
 MOST_CHANGED = 3
 SEVERITIES = ["INFO", "WARN", "ERROR"]
+NOT_COMPARABLE_EXIT = 4     # `forensics compare`'s exit code when the runs cannot be compared (README)
 
 
 @dataclass
@@ -185,13 +186,22 @@ class CompareResult:
     notes: list[str] = field(default_factory=list)
     # per-step curves of both runs for the HTML plots (not part of the JSON contract)
     series: dict[str, dict[str, list]] = field(default_factory=dict, repr=False)
+    # why the two runs cannot be compared (`_incomparable`); empty when they can
+    incomparable: list[str] = field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.incomparable
 
     @property
     def passed(self) -> bool:
-        return all(c.passed is not False for c in self.checks)
+        """PASS is a claim: the runs were compared and no check tripped."""
+        return self.comparable and all(c.passed is not False for c in self.checks)
 
     @property
     def verdict(self) -> str:
+        if self.incomparable:
+            return "NOT COMPARABLE: " + "; ".join(self.incomparable)
         failed = [c for c in self.checks if c.passed is False]
         head = "FAIL" if failed else "PASS"
         parts = [c.text for c in failed] if failed else ["no check tripped"]
@@ -220,6 +230,8 @@ class CompareResult:
             "new_findings": self.new_findings,
             "resolved_findings": self.resolved_findings,
             "notes": self.notes,
+            "comparable": self.comparable,
+            "incomparable": self.incomparable,
         }
 
 
@@ -232,7 +244,25 @@ def _r(v: Any, digits: int = 3) -> Any:
 
 
 def _f(v: Any) -> float | None:
-    return None if v is None else float(v)
+    """A figure, or None: a NaN (0 / 0: no communication and no step time) is no figure."""
+    if v is None:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _job_steps(events: pl.LazyFrame) -> pl.DataFrame:
+    """The job's own step lines: TRAIN_STEP events that name no rank but a step and its time --
+    Megatron prints `iteration N/M | ... | elapsed time per iteration (ms): X | ... | global
+    batch size: B` once for the job (print_rank_last), HF Trainer its flat metric lines. Per
+    step: step_time_ms, and samples/s (logged, else global batch size / step time)."""
+    gbs = pl.col("extra").str.json_path_match("$.global_batch_size").cast(pl.Float64, strict=False)
+    return (events.filter((pl.col("event") == "TRAIN_STEP") & pl.col("rank").is_null() & pl.col("step").is_not_null()
+                          & (pl.col("step_time_ms") > 0))
+            .select("step", "step_time_ms",
+                    pl.coalesce(pl.col("samples_per_s"), gbs * 1000.0 / pl.col("step_time_ms")).alias("sps"))
+            .group_by("step").agg(pl.col("step_time_ms").median(), pl.col("sps").median())
+            .sort("step").collect())
 
 
 # --- one run's figures -----------------------------------------------------------------------
@@ -268,6 +298,24 @@ def _figures(run: Run, findings: bool, rule_dirs: Sequence[str | os.PathLike[str
     curve, unit = throughput_series(post)
     curve = curve.join(post.group_by("step").agg(pl.col("step_time_ms").median().alias("step_ms")), on="step",
                        how="left").select("step", "step_ms", "thr").sort("step")
+    untimed = curve.get_column("step_ms").drop_nulls().is_empty()
+    # read only when no rank's step is timed (a scan of the events)
+    job = _job_steps(ctx.events) if untimed else pl.DataFrame(schema={"step": pl.Int64})
+    job_from: int | None = None
+    if untimed and job.height:
+        # no rank's step has a time: the job's own step lines are the run's pace
+        j0 = int(job.get_column("step").min())
+        # without a warmup, the first SKIP_STEPS logged lines are start-up (Megatron logs every
+        # log-interval iterations: its first line's time holds the compilation)
+        job_from = (wend + 1) if wend is not None and job.filter(pl.col("step") > wend).height else (
+            int(job.get_column("step")[min(SKIP_STEPS, job.height - 1)]))
+        jpost = job.filter(pl.col("step") >= job_from)
+        if jpost.is_empty():
+            jpost, job_from = job, j0
+        has_sps = jpost.get_column("sps").drop_nulls().len() > 0
+        unit = "samples/s" if has_sps else "steps/s"
+        curve = jpost.select("step", pl.col("step_time_ms").alias("step_ms"),
+                             (pl.col("sps") if has_sps else 1000.0 / pl.col("step_time_ms")).alias("thr"))
     step_ms = curve.get_column("step_ms").drop_nulls()
     own = (pl.col("data_load_ms").fill_null(0.0) + pl.col("compute_ms").fill_null(0.0))
     rl = post.select(
@@ -312,13 +360,15 @@ def _figures(run: Run, findings: bool, rule_dirs: Sequence[str | os.PathLike[str
     }
     t0, t1 = timeline.bounds(run)
     report = diagnose_context(ctx, rule_dirs) if findings else None
+    all_steps = pl.concat([steps.get_column("step"), job.get_column("step")]).drop_nulls()
     side = Side(
         label=run.label, ranks=list(ctx.ranks),
         hosts=len(run.totals.get("hosts") or []) if run.totals else 0,
-        steps=int(steps.get_column("step").n_unique()) if not steps.is_empty() else 0,
-        first_step=int(first) if first is not None else None,
-        last_step=int(steps.get_column("step").max()) if not steps.is_empty() else None,
-        warmup_end=wend, compared_from=int(post.get_column("step").min()) if not post.is_empty() else None,
+        steps=int(all_steps.n_unique()),
+        first_step=int(all_steps.min()) if len(all_steps) else None,  # type: ignore[arg-type]
+        last_step=int(all_steps.max()) if len(all_steps) else None,  # type: ignore[arg-type]
+        warmup_end=wend, compared_from=job_from if job_from is not None else (
+            int(post.get_column("step").min()) if not post.is_empty() else None),
         wall_s=(t1 - t0).total_seconds() if t0 is not None and t1 is not None else None,
         events=int(run.totals.get("events", 0)) if run.totals else 0,
         root_cause=report.root_cause.summary if report is not None and report.root_cause is not None else None,
@@ -531,7 +581,28 @@ def compare_runs(baseline: Run | str | os.PathLike[str] | Sequence[str],
         baseline=fb.side, candidate=fc.side, thresholds=th, metrics=metrics, ranks=ranks, changed_most=most,
         only_in_baseline=sorted(rb - rc_), only_in_candidate=sorted(rc_ - rb), matched_steps=matched,
         new_findings=new, resolved_findings=gone, checks=checks, notes=notes, series=series,
+        incomparable=_incomparable(fb.side, fc.side, metrics),
     )
+
+
+def _incomparable(b: Side, c: Side, metrics: list[Delta]) -> list[str]:
+    """Why nothing of the two runs can be held against the other (empty: they compare). A
+    verdict of its own, never PASS: a comparison in which no check could look is no evidence
+    that the candidate is as good."""
+    why: list[str] = []
+    if b.ranks and c.ranks and len(b.ranks) != len(c.ranks):
+        why.append(f"different world sizes ({len(b.ranks)} ranks in the baseline, {len(c.ranks)} in the candidate): "
+                   "step time and throughput differ by design")
+    core = [m for m in metrics if m.name in ("step_time_median_ms", "throughput", "loss_matched")]
+    if all(m.baseline is None or m.candidate is None for m in core):
+        have = lambda side: [m.label for m in core if getattr(m, side) is not None]  # noqa: E731
+        why.append("no common metric: neither step time, throughput nor loss at matched steps is in both runs "
+                   f"(the baseline has {', '.join(have('baseline')) or 'none of them'}; "
+                   f"the candidate {', '.join(have('candidate')) or 'none of them'})")
+    if (None not in (b.first_step, b.last_step, c.first_step, c.last_step)
+            and (b.last_step < c.first_step or c.last_step < b.first_step)):  # type: ignore[operator]
+        why.append(f"no overlapping steps (baseline {b.first_step}–{b.last_step}, candidate {c.first_step}–{c.last_step})")
+    return why
 
 
 def _finding_line(f: dict[str, Any]) -> str:
@@ -547,10 +618,14 @@ def compare_junit_cases(result: CompareResult) -> list[JUnitCase]:
     text, and the new findings' file:line evidence."""
     from .report.junit import JUnitCase
 
-    return [JUnitCase(name=c.name, classname="forensics.compare", failure=c.text if c.passed is False else None,
-                      details="\n".join([c.text, *c.details]))
-            for c in result.checks]
+    cases = [JUnitCase(name=c.name, classname="forensics.compare", failure=c.text if c.passed is False else None,
+                       details="\n".join([c.text, *c.details]))
+             for c in result.checks]
+    if result.incomparable:   # a CI job must not read "nothing compared" as green
+        cases.insert(0, JUnitCase(name="comparable", classname="forensics.compare", failure=result.verdict,
+                                  details="\n".join(result.incomparable)))
+    return cases
 
 
 __all__ = ["CompareThresholds", "CompareResult", "Delta", "RankChange", "Check", "Side", "compare_runs",
-           "compare_junit_cases", "parse_share"]
+           "compare_junit_cases", "parse_share", "NOT_COMPARABLE_EXIT"]

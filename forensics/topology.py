@@ -269,6 +269,13 @@ def _from_text(lf: pl.LazyFrame) -> tuple[dict[int, dict[str, int]], dict[str, i
     return coords, sizes, found
 
 
+def stated_sizes(events: pl.LazyFrame) -> dict[str, int]:
+    """The sizes the logs state (world, dp, tp, pp, cp, ep): keys on events, then the console's
+    printed ones (which win, as in `read`)."""
+    rows = candidates(events)
+    return {**_from_events(rows)[1], **_from_text(rows)[1]}
+
+
 def layout_from_sizes(sizes: dict[str, int], world: int | None) -> dict[int, dict[str, int]]:
     """Rank -> coordinates in Megatron's default order tp-cp-ep-dp-pp (tp fastest); {} when the
     sizes do not describe a world (product mismatch, nothing but data parallelism)."""

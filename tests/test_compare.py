@@ -23,7 +23,8 @@ from synthetic_run import SAMPLE_LOGS, write_run
 HEALTHY = SAMPLE_LOGS / "healthy"
 # The JSON keys CI scripts read (README "Compare two runs"): additions only, never renamed.
 TOP_KEYS = ["passed", "verdict", "baseline", "candidate", "thresholds", "checks", "metrics", "matched_steps",
-            "changed_most", "ranks", "only_in_baseline", "only_in_candidate", "new_findings", "resolved_findings", "notes"]
+            "changed_most", "ranks", "only_in_baseline", "only_in_candidate", "new_findings", "resolved_findings", "notes",
+            "comparable", "incomparable"]
 METRIC_NAMES = ["step_time_median_ms", "step_time_p95_ms", "throughput", "data_load_median_ms", "compute_median_ms",
                 "comm_share", "wait_median_ms", "gpu_util_median", "temp_c_median", "temp_c_max", "sm_clock_mhz_median",
                 "loss_matched", "grad_norm_matched", "wall_s"]

@@ -83,7 +83,8 @@ def test_the_step_state_is_the_step_groups_state_bit_for_bit() -> None:
 def test_the_step_state_of_the_sample_runs_is_the_step_groups_state(tmp_path: Path) -> None:
     import forensics
 
-    forensics.ingest([str(REPO / "sample_logs")], tmp_path / "s")
+    # every sample run in one store on purpose (many runs of the same ranks: force, ingest/runs.py)
+    forensics.ingest([str(REPO / "sample_logs")], tmp_path / "s", force=True)
     ev = pl.read_parquet(tmp_path / "s" / "events", columns=list(S._PARTIAL_INPUT))
     assert ev.height > 1000
     got = S._step_state(ev).collect(engine="in-memory").sort("rank", "step", nulls_last=True)
@@ -163,7 +164,7 @@ def test_min_max_and_sort_key_without_pyarrow_scalars() -> None:
 def test_ingesting_imports_no_pandas(tmp_path: Path) -> None:
     """pyarrow imports pandas when it converts Python values (pa.array, pa.scalar, a timestamp's
     as_py): ~0.5 s of CPU per ingest, paid for nothing."""
-    code = ("import sys, forensics; forensics.ingest([sys.argv[1]], sys.argv[2]); "
+    code = ("import sys, forensics; forensics.ingest([sys.argv[1]], sys.argv[2], force=True); "   # every sample run
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(REPO / "sample_logs"), str(tmp_path / "s")],
                          capture_output=True, text=True, check=True)
@@ -273,7 +274,7 @@ def test_ingesting_more_sources_than_the_manifest_holds_imports_no_pandas(tmp_pa
     for r in range(SOURCES_INLINE + 5):
         (logs / f"rank{r}.jsonl").write_text(
             f'{{"ts": "2025-03-01T00:00:{r % 60:02d}Z", "rank": {r}, "event": "TRAIN_STEP", "step": 1}}\n')
-    code = ("import sys, forensics; forensics.ingest([sys.argv[1]], sys.argv[2]); "
+    code = ("import sys, forensics; forensics.ingest([sys.argv[1]], sys.argv[2], force=True); "   # every sample run
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(logs), str(tmp_path / "s")],
                          capture_output=True, text=True, check=True)

@@ -38,6 +38,7 @@ from ..store import (
     recover,
 )
 from .formats import reader_for, sniff
+from .runs import mixed_runs
 from .sources import (
     TAIL_BYTES,
     FileInfo,
@@ -614,6 +615,10 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             refusal, warnings = _other_run(kept, fresh, writer.staging)
             if refusal is not None and not force:
                 raise refusal
+    # what was read now is one run, or the ingest says which two it holds (ingest/runs.py)
+    read_now_sources = [s for p, s in sources.items() if not append or p not in prev_sources or p in damaged]
+    if not force and (refusal := mixed_runs(read_now_sources, writer.staging)) is not None:
+        raise refusal
     table, moved = writer.compact(list(parts.values()))
     if moved:
         for s in sources.values():

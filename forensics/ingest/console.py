@@ -1652,7 +1652,24 @@ def _to_block(rows: list[_Row]) -> Block:
     cols["timestamp"] = ts.select(parse_timestamp(pl.col("ts")).alias("timestamp")).to_series()
     events = pl.DataFrame(cols)
     rejects = rejects_frame([(r.line, r.reason, r.raw or b"", len(r.raw or b"")) for r in rj])
-    return Block(events, rejects, len(rows))
+    return Block(events, rejects, len(rows), ranks=_ranks_named(ev))
+
+
+def _ranks_named(ev: list[_Row]) -> tuple[int, ...]:
+    """Ranks the log shows besides the events' own: a second Megatron memory report glued onto
+    another's line (`_MEGATRON_MEM_ALL`, kept in extra), and the ranks a launcher says it
+    started -- DeepSpeed's `global_rank_mapping={'localhost': [0, 1]}` (launcher/launch.py),
+    torchrun's rendezvous result `global_ranks=[4, 5, 6, 7]` (elastic agent)."""
+    out: set[int] = set()
+    for r in ev:
+        x = r.extra
+        if not x:
+            continue
+        out.update(int(g["rank"]) for g in x.get("interleaved", ()))
+        for ranks in (x.get("global_rank_mapping") or {}).values():
+            out.update(int(k) for k in ranks)
+        out.update(int(k) for k in ((x.get("topology") or {}).get("global_ranks") or ()))
+    return tuple(sorted(out))
 
 
 def read_console(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Block]:

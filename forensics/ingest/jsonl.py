@@ -40,6 +40,9 @@ class Block:
     lines: int                 # lines read in this block
     in_order: bool | None = None  # events ordered by (rank, timestamp)? None: not known
     kernels: pa.Table | None = None  # profiler traces: GPU activities (schema.KERNEL_SCHEMA) for STORE/kernels
+    # ranks a line names besides its own event's (two ranks' reports printed onto one physical
+    # line: one event, the second report in its extra): ranks found, for the run's rank list
+    ranks: tuple[int, ...] = ()
 
 
 def line_offsets(buf: bytes) -> np.ndarray:

@@ -410,6 +410,7 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: byte
                     tmax = hi if tmax is None else max(tmax, hi)
                 for item in pc.value_counts(ev["rank_source"]).to_pylist():  # dictionary values: no cast
                     srcs[item["values"]] = srcs.get(item["values"], 0) + item["counts"]
+            ranks.update(getattr(block, "ranks", ()))
             if block.kernels is not None and block.kernels.num_rows and u.kernels_part:
                 _write_kernels(u, block.kernels)
                 res.kernel_rows = block.kernels.num_rows   # one part, written once per trace

@@ -39,9 +39,10 @@ from . import (
     throughput,
     trace_straggler,
     utilization,
+    world_size,
 )
 from .context import Context, median
-from .evidence import iso, num, pass_id
+from .evidence import iso, num, own_times, pass_id
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -68,6 +69,7 @@ PASSES: list[Pass] = [
     grad_norm.find,          # training: spikes, vanishing adapter gradients
     throughput.find,         # training: throughput drop while loss falls
     hygiene.find,            # the logs themselves
+    world_size.find,         # the logs: ranks the stated world size counts and no line shows
     telemetry_join.find,     # the logs: GPU telemetry no rank can be joined to (needs --gpu-map)
     clock_skew.find,         # the logs' clocks (times above are compared on the common clock)
 ]
@@ -182,6 +184,7 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
     off = set(config.disabled) if config is not None else set()
     found = _findings(ctx, [p for p in (passes if passes is not None else PASSES) if pass_id(pass_name(p)) not in off],
                       rules)
+    own_times(found, ctx)           # citations at the lines' own times (evidence.own_times)
     cost.attach_costs(found, ctx)   # before ordering: within a severity, costlier findings first
     root, ordered = rootcause.assign(found, ctx.ranks)
     if root is not None and root.finding is not None:

@@ -113,3 +113,40 @@ def cite(rows: Iterable[dict[str, Any]], *, file: str = "source_file", line: str
         if len(out) >= limit:
             break
     return out
+
+
+def own_times(findings: list[Any], ctx: Any) -> None:
+    """Every cited line's time becomes the line's OWN time, as logged; when its host's clock was
+    moved to the common clock (ctx.clock_offsets), that time goes beside it in
+    `aligned_timestamp`. Passes measure on the common clock (a step's end, a collective's), so
+    the time they hand in is the aligned one, a few ms to tens of ms off the line's own: a
+    reader who opens the file must find the time the citation prints. One lookup of the cited
+    lines for the whole report. A line that holds several events (two ranks on one line) gives
+    the cited rank's time; a line without a time of its own is cited without one (a time the
+    pass placed it at is not in the file, and the finding's first_seen says when it counts)."""
+    import polars as pl
+
+    cited = [e for f in findings for e in f.lines]
+    if not cited:
+        return
+    files = sorted({e.source_file for e in cited})
+    lines = sorted({e.line for e in cited})
+    ev = (ctx.events.select("source_file", "line", "rank", "host", "timestamp")
+          .filter(pl.col("line").is_in(lines))
+          .with_columns(pl.col("source_file").cast(pl.String))
+          .filter(pl.col("source_file").is_in(files)))
+    rows = ctx.aligned(ev).select("source_file", "line", "rank", "timestamp", "ts_aligned").collect()
+    at: dict[tuple[str, int], list[tuple[Any, Any, Any]]] = {}
+    for f_, ln, r, t, ta in rows.iter_rows():
+        at.setdefault((f_, ln), []).append((r, t, ta))
+    for e in cited:
+        got = at.get((e.source_file, e.line))
+        if not got:
+            continue
+        mine = [g for g in got if g[0] == e.rank and g[1] is not None] or [g for g in got if g[1] is not None]
+        if not mine:   # the line has no time of its own: a time the pass placed it at is not in the file
+            e.timestamp = e.aligned_timestamp = None
+            continue
+        _, t, ta = mine[0]
+        e.timestamp = iso(t)
+        e.aligned_timestamp = iso(ta) if ta is not None and ta != t else None

@@ -69,10 +69,11 @@ def _loss_frames(events: pl.LazyFrame, cited: bool) -> tuple[pl.DataFrame, pl.Da
     if cited:
         lowest = pl.col("rank").fill_null(-1)
         at = (
-            rows.select("step", "rank", "source_file", "line")
+            rows.select("step", "rank", "source_file", "line", "loss")
             .filter(lowest == lowest.min().over("step"))
             .group_by("step")
-            .agg(pl.col("source_file").first().alias("file"), pl.col("line").first())
+            .agg(pl.col("source_file").first().alias("file"), pl.col("line").first(),
+                 pl.col("loss").first().alias("line_loss"))
         )
         series = series.join(at, on="step", how="left")
     per_rank = rows.group_by("rank").agg((~pl.col("loss").is_finite()).any().alias("bad")).sort("rank")
@@ -98,9 +99,16 @@ def warmup_end(s: pl.DataFrame) -> int | None:
 
 def _cite_rows(s: pl.DataFrame, steps: list[int], text: str) -> list[dict]:
     """The series' rows of `steps` as `cite` reads them: the step's line (the lowest rank's,
-    `_loss_frames`) and its last time."""
+    `_loss_frames`) and its last time; the text states the loss that line logs, and the mean
+    over the ranks (the series' value) beside it when they differ."""
+    def said(r: dict) -> str:
+        own, mean = r.get("line_loss"), r["loss"]
+        if own is None or f"{own:.4g}" == f"{mean:.4g}":
+            return f"loss {mean:.4g}"
+        return f"loss {own:.4g} (mean over ranks {mean:.4g})"
+
     return [{"source_file": r["file"], "line": r["line"], "timestamp": r["t1"],
-             "text": f"{text} step {r['step']}: loss {r['loss']:.4g}"}
+             "text": f"{text} step {r['step']}: {said(r)}"}
             for r in s.filter(pl.col("step").is_in(steps)).iter_rows(named=True)]
 
 

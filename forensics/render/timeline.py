@@ -126,14 +126,43 @@ def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.Dat
 
 # --- timeline ------------------------------------------------------------------------------------
 
+def _job_timeline(job: pl.DataFrame, fmt: str, console: Console, span: tuple[int, int] | None) -> None:
+    """The job's step lines: one row per logged step, its time, throughput, loss, lr, the line."""
+    from rich.table import Table
+
+    if fmt in PIPE_FORMATS:
+        write_rows(job, fmt)
+        return
+    steps = job["step"]
+    head = f"steps {steps.min()}-{steps.max()}"
+    if span:
+        head += f" (the run logged steps {span[0]}-{span[1]})"
+    _say(console, head + ", the job's own step lines: they name no rank (per-rank phases are not in this log)")
+    t = Table(box=None, pad_edge=False, show_edge=False)
+    cols = [c for c in ("step", "step_time_ms", "samples_per_s", "loss", "lr", "grad_norm")
+            if c == "step" or job.get_column(c).drop_nulls().len()]
+    for c in cols + ["file:line"]:
+        t.add_column({"step_time_ms": "step ms", "samples_per_s": "samples/s", "grad_norm": "grad norm"}.get(c, c),
+                     justify="left" if c == "file:line" else "right")
+    for r in job.iter_rows(named=True):
+        cells = ["-" if r[c] is None else (f"{r[c]:.3g}" if c == "lr" else f"{r[c]:.4g}" if isinstance(r[c], float)
+                                             else str(r[c])) for c in cols]
+        t.add_row(*cells, f"{short_path(r['source_file'])}:{r['line']}")
+    console.print(t)
+
+
 PER_RANK_MAX = 8   # above this many ranks a step is one summary row
 
 
 def render_timeline(rows: pl.DataFrame, fmt: str, console: Console, *, offsets: pl.DataFrame | None = None,
                     ranks: list[int] | None = None, span: tuple[int, int] | None = None,
-                    per_rank: bool | None = None) -> None:
+                    per_rank: bool | None = None, job: pl.DataFrame | None = None) -> None:
     """`rows`: the step table joined with arrivals, one row per (step, rank), for all ranks of the
-    steps shown (a rank can only be 'last' among all). `ranks` limits the rows shown."""
+    steps shown (a rank can only be 'last' among all). `ranks` limits the rows shown. `job`: the
+    job's own step lines, shown when no rank's step is timed (`Timeline.job`)."""
+    if not rows.height and job is not None and job.height:
+        _job_timeline(job, fmt, console, span)
+        return
     shown = rows.filter(pl.col("rank").is_in(ranks)) if ranks else rows
     if fmt in PIPE_FORMATS:
         write_rows(shown, fmt)

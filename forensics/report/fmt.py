@@ -91,6 +91,12 @@ def clock(ts: str | None) -> str:
     return m.group(1) + (m.group(2) or "") if m else ts
 
 
+def cited_clock(ts: str | None, aligned: str | None) -> str:
+    """A cited line's own time, and its time on the common clock beside it when they differ."""
+    own = clock(ts)
+    return f"{own} (aligned {clock(aligned)})" if aligned and clock(aligned) != own else own
+
+
 def is_iso(v: object) -> bool:
     return isinstance(v, str) and re.match(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}", v) is not None
 

@@ -54,7 +54,7 @@ from .charts import (
     pick_outliers,
     rank_rows,
 )
-from .fmt import clock, cost_text, kind_label, rank_phrase
+from .fmt import cited_clock, clock, cost_text, kind_label, rank_phrase
 from .model import Evidence, Finding, Report, basis_phrase, local_ranks_phrase
 from .outline import few_rank_findings, outline
 
@@ -381,7 +381,7 @@ def _evidence_rows(lines: Sequence[Evidence], logged: dict, paths: _PathNames) -
         said = (f'<span class="lvl-{esc(lg["level"])}">{esc(lg["level"])}</span> {esc(lg["event"])} {esc(lg["message"])}'
                 if lg else '<span class="note">(line not in the store)</span>' if logged else "")
         rows.append(f"<tr><td>{paths.cite(e)}</td><td class=num>{esc('' if e.rank is None else e.rank)}</td>"
-                    f"<td>{esc(clock(e.timestamp) if e.timestamp else '')}</td><td>{esc(e.text or '')}</td>"
+                    f"<td>{esc(cited_clock(e.timestamp, e.aligned_timestamp) if e.timestamp else '')}</td><td>{esc(e.text or '')}</td>"
                     f'<td class="logline">{said}</td></tr>')
     return ("<table><tr><th>file:line</th><th>rank</th><th>time</th><th>what the finding reads there</th>"
             "<th>the logged line (level event message)</th></tr>" + "".join(rows) + "</table>")

@@ -5,7 +5,7 @@ it lays out `outline()`.
 """
 from __future__ import annotations
 
-from .fmt import clock, cost_text
+from .fmt import cited_clock, cost_text
 from .model import Evidence, Finding, Report, basis_phrase
 from .outline import outline
 
@@ -32,7 +32,7 @@ def _evidence(e: Evidence) -> str:
     if e.rank is not None:
         bits.append(f"rank {e.rank}")
     if e.timestamp:
-        bits.append(clock(e.timestamp))
+        bits.append(cited_clock(e.timestamp, e.aligned_timestamp))
     if e.text:
         bits.append(_code(e.text))
     return " · ".join(bits)

@@ -72,12 +72,22 @@ class Evidence:
     source_file: str
     line: int
     rank: int | None = None
-    timestamp: str | None = None
+    timestamp: str | None = None  # the line's own time, as logged
     text: str | None = None      # the event/message, shortened
+    # the same instant on the run's common clock, when its host's clock was moved (clock_skew);
+    # None when it is the logged time (passes/evidence.own_times)
+    aligned_timestamp: str | None = None
 
     @property
     def where(self) -> str:
         return f"{self.source_file}:{self.line}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract's fields; `aligned_timestamp` only where it differs from the own time."""
+        d = asdict(self)
+        if d["aligned_timestamp"] is None:
+            del d["aligned_timestamp"]
+        return d
 
 
 @dataclass
@@ -109,7 +119,7 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["evidence"] = {**self.evidence, "lines": [asdict(e) for e in self.lines]}
+        d["evidence"] = {**self.evidence, "lines": [e.to_json() for e in self.lines]}
         del d["lines"]
         return d
 
@@ -165,7 +175,7 @@ class Report:
                 **{k: v for k, v in asdict(self.root_cause).items() if k != "chain"},
                 "chain": [
                     {"layer": c.layer, "finding": c.finding, "ranks": c.ranks,
-                     "evidence": [asdict(e) for e in c.lines]}
+                     "evidence": [e.to_json() for e in c.lines]}
                     for c in self.root_cause.chain
                 ],
             },

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .fmt import clock, cost_text
+from .fmt import cited_clock, cost_text
 from .model import Evidence, Finding, Report, basis_phrase
 from .outline import outline
 
@@ -39,7 +39,7 @@ def _evidence(e: Evidence) -> Text:
     if e.rank is not None:
         t.append(f"  rank {e.rank}")
     if e.timestamp:
-        t.append(f"  {clock(e.timestamp)}", style="dim")
+        t.append(f"  {cited_clock(e.timestamp, e.aligned_timestamp)}", style="dim")
     if e.text:
         t.append(f"  {e.text}")
     return t

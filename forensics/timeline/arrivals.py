@@ -97,6 +97,27 @@ class Timeline:
     rows: pl.DataFrame
     offsets: pl.DataFrame
     span: tuple[int, int] | None
+    # the job's own step lines (no rank: Megatron's `iteration N/M | ... elapsed time per
+    # iteration (ms)`, printed once for the job by its last rank), when no rank's step is timed
+    job: pl.DataFrame | None = None
+
+
+JOB_COLUMNS = ["step", "step_time_ms", "samples_per_s", "loss", "lr", "grad_norm", "source_file", "line"]
+
+
+def job_steps(events: Events, steps: tuple[int | None, int | None] | None, last: int) -> tuple[pl.DataFrame, tuple[int, int] | None]:
+    """The rank-less TRAIN_STEP lines in `steps` (default: the `last` ones logged), and the
+    first and last step they log."""
+    lf = (lazy(events).filter((pl.col("event") == "TRAIN_STEP") & pl.col("rank").is_null() & pl.col("step").is_not_null())
+          .select(*JOB_COLUMNS[:-2], pl.col("source_file").cast(pl.String), "line"))
+    df = lf.collect().unique("step", keep="first").sort("step")
+    if df.is_empty():
+        return df, None
+    span = (int(df["step"].min()), int(df["step"].max()))  # type: ignore[arg-type]
+    if steps is None:
+        return df.tail(last), span
+    a, b = steps
+    return df.filter((pl.col("step") >= (a if a is not None else span[0])) & (pl.col("step") <= (b if b is not None else span[1]))), span
 
 
 def build_timeline(events: Events, steps: tuple[int | None, int | None] | None = None, last: int = 20) -> Timeline:
@@ -111,7 +132,8 @@ def build_timeline(events: Events, steps: tuple[int | None, int | None] | None =
     lf = groups if groups is not None else lazy(events)
     lo_hi = lf.select(pl.col("step").min().alias("a"), pl.col("step").max().alias("b")).collect().row(0)
     if lo_hi[0] is None:
-        return Timeline(rows=pl.DataFrame(), offsets=pl.DataFrame(), span=None)
+        job, job_span = job_steps(events, steps, last)
+        return Timeline(rows=pl.DataFrame(), offsets=pl.DataFrame(), span=job_span, job=job if job.height else None)
     a, b = steps if steps is not None else (lo_hi[1] - last + 1, lo_hi[1])
     cond = pl.lit(True)
     if a is not None:
@@ -128,4 +150,10 @@ def build_timeline(events: Events, steps: tuple[int | None, int | None] | None =
     aligned = align_steps(st, offsets)
     arr = arrivals(aligned).drop("host")
     rows = aligned.join(arr, on=["step", "rank"], how="left").sort("step", "rank").collect()
+    if "step_time_ms" not in rows.columns or rows.get_column("step_time_ms").drop_nulls().is_empty():
+        # no rank's step is timed (Megatron: only the memory reports name a rank): the job's own
+        # step lines are the timeline, when it has some (read only then: a scan of the events)
+        job, job_span = job_steps(events, steps, last)
+        if job.height:
+            return Timeline(rows=pl.DataFrame(), offsets=pl.DataFrame(), span=job_span, job=job)
     return Timeline(rows=rows, offsets=offsets, span=(lo_hi[0], lo_hi[1]))
