@@ -114,6 +114,9 @@ def test_cli_fails_on_no_data_without_fail_on_and_junit_fails(tmp_path: Path) ->
     res = runner.invoke(app, ["diagnose", str(logs), "--fail-on", "WARN", "--format", "junit"])
     assert res.exit_code == 3
     assert 'failures="1"' in res.output and '<testcase name="no_data" classname="forensics.passes"' in res.output
+    summary = tmp_path / "summary.md"
+    assert runner.invoke(app, ["diagnose", str(logs), "--summary", str(summary)]).exit_code == 3
+    assert "CI: **failed** (no_data)" in summary.read_text()
     # a policy limited to other kinds still fails on it; only naming it with a minus lets it pass
     assert runner.invoke(app, ["diagnose", str(logs), "--fail-on", "WARN:straggler"]).exit_code == 3
     assert runner.invoke(app, ["diagnose", str(logs), "--fail-on", "ERROR:-no_data"]).exit_code == 0
@@ -178,6 +181,8 @@ def test_error_under_an_unknown_event_name_surfaces_with_its_rank_and_line(tmp_p
     assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("unexplained_error", [6], "own_error")
     assert any(report.findings[i].kind == "rank_lag" for i in report.findings[0].explains)
     assert (report.run.error_lines, report.run.error_lines_accounted) == (1, 0)
+    html = render(report, "html")
+    assert "Accounts for 0 of 1 ERROR line" in html and "unexplained error on rank 6" in html
     assert "Accounts for 0 of 1 ERROR line; 1 in unexplained errors below." in " ".join(render(report, "text").split())
 
 
@@ -220,3 +225,31 @@ def test_a_healthy_run_says_it_has_no_error_lines(tmp_path: Path) -> None:
     assert report.root_cause is None and (report.run.error_lines, report.run.error_lines_accounted) == (0, 0)
     assert "Healthy" in render(report, "text") and "No ERROR line in the input." in render(report, "md")
     assert json.loads(render(report, "json"))["run"]["error_lines"] == 0
+
+
+def test_a_traceback_nobody_recognises_is_never_healthy(tmp_path: Path) -> None:
+    # Megatron's training_log lines, then the assertion of megatron/core/distributed/
+    # param_and_grad_buffer.py (f"Rank {global_rank}: found NaN in local grad norm in backward pass
+    # before data-parallel communication collective. Device: {device}, node: {host}"), no rank prefix
+    it = (" iteration {i:>8}/  500000 | consumed samples: {n:>12} | elapsed time per iteration (ms): 1843.2 | "
+          "learning rate: 1.500E-04 | global batch size:   256 | lm loss: 6.712345E+00 | loss scale: 1.0 | "
+          "grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+    lines = [it.format(i=i, n=256 * i) for i in (100, 110)] + [
+        "Traceback (most recent call last):",
+        '  File "/srv/megatron/pretrain_gpt.py", line 240, in <module>',
+        "    pretrain(train_valid_test_datasets_provider,",
+        '  File "/srv/megatron/megatron/core/distributed/param_and_grad_buffer.py", line 151, in start_grad_sync',
+        "    assert not norm.isnan(), (",
+        "AssertionError: Rank 5: found NaN in local grad norm in backward pass before data-parallel communication "
+        "collective. Device: 5, node: trn-17",
+    ]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "train.out").write_text("\n".join(lines) + "\n")
+    run = _store(tmp_path, logs)
+    report = diagnose(run)
+    assert report.root_cause is not None
+    text = " ".join(render(report, "text").split())
+    assert "Healthy" not in text and "found NaN in local grad norm" in text
+    assert unaccounted(run.events(), report, run.totals.get("ranks") or []) == []
+    assert report.run.error_lines == len(error_lines(run.events())) > 0

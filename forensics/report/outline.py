@@ -239,7 +239,7 @@ def outline(report: Report) -> Outline:
     summary: str | None = None
     if rc is not None:
         who = (rank_phrase(rc.ranks) if rc.ranks else local_ranks_phrase(rc.local_ranks) if rc.local_ranks
-               else "no single rank")
+               else "a process the log does not name" if rc.kind == "unexplained_error" else "no single rank")
         verdict = f"Root cause: {kind_label(rc.kind)} on {who} ({rc.layer} layer)"
         verdict += f"; {cost_text(rc.cost)}." if rc.cost else "."
         if rc.kind == "no_data":   # about the input, not a rank: nothing was read, nothing is healthy
