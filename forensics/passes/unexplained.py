@@ -262,7 +262,8 @@ def _finding(g: dict) -> Finding:
     what = shorten(msg or event, 160) or "an ERROR line"
     n, nc = int(g["n"]), int(g["n_cascade"])
     where = f"{g['f_source_file']}:{g['f_line']}"
-    title = (f"unexplained error on {who}: {what} ({where}"
+    short = f"{str(g['f_source_file']).rsplit('/', 1)[-1]}:{g['f_line']}"   # the lines cite the whole path
+    title = (f"unexplained error on {who}: {what} ({short}"
              + (f"; {n} ERROR lines from it" if n > 1 else "") + ")"
              + (f"; then {nc} cascade line{'s' if nc != 1 else ''} (exits, kills, lost peers, teardown"
                 + (f" on {ranks_phrase(g['victims'])}" if g["victims"] else "") + ")" if nc else "")
