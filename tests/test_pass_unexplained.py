@@ -253,3 +253,26 @@ def test_a_traceback_nobody_recognises_is_never_healthy(tmp_path: Path) -> None:
     assert "Healthy" not in text and "found NaN in local grad norm" in text
     assert unaccounted(run.events(), report, run.totals.get("ranks") or []) == []
     assert report.run.error_lines == len(error_lines(run.events())) > 0
+
+
+def test_a_silent_ranks_own_error_is_not_explained_by_its_silence(tmp_path: Path) -> None:
+    # rank 6 logs an ERROR under a name of its own and stops; the others time out in gloo's recv
+    # (gloo/transport/tcp/unbound_buffer.cc: "Timed out waiting %dms for recv operation to complete").
+    # The hang pass names rank 6 by its silence ("without an error of its own"); the error it
+    # did log is the cause, and explains the hang
+    err = {"timestamp": "2025-06-12T14:00:30.500Z", "rank": 6, "level": "ERROR", "event": "worker_abort",
+           "message": "RuntimeError: expected scalar type Float but found Half", "extra": {"exc_type": "RuntimeError"}}
+    extra = {r: [{"timestamp": "2025-06-12T14:00:36.100Z", "rank": r, "level": "ERROR", "event": "COLLECTIVE_ERROR",
+                  "message": "[/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+                             "5000ms for recv operation to complete", "extra": {"step": 31}}]
+             for r in range(8) if r != 6}
+    extra[6] = [err]
+    logs = _jsonl_run(tmp_path / "logs", stop={r: 30 for r in range(8)}, extra=extra)
+    run = _store(tmp_path, logs)
+    report = diagnose(run)
+    rc = report.root_cause
+    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("unexplained_error", [6], "own_error")
+    hang = [i for i, f in enumerate(report.findings) if f.kind == "hang"]
+    assert hang and set(hang) <= set(report.findings[0].explains)      # its peers' wait follows from it
+    assert (report.run.error_lines, report.run.error_lines_accounted) == (8, 7)
+    assert unaccounted(run.events(), report, run.totals["ranks"]) == []

@@ -128,6 +128,12 @@ def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> 
         # ranks = []) and by who caused it. The report naming the culprit explains the other,
         # whatever their times (a rule's ms-rounded time may be a hair earlier than the pass's).
         return bool(a.ranks) and set(b.victims) <= set(a.ranks) | set(a.victims)
+    if (a.kind == "unexplained_error" and b.kind in FAILURES and a.ranks and b.ranks
+            and set(b.ranks) <= set(a.ranks) and b.kind in CAUSES["unexplained_error"]):
+        # the culprit's own error, logged while its peers still waited (before their timeouts:
+        # b's last_seen), is why it went silent: a hang's first time is its last progress line
+        tb_end = _t(b.last_seen) or tb
+        return ta is None or tb_end is None or ta <= tb_end
     if a.kind in FAILURES and b.kind in FAILURES:
         if ta is not None and tb is not None and ta != tb:
             return ta < tb

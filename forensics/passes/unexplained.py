@@ -15,7 +15,10 @@ An ERROR line is *explained* when
    cascade in time (seed 000 §4.3, rootcause.py); one second of slack, as hosts' clocks
    disagree by that much after alignment; a line without a time is placed between the
    timestamped lines around it in its file — and one of:
-   - its rank is one of F's ranks or victims, or its (host, local rank) one of F's local ranks;
+   - its rank is one of F's ranks or victims, or its (host, local rank) one of F's local ranks —
+     F's ranks only when F does not name them by their silence: a rank said to have stopped or
+     never joined "without an error of its own" (basis last_to_log, never_joined) that did log
+     one has a fact F missed, and F does not explain it;
    - it names no process (a launcher's or a host's line), or F concerns the whole job (no rank,
      or every rank);
    - it is a cascade line, whatever its rank: a launcher's exit or kill record (CHILD_FAILED,
@@ -53,6 +56,10 @@ ENDING_KINDS = FAILURES | {"job_cancelled", "data_load_error", "non_finite", KIN
 # Process records a launcher writes when a worker exits or is killed.
 DEATH_EVENTS = ["CHILD_FAILED", "PROCESS_KILLED", "HOST_OOM_KILL"]
 SLACK = dt.timedelta(seconds=1)
+# How a failure's culprit is named by its silence (spec/report.md `basis`): it stopped, or never
+# joined, "without an error of its own". (A rank named by its peers may report the same failure
+# from its side — a fingerprint mismatch raises on every rank — so that basis explains its errors.)
+SILENT_BASES = {"last_to_log", "never_joined"}
 COLUMNS = ["rank", "host", "local_rank", "timestamp", "level", "event", "message", "exit_code", "extra",
            "source_file", "line"]
 _EXC = r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Warning))\b"
@@ -137,9 +144,12 @@ def _scopes(findings: list[Finding], everyone: frozenset[int]) -> pl.DataFrame:
             continue
         wide = (not f.ranks and not f.local_ranks) or (len(everyone) > 1 and set(f.ranks) >= everyone)
         lo = parse_iso(f.first_seen)
+        # a culprit named by its silence or by its peers ("went silent first, without an error of
+        # its own") does not explain an error of its own: that error is a fact the finding missed
+        own = f.basis not in SILENT_BASES
         rows.append({
-            "fi": i, "lo": lo - SLACK if lo else None, "wide": wide,
-            "ranks": sorted(set(f.ranks) | set(f.victims)), "locals": [f"{x.get('host')}|{x.get('local_rank')}" for x in f.local_ranks],
+            "fi": i, "lo": lo - SLACK if lo else None, "wide": wide and own,
+            "ranks": sorted((set(f.ranks) if own else set()) | set(f.victims)), "locals": [f"{x.get('host')}|{x.get('local_rank')}" for x in f.local_ranks],
         })
     schema = {"fi": pl.Int64, "lo": _TIME, "wide": pl.Boolean,
               "ranks": pl.List(pl.Int64), "locals": pl.List(pl.String)}
