@@ -276,3 +276,33 @@ def test_a_silent_ranks_own_error_is_not_explained_by_its_silence(tmp_path: Path
     assert hang and set(hang) <= set(report.findings[0].explains)      # its peers' wait follows from it
     assert (report.run.error_lines, report.run.error_lines_accounted) == (8, 7)
     assert unaccounted(run.events(), report, run.totals["ranks"]) == []
+
+
+def _heartbeats(d: Path, last: dict[int, float], ranks: int = 4) -> Path:
+    """Lines with a time and no step (a heartbeat every second); rank r's last at `last[r]` s."""
+    d.mkdir(parents=True, exist_ok=True)
+    for r in range(ranks):
+        end = last.get(r, 59.0)
+        recs = [{"timestamp": f"2025-06-12T14:00:{s:06.3f}Z", "rank": r, "level": "INFO", "event": "HEARTBEAT",
+                 "message": "alive"} for s in [float(x) for x in range(int(end) + 1)] + ([end] if end % 1 else [])]
+        (d / f"rank_{r}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    return d
+
+
+def test_a_rank_that_stops_logging_early_without_a_finding_is_a_warning(tmp_path: Path) -> None:
+    run = _store(tmp_path, _heartbeats(tmp_path / "logs", {2: 19.0}))
+    report = diagnose(run)
+    [f] = [f for f in report.findings if f.rule == "pass.silent_rank"]
+    assert (f.kind, f.severity, f.ranks, f.basis) == ("rank_lag", "WARN", [2], "last_to_log")
+    assert f.evidence["gap_s"] == 40.0 and (Path(f.lines[0].source_file).name, f.lines[0].line) == ("rank_2.jsonl", 20)
+    assert report.root_cause is not None and report.root_cause.ranks == [2]
+    # ranks that end within a second of each other: nothing
+    quiet = _store(tmp_path / "b", _heartbeats(tmp_path / "b" / "logs", {2: 58.5}))
+    assert [f for f in diagnose(quiet).findings if f.rule == "pass.silent_rank"] == []
+
+
+def test_a_rank_a_finding_already_names_is_not_flagged_again(tmp_path: Path) -> None:
+    err = {"timestamp": "2025-06-12T14:00:30.500Z", "rank": 6, "level": "CRITICAL", "event": "shard_loader_gave_up",
+           "message": "ValueError: shard 17 has 0 samples"}
+    report = diagnose(_store(tmp_path, _jsonl_run(tmp_path / "logs", stop={6: 30}, extra={6: [err]})))
+    assert [f for f in report.findings if f.rule == "pass.silent_rank"] == []

@@ -33,6 +33,7 @@ from . import (
     no_data,
     rank_lag,
     rootcause,
+    silent_rank,
     straggler,
     stuck_collective,
     telemetry_join,
@@ -193,6 +194,7 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
     errors = unexplained.account(ctx, found) if passes is None else None
     if errors is not None:
         found += errors.findings
+        found += silent_rank.find(ctx, found)   # a rank that stopped early, that nothing names
     cost.attach_costs(found, ctx)   # before ordering: within a severity, costlier findings first
     root, ordered = rootcause.assign(found, ctx.ranks)
     if root is not None and root.finding is not None:
