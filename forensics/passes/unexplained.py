@@ -134,8 +134,9 @@ class Accounting:
 
 
 def _scopes(findings: list[Finding], everyone: frozenset[int]) -> pl.DataFrame:
-    """One row per finding that can explain: its index, time window, whether it is a failure or
-    job-wide, its ranks and victims, and its local ranks as "host|local_rank"."""
+    """One row per failure finding (ENDING_KINDS, WARN or above): its index, when it began (less
+    the slack), whether it is the whole job's, the ranks whose errors it explains (victims, and
+    its own ranks unless named by their silence) and its local ranks as "host|local_rank"."""
     rows = []
     for i, f in enumerate(findings):
         # a slowdown or a training signal is an error's consequence (a rank that died lags),
