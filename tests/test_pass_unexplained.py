@@ -306,3 +306,18 @@ def test_a_rank_a_finding_already_names_is_not_flagged_again(tmp_path: Path) -> 
            "message": "ValueError: shard 17 has 0 samples"}
     report = diagnose(_store(tmp_path, _jsonl_run(tmp_path / "logs", stop={6: 30}, extra={6: [err]})))
     assert [f for f in report.findings if f.rule == "pass.silent_rank"] == []
+
+
+def test_the_same_error_on_every_rank_is_one_finding_naming_them_all(tmp_path: Path) -> None:
+    # every rank opens its own shard of a dataset that is not there: one fault, not 16
+    extra = {r: [{"timestamp": "2025-06-12T14:00:05.500Z", "rank": r, "level": "ERROR", "event": "data_open",
+                  "message": f"FileNotFoundError: [Errno 2] No such file or directory: '/data/shard_{r:05d}.bin'"}]
+             for r in range(16)}
+    extra[3].append({"timestamp": "2025-06-12T14:00:06.000Z", "rank": 3, "level": "ERROR", "event": "ckpt",
+                     "message": "OSError: checkpoint directory is read-only"})
+    run = _store(tmp_path, _jsonl_run(tmp_path / "logs", ranks=16, steps=20, extra=extra))
+    report = diagnose(run)
+    found = [f for f in report.findings if f.kind == "unexplained_error"]
+    assert [f.ranks for f in found] == [list(range(16))]       # rank 3's second error is its own consequence
+    assert found[0].evidence["error_lines"] == 17 and "ranks 0–15" in found[0].title
+    assert unaccounted(run.events(), report, run.totals["ranks"]) == []

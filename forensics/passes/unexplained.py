@@ -29,8 +29,10 @@ An ERROR line is *explained* when
 
 What is left is grouped per process (the rank; else host and local rank; else the host), and
 the earliest process's own error (not a cascade line) explains the cascade lines after it on
-other processes, as in 3. Domain fact for the grouping: a rank's first error is the one that
-says what happened; the later ones are its consequences, counted, not repeated.
+other processes, as in 3. Ranks whose first error is the same (event and message, numbers
+masked: a bad config every rank reads) are one finding naming them all. Domain fact for the
+grouping: a rank's first error is the one that says what happened; the later ones are its
+consequences, counted, not repeated.
 
 No per-event Python loop: the accounting is a join of the error rows with the findings'
 scopes (rows x findings, both small: ERROR lines are rare) and a group_by per process.
@@ -260,14 +262,27 @@ def _findings(left: pl.DataFrame) -> list[Finding]:
              *(pl.col(c).filter(lead).append(pl.col(c).filter(mine & ~lead)).head(3).alias(a)
                for c, a in (("source_file", "files"), ("line", "lines"), ("rank", "line_ranks"),
                             ("timestamp", "stamps"), ("message", "texts"))))
+    )
+    # the same error on many ranks (a bad config, a missing file every rank opens) is one finding
+    # naming them all: its template is the event and the message with its numbers masked
+    same = pl.concat_str([pl.col("f_event").fill_null(""), pl.col("f_message").fill_null("").str.replace_all(r"\d+", "#")],
+                         separator="|")
+    merged = (
+        groups.with_columns(pl.when(pl.col("f_rank").is_not_null()).then(same).otherwise(pl.col("group")).alias("_tpl"))
+        .group_by("_tpl", maintain_order=True)
+        .agg(pl.all().exclude("f_rank", "t_last", "n", "n_cascade", "victims").first(),
+             pl.col("f_rank").drop_nulls().unique().sort().alias("ranks"),
+             pl.col("t_last").max(), pl.col("n").sum(), pl.col("n_cascade").sum(),
+             pl.col("victims").explode().drop_nulls().unique().sort())
         .sort(pl.col("f_t").is_null(), "f_t")
     )
-    return [_finding(g) for g in groups.iter_rows(named=True)]
+    return [_finding(g) for g in merged.iter_rows(named=True)]
 
 
 def _finding(g: dict) -> Finding:
-    rank, lr, host = g["f_rank"], g["f_local_rank"], g["f_host"]
-    who = (f"rank {rank}" if rank is not None else local_ranks_phrase([{"host": host, "local_rank": lr}]) if lr is not None
+    ranks, lr, host = [int(r) for r in g["ranks"]], g["f_local_rank"], g["f_host"]
+    victims = [int(v) for v in g["victims"] if int(v) not in ranks]
+    who = (ranks_phrase(ranks) if ranks else local_ranks_phrase([{"host": host, "local_rank": lr}]) if lr is not None
            else f"host {host}" if host else "a process the log does not name")
     exc, msg, event = g["f_exception"], g["f_message"], g["f_event"]
     what = shorten(msg or event, 160) or "an ERROR line"
@@ -277,15 +292,15 @@ def _finding(g: dict) -> Finding:
     title = (f"unexplained error on {who}: {what} ({short}"
              + (f"; {n} ERROR lines from it" if n > 1 else "") + ")"
              + (f"; then {nc} cascade line{'s' if nc != 1 else ''} (exits, kills, lost peers, teardown"
-                + (f" on {ranks_phrase(g['victims'])}" if g["victims"] else "") + ")" if nc else "")
+                + (f" on {ranks_phrase(victims)}" if victims else "") + ")" if nc else "")
              + ": no finding explains it")
     cites = [{"source_file": f, "line": ln, "rank": r, "timestamp": ts, "text": tx}
              for f, ln, r, ts, tx in zip(g["files"], g["lines"], g["line_ranks"], g["stamps"], g["texts"])]
     return Finding(
         rule=pass_id("unexplained"), kind=KIND, layer="resource", severity="ERROR",
-        ranks=[] if rank is None else [int(rank)], victims=[int(v) for v in g["victims"]], title=title,
-        basis="own_error" if rank is not None or lr is not None else None,
-        local_ranks=[{"host": host, "local_rank": int(lr)}] if rank is None and lr is not None else [],
+        ranks=ranks, victims=victims, title=title,
+        basis="own_error" if ranks or lr is not None else None,
+        local_ranks=[{"host": host, "local_rank": int(lr)}] if not ranks and lr is not None else [],
         evidence={"message": shorten(msg, 300), "exception": exc, "event": event, "level": g["f_level"],
                   "exit_code": g["f_exit_code"], "host": host, "first": where, "error_lines": n,
                   "cascade_lines": nc or None},
