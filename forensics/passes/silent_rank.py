@@ -17,7 +17,8 @@ Domain facts relied on:
   when its gap is at least 1 s, 20 of its own logging intervals and 5% of the run's span.
 
 Must not: flag a rank a finding already names (hang, rank_lag, a failure's victims, an
-unexplained error), or judge without times.
+unexplained error), one that stopped after a failure began (it stopped with the job), or judge
+without times.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ import polars as pl
 
 from ..report.model import Finding
 from .context import Context
-from .evidence import cite, iso, num, pass_id
+from .evidence import cite, iso, num, parse_iso, pass_id
+from .unexplained import ENDING_KINDS, SLACK
 
 MIN_GAP_S = 1.0
 MIN_INTERVALS = 20
@@ -63,13 +65,23 @@ def find(ctx: Context, findings: list[Finding]) -> list[Finding]:
     med = per.get_column("t1").median()
     gap = (pl.lit(med) - pl.col("t1")).dt.total_microseconds() / 1e6
     cadence = (pl.col("t1") - pl.col("t0")).dt.total_microseconds() / 1e6 / pl.col("events").cast(pl.Float64)
-    flagged = per.with_columns(gap.alias("gap_s"), cadence.alias("cadence_s")).filter(
-        (pl.col("gap_s") >= MIN_GAP_S) & (pl.col("gap_s") >= MIN_INTERVALS * pl.col("cadence_s"))
+    # a rank whose lines all carry one time has no interval of its own: the ranks' median stands in
+    per = per.with_columns(cadence.alias("cadence_s"))
+    typical = per.get_column("cadence_s").median() or 0.0
+    flagged = per.with_columns(gap.alias("gap_s"), pl.when(pl.col("cadence_s") > 0).then(pl.col("cadence_s"))
+                               .otherwise(pl.lit(typical)).alias("cadence_s")).filter(
+        (pl.col("cadence_s") > 0) & (pl.col("gap_s") >= MIN_GAP_S) & (pl.col("gap_s") >= MIN_INTERVALS * pl.col("cadence_s"))
         & (pl.col("gap_s") >= MIN_SHARE * span_s))
     named = {r for f in findings for r in [*f.ranks, *f.victims]}
     local_hosts = {x.get("host") for f in findings for x in f.local_ranks}
     flagged = flagged.filter(~pl.col("rank").is_in(list(named))
                              & ~pl.col("host").is_in([h for h in local_hosts if h]).fill_null(False))
+    # a rank that stopped once a failure had begun stopped with the job (the launcher's kill,
+    # its peers gone): the failure explains it
+    began = [t for f in findings if f.severity in ("WARN", "ERROR") and f.kind in ENDING_KINDS
+             and (t := parse_iso(f.first_seen)) is not None]
+    if began:
+        flagged = flagged.filter(pl.col("t1") < pl.lit(min(began) - SLACK, pl.Datetime("us", "UTC")))
     if flagged.is_empty():
         return []
     # the last line of each flagged rank, to cite (a few ranks: a filtered scan)
