@@ -216,7 +216,7 @@ def test_the_reference_check_catches_a_report_that_drops_an_error(tmp_path: Path
     assert unaccounted(run.events(), report, run.totals["ranks"]) == []
     report.findings = [f for f in report.findings if f.kind != "unexplained_error"]
     [left] = unaccounted(run.events(), report, run.totals["ranks"])
-    assert "rank_2.jsonl:12 rank 2 my_thing" in left
+    assert "rank_2.jsonl:12 rank 2 " in left and "RuntimeError: boom" in left
 
 
 def test_a_healthy_run_says_it_has_no_error_lines(tmp_path: Path) -> None:
