@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from . import __version__
-from .errors import BAD_ARGUMENT, ForensicsError
+from .errors import BAD_ARGUMENT, NO_INPUT, ForensicsError
 from .render.usage import ReadableGroup, console as make_console, styled
 
 app = typer.Typer(
@@ -260,7 +260,7 @@ def diagnose(
     """What broke or slowed the run, and why. On which rank(s), traced up the layers: physical (GPU) -> resource -> communication -> training."""
     from pathlib import Path
 
-    from .config import fail_policy, load_config
+    from .config import fail_policy, fails, load_config
     from .passes import diagnose as run_diagnose
     from .report import render
     from .rules import builtin_rules_dir
@@ -269,12 +269,23 @@ def diagnose(
     cfg = load_config(paths, config)                 # precedence: CLI > config > defaults
     policy = fail_policy(fail_on, cfg, "diagnose")
     redact = _redacting(no_redact, [*cfg.redact_patterns, *(redact_pattern or [])])
-    run = _open_run(paths, gpu_map=gpu_map or cfg.gpu_map or None, schema=cfg.schema)
     extra = [*cfg.rule_dirs, *(rules or [])]
     rule_dirs = [builtin_rules_dir(), *map(Path, extra)] if extra else None
+    try:
+        run = _open_run(paths, gpu_map=gpu_map or cfg.gpu_map or None, schema=cfg.schema)
+    except ForensicsError as e:
+        # folders that exist but hold no file: a report (no_data, exit 3), not a usage error
+        if e.code != NO_INPUT or not all(Path(p).is_dir() for p in paths) or e.what != "no log files found":
+            raise
+        run = None
     # a config file is passed on only when there is one: without it the defaults apply unchanged
-    report = (run_diagnose(run, rule_dirs=rule_dirs, config=cfg) if cfg.source is not None
-              else run_diagnose(run, rule_dirs=rule_dirs))
+    if run is None:
+        from .passes import no_input_report
+
+        report = no_input_report(list(paths))
+    else:
+        report = (run_diagnose(run, rule_dirs=rule_dirs, config=cfg) if cfg.source is not None
+                  else run_diagnose(run, rule_dirs=rule_dirs))
     report.config = cfg.to_json()
     tty = output is None and sys.stdout.isatty()
     if fmt is ReportFormat.junit:
@@ -289,7 +300,7 @@ def diagnose(
         from .report.summary import append_summary, render_summary
 
         append_summary(summary, render_summary(report, policy, redact=redact))
-    if policy is not None and any(policy.trips(f) for f in report.findings):
+    if any(fails(policy, f) for f in report.findings):   # no_data fails without --fail-on too
         raise typer.Exit(3)
 
 
@@ -582,7 +593,7 @@ def lint(
     from .lint import lint as run_lint
     from .render.lint import render_lint, render_lint_json
 
-    from .config import fail_policy, load_config
+    from .config import fail_policy, fails_check, load_config
     from .report.redact import redact_obj
 
     cfg = load_config(paths, config)
@@ -602,7 +613,7 @@ def lint(
         from .report.summary import append_summary, render_lint_summary
 
         append_summary(summary, render_lint_summary(result, policy))
-    if policy is not None and any(policy.trips_check(c.id, c.status) for c in result.checks):
+    if any(fails_check(policy, c.id, c.status) for c in result.checks):   # no usable event fails without --fail-on
         raise typer.Exit(3)
 
 

@@ -549,7 +549,11 @@ def compare_runs(baseline: Run | str | os.PathLike[str] | Sequence[str],
             notes.append(f"the {name} never left warmup (stage/lr ramp up to its last step): its warmup steps are compared")
     ranks, most = _rank_changes(fb.per_rank, fc.per_rank)
     new, gone = _diff_findings(fb.report, fc.report)
-    checks = [
+    # no usable event on a side is never a pass: there is nothing to vouch for (issue 27)
+    checks = [Check("data", f"usable data ({name})", None, 0, False,
+                    f"the {name} holds no usable event: nothing to compare, not a pass")
+              for s, name in ((fb.side, "baseline"), (fc.side, "candidate")) if s.events == 0]
+    checks += [
         _share_check("slowdown", "median step time", next(m for m in metrics if m.name == "step_time_median_ms"),
                      th.max_slowdown, "limit +"),
         _share_check("throughput_drop", "throughput", next(m for m in metrics if m.name == "throughput"),

@@ -296,6 +296,10 @@ LINT_LEVELS = ("WARN", "FAIL")
 # Findings about the logs themselves say nothing about the training: they fail a run only when
 # named explicitly (`--fail-on WARN:log_hygiene`).
 QUIET_KINDS = ("log_hygiene",)
+# Input with nothing to diagnose (no event at all) fails a run whatever the policy, and without
+# one: a job that died before writing anything must not turn CI green. Only naming it with a
+# minus (`--fail-on ERROR:-no_data`) lets it pass.
+ALWAYS_FAILS = ("no_data",)
 
 
 @dataclass(frozen=True)
@@ -310,6 +314,8 @@ class FailOn:
 
     def trips(self, f: Any) -> bool:
         """Does a Finding fail the run?"""
+        if f.kind in ALWAYS_FAILS:
+            return f.kind not in self.exclude
         if DIAGNOSE_LEVELS.index(f.severity) < DIAGNOSE_LEVELS.index(self.level):
             return False
         tags = {f.kind, f.layer}
@@ -321,6 +327,8 @@ class FailOn:
 
     def trips_check(self, check_id: str, status: str) -> bool:
         """Does a lint check with this status fail the run?"""
+        if check_id in ALWAYS_FAILS and status == "fail":
+            return check_id not in self.exclude
         need = {"WARN": ("warn", "fail"), "FAIL": ("fail",)}[self.level]
         if status not in need or check_id in self.exclude:
             return False
@@ -355,10 +363,20 @@ def parse_fail_on(text: str, *, command: str = "diagnose", names: Iterable[str] 
     return FailOn(level.upper(), tuple(inc), tuple(exc), text.strip())
 
 
+def fails(policy: FailOn | None, f: Any) -> bool:
+    """Does a Finding fail the run under `policy` (None: no --fail-on, where only ALWAYS_FAILS do)?"""
+    return policy.trips(f) if policy is not None else f.kind in ALWAYS_FAILS
+
+
+def fails_check(policy: FailOn | None, check_id: str, status: str) -> bool:
+    """Does a lint check fail the run under `policy` (None: only ALWAYS_FAILS checks that fail)?"""
+    return policy.trips_check(check_id, status) if policy is not None else check_id in ALWAYS_FAILS and status == "fail"
+
+
 def fail_policy(cli: str | None, cfg: Config, command: str, names: Iterable[str] | None = None) -> FailOn | None:
     """--fail-on from the command line, else from the config's [fail-on], else None (never fail)."""
     text = cli if cli is not None else cfg.fail_on.get(command)
     return None if text is None else parse_fail_on(text, command=command, names=names)
 
 
-__all__ = ["Config", "FailOn", "load_config", "find_config", "parse_config", "parse_fail_on", "fail_policy", "check_names"]
+__all__ = ["Config", "FailOn", "fails", "fails_check", "ALWAYS_FAILS", "load_config", "find_config", "parse_config", "parse_fail_on", "fail_policy", "check_names"]

@@ -155,7 +155,9 @@ def lint(run: "Run") -> LintResult:
     qs = _queries(ev)
     names = list(qs)
     res = dict(zip(names, pl.collect_all([qs[n] for n in names])))
-    rejected_traces = (run.rejects().filter(pl.col("raw").cast(pl.String, strict=False).str.contains(TRACE_HEAD, literal=True))
+    # the raw bytes, searched as bytes: a rejected line is often not UTF-8 (binary garbage), and a
+    # cast to text fails on it
+    rejected_traces = (run.rejects().filter(pl.col("raw").bin.contains(TRACE_HEAD.encode()))
                        .select("source_file", "line").collect())
     steps = timeline.step_table(run).select(
         pl.len().alias("rows"),
@@ -180,11 +182,26 @@ def lint(run: "Run") -> LintResult:
               "`forensics diagnose` applies such joint rules offline (rules/), which is not the same as alerting"),
         _retention(st, _first(res["first_step"])),
     ]
+    if int(st["events"] or 0) == 0:
+        checks.insert(0, _no_data(run))
     # the logs the user pointed at, not the cache store they were read into (as reports do)
     return LintResult(store=run.label, events=int(st["events"]), checks=checks)
 
 
 # --- the checks -------------------------------------------------------------------------------
+
+def _no_data(run: "Run") -> Check:
+    """Logs with no usable event (empty, all rejected) are not fit for any post-mortem: a fail
+    that fails CI without --fail-on (config.ALWAYS_FAILS), as diagnose's no_data finding does."""
+    t = run.totals
+    files, lines, rejected = int(t.get("files") or 0), int(t.get("lines_read") or 0), int(t.get("rejected") or 0)
+    first = run.rejects().select("source_file", "line", "reason").head(1).collect()
+    return Check("no_data", "Do the logs hold any usable event?", "fail",
+                 f"no usable event: {files:,} file{'s' if files != 1 else ''}, {lines:,} lines read, "
+                 f"{rejected:,} rejected: nothing to check",
+                 numbers={"files": files, "lines_read": lines, "rejected": rejected, "events": 0},
+                 examples=_ev(row, row["reason"]) if (row := _first(first)) else [])
+
 
 def _rank_field(res: dict[str, pl.DataFrame]) -> Check:
     q = "Does every structured log line carry its rank?"

@@ -136,3 +136,23 @@ def test_judging_without_times_first_finds_what_the_full_series_finds() -> None:
         kinds.append(tuple(f.kind for f in full))
         assert all(f.first_seen is not None for f in full)
     assert set(kinds) >= {(), ("loss_divergence",), ("loss_plateau",)}
+
+
+def test_a_loss_that_flattens_after_falling_is_a_note_not_a_fault() -> None:
+    # issue 27 (proportion): 3.0 -> ~1.0 over 300 steps, then flat for 300: a run converging
+    converged = train_only(steps=600, every=5, loss=lambda s: 1.0 + 2.0 * max(0.0, 1 - s / 300), noise=0.005)
+    [f] = loss.find(converged.ctx())
+    assert (f.kind, f.severity) == ("loss_plateau", "INFO") and f.evidence["converged"] is True
+    # the same flat loss from the start never improved: the training is stuck, a warning
+    stuck = train_only(steps=600, every=5, loss=lambda s: 2.0, noise=0.005)
+    [g] = loss.find(stuck.ctx())
+    assert (g.kind, g.severity) == ("loss_plateau", "WARN") and g.evidence["converged"] is False
+
+
+def test_a_converged_plateau_alone_leaves_the_run_healthy() -> None:
+    from forensics.passes import diagnose_context
+
+    rows = train_only(steps=600, every=5, loss=lambda s: 1.0 + 2.0 * max(0.0, 1 - s / 300), noise=0.005)
+    report = diagnose_context(rows.ctx())
+    assert report.root_cause is None
+    assert [f.severity for f in report.findings if f.kind == "loss_plateau"] == ["INFO"]

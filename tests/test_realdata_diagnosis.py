@@ -20,6 +20,8 @@ from forensics.passes import diagnose
 from forensics.report.model import Report
 from forensics.store import Run, open_store
 
+from error_accounting import error_lines, unaccounted
+
 REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 SMI = REAL / "telemetry" / "nvidia_smi_8gpu.csv"
 SINGLE_NODE = [f"{g}={g}" for g in range(8)]    # one node, rank i on GPU i
@@ -211,3 +213,25 @@ def test_kineto_dlrm_no_fault_and_comm_kernels_on_every_rank_timeline(stores) ->
     ar = kernels.filter(pl.col("collective").str.contains("(?i)allreduce"))
     first_ar = ar.group_by("rank").agg(pl.col("timestamp").min())["timestamp"]
     assert (first_ar.max() - first_ar.min()).total_seconds() < 0.05
+
+
+# --- issue 27: every ERROR line of every real run above is cited by, or explained under, a finding ------
+
+ACCOUNTED = [
+    ("deepspeed_oom", lambda: [REAL / "console" / "deepspeed_2rank_oom.log"], None),
+    ("megatron_deepspeed_4node", lambda: [REAL / "console" / "megatron_deepspeed_4node.out"], None),
+    ("megatron_8node_tp4_pp8", lambda: [REAL / "console" / "megatron_8node_tp4_pp8.out"], None),
+    ("smi_mapped", lambda: [SMI], SINGLE_NODE),
+    ("smi_unmapped", lambda: [SMI], None),
+    ("kineto", lambda: sorted((REAL / "kineto" / "dlrm_8rank").glob("*.json*")), None),
+    *((f"fr_{c}", (lambda c=c: sorted((REAL / "flight_recorder" / c).glob("_dump_*"))), None)
+      for c in ("gpu_error_1st", "lock_gil_1st")),
+]
+
+
+@pytest.mark.parametrize("name, paths, gpu_map", ACCOUNTED, ids=[a[0] for a in ACCOUNTED])
+def test_every_error_line_is_accounted_for(name: str, paths, gpu_map, stores) -> None:
+    run, report = stores(name, paths(), gpu_map)
+    assert unaccounted(run.events(), report, run.totals.get("ranks") or []) == []
+    assert report.run.error_lines == len(error_lines(run.events()))
+    assert report.run.error_lines_accounted is not None

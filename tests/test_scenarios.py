@@ -19,6 +19,8 @@ from forensics.ingest import ingest
 from forensics.passes import diagnose
 from forensics.store import open_store
 
+from error_accounting import error_lines, unaccounted
+
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(
     p.parent for base in (REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun", REPO / "tests" / "fixtures" / "realrun_moved",
@@ -55,8 +57,13 @@ def check(report, exp: dict) -> list[str]:
 def test_scenario(scenario: Path, tmp_path: Path) -> None:
     store = tmp_path / "run.forensics"
     ingest([str(scenario)], store)
-    report = diagnose(open_store(store))
+    run = open_store(store)
+    report = diagnose(run)
     assert check(report, expected(scenario)) == []
+    # issue 27's invariant: every ERROR line is cited by, or explained under, some finding, and
+    # the report counts them all
+    assert unaccounted(run.events(), report, run.totals.get("ranks") or []) == []
+    assert report.run.error_lines == len(error_lines(run.events()))
     # every finding cites at least one line of the logs, or says what it counted
     for f in report.findings:
         assert f.lines or f.evidence, f.title

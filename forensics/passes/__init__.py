@@ -30,14 +30,17 @@ from . import (
     hot_gpu,
     hygiene,
     loss,
+    no_data,
     rank_lag,
     rootcause,
+    silent_rank,
     straggler,
     stuck_collective,
     telemetry_join,
     thermal,
     throughput,
     trace_straggler,
+    unexplained,
     utilization,
     world_size,
 )
@@ -53,6 +56,7 @@ Pass = Callable[[Context], list[Finding]]
 # Bottom-up through the layers; the order only fixes the order of findings before root-cause
 # selection reorders them, so a report is deterministic.
 PASSES: list[Pass] = [
+    no_data.find,            # the input: is there any event to diagnose at all
     thermal.find,            # physical: temperature, SM clock, throttle reasons
     hot_gpu.find,            # physical: one GPU hotter than its peers, not throttled (INFO)
     bandwidth.find,          # physical: PCIe/NVLink of one rank
@@ -127,7 +131,8 @@ def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
     return agg.drop("hosts"), hosts
 
 
-def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: list[Finding]) -> RunInfo:
+def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: list[Finding],
+              errors: unexplained.Accounting | None = None) -> RunInfo:
     totals = ctx.run.totals if ctx.run is not None else {}
     crashed = any(f.kind in rootcause.FAILURES for f in findings)
     start = per_rank.get_column("first_seen").min() if not per_rank.is_empty() else None
@@ -140,6 +145,8 @@ def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: 
         rejected_lines=int(totals.get("rejected", 0)),
         crashed=crashed,
         store=ctx.run.label if ctx.run is not None else None,
+        error_lines=errors.total if errors is not None else None,
+        error_lines_accounted=errors.accounted if errors is not None else None,
     )
 
 
@@ -184,6 +191,12 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
     off = set(config.disabled) if config is not None else set()
     found = _findings(ctx, [p for p in (passes if passes is not None else PASSES) if pass_id(pass_name(p)) not in off],
                       rules)
+    # the invariant, after every pass and rule (a full diagnosis only: a chosen list of passes
+    # is a test of those passes): every ERROR line is explained by a finding or becomes one
+    errors = unexplained.account(ctx, found) if passes is None else None
+    if errors is not None:
+        found += errors.findings
+        found += silent_rank.find(ctx, found)   # a rank that stopped early, that nothing names
     own_times(found, ctx)           # citations at the lines' own times (evidence.own_times)
     cost.attach_costs(found, ctx)   # before ordering: within a severity, costlier findings first
     root, ordered = rootcause.assign(found, ctx.ranks)
@@ -191,7 +204,7 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
         root.cost = ordered[root.finding].cost
     _next_steps(ctx, root, ordered, rules, rule_dirs)
     per_rank, hosts = _per_rank(ctx)
-    info = _run_info(ctx, per_rank, hosts, ordered)
+    info = _run_info(ctx, per_rank, hosts, ordered, errors)
     rows = [{k: (iso(v) if hasattr(v, "isoformat") else num(v) if isinstance(v, float) else v) for k, v in r.items()}
             for r in per_rank.iter_rows(named=True)]
     return Report(run=info, root_cause=root, findings=ordered, per_rank=rows,
@@ -212,4 +225,13 @@ def diagnose(run: Run | str | os.PathLike[str] | Sequence[str],
     return diagnose_context(Context.from_run(run), rule_dirs, config=config)
 
 
-__all__ = ["diagnose", "diagnose_context", "PASSES", "Context", "pass_name"]
+def no_input_report(folders: list[str]) -> Report:
+    """The report on folders that hold no log file at all (a job that died before writing any):
+    no store to read, one no_data finding, the root cause; never "healthy"."""
+    root, ordered = rootcause.assign(no_data.empty_input(folders), [])
+    info = RunInfo(ranks=0, hosts=0, start=None, end=None, events=0, rejected_lines=0, crashed=False,
+                   error_lines=0, error_lines_accounted=0)
+    return Report(run=info, root_cause=root, findings=ordered)
+
+
+__all__ = ["diagnose", "diagnose_context", "no_input_report", "PASSES", "Context", "pass_name"]

@@ -20,6 +20,9 @@ Domain facts relied on:
 - Plateau: over a window of 100 steps — or a tenth of the run when longer, since a slowly
   falling loss on a long run is still progress — (>= 5 points) the EMA improves by < 1% and does
   not rise by more than 5% (a rising loss is divergence, not a plateau).
+- Proportion (issue 27): a loss that fell by >= 10% (EMA) after warmup and only then flattens
+  is a run converging, not a fault: its plateau is a note (INFO), never a root cause by itself.
+  A loss that never improved after warmup (flat from the start) is a WARN: the training is stuck.
 
 Must not: decide the root cause; read columns other than those in `loss_series`.
 """
@@ -38,6 +41,8 @@ PLATEAU_STEPS = 100
 PLATEAU_GAIN = 0.01
 PLATEAU_RISE = 0.05
 PLATEAU_POINTS = 5
+# the EMA fell by at least this share from the loss's first post-warmup level before flattening: converged
+CONVERGED_DROP = 0.10
 
 
 def loss_series(events: pl.LazyFrame) -> pl.DataFrame:
@@ -199,11 +204,17 @@ def _plateau(p: pl.DataFrame, wend: int | None, ranks: list[int]) -> Finding | N
     title = (f"loss plateaus after warmup: EMA {e0:.4g} at step {s0} → {e1:.4g} at step {a['step']} "
              f"(< {PLATEAU_GAIN:.0%} better over {window} steps; {q.height} such windows up to step {z['step']})")
     t0 = p.filter(pl.col("step") == s0).get_column("t0")
+    # the loss where judging starts: the median of its first points (one noisy point is not a level)
+    e_first = float(p.get_column("loss").head(PLATEAU_POINTS).median())
+    converged = e0 <= (1 - CONVERGED_DROP) * e_first
+    if converged:
+        title += f", after falling from {e_first:.4g}: converging, a note"
     return Finding(
-        rule=pass_id("loss"), kind="loss_plateau", layer="training", severity="WARN", ranks=ranks,
-        title=title,
+        rule=pass_id("loss"), kind="loss_plateau", layer="training", severity="INFO" if converged else "WARN",
+        ranks=ranks, title=title,
         evidence={"ema_start": num(e0), "ema_end": num(e1), "first_step": s0, "last_step": int(z["step"]),
-                  "window_steps": window, "min_gain": PLATEAU_GAIN, "warmup_end_step": wend},
+                  "window_steps": window, "min_gain": PLATEAU_GAIN, "warmup_end_step": wend,
+                  "ema_after_warmup": num(e_first), "converged": converged},
         lines=cite(_cite_rows(p, [s0, int(a["step"])], "at"), text="text"),
         first_seen=iso(t0[0] if len(t0) else None), last_seen=iso(z["t1"]),
     )

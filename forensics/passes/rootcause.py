@@ -22,6 +22,11 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   drop is only the training-layer symptom of the chain: never the root cause on its own.
 - The scheduler's cancellation (job_cancelled) ends a run without crashing it: a failure before
   it explains it (someone cancelled a hung job); alone, it is the verdict, never "healthy".
+- An ERROR line no finding explains (unexplained_error, passes/unexplained.py) contradicts
+  "healthy": with no failure found it is the verdict (its rank's own error, basis own_error),
+  before any slowdown; a failure the passes recognise stays the root over it (the errors it
+  explains are not unexplained). A rank's own error before its peers time out or hang is why
+  they did, as a crash is. No input at all (no_data) is the verdict by itself.
 - Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
   gets its kind's basis by construction (model.DEFAULT_BASIS); the root cause carries its finding's.
 """
@@ -39,7 +44,7 @@ SEVERITY_ORDER = {"ERROR": 0, "WARN": 1, "INFO": 2}
 
 # Within a layer (and across, as a last tie-break): causes before symptoms.
 KIND_PRIORITY = [
-    "gpu_error", "thermal_throttling", "low_bandwidth", "job_cancelled", "oom", "host_oom", "crash",
+    "no_data", "gpu_error", "thermal_throttling", "low_bandwidth", "job_cancelled", "oom", "host_oom", "crash", "unexplained_error",
     "data_load_skew", "straggler", "gpu_underutilized", "collective_mismatch",
     "hang", "nccl_timeout", "gradient_skew", "comm_bound", "vanishing_grad", "grad_norm_spike",
     "loss_divergence", "loss_plateau", "rank_lag", "throughput_drop", "clock_skew", "log_hygiene",
@@ -65,6 +70,9 @@ CAUSES: dict[str, set[str]] = {
     # a rank that dies (its own exception, the host OOM killer, its GPU) leaves its peers waiting
     "crash": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"} | _ENDS,
     "host_oom": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"} | _ENDS,
+    # an error nobody recognised, on the rank whose peers then wait: as a crash
+    "unexplained_error": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"} | _ENDS,
+    "no_data": set(),
     "gpu_error": {"nccl_timeout", "hang", "rank_lag", "throughput_drop", "crash"} | _ENDS,
     # ranks that issued different collectives wait for each other until the watchdog fires
     "collective_mismatch": {"nccl_timeout", "hang", "rank_lag", "throughput_drop"} | _ENDS,
@@ -93,7 +101,7 @@ LABELS = {
     "rank_lag": "rank lag", "throughput_drop": "throughput drop", "clock_skew": "clock skew",
     "log_hygiene": "log hygiene", "crash": "crash (Python exception)", "host_oom": "host out of memory",
     "collective_mismatch": "collective mismatch", "job_cancelled": "job cancelled by the scheduler",
-    "gpu_error": "GPU error",
+    "gpu_error": "GPU error", "unexplained_error": "unexplained error", "no_data": "no usable data",
 }
 
 
@@ -120,6 +128,12 @@ def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> 
         # ranks = []) and by who caused it. The report naming the culprit explains the other,
         # whatever their times (a rule's ms-rounded time may be a hair earlier than the pass's).
         return bool(a.ranks) and set(b.victims) <= set(a.ranks) | set(a.victims)
+    if (a.kind == "unexplained_error" and b.kind in FAILURES and a.ranks and b.ranks
+            and set(b.ranks) <= set(a.ranks) and b.kind in CAUSES["unexplained_error"]):
+        # the culprit's own error, logged while its peers still waited (before their timeouts:
+        # b's last_seen), is why it went silent: a hang's first time is its last progress line
+        tb_end = _t(b.last_seen) or tb
+        return ta is None or tb_end is None or ta <= tb_end
     if a.kind in FAILURES and b.kind in FAILURES:
         if ta is not None and tb is not None and ta != tb:
             return ta < tb
@@ -146,7 +160,8 @@ def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> 
 def _key(f: Finding, crash_relevant: bool, is_rule: bool) -> tuple:
     t = _t(f.first_seen)
     return (
-        0 if crash_relevant else 1,
+        # a failure (or its cause) first, then an error nobody explains, then the rest
+        0 if crash_relevant else 1 if f.kind == "unexplained_error" else 2,
         LAYER_ORDER.get(f.layer, 9),
         KIND_PRIORITY.index(f.kind) if f.kind in KIND_PRIORITY else len(KIND_PRIORITY),
         SEVERITY_ORDER.get(f.severity, 9),

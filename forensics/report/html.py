@@ -207,6 +207,7 @@ def render_html(report: Report, run: "Run | None" = None, *, redact: bool = True
         f'<div class="meta">forensics diagnosis · {esc(o.header)}'
         + (f' · store <span class="cite">{esc(report.run.store)}</span>' if report.run.store else "") + "</div>",
         f'<section class="verdict {cls}" id="verdict"><h1>{esc(o.verdict)}</h1>'
+        + (f'<p class="note">{esc(o.accounting)}</p>' if o.accounting else "")
         + (f'<p class="summary">{esc(o.summary)}</p>' if o.summary else "")
         + (f'<p class="note">Why this rank: {esc(basis_phrase(report.root_cause.basis, report.root_cause.basis_weak))}.</p>'
            if report.root_cause is not None and report.root_cause.basis else "")

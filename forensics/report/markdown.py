@@ -53,6 +53,8 @@ def render_markdown(report: Report) -> str:
     title = f"# Diagnosis of {_code(report.run.store)}" if report.run.store else "# Training run diagnosis"
     md: list[str] = [title, "", f"_{o.header}_", ""]
     md += [f"**{_text(o.verdict)}**", ""]
+    if o.accounting:
+        md += [_text(o.accounting), ""]
     if o.summary:
         md += [_text(o.summary), ""]
     rc = report.root_cause

@@ -24,6 +24,9 @@ KINDS = [
     "collective_mismatch",   # ranks issued different collectives (sequence number, op, size, dtype)
     "job_cancelled",         # the scheduler ended the job: cancel, time limit, node failure
     "gpu_error",             # the device failed: ECC, Xid, illegal memory access, launch failure
+    # issue 27 (spec/report.md): the verdict accounts for every error, and never for no input
+    "unexplained_error",     # ERROR lines, exits or signals no other finding explains (passes/unexplained.py)
+    "no_data",               # no event a diagnosis can use: empty, all rejected, unreadable (passes/no_data.py)
 ]
 
 # How a finding's rank(s) were established (spec/report.md `basis`); the phrase the text reports
@@ -45,7 +48,7 @@ DEFAULT_BASIS = {
     "gradient_skew": "timing_within_group", "comm_bound": "timing_within_group", "rank_lag": "timing_within_group",
     "throughput_drop": "timing_within_group",
     "oom": "own_error", "host_oom": "own_error", "crash": "own_error", "gpu_error": "own_error",
-    "data_load_error": "own_error",
+    "data_load_error": "own_error", "unexplained_error": "own_error",
 }
 
 
@@ -157,6 +160,11 @@ class RunInfo:
     rejected_lines: int
     crashed: bool
     store: str | None = None
+    # the ERROR lines of the input (ERROR/FATAL/CRITICAL events, non-zero exits, kills) and how
+    # many of them the findings other than unexplained_error cite or explain (passes/unexplained.py);
+    # None when not counted (a report built without the accounting)
+    error_lines: int | None = None
+    error_lines_accounted: int | None = None
 
 
 @dataclass

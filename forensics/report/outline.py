@@ -44,6 +44,7 @@ class Outline:
     fault_ranks: list[int] = field(default_factory=list)
     others_title: str = "Findings"
     singled_out: list[int] = field(default_factory=list)
+    accounting: str = ""        # how many of the input's ERROR lines the verdict accounts for
 
     def printed_rows(self) -> tuple[list[list[str]], int]:
         """The per-rank rows the text and md reports print, and how many they leave out: every
@@ -193,6 +194,21 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def accounting(report: Report) -> str:
+    """How many of the input's ERROR lines the verdict accounts for (passes/unexplained.py): the
+    sentence every format prints under the verdict; "" when the report was built without
+    counting them."""
+    run = report.run
+    total, done = run.error_lines, run.error_lines_accounted
+    if total is None or done is None:
+        return ""
+    if total == 0:
+        return "No ERROR line in the input."
+    left = total - done
+    return (f"Accounts for {done:,} of {total:,} ERROR line{'s' if total != 1 else ''}"
+            + (f"; {left:,} in unexplained errors below." if left else "."))
+
+
 def _severity_key(f: Finding) -> tuple[int, float, str, str]:
     # within a severity the costliest first (passes/cost.py); findings without a cost keep time order
     sev = SEVERITIES.index(f.severity) if f.severity in SEVERITIES else 0
@@ -223,9 +239,11 @@ def outline(report: Report) -> Outline:
     summary: str | None = None
     if rc is not None:
         who = (rank_phrase(rc.ranks) if rc.ranks else local_ranks_phrase(rc.local_ranks) if rc.local_ranks
-               else "no single rank")
+               else "a process the log does not name" if rc.kind == "unexplained_error" else "no single rank")
         verdict = f"Root cause: {kind_label(rc.kind)} on {who} ({rc.layer} layer)"
         verdict += f"; {cost_text(rc.cost)}." if rc.cost else "."
+        if rc.kind == "no_data":   # about the input, not a rank: nothing was read, nothing is healthy
+            verdict = "No usable data: the input holds no event to diagnose; the run is not healthy."
         # the JSON summary is self-contained ("X on rank N (layer): ..."); the verdict line above
         # already says the first half, so the text shows only what follows it
         summary = rc.summary.split(f"({rc.layer} layer): ", 1)[-1]
@@ -253,5 +271,5 @@ def outline(report: Report) -> Outline:
         header=header(report), verdict=verdict, summary=summary, healthy=healthy, root=root, chain=chain,
         explained=explained, others=others, columns=columns, rows=rows,
         fault_ranks=list(rc.ranks) if rc is not None else [], others_title=others_title,
-        singled_out=singled_out(report),
+        singled_out=singled_out(report), accounting=accounting(report),
     )

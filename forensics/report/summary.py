@@ -74,15 +74,21 @@ def render_summary(report: Report, policy: "FailOn | None" = None, title: str = 
     o = outline(report)
     where = f" of {_code(report.run.store)}" if report.run.store else ""
     md = [f"### {title}{where}", "", f"**{_text(o.verdict)}**", ""]
+    if o.accounting:
+        md += [_text(o.accounting), ""]
     rc = report.root_cause
     if rc is not None:
         md += [_text(o.summary or rc.summary), ""]     # the verdict above states the root cause's cost
         if rc.next:
             md += [f"**Next:** {_text(rc.next)}", ""]
+    from ..config import fails
+
+    tripped = [f for f in report.findings if fails(policy, f)]
     if policy is not None:
-        tripped = [f for f in report.findings if policy.trips(f)]
         md += [f"CI: **{'failed' if tripped else 'passed'}** `--fail-on {policy.text}`"
                + (f" ({len(tripped)} finding{'s' if len(tripped) != 1 else ''})" if tripped else ""), ""]
+    elif tripped:   # no input to diagnose fails CI without --fail-on (config.ALWAYS_FAILS)
+        md += [f"CI: **failed** ({', '.join(sorted({f.kind for f in tripped}))})", ""]
     shown = [f for f in report.findings if f.severity != "INFO" and f.kind != "log_hygiene"] or report.findings
     top = sorted(shown, key=lambda f: -SEVERITIES.index(f.severity))[:TOP_FINDINGS]
     if top:

@@ -123,6 +123,8 @@ def render_text(report: Report, *, width: int = 100, color: bool = False) -> str
     con.print(Text(o.header, style="dim"))
     con.print()
     con.print(Text(o.verdict, style="bold green" if o.healthy else "bold"))
+    if o.accounting:
+        con.print(Text(o.accounting))
     if o.summary:
         con.print(Text(o.summary))
     rc = report.root_cause
