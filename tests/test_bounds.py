@@ -1,0 +1,79 @@
+"""Values a store cannot hold (forensics/ingest/bounds.py) and the commands one odd value used to
+abort: each became a traceback that lost the whole ingest or output. Each test failed before."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+import forensics
+from forensics.errors import ForensicsError
+from forensics.export import export_perfetto, parse_ranks
+from forensics.store import open_store
+
+GOOD = {"timestamp": "2025-06-12T14:03:21.123Z", "rank": 0, "level": "INFO", "event": "TRAIN_STEP",
+        "message": "step=1 loss=2.3"}
+
+
+def _run(d: Path, odd: object, name: str = "rank_0.jsonl") -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    rows = [GOOD, {**GOOD, "timestamp": odd, "message": "step=2 loss=2.2"}, {**GOOD, "message": "step=3 loss=2.1"}]
+    (d / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("odd", ["0000-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00",
+                                 -62135596801])
+def test_a_time_outside_the_datetime_range_is_a_reject_and_the_rest_is_kept(tmp_path: Path, monkeypatch, odd, native) -> None:
+    monkeypatch.setenv("FORENSICS_NATIVE", native)
+    st = tmp_path / "st"
+    forensics.ingest([str(_run(tmp_path / "logs", odd))], st)
+    s = open_store(st)
+    assert s.events().collect()["line"].to_list() == [1, 3]
+    rej = s.rejects().collect()
+    assert rej["line"].to_list() == [2] and rej["reason"][0].startswith("timestamp out of range")
+    assert b"step=2" in rej["raw"][0]
+
+
+def test_a_file_read_by_its_reader_rejects_the_line_too(tmp_path: Path) -> None:
+    """Not the many-small-files path: a gzip file, whose line is read again from the stream."""
+    d = _run(tmp_path / "logs", "0000-01-01T00:00:00Z")
+    (d / "rank_0.jsonl.gz").write_bytes(gzip.compress((d / "rank_0.jsonl").read_bytes()))
+    (d / "rank_0.jsonl").unlink()
+    st = tmp_path / "st"
+    forensics.ingest([str(d)], st)
+    s = open_store(st)
+    assert s.events().collect()["line"].to_list() == [1, 3]
+    rej = s.rejects().collect()
+    assert rej["line"].to_list() == [2] and rej["reason"][0].startswith("timestamp out of range")
+    assert json.loads(rej["raw"][0])["message"] == "step=2 loss=2.2" and rej["raw_len"][0] == len(rej["raw"][0])
+
+
+def test_an_nvidia_smi_row_dated_year_0_is_a_reject(tmp_path: Path) -> None:
+    d = tmp_path / "smi"
+    d.mkdir()
+    (d / "gpu.csv").write_text("timestamp, index, temperature.gpu, utilization.gpu [%]\n"
+                               "2025/06/12 14:03:21.123, 0, 60, 99 %\n0000/01/01 00:00:00.000, 0, 61, 98 %\n"
+                               "2025/06/12 14:03:22.123, 0, 60, 99 %\n")
+    st = tmp_path / "st"
+    forensics.ingest([str(d)], st)
+    rej = open_store(st).rejects().collect()
+    assert rej["line"].to_list() == [3] and rej["reason"][0].startswith("timestamp out of range")
+    assert rej["raw"][0].startswith(b"0000/01/01")
+
+
+def test_perfetto_exports_a_run_dated_year_1(tmp_path: Path) -> None:
+    st = tmp_path / "st"
+    forensics.ingest([str(_run(tmp_path / "logs", "0001-01-01T00:00:00Z"))], st)
+    out = export_perfetto(open_store(st), tmp_path / "t.json")
+    assert out.events > 0 and json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def test_a_rank_range_of_every_number_is_an_error_not_a_memory_error() -> None:
+    with pytest.raises(ForensicsError) as e:
+        parse_ranks("0-99999999999")
+    assert "more than" in e.value.reason
+    assert parse_ranks("99999999999") == [99999999999]
