@@ -87,8 +87,8 @@ _MAX_FRAMES = 200
 # ---------------------------------------------------------------------------------------------
 _TORCHRUN = re.compile(r"\[(rank|[A-Za-z_][A-Za-z_\-]*?|)(\d+)\]:")
 _RAY = re.compile(r"\(([\w.\-]+) pid=(\d+)(?:, ip=([\d.a-fA-F:]+))?\)\s?")
-_NCCL = re.compile(r"([\w.\-]+):(\d+):(\d+) \[(\d+)\] ")
-_PDSH = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}): ")
+_NCCL = re.compile(r"(?<![\w.\-])([\w.\-]++):(\d++):(\d++) \[(\d++)\] ")
+_PDSH = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}+): ")
 _GLOG = re.compile(
     r"\[?([IWEF])(?:(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?)?(?:\s+\d+)?\s+([\w.\-/]+:\d+)\]\s?"
 )
@@ -114,10 +114,11 @@ _LEAD_TS_BLOCK = re.compile(
     r"(?: - (?:[\w.\-]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - | )"
 )
 _BLOCK_BODY = re.compile(
-    r"(?:[ \t]+(?:\w+\s*[=:]|<NO_OTHER_FAILURES>)|(?:Failures:|Root Cause \(first observed failure\):)\s*$|[=\-]{20,}\s*$)"
+    r"(?:[ \t]{1,64}+(?:\w++\s*+[=:]|<NO_OTHER_FAILURES>)|(?:Failures:|Root Cause \(first observed failure\):)\s*+$"
+    r"|(?<![=\-])[=\-]{20,}+\s*+$)"
 )
 _ROUTING = re.compile(
-    r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{4} \d\d:|[\w.\-]+:\d+:\d+ \[\d+\] "
+    r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{4} \d\d:|(?<![\w.\-])[\w.\-]++:\d++:\d++ \[\d++\] "
     r"|\(\w+ pid=\d+"
 )
 # Syslog / journald short and short-precise (`journalctl -o short-precise`, microseconds):
@@ -136,7 +137,7 @@ _JOURNAL_ISO = re.compile(
 )
 # srun --label: `%0*d: ` (task id, zero-padded to the width of the largest); recognised only in a
 # file where most lines carry it (a numbered list in a program's output is not a label).
-_SRUN_LABEL = re.compile(r" *(\d{1,6}): ")
+_SRUN_LABEL = re.compile(r" {0,8}+(\d{1,6}): ")
 # mpirun --tag-output (Open MPI / PRRTE): `[jobid,rank]<stdout>:`.
 _MPI_TAG = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
 _TEE_LOCAL = re.compile(r"\[(?!rank\d)[A-Za-z_][A-Za-z_\-]*\d+\]:")
@@ -262,7 +263,7 @@ _NCCL_ERROR_IN = re.compile(r"NCCL error in: ([^,]+), (.+?)(?:, NCCL version ([\
 _NCCL_ERROR_NAME = re.compile(r"\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b")
 _NCCL_ABORTED = re.compile(r"NCCL communicator was aborted on rank (\d+)")
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
-_MEM = r"([\d.]+) ?([KMGT]i?B|bytes)"
+_MEM = r"(?<![\d.])([\d.]++) ?([KMGT]i?B|bytes)"
 _OOM_FIELDS: list[tuple[str, re.Pattern[str]]] = [
     ("tried_mb", re.compile(r"Tried to allocate " + _MEM)),
     ("total_mb", re.compile(r"total capacity of " + _MEM)),
@@ -302,7 +303,7 @@ _HF_DICT = re.compile(r"\{('[\w/.\-]+': [^{}]*)\}\s*$")
 _FREE_STEP = re.compile(r"\b[Ss]tep[:\s]\s*(\d+)(?:\s*/\s*\d+)?\b")
 _FREE_LOSS = re.compile(r"\b[Ll]oss\s*[:=]?\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|nan|inf)\b")
 _FREE_LR = re.compile(r"\b(?:lr|learning[_ ]rate)\s*[:=]?\s*(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\b")
-_FREE_MS = re.compile(r"(\d+(?:\.\d+)?)\s*ms\s*/\s*(?:step|it(?:er)?)\b")
+_FREE_MS = re.compile(r"(?<!\d)(\d++(?:\.\d++)?)\s*+ms\s*+/\s*+(?:step|it(?:er)?)\b")
 _HF_PAIR = re.compile(r"'([\w/.\-]+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
 _SIGNAL_RECEIVED = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 _KILLING = re.compile(r"Killing subprocess (\d+)")

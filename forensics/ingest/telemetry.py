@@ -88,11 +88,11 @@ _RATE_KEYS: dict[str, str] = {
 _XID_KEYS = {"dcgm_fi_dev_xid_errors", "xid_errors", "xid"}
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(?:%|MiB|MB|W|MHz|C|KiB|KB/s|MB/s)?\s*$")
-_STATUS = re.compile(r"^\s*\[?\s*(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost|"
-                     r"GPU requires reset|Requires Pstate[^\]]*|No data)\s*\]?\s*$", re.I)
+_STATUS = re.compile(r"^\s*+(?:\[\s*+)?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost|"
+                     r"GPU requires reset|Requires Pstate[^\]]*+|No data)\s*+(?:\]\s*+)?$", re.I)
 _PROM = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-_UNIT = re.compile(r"\s*\[([^\]]*)\]\s*$")
+_LABEL = re.compile(r'(?<!\w)(\w++)="((?:[^"\\]++|\\.)*+)"')
+_UNIT = re.compile(r"(?<!\s)\s*+\[([^\[\]]*+)\]\s*+$")
 
 
 
