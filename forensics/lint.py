@@ -155,7 +155,7 @@ def lint(run: "Run") -> LintResult:
     qs = _queries(ev)
     names = list(qs)
     res = dict(zip(names, pl.collect_all([qs[n] for n in names])))
-    rejected_traces = (run.rejects().filter(pl.col("raw").cast(pl.String, strict=False).str.contains(TRACE_HEAD, literal=True))
+    rejected_traces = (run.rejects().filter(pl.col("raw").bin.contains(TRACE_HEAD.encode()))   # bytes: a line need not be UTF-8
                        .select("source_file", "line").collect())
     steps = timeline.step_table(run).select(
         pl.len().alias("rows"),

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 import forensics
+from forensics.cli import app
 from forensics.errors import ForensicsError
 from forensics.export import export_perfetto, parse_ranks
 from forensics.store import open_store
@@ -77,3 +79,49 @@ def test_a_rank_range_of_every_number_is_an_error_not_a_memory_error() -> None:
         parse_ranks("0-99999999999")
     assert "more than" in e.value.reason
     assert parse_ranks("99999999999") == [99999999999]
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+def _store(tmp_path: Path, extra: bytes = b"") -> Path:
+    d = _run(tmp_path / "logs", "2025-06-12T14:03:22.123Z")
+    with open(d / "rank_0.jsonl", "ab") as f:
+        f.write(extra)
+    forensics.ingest([str(d)], tmp_path / "st")
+    return tmp_path / "st"
+
+
+def test_sql_stops_a_query_past_its_time_limit(tmp_path: Path) -> None:
+    from forensics.query import sql
+
+    with pytest.raises(ForensicsError) as e:
+        sql(open_store(_store(tmp_path)), "SELECT count(*) FROM range(1000000000000::BIGINT)", timeout=0.5)
+    assert "ran too long" in e.value.what and "--timeout" in e.value.help
+    r = CliRunner().invoke(app, ["sql", str(tmp_path / "st"), "SELECT count(*) FROM range(1000000000000::BIGINT)",
+                                 "--timeout", "0.5"])
+    assert r.exit_code == 1 and isinstance(r.exception, ForensicsError) and "time limit of 0.5 s" in r.exception.reason
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "jsonl", "table"])
+def test_sql_results_of_any_type_print_in_every_format(tmp_path: Path, fmt: str) -> None:
+    st = _store(tmp_path, b"garbage \xff\xfe line\n")
+    q = ("SELECT 'a'::BLOB AS b, INTERVAL 1 DAY AS i, union_value(k := 1) AS u, MAP {'a': 1} AS m, {'a': 1} AS s, "
+         "[{'b': 2}] AS l, (SELECT raw FROM rejects LIMIT 1) AS raw, (SELECT typed_value FROM duckdb_settings() LIMIT 1) AS v")
+    r = CliRunner().invoke(app, ["sql", str(st), q, "--format", fmt])
+    assert r.exit_code == 0, r.output
+    assert "1 day" in r.output and "garbage" in r.output
+
+
+def test_a_count_beyond_any_integer_is_a_usage_error(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    for cmd in (["events", str(st)], ["rejects", str(st)]):
+        r = CliRunner().invoke(app, [*cmd, "--limit", "99999999999999999999"])
+        assert r.exit_code == 2 and "--limit" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["events", str(st), "--limit", str((1 << 31) - 1), "--format", "jsonl"])
+    assert r.exit_code == 0 and len(r.output.splitlines()) == 3
+
+
+def test_lint_reads_a_rejected_line_that_is_not_utf8(tmp_path: Path) -> None:
+    st = _store(tmp_path, b"garbage \xff\xfe line\nTraceback (most recent call last) \xff\n")
+    r = CliRunner().invoke(app, ["lint", str(st)])
+    assert r.exit_code in (0, 3) and "traceback (rejected line)" in r.output, r.output
