@@ -1,5 +1,5 @@
-"""Every regular expression the text readers run on untrusted lines (console, telemetry,
-templates) takes time linear in the line: each module-level pattern (found by walking the
+"""Every regular expression the text readers (console, telemetry, templates) and the redaction of
+every output (report/redact.py) run on untrusted lines takes time linear in the line: each module-level pattern (found by walking the
 module, so a new pattern is covered without editing this file) is searched through 1 MB lines
 built to make a backtracking regex quadratic (runs of digits, blanks, one separator, one word).
 The bound is on the CPU time of this process (a timer that counts it stops a search past the
@@ -19,6 +19,7 @@ from types import ModuleType
 import pytest
 
 from forensics.ingest import console, telemetry, templates
+from forensics.report import redact
 
 LINE = 1 << 20
 BOUND_S = 2.0
@@ -44,11 +45,12 @@ def _patterns(mod: ModuleType) -> dict[str, re.Pattern[str]]:
     return out
 
 
-PATTERNS = {k: v for m in (console, telemetry, templates) for k, v in _patterns(m).items() if isinstance(v.pattern, str)}
+PATTERNS = {k: v for m in (console, telemetry, templates, redact) for k, v in _patterns(m).items() if isinstance(v.pattern, str)}
 
 
 def test_the_walk_finds_the_patterns() -> None:
     assert len(PATTERNS) > 50 and "console._FREE_MS" in PATTERNS and "telemetry._LABEL" in PATTERNS
+    assert "redact._PATTERNS[0][1]" in PATTERNS
 
 
 class _Slow(Exception):
