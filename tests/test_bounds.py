@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -125,3 +126,53 @@ def test_lint_reads_a_rejected_line_that_is_not_utf8(tmp_path: Path) -> None:
     st = _store(tmp_path, b"garbage \xff\xfe line\nTraceback (most recent call last) \xff\n")
     r = CliRunner().invoke(app, ["lint", str(st)])
     assert r.exit_code in (0, 3) and "traceback (rejected line)" in r.output, r.output
+
+
+# --- Flight Recorder dumps of plain data with an odd field ----------------------------------------
+
+def _odd_dump(tmp_path: Path, change) -> Path:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fr_dumps import make_dumps, write_set
+
+    d = make_dumps(world=4, n=8)
+    change(d)
+    write_set(tmp_path / "dumps", d)
+    return tmp_path / "dumps"
+
+
+ODD_ENTRIES = {
+    "input_sizes not numbers": lambda d: d[1]["entries"][3].__setitem__("input_sizes", [["abc"]]),
+    "input_sizes infinite": lambda d: d[1]["entries"][3].__setitem__("input_sizes", [[float("inf")]]),
+    "timeout_ms of 401 digits": lambda d: d[1]["entries"][3].__setitem__("timeout_ms", 10**400),
+    "seq beyond 64 bits": lambda d: d[1]["entries"][3].__setitem__("collective_seq_id", 2**70),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_ENTRIES))
+def test_an_odd_entry_field_is_flagged_and_the_dump_kept(tmp_path: Path, case: str) -> None:
+    st = tmp_path / "st"
+    forensics.ingest([str(_odd_dump(tmp_path, ODD_ENTRIES[case]))], st)
+    ev = open_store(st).events().collect()
+    assert ev.height == 48            # 4 ranks x (8 world + 2 tp collectives + 2 pg_status rows)
+    odd = ev.filter(pl.col("extra").str.contains("odd_fields"))
+    assert odd.select("rank", "line").rows() == [(1, 4)]
+
+
+@pytest.mark.parametrize("ranks", [["²"], "[" + "9" * 5000 + "]", [2**64], "[0, 1, 99999999999]"])
+def test_pg_config_ranks_that_are_no_rank_do_not_stop_fr_table_or_diagnose(tmp_path: Path, ranks) -> None:
+    from forensics.fr_table import build
+
+    def change(d):
+        for r in d:
+            for spec in d[r]["pg_config"].values():
+                spec["ranks"] = ranks
+        d[1]["rank"] = 2**64     # no rank either: the path's is used
+
+    logs = _odd_dump(tmp_path, change)
+    assert build([str(logs)]).dumps
+    st = tmp_path / "st"
+    forensics.ingest([str(logs)], st)
+    assert sorted(open_store(st).events().collect()["rank"].unique().to_list()) == [0, 1, 2, 3]
+    forensics.diagnose(open_store(st))

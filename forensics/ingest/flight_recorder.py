@@ -170,13 +170,59 @@ def loads_any_dump(data: bytes, where: str = "<bytes>") -> dict[str, Any]:
     return loads_dump(data, where)
 
 
+# Bounds of the numbers a dump's fields hold (a dump is plain data, but any data: `rank: 2**64`,
+# `timeout_ms: 10**400`, `input_sizes: [["abc"]]` or `[[inf]]` each aborted the whole ingest).
+MAX_RANK = 2**31 - 1          # a store's rank column is Int32
+MAX_INT = 2**63 - 1           # seq, ids, times: Int64 columns
+MAX_ELEMENTS = 2**62          # a tensor's elements (a shape's product), far beyond any GPU's memory
+
+
+def int_in(v: Any, lo: int = 0, hi: int = MAX_INT) -> int | None:
+    """`v` when it is an int (not a bool) in [lo, hi], else None."""
+    return v if type(v) is int and lo <= v <= hi else None
+
+
+def _rank_text(t: str) -> int | None:
+    """A rank written as ASCII digits ('²' is a digit to str.isdigit, not to int), in range."""
+    return int(t) if t.isascii() and t.isdigit() and len(t) <= 10 and int(t) <= MAX_RANK else None
+
+
 def _pg_ranks(value: Any) -> list[int]:
-    """pg_config ranks: a list, or the string "[0, 1, 2]" the recorder writes."""
+    """pg_config ranks: a list, or the string "[0, 1, 2]" the recorder writes; what is not a rank
+    number a store can hold is left out."""
     if isinstance(value, (list, tuple)):
-        return [int(v) for v in value if isinstance(v, int) or (isinstance(v, str) and v.isdigit())]
-    if isinstance(value, str):
-        return [int(t) for t in re.findall(r"-?\d+", value)]
-    return []
+        got = [int_in(v, 0, MAX_RANK) if type(v) is int else _rank_text(v) if isinstance(v, str) else None for v in value]
+    elif isinstance(value, str):
+        got = [_rank_text(t) for t in re.findall(r"[0-9]+", value)]
+    else:
+        got = []
+    return [r for r in got if r is not None]
+
+
+def numel(shape: Any) -> int | None:
+    """Elements of a tensor shape (a list of ints); None when it is not one or is out of bounds."""
+    if not isinstance(shape, list):
+        return None
+    n = 1
+    for d in shape:
+        d = int_in(d, 0, MAX_ELEMENTS)
+        if d is None:
+            return None
+        n *= d
+        if n > MAX_ELEMENTS:
+            return None
+    return n
+
+
+def _plain(o: Any) -> Any:
+    """`o` with what JSON cannot hold as a number made text (an int beyond 64 bits)."""
+    if type(o) is int and not -2**63 <= o <= 2**64 - 1:
+        return str(o)
+    if isinstance(o, dict):
+        return {k: _plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_plain(v) for v in o]
+    return o
 
 
 def _pg_name(entry: dict[str, Any]) -> str | None:
@@ -201,15 +247,16 @@ def _size_mb(sizes: Any, dtypes: Any) -> float | None:
     total = 0
     for shape, dt in zip(sizes, dtypes):
         b = DTYPE_BYTES.get(str(dt))
-        if b is None or not isinstance(shape, list):
+        n = numel(shape)
+        if b is None or n is None:
             return None
-        total += math.prod(int(d) for d in shape) * b
+        total += n * b
     return total / (1024 * 1024)
 
 
 def dump_rank(dump: dict[str, Any], path_rank: int | None) -> tuple[int | None, str]:
-    r = dump.get("rank")
-    if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+    r = int_in(dump.get("rank"), 0, MAX_RANK)
+    if r is not None:
         return r, "record"
     if path_rank is not None:
         return path_rank, "path"
@@ -297,9 +344,18 @@ def _events(dump: dict[str, Any], rank: int | None, rank_source: str, host: str 
         extra = {k: v for k, v in e.items() if k not in known}
         extra["pg_desc"] = _pg_desc(e)
         extra["state"] = state
-        t_ns = e.get("time_created_ns")
+        t_ns = int_in(e.get("time_created_ns"), -MAX_INT)
         timeout = e.get("timeout_ms")
-        seq = e.get("collective_seq_id")
+        timeout = float(timeout) if type(timeout) is float and math.isfinite(timeout) and timeout >= 0 \
+            else int_in(timeout, 0, 2**53)
+        seq = int_in(e.get("collective_seq_id"))
+        # a value out of type or bounds is left out of its column, and said (its start) in extra
+        odd = {k: repr(e[k])[:64] for k, v in (("time_created_ns", t_ns), ("timeout_ms", timeout), ("collective_seq_id", seq))
+               if v is None and e.get(k) is not None}
+        odd.update({k: repr(e[k])[:64] for k in ("input_sizes", "output_sizes")
+                    if isinstance(e.get(k), list) and any(numel(x) is None for x in e[k])})
+        if odd:
+            extra["odd_fields"] = odd
         rows.append({
             "line": i,
             "event": "COLLECTIVE",
@@ -308,12 +364,12 @@ def _events(dump: dict[str, Any], rank: int | None, rank_source: str, host: str 
             # weighs (with its peers), not a warning by itself
             "level": "INFO",
             "message": f"{e.get('profiling_name')} #{seq} {state} on pg {name}",
-            "seq": seq if isinstance(seq, int) else None,
+            "seq": seq,
             "collective": e.get("profiling_name") if isinstance(e.get("profiling_name"), str) else None,
             "process_group": name,
-            "timeout_s": timeout / 1000 if isinstance(timeout, (int, float)) else None,
+            "timeout_s": timeout / 1000 if timeout is not None else None,
             "tensor_size_mb": _size_mb(e.get("input_sizes"), e.get("input_dtypes")),
-            "ts_ns": t_ns if isinstance(t_ns, int) else None,
+            "ts_ns": t_ns,
             "extra": extra,
         })
     status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
@@ -333,15 +389,15 @@ def _events(dump: dict[str, Any], rank: int | None, rank_source: str, host: str 
         if isinstance(spec, dict):
             extra["pg_desc"] = spec.get("desc")
             extra["pg_ranks"] = _pg_ranks(spec.get("ranks"))
-        last = st.get("last_enqueued_collective")
-        done = st.get("last_completed_collective")
-        behind = isinstance(last, int) and isinstance(done, int) and last > done
+        last = int_in(st.get("last_enqueued_collective"), -MAX_INT)
+        done = int_in(st.get("last_completed_collective"), -MAX_INT)
+        behind = last is not None and done is not None and last > done
         rows.append({
             "line": base + j,
             "event": "PG_STATUS",
             "level": "WARN" if behind else "INFO",
             "message": f"pg {name or '?'} (id {pg_id}): enqueued {last}, completed {done}",
-            "seq": last if isinstance(last, int) else None,
+            "seq": last,
             "process_group": name,
             "extra": extra,
         })
@@ -375,8 +431,15 @@ def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
         "process_group": pl.Series(col("process_group"), dtype=pl.String),
         "timeout_s": pl.Series(col("timeout_s"), dtype=pl.Float64),
         "tensor_size_mb": pl.Series(col("tensor_size_mb"), dtype=pl.Float64),
-        "extra": pl.Series([orjson.dumps(r["extra"], option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode() for r in rows], dtype=pl.String),
+        "extra": pl.Series([_json(r["extra"]) for r in rows], dtype=pl.String),
     })
+
+
+def _json(extra: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(extra, option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode()
+    except orjson.JSONEncodeError:   # an int beyond 64 bits somewhere in it: as text (rare: walked only then)
+        return orjson.dumps(_plain(extra), option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode()
 
 
 def _jsonable(o: Any) -> Any:
