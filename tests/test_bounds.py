@@ -212,3 +212,53 @@ def test_a_dcgm_gpu_label_that_is_no_number_is_left_out(tmp_path: Path) -> None:
     forensics.ingest([str(d)], st)
     ev = open_store(st).events().collect()
     assert ev.height == 3 and ev["local_rank"].to_list() == [None, None, 1]
+
+
+# --- profiler traces: nesting and times ------------------------------------------------------------
+
+DEEP = 100_000
+
+
+def _trace(d: Path, deep_at: str) -> Path:
+    """A 200 KB trace: one kernel `k2`, and a value nested DEEP levels at `deep_at`."""
+    nest = "[" * DEEP + "]" * DEEP
+    k2 = '{"ph": "X", "cat": "kernel", "name": "k2", "ts": 5, "dur": 2, "args": {"stream": 7}}'
+    deep_ev = '{"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": 2, "args": {"x": ' + nest + "}}"
+    body = {"args": '{"traceEvents": [' + k2 + ", " + deep_ev + "]}",
+            "top": '{"deviceProperties": ' + nest + ', "traceEvents": [' + k2 + "]}"}[deep_at]
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "rank0.pt.trace.json").write_text(body)
+    return d
+
+
+@pytest.mark.parametrize("deep_at", ["args", "top"])
+@pytest.mark.parametrize("cmd", ["trace-stats", "ingest"])
+def test_a_trace_nested_100000_deep_is_read_in_bounded_memory(tmp_path: Path, deep_at: str, cmd: str) -> None:
+    """Run under a 1.5 GB address-space limit: before, RecursionError (args) or MemoryError (a
+    deep top-level key: ijson's prefixes, 24 GB without a limit)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    logs = _trace(tmp_path / "t", deep_at)
+    args = ["trace-stats", str(logs)] if cmd == "trace-stats" else ["ingest", str(logs), "-o", str(tmp_path / "st")]
+    cap = 1536 << 20
+    r = subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)),
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    if cmd == "trace-stats":
+        assert "k2" in r.stdout
+
+
+def test_a_trace_time_beyond_any_clock_is_skipped_and_said(tmp_path: Path) -> None:
+    from forensics.traces.reader import read_trace
+
+    d = tmp_path / "t"
+    d.mkdir()
+    evs = [{"ph": "X", "cat": "kernel", "name": n, "ts": ts, "dur": dur, "args": {"stream": 7}}
+           for n, ts, dur in [("k", 1e308, 2), ("k0", 10**20, 2), ("k1", 7, 1e300), ("k2", 5, 2)]]
+    (d / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": evs}))
+    t = read_trace(d / "rank0.pt.trace.json")
+    assert t.kernels.num_rows == 1 and any("3 trace event(s) with a time beyond" in p for p in t.info.problems)
