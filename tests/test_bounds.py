@@ -262,3 +262,27 @@ def test_a_trace_time_beyond_any_clock_is_skipped_and_said(tmp_path: Path) -> No
     (d / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": evs}))
     t = read_trace(d / "rank0.pt.trace.json")
     assert t.kernels.num_rows == 1 and any("3 trace event(s) with a time beyond" in p for p in t.info.problems)
+
+
+def test_a_dump_whose_shared_string_expands_past_the_byte_bound_is_one_reject(tmp_path: Path) -> None:
+    """A 0.5 MB string shared by 300 entries: a 0.5 MB file, 150 MB of text as a tree. The value
+    cap counted values, not bytes: 20 entries sharing 40 MB took a 2.7 GB peak, 400 a MemoryError."""
+    import pickle
+    import sys
+
+    from forensics.ingest.flight_recorder import MAX_TREE_BYTES
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fr_dumps import make_dumps
+
+    d = make_dumps(world=2, n=300)[0]
+    big = "x" * (512 << 10)
+    for e in d["entries"][:300]:
+        e["thread_name"] = big
+    assert 300 * len(big) > MAX_TREE_BYTES
+    (tmp_path / "dumps").mkdir()
+    (tmp_path / "dumps" / "nccl_trace_rank_0").write_bytes(pickle.dumps(d, protocol=4))
+    st = tmp_path / "st"
+    forensics.ingest([str(tmp_path / "dumps")], st)
+    rej = open_store(st).rejects().collect()
+    assert rej.height == 1 and "MiB of text" in rej["reason"][0]

@@ -36,6 +36,10 @@ from .jsonl import Block, rejects_frame
 MAX_DUMP_BYTES = 64 << 20     # real dumps are a few MiB (a 2,000-entry ring buffer with stacks)
 MAX_VALUES = 2_000_000        # values in the dump counted as a tree (a shared value once per use)
 MAX_DEPTH = 100               # nesting (real dumps: < 10; orjson stops at 255)
+# text in the dump counted as a tree (a shared string once per use): every walk after the load
+# (the event builder's JSON, repr) writes each use. 20 entries sharing one 40 MB string took a
+# 2.7 GB peak, 400 a MemoryError; a real dump's text is a few MiB (stack frames).
+MAX_TREE_BYTES = 2 * MAX_DUMP_BYTES
 
 # Element sizes of the dtype names the recorder writes (c10 ScalarType names).
 DTYPE_BYTES: dict[str, int] = {
@@ -77,13 +81,22 @@ def _check_types(obj: Any) -> None:
         return
     if type(obj) not in _CONTAINERS:
         raise pickle.UnpicklingError(f"refused value of type {type(obj).__name__}")
-    memo: dict[int, tuple[int, int]] = {}
+    memo: dict[int, tuple[int, int, int]] = {}
     keep: list[Any] = []  # holds the walked containers so ids stay unique during the walk
     _walk(obj, 1, memo, keep)
 
 
-def _walk(o: Any, level: int, memo: dict[int, tuple[int, int]], keep: list[Any]) -> tuple[int, int]:
-    """(tree size, depth) of container `o`; raises UnpicklingError as _check_types says."""
+def _too_big(n: int, b: int) -> None:
+    if n > MAX_VALUES:
+        raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
+    if b > MAX_TREE_BYTES:
+        raise pickle.UnpicklingError(f"expands to more than {MAX_TREE_BYTES >> 20} MiB of text "
+                                     "(a string shared through the pickle memo, counted at each use)")
+
+
+def _walk(o: Any, level: int, memo: dict[int, tuple[int, int, int]], keep: list[Any]) -> tuple[int, int, int]:
+    """(tree size, depth, bytes of its strings) of container `o`, a shared value counted at each
+    use; raises UnpicklingError as _check_types says."""
     i = id(o)
     got = memo.get(i)
     if got is not None:
@@ -92,13 +105,15 @@ def _walk(o: Any, level: int, memo: dict[int, tuple[int, int]], keep: list[Any])
         return got
     if level > MAX_DEPTH:
         raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
-    memo[i] = (-1, 0)  # in progress (a cycle through the memo is refused above)
+    memo[i] = (-1, 0, 0)  # in progress (a cycle through the memo is refused above)
     keep.append(o)
     parts = (o.keys(), o.values()) if type(o) is dict else (o,)
-    n, d = 1, 0
+    n, d, b = 1, 0, 0
     for kids in parts:
         types = set(map(type, kids))
         n += len(kids)
+        if str in types or bytes in types:
+            b += sum(len(k) for k in kids if type(k) is str or type(k) is bytes)
         if types <= _SCALARS:
             continue
         for t in types:
@@ -106,18 +121,17 @@ def _walk(o: Any, level: int, memo: dict[int, tuple[int, int]], keep: list[Any])
                 raise pickle.UnpicklingError(f"refused value of type {t.__name__}")
         for k in kids:
             if type(k) in _CONTAINERS:
-                ks, kd = _walk(k, level + 1, memo, keep)
+                ks, kd, kb = _walk(k, level + 1, memo, keep)
                 n += ks - 1
+                b += kb
                 if kd > d:
                     d = kd
-                if n > MAX_VALUES:
-                    raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
-    if n > MAX_VALUES:
-        raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
+                _too_big(n, b)
+    _too_big(n, b)
     if d + 1 > MAX_DEPTH:   # a shared (memoised) deep value reached from a shallow place
         raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
-    memo[i] = (n, d + 1)
-    return n, d + 1
+    memo[i] = (n, d + 1, b)
+    return n, d + 1, b
 
 
 def load_dump(stream: BinaryIO, where: str = "<stream>") -> dict[str, Any]:
