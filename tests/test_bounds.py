@@ -286,3 +286,24 @@ def test_a_dump_whose_shared_string_expands_past_the_byte_bound_is_one_reject(tm
     forensics.ingest([str(tmp_path / "dumps")], st)
     rej = open_store(st).rejects().collect()
     assert rej.height == 1 and "MiB of text" in rej["reason"][0]
+
+
+# --- console lines with numbers no column holds ---------------------------------------------------
+
+@pytest.mark.parametrize("line", [
+    '[rank0]:   File "/x/module.py", line 1789, in _call_impl'.replace("0", "9" * 5000),   # past int()'s 4,300 digits
+    "[rank99999999999]: hello",                                                          # no Int32 rank
+    "Signal 15 (SIGTERM) received by PID " + "9" * 30,                                   # an int JSON cannot hold
+    "srun: error: node1: tasks 0-99999999999: Exited with exit code 1",                  # a task range of every number
+])
+def test_a_console_line_with_an_odd_number_keeps_the_others(tmp_path: Path, line: str) -> None:
+    import io
+
+    from forensics.ingest.console import read_console
+    from forensics.ingest.formats import ReaderContext
+
+    data = f"[rank1]: before\n{line}\n[rank1]: after\n".encode()
+    blocks = list(read_console("x.log", io.BytesIO(data), ReaderContext(path="x.log", rank_hint=None, host_hint=None)))
+    ev = pl.concat([b.events for b in blocks], how="diagonal_relaxed")
+    rej = pl.concat([b.rejects for b in blocks])
+    assert ev.height + rej.height == 3 and ev.filter(pl.col("rank") == 1).height == 2

@@ -5,12 +5,13 @@ datetime, 0001-01-01 to 9999-12-31 UTC) and `split_out_of_range`, which takes th
 time is outside it out of a reader's table. A log line dated `0000-01-01T00:00:00Z` or epoch
 -62135596801 parses (polars and the C scanner hold such times), but nothing downstream can print
 it: one such line aborted the whole ingest. It becomes a reject with that reason; the other lines
-are kept. Must not read files (the caller finds the rejected lines' bytes: `lines_at`).
+are kept. Also `json_safe`: a reader's extra value with an int beyond 64 bits made text (JSON
+cannot hold it). Must not read files (the caller finds the rejected lines' bytes: `lines_at`).
 """
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import BinaryIO, Iterable
+from typing import Any, BinaryIO, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -76,3 +77,15 @@ def lines_at(stream: BinaryIO, first_line: int, wanted: Iterable[int]) -> dict[i
             out[n] = (text[:RAW_LIMIT], size - (len(head) - len(text)))
         n += 1
     return out
+
+
+def json_safe(o: Any) -> Any:
+    """`o` with what JSON cannot hold as a number made text (an int beyond 64 bits: a pid or
+    size of 30 digits in a log line, a dump's 2**70), for a reader's extra column."""
+    if type(o) is int and not -2**63 <= o <= 2**64 - 1:
+        return str(o)
+    if isinstance(o, dict):
+        return {k: json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [json_safe(v) for v in o]
+    return o

@@ -440,13 +440,21 @@ def _ranks(s: str) -> list[int]:
     return [int(t) for t in re.findall(r"\d+", s)]
 
 
+def _small_int(t: str) -> bool:
+    """ASCII digits int() reads ('²' is a digit to str.isdigit; 5,000 digits are past int's limit)."""
+    return t.isascii() and t.isdigit() and len(t) <= 12
+
+
 def _task_list(s: str) -> list[int]:
     """Slurm task ranges `0-2,5` -> [0, 1, 2, 5]."""
     out: list[int] = []
     for part in s.split(","):
         a, _, b = part.partition("-")
-        if a.isdigit() and (not b or b.isdigit()):
-            out.extend(range(int(a), int(b or a) + 1))
+        if _small_int(a) and (not b or _small_int(b)):
+            # capped before the range is made: `tasks 0-99999999999` was a MemoryError
+            out.extend(range(int(a), min(int(b or a), int(a) + 100_000 - len(out)) + 1))
+            if len(out) >= 100_000:
+                break
     return out[:100_000]
 
 
@@ -534,7 +542,14 @@ class _Parser:
         try:
             no = first_line
             for i, ln in enumerate(lines):
-                self._line(ln, no, i)
+                try:
+                    self._line(ln, no, i)
+                except (ValueError, OverflowError) as e:   # a number past int()'s 4,300 digits, ...: this line only
+                    r = self.pending[-1] if self.pending and self.pending[-1].line == no else None
+                    if r is None:
+                        r = _Row(no)
+                        self.pending.append(r)
+                    r.reason, r.raw = f"not read: {str(e)[:80]}", (ln + "\n").encode("utf-8", errors="replace")
                 no += 1
         finally:
             if gc_was_enabled:
@@ -1625,9 +1640,36 @@ def _hf_dict(text: str, r: _Row) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+_I32 = range(-2**31, 2**31)
+
+
+def _in_int32(r: _Row) -> None:
+    """A rank or GPU index a store cannot hold (Int32) is left out and kept as text in extra."""
+    for name in ("rank", "local_rank"):
+        v = getattr(r, name)
+        if v is not None and v not in _I32:
+            setattr(r, name, None)
+            r.x(**{f"{name}_out_of_range": str(v)[:40]})
+            if name == "rank":
+                r.rank_source = "none"
+
+
+def _extra_json(extra: dict[str, Any]) -> str:
+    d = {k: v for k, v in extra.items() if v is not None}
+    try:
+        return orjson.dumps(d).decode()
+    except orjson.JSONEncodeError:   # an int beyond 64 bits (a pid of 30 digits): as text
+        from .bounds import json_safe
+
+        return orjson.dumps(json_safe(d), default=str).decode()
+
+
 def _to_block(rows: list[_Row]) -> Block:
     ev = [r for r in rows if r.reason is None]
     rj = [r for r in rows if r.reason is not None]
+    for r in ev:
+        if r.rank is not None and r.rank not in _I32 or r.local_rank is not None and r.local_rank not in _I32:
+            _in_int32(r)
     used: set[str] = set()
     for r in ev:
         if r.m:
@@ -1643,7 +1685,7 @@ def _to_block(rows: list[_Row]) -> Block:
         "message": pl.Series("message", [r.message for r in ev], dtype=pl.String),
         "extra": pl.Series(
             "extra",
-            [orjson.dumps({k: v for k, v in r.extra.items() if v is not None}).decode() if r.extra else None for r in ev],
+            [_extra_json(r.extra) if r.extra else None for r in ev],
             dtype=pl.String,
         ),
     }

@@ -30,6 +30,7 @@ import polars as pl
 
 from ..errors import UNREADABLE, ForensicsError
 from ..schema import Level, RankSource
+from .bounds import json_safe
 from .formats import ReaderContext
 from .jsonl import Block, rejects_frame
 
@@ -228,15 +229,6 @@ def numel(shape: Any) -> int | None:
     return n
 
 
-def _plain(o: Any) -> Any:
-    """`o` with what JSON cannot hold as a number made text (an int beyond 64 bits)."""
-    if type(o) is int and not -2**63 <= o <= 2**64 - 1:
-        return str(o)
-    if isinstance(o, dict):
-        return {k: _plain(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_plain(v) for v in o]
-    return o
 
 
 def _pg_name(entry: dict[str, Any]) -> str | None:
@@ -453,7 +445,7 @@ def _json(extra: dict[str, Any]) -> str:
     try:
         return orjson.dumps(extra, option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode()
     except orjson.JSONEncodeError:   # an int beyond 64 bits somewhere in it: as text (rare: walked only then)
-        return orjson.dumps(_plain(extra), option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode()
+        return orjson.dumps(json_safe(extra), option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode()
 
 
 def _jsonable(o: Any) -> Any:
