@@ -36,6 +36,9 @@ _NO_REDACT = "Show log text as logged: do not mask API keys, tokens, passwords a
 _REDACT_PATTERN = "Also mask matches of this regex (repeatable)."
 
 
+_HUGE = (1 << 31) - 1   # a count option's ceiling (polars' row index is 32-bit; a command may add to N): a usage error above it, not an OverflowError traceback
+
+
 def _redacting(no_redact: bool, patterns: list[str] | None) -> bool:
     """Whether to mask secrets in what a command prints (report/redact.py is the one policy)."""
     from .report.redact import set_patterns
@@ -168,7 +171,7 @@ def rejects(
     paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Only rejects whose reason contains this text."),
     file: Optional[str] = typer.Option(None, "--file", metavar="TEXT", help="Only rejects from files whose path contains this text."),
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, metavar="N", help="At most N lines (0 = all; table default 50, other formats all)."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, max=_HUGE, metavar="N", help="At most N lines (0 = all; table default 50, other formats all)."),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
@@ -464,7 +467,7 @@ def events(
     since: Optional[str] = typer.Option(None, "--since", metavar="TIME", help=_TIME_FORMS),
     until: Optional[str] = typer.Option(None, "--until", metavar="TIME", help="Up to this time (same forms as --since)."),
     grep: Optional[str] = typer.Option(None, "--grep", "-g", metavar="TEXT", help="Only events whose message or extra fields contain this text (any case)."),
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, metavar="N", help="At most N events (0 = all; table default 100, other formats all)."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, max=_HUGE, metavar="N", help="At most N events (0 = all; table default 100, other formats all)."),
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
@@ -559,6 +562,7 @@ def sql(
     fmt: RowFormat = typer.Option(RowFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help=_ROW_FORMATS),
     no_redact: bool = typer.Option(False, "--no-redact", help=_NO_REDACT),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help=_REDACT_PATTERN),
+    timeout: float = typer.Option(60.0, "--timeout", min=0.001, max=86400.0, metavar="SECONDS", help="Stop the query after this long."),
 ) -> None:
     """SQL over the run (DuckDB; no other file is reachable). The tables events, rejects (lines not read as events) and ranks (as `forensics ranks` shows)."""
     from .query import sql as run_sql
@@ -566,7 +570,7 @@ def sql(
     from .report.redact import redact_frame
 
     redact = _redacting(no_redact, redact_pattern)
-    df = run_sql(_open_run(paths), query)
+    df = run_sql(_open_run(paths), query, timeout=timeout)
     render_frame(redact_frame(df) if redact else df, fmt.value, _table_console())
 
 
@@ -628,7 +632,7 @@ class TableFormat(str, Enum):
 def trace_stats(
     paths: list[str] = typer.Argument(..., metavar="PATH...", help="Kineto (PyTorch profiler) trace files or folders holding them (plain, gzip or zstd), or a store they were ingested into."),
     fmt: TableFormat = typer.Option(TableFormat.table, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="table, json (everything) or csv (the per-rank / per-step breakdown)."),
-    top: int = typer.Option(10, "--top", min=1, metavar="N", help="Kernels listed per rank in the top-kernels list."),
+    top: int = typer.Option(10, "--top", min=1, max=_HUGE, metavar="N", help="Kernels listed per rank in the top-kernels list."),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, metavar="N", help="Trace files read at once, each in its own process (default: the cores, fewer when their estimated memory would not fit in the budget: half the memory available, at most ~1.2 GB so that the whole run stays under ~1.4 GB; raise it with FORENSICS_TRACE_MEMORY_MB=MB, cap the count with FORENSICS_TRACE_JOBS; 1: one after another)."),
 ) -> None:
     """GPU time in profiler traces, per rank and step. Compute / non-compute / idle shares, idle causes (host wait, kernel wait, other), communication/computation overlap, top kernels, and which rank starts communication kernels last."""
@@ -648,7 +652,7 @@ def export_perfetto(
     output: str = typer.Option(..., "-o", "--output", metavar="FILE", help="Trace file (Chrome Trace Event JSON; gzip when it ends in .gz)."),
     steps: Optional[str] = typer.Option(None, "--steps", metavar="A:B", help="Steps A to B inclusive; A: or :B open (default: all steps)."),
     ranks: Optional[str] = typer.Option(None, "--ranks", metavar="LIST", help="Only these ranks: 0,3,5-7."),
-    max_events: int = typer.Option(500_000, "--max-events", min=1, metavar="N", help="Largest trace: beyond it only every k-th step is kept (a note says so)."),
+    max_events: int = typer.Option(500_000, "--max-events", min=1, max=_HUGE, metavar="N", help="Largest trace: beyond it only every k-th step is kept (a note says so)."),
     no_redact: bool = typer.Option(False, "--no-redact", help="Do not mask API keys, tokens and passwords in messages."),
     redact_pattern: Optional[list[str]] = typer.Option(None, "--redact-pattern", metavar="REGEX", help="Also mask matches of this regular expression (repeatable)."),
 ) -> None:

@@ -147,19 +147,47 @@ def _connect(run: Run, with_ranks: bool) -> "duckdb.DuckDBPyConnection":  # noqa
     return con
 
 
-def sql(run: Run, query: str) -> pl.DataFrame:
+SQL_TIMEOUT_S = 60.0   # the default time limit of one query: any question about a run's store takes seconds
+# DuckDB types with no polars or JSON/CSV form (a BLOB, INTERVAL, UNION, BIT, VARIANT, or a MAP anywhere in
+# a column's type): such a column comes back as DuckDB's text of it
+_AS_TEXT = re.compile(r"\b(BLOB|BYTEA|BINARY|VARBINARY|BIT|BITSTRING|INTERVAL|UNION|MAP|VARIANT|GEOMETRY)\b")
+
+
+def _as_text(rel: "duckdb.DuckDBPyRelation") -> "duckdb.DuckDBPyRelation":  # noqa: F821
+    """`rel` with every column of a type in _AS_TEXT cast to VARCHAR (rejects' raw bytes as
+    text, so they are redacted like any other text)."""
+    types = [str(t) for t in rel.types]
+    if not any(_AS_TEXT.search(t) for t in types):
+        return rel
+    cols = ['"' + c.replace('"', '""') + '"' for c in rel.columns]
+    return rel.project(", ".join(f"CAST({c} AS VARCHAR) AS {c}" if _AS_TEXT.search(t) else c for c, t in zip(cols, types)))
+
+
+def sql(run: Run, query: str, timeout: float = SQL_TIMEOUT_S) -> pl.DataFrame:
     """Run SQL (DuckDB's dialect, with its JSON functions for `extra`/`fields`) over `events`
     (the store's events), `rejects` (lines ingest could not read) and `ranks` (the `forensics
     ranks` table, computed only when the query names it). Columns are named as DuckDB names them
-    (`count_star()`, or the alias). No file outside the store can be read or written."""
+    (`count_star()`, or the alias); a BLOB, INTERVAL, UNION or MAP column comes back as text. No
+    file outside the store can be read or written. A query still running after `timeout` seconds
+    is stopped (ForensicsError)."""
+    import threading
+
     import duckdb
 
     con = _connect(run, with_ranks=re.search(r"\branks\b", query, re.IGNORECASE) is not None)
+    timer = threading.Timer(timeout, con.interrupt)
+    timer.daemon = True
+    timer.start()
     try:
         rel = con.sql(query)
         if rel is None:   # a statement without a result (CREATE, SET ...)
             return pl.DataFrame()
-        return rel.pl()
+        return _as_text(rel).pl()
+    except duckdb.InterruptException:
+        raise ForensicsError("the SQL query ran too long", where=query if len(query) <= 200 else query[:200] + " ...",
+                             reason=f"stopped after the time limit of {timeout:g} s",
+                             help="ask for less (a WHERE, a LIMIT), or allow more time with --timeout SECONDS",
+                             code=BAD_QUERY) from None
     except duckdb.Error as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         denied = isinstance(e, duckdb.PermissionException) or "disabled by configuration" in first \
@@ -174,4 +202,5 @@ def sql(run: Run, query: str) -> pl.DataFrame:
             code=BAD_QUERY,
         ) from None
     finally:
+        timer.cancel()
         con.close()

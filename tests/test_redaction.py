@@ -138,6 +138,16 @@ SECRET_LINES = [
     ("auth header Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl0 refused", ["eyJhbGciOiJIUzI1NiJ9"]),
     ("clone ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789 denied", ["aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"]),
     (PEM, ["MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM", "KeYbodYOuZ8gh2XbQ"]),
+    # by structure, not by shape (issue 30): the value an auth scheme or a secret-named key announces,
+    # to its delimiter
+    ("proxy Authorization: Bearer abcdefghijklmnopqrstuvwx refused", ["abcdefghijklmnopqrstuvwx"]),
+    ("header Authorization: Basic dXNlcjpzZWNyZXRwYXNz sent", ["dXNlcjpzZWNyZXRwYXNz"]),
+    ("fetch https://alice:pa/ss9wd@files.example.com/x failed", ["ss9wd"]),
+    ('db password="correct horse staple" rejected', ["horse staple"]),
+    ("db password=abc,dEf9 rejected", [",dEf9"]),
+    ("env DB_PASSWORD hunter2 exported", ["hunter2"]),
+    ("prompt PASSWORD Xyzzy given", ["Xyzzy"]),
+    ('dsn "postgres:\\/\\/admin:S3cretPg@db\\/x" refused', ["S3cretPg"]),
 ]
 EXTRA_SECRET = "Pw0rdXtra9"       # in extra: {"db_password": ...}
 FIELD_SECRET = "Tk9FieldSecret"   # a top-level key outside the envelope: the fields column
@@ -307,3 +317,25 @@ def test_frame_and_text_redaction_agree_on_any_text(texts: list[str]) -> None:
 
     out = redact.redact_frame(pl.DataFrame({"message": texts}))["message"].to_list()
     assert out == [redact.redact_text(t) for t in texts]
+
+
+def test_sql_over_rejects_masks_the_rejected_lines(tmp_path: Path) -> None:
+    """`sql "SELECT raw FROM rejects"`: the rejected bytes come back as text and are masked like any
+    other text (they were a BLOB, printed as logged, hf_ tokens included)."""
+    import forensics
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "rank_0.jsonl").write_bytes(b'{"timestamp": "2025-06-12T14:00:00Z", "rank": 0, "message": "step=1"}\n'
+                                     b"\xff\xfe login hf_AbC123xyzQ9 password=Rej3cted9 done\n")
+    forensics.ingest([str(d)], tmp_path / "st")
+    for fmt in ("table", "csv", "json", "jsonl"):
+        r = CliRunner().invoke(app, ["sql", str(tmp_path / "st"), "SELECT raw FROM rejects", "--format", fmt],
+                               env={"COLUMNS": "400"})
+        assert r.exit_code == 0, r.output
+        assert "login hf_***" in r.stdout and "AbC123xyzQ9" not in r.stdout and "Rej3cted9" not in r.stdout
+    r = CliRunner().invoke(app, ["sql", str(tmp_path / "st"), "SELECT raw FROM rejects", "--format", "csv", "--no-redact"])
+    assert "AbC123xyzQ9" in r.stdout

@@ -91,6 +91,7 @@ def _nth(k: int) -> str:
 
 # --- arguments --------------------------------------------------------------------------------
 
+MAX_RANKS_LISTED = 1 << 20      # more ranks than any job has run on
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
 
 
@@ -108,6 +109,9 @@ def parse_ranks(spec: str | None) -> list[int] | None:
         if b < a:
             raise ForensicsError(f"cannot read the rank list {spec!r}", reason=f"{part.strip()!r} runs backwards",
                                  help="e.g. --ranks 5-7", code=BAD_ARGUMENT)
+        if len(out) + b - a >= MAX_RANKS_LISTED:   # 0-99999999999 was a list of every number: a MemoryError
+            raise ForensicsError(f"cannot read the rank list {spec!r}", reason=f"it names more than {MAX_RANKS_LISTED:,} ranks",
+                                 help="name the ranks to keep, or leave --ranks out for all of them", code=BAD_ARGUMENT)
         out.extend(range(a, b + 1))
     return sorted(set(out))
 
@@ -187,7 +191,9 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
     aligned = timeline.with_aligned_time(ev, offsets)
     if ranks is not None:
         aligned = aligned.filter(pl.col("rank").is_in(ranks))
-    t0 = t_first - dt.timedelta(seconds=1)   # the earliest aligned time can precede the logged one
+    # the earliest aligned time can precede the logged one; a run dated in year 1 has no second before it
+    earliest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    t0 = t_first - dt.timedelta(seconds=1) if t_first - earliest >= dt.timedelta(seconds=1) else earliest
 
     # one scan per kind of event; each reads only its columns
     st_q = (timeline.step_table(aligned, "ts_aligned")

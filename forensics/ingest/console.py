@@ -87,8 +87,8 @@ _MAX_FRAMES = 200
 # ---------------------------------------------------------------------------------------------
 _TORCHRUN = re.compile(r"\[(rank|[A-Za-z_][A-Za-z_\-]*?|)(\d+)\]:")
 _RAY = re.compile(r"\(([\w.\-]+) pid=(\d+)(?:, ip=([\d.a-fA-F:]+))?\)\s?")
-_NCCL = re.compile(r"([\w.\-]+):(\d+):(\d+) \[(\d+)\] ")
-_PDSH = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}): ")
+_NCCL = re.compile(r"(?<![\w.\-])([\w.\-]++):(\d++):(\d++) \[(\d++)\] ")
+_PDSH = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}+): ")
 _GLOG = re.compile(
     r"\[?([IWEF])(?:(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?)?(?:\s+\d+)?\s+([\w.\-/]+:\d+)\]\s?"
 )
@@ -114,10 +114,11 @@ _LEAD_TS_BLOCK = re.compile(
     r"(?: - (?:[\w.\-]+ - )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) - | )"
 )
 _BLOCK_BODY = re.compile(
-    r"(?:[ \t]+(?:\w+\s*[=:]|<NO_OTHER_FAILURES>)|(?:Failures:|Root Cause \(first observed failure\):)\s*$|[=\-]{20,}\s*$)"
+    r"(?:[ \t]{1,64}+(?:\w++\s*+[=:]|<NO_OTHER_FAILURES>)|(?:Failures:|Root Cause \(first observed failure\):)\s*+$"
+    r"|(?<![=\-])[=\-]{20,}+\s*+$)"
 )
 _ROUTING = re.compile(
-    r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{4} \d\d:|[\w.\-]+:\d+:\d+ \[\d+\] "
+    r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{4} \d\d:|(?<![\w.\-])[\w.\-]++:\d++:\d++ \[\d++\] "
     r"|\(\w+ pid=\d+"
 )
 # Syslog / journald short and short-precise (`journalctl -o short-precise`, microseconds):
@@ -136,7 +137,7 @@ _JOURNAL_ISO = re.compile(
 )
 # srun --label: `%0*d: ` (task id, zero-padded to the width of the largest); recognised only in a
 # file where most lines carry it (a numbered list in a program's output is not a label).
-_SRUN_LABEL = re.compile(r" *(\d{1,6}): ")
+_SRUN_LABEL = re.compile(r" {0,8}+(\d{1,6}): ")
 # mpirun --tag-output (Open MPI / PRRTE): `[jobid,rank]<stdout>:`.
 _MPI_TAG = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
 _TEE_LOCAL = re.compile(r"\[(?!rank\d)[A-Za-z_][A-Za-z_\-]*\d+\]:")
@@ -262,7 +263,7 @@ _NCCL_ERROR_IN = re.compile(r"NCCL error in: ([^,]+), (.+?)(?:, NCCL version ([\
 _NCCL_ERROR_NAME = re.compile(r"\b(nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage))\b")
 _NCCL_ABORTED = re.compile(r"NCCL communicator was aborted on rank (\d+)")
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
-_MEM = r"([\d.]+) ?([KMGT]i?B|bytes)"
+_MEM = r"(?<![\d.])([\d.]++) ?([KMGT]i?B|bytes)"
 _OOM_FIELDS: list[tuple[str, re.Pattern[str]]] = [
     ("tried_mb", re.compile(r"Tried to allocate " + _MEM)),
     ("total_mb", re.compile(r"total capacity of " + _MEM)),
@@ -302,7 +303,7 @@ _HF_DICT = re.compile(r"\{('[\w/.\-]+': [^{}]*)\}\s*$")
 _FREE_STEP = re.compile(r"\b[Ss]tep[:\s]\s*(\d+)(?:\s*/\s*\d+)?\b")
 _FREE_LOSS = re.compile(r"\b[Ll]oss\s*[:=]?\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|nan|inf)\b")
 _FREE_LR = re.compile(r"\b(?:lr|learning[_ ]rate)\s*[:=]?\s*(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\b")
-_FREE_MS = re.compile(r"(\d+(?:\.\d+)?)\s*ms\s*/\s*(?:step|it(?:er)?)\b")
+_FREE_MS = re.compile(r"(?<!\d)(\d++(?:\.\d++)?)\s*+ms\s*+/\s*+(?:step|it(?:er)?)\b")
 _HF_PAIR = re.compile(r"'([\w/.\-]+)': ('(?:[^'\\]|\\.)*'|[^,}]+)")
 _SIGNAL_RECEIVED = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 _KILLING = re.compile(r"Killing subprocess (\d+)")
@@ -439,13 +440,21 @@ def _ranks(s: str) -> list[int]:
     return [int(t) for t in re.findall(r"\d+", s)]
 
 
+def _small_int(t: str) -> bool:
+    """ASCII digits int() reads ('²' is a digit to str.isdigit; 5,000 digits are past int's limit)."""
+    return t.isascii() and t.isdigit() and len(t) <= 12
+
+
 def _task_list(s: str) -> list[int]:
     """Slurm task ranges `0-2,5` -> [0, 1, 2, 5]."""
     out: list[int] = []
     for part in s.split(","):
         a, _, b = part.partition("-")
-        if a.isdigit() and (not b or b.isdigit()):
-            out.extend(range(int(a), int(b or a) + 1))
+        if _small_int(a) and (not b or _small_int(b)):
+            # capped before the range is made: `tasks 0-99999999999` was a MemoryError
+            out.extend(range(int(a), min(int(b or a), int(a) + 100_000 - len(out)) + 1))
+            if len(out) >= 100_000:
+                break
     return out[:100_000]
 
 
@@ -533,7 +542,14 @@ class _Parser:
         try:
             no = first_line
             for i, ln in enumerate(lines):
-                self._line(ln, no, i)
+                try:
+                    self._line(ln, no, i)
+                except (ValueError, OverflowError) as e:   # a number past int()'s 4,300 digits, ...: this line only
+                    r = self.pending[-1] if self.pending and self.pending[-1].line == no else None
+                    if r is None:
+                        r = _Row(no)
+                        self.pending.append(r)
+                    r.reason, r.raw = f"not read: {str(e)[:80]}", (ln + "\n").encode("utf-8", errors="replace")
                 no += 1
         finally:
             if gc_was_enabled:
@@ -1624,9 +1640,36 @@ def _hf_dict(text: str, r: _Row) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+_I32 = range(-2**31, 2**31)
+
+
+def _in_int32(r: _Row) -> None:
+    """A rank or GPU index a store cannot hold (Int32) is left out and kept as text in extra."""
+    for name in ("rank", "local_rank"):
+        v = getattr(r, name)
+        if v is not None and v not in _I32:
+            setattr(r, name, None)
+            r.x(**{f"{name}_out_of_range": str(v)[:40]})
+            if name == "rank":
+                r.rank_source = "none"
+
+
+def _extra_json(extra: dict[str, Any]) -> str:
+    d = {k: v for k, v in extra.items() if v is not None}
+    try:
+        return orjson.dumps(d).decode()
+    except orjson.JSONEncodeError:   # an int beyond 64 bits (a pid of 30 digits): as text
+        from .bounds import json_safe
+
+        return orjson.dumps(json_safe(d), default=str).decode()
+
+
 def _to_block(rows: list[_Row]) -> Block:
     ev = [r for r in rows if r.reason is None]
     rj = [r for r in rows if r.reason is not None]
+    for r in ev:
+        if r.rank is not None and r.rank not in _I32 or r.local_rank is not None and r.local_rank not in _I32:
+            _in_int32(r)
     used: set[str] = set()
     for r in ev:
         if r.m:
@@ -1642,7 +1685,7 @@ def _to_block(rows: list[_Row]) -> Block:
         "message": pl.Series("message", [r.message for r in ev], dtype=pl.String),
         "extra": pl.Series(
             "extra",
-            [orjson.dumps({k: v for k, v in r.extra.items() if v is not None}).decode() if r.extra else None for r in ev],
+            [_extra_json(r.extra) if r.extra else None for r in ev],
             dtype=pl.String,
         ),
     }

@@ -30,12 +30,17 @@ import polars as pl
 
 from ..errors import UNREADABLE, ForensicsError
 from ..schema import Level, RankSource
+from .bounds import json_safe
 from .formats import ReaderContext
 from .jsonl import Block, rejects_frame
 
 MAX_DUMP_BYTES = 64 << 20     # real dumps are a few MiB (a 2,000-entry ring buffer with stacks)
 MAX_VALUES = 2_000_000        # values in the dump counted as a tree (a shared value once per use)
 MAX_DEPTH = 100               # nesting (real dumps: < 10; orjson stops at 255)
+# text in the dump counted as a tree (a shared string once per use): every walk after the load
+# (the event builder's JSON, repr) writes each use. 20 entries sharing one 40 MB string took a
+# 2.7 GB peak, 400 a MemoryError; a real dump's text is a few MiB (stack frames).
+MAX_TREE_BYTES = 2 * MAX_DUMP_BYTES
 
 # Element sizes of the dtype names the recorder writes (c10 ScalarType names).
 DTYPE_BYTES: dict[str, int] = {
@@ -77,13 +82,22 @@ def _check_types(obj: Any) -> None:
         return
     if type(obj) not in _CONTAINERS:
         raise pickle.UnpicklingError(f"refused value of type {type(obj).__name__}")
-    memo: dict[int, tuple[int, int]] = {}
+    memo: dict[int, tuple[int, int, int]] = {}
     keep: list[Any] = []  # holds the walked containers so ids stay unique during the walk
     _walk(obj, 1, memo, keep)
 
 
-def _walk(o: Any, level: int, memo: dict[int, tuple[int, int]], keep: list[Any]) -> tuple[int, int]:
-    """(tree size, depth) of container `o`; raises UnpicklingError as _check_types says."""
+def _too_big(n: int, b: int) -> None:
+    if n > MAX_VALUES:
+        raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
+    if b > MAX_TREE_BYTES:
+        raise pickle.UnpicklingError(f"expands to more than {MAX_TREE_BYTES >> 20} MiB of text "
+                                     "(a string shared through the pickle memo, counted at each use)")
+
+
+def _walk(o: Any, level: int, memo: dict[int, tuple[int, int, int]], keep: list[Any]) -> tuple[int, int, int]:
+    """(tree size, depth, bytes of its strings) of container `o`, a shared value counted at each
+    use; raises UnpicklingError as _check_types says."""
     i = id(o)
     got = memo.get(i)
     if got is not None:
@@ -92,13 +106,15 @@ def _walk(o: Any, level: int, memo: dict[int, tuple[int, int]], keep: list[Any])
         return got
     if level > MAX_DEPTH:
         raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
-    memo[i] = (-1, 0)  # in progress (a cycle through the memo is refused above)
+    memo[i] = (-1, 0, 0)  # in progress (a cycle through the memo is refused above)
     keep.append(o)
     parts = (o.keys(), o.values()) if type(o) is dict else (o,)
-    n, d = 1, 0
+    n, d, b = 1, 0, 0
     for kids in parts:
         types = set(map(type, kids))
         n += len(kids)
+        if str in types or bytes in types:
+            b += sum(len(k) for k in kids if type(k) is str or type(k) is bytes)
         if types <= _SCALARS:
             continue
         for t in types:
@@ -106,18 +122,17 @@ def _walk(o: Any, level: int, memo: dict[int, tuple[int, int]], keep: list[Any])
                 raise pickle.UnpicklingError(f"refused value of type {t.__name__}")
         for k in kids:
             if type(k) in _CONTAINERS:
-                ks, kd = _walk(k, level + 1, memo, keep)
+                ks, kd, kb = _walk(k, level + 1, memo, keep)
                 n += ks - 1
+                b += kb
                 if kd > d:
                     d = kd
-                if n > MAX_VALUES:
-                    raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
-    if n > MAX_VALUES:
-        raise pickle.UnpicklingError(f"expands to more than {MAX_VALUES:,} values (shared through the pickle memo)")
+                _too_big(n, b)
+    _too_big(n, b)
     if d + 1 > MAX_DEPTH:   # a shared (memoised) deep value reached from a shallow place
         raise pickle.UnpicklingError(f"nested deeper than {MAX_DEPTH} levels")
-    memo[i] = (n, d + 1)
-    return n, d + 1
+    memo[i] = (n, d + 1, b)
+    return n, d + 1, b
 
 
 def load_dump(stream: BinaryIO, where: str = "<stream>") -> dict[str, Any]:
@@ -170,13 +185,50 @@ def loads_any_dump(data: bytes, where: str = "<bytes>") -> dict[str, Any]:
     return loads_dump(data, where)
 
 
+# Bounds of the numbers a dump's fields hold (a dump is plain data, but any data: `rank: 2**64`,
+# `timeout_ms: 10**400`, `input_sizes: [["abc"]]` or `[[inf]]` each aborted the whole ingest).
+MAX_RANK = 2**31 - 1          # a store's rank column is Int32
+MAX_INT = 2**63 - 1           # seq, ids, times: Int64 columns
+MAX_ELEMENTS = 2**62          # a tensor's elements (a shape's product), far beyond any GPU's memory
+
+
+def int_in(v: Any, lo: int = 0, hi: int = MAX_INT) -> int | None:
+    """`v` when it is an int (not a bool) in [lo, hi], else None."""
+    return v if type(v) is int and lo <= v <= hi else None
+
+
+def _rank_text(t: str) -> int | None:
+    """A rank written as ASCII digits ('²' is a digit to str.isdigit, not to int), in range."""
+    return int(t) if t.isascii() and t.isdigit() and len(t) <= 10 and int(t) <= MAX_RANK else None
+
+
 def _pg_ranks(value: Any) -> list[int]:
-    """pg_config ranks: a list, or the string "[0, 1, 2]" the recorder writes."""
+    """pg_config ranks: a list, or the string "[0, 1, 2]" the recorder writes; what is not a rank
+    number a store can hold is left out."""
     if isinstance(value, (list, tuple)):
-        return [int(v) for v in value if isinstance(v, int) or (isinstance(v, str) and v.isdigit())]
-    if isinstance(value, str):
-        return [int(t) for t in re.findall(r"-?\d+", value)]
-    return []
+        got = [int_in(v, 0, MAX_RANK) if type(v) is int else _rank_text(v) if isinstance(v, str) else None for v in value]
+    elif isinstance(value, str):
+        got = [_rank_text(t) for t in re.findall(r"[0-9]+", value)]
+    else:
+        got = []
+    return [r for r in got if r is not None]
+
+
+def numel(shape: Any) -> int | None:
+    """Elements of a tensor shape (a list of ints); None when it is not one or is out of bounds."""
+    if not isinstance(shape, list):
+        return None
+    n = 1
+    for d in shape:
+        d = int_in(d, 0, MAX_ELEMENTS)
+        if d is None:
+            return None
+        n *= d
+        if n > MAX_ELEMENTS:
+            return None
+    return n
+
+
 
 
 def _pg_name(entry: dict[str, Any]) -> str | None:
@@ -201,15 +253,16 @@ def _size_mb(sizes: Any, dtypes: Any) -> float | None:
     total = 0
     for shape, dt in zip(sizes, dtypes):
         b = DTYPE_BYTES.get(str(dt))
-        if b is None or not isinstance(shape, list):
+        n = numel(shape)
+        if b is None or n is None:
             return None
-        total += math.prod(int(d) for d in shape) * b
+        total += n * b
     return total / (1024 * 1024)
 
 
 def dump_rank(dump: dict[str, Any], path_rank: int | None) -> tuple[int | None, str]:
-    r = dump.get("rank")
-    if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+    r = int_in(dump.get("rank"), 0, MAX_RANK)
+    if r is not None:
         return r, "record"
     if path_rank is not None:
         return path_rank, "path"
@@ -297,9 +350,18 @@ def _events(dump: dict[str, Any], rank: int | None, rank_source: str, host: str 
         extra = {k: v for k, v in e.items() if k not in known}
         extra["pg_desc"] = _pg_desc(e)
         extra["state"] = state
-        t_ns = e.get("time_created_ns")
+        t_ns = int_in(e.get("time_created_ns"), -MAX_INT)
         timeout = e.get("timeout_ms")
-        seq = e.get("collective_seq_id")
+        timeout = float(timeout) if type(timeout) is float and math.isfinite(timeout) and timeout >= 0 \
+            else int_in(timeout, 0, 2**53)
+        seq = int_in(e.get("collective_seq_id"))
+        # a value out of type or bounds is left out of its column, and said (its start) in extra
+        odd = {k: repr(e[k])[:64] for k, v in (("time_created_ns", t_ns), ("timeout_ms", timeout), ("collective_seq_id", seq))
+               if v is None and e.get(k) is not None}
+        odd.update({k: repr(e[k])[:64] for k in ("input_sizes", "output_sizes")
+                    if isinstance(e.get(k), list) and any(numel(x) is None for x in e[k])})
+        if odd:
+            extra["odd_fields"] = odd
         rows.append({
             "line": i,
             "event": "COLLECTIVE",
@@ -308,12 +370,12 @@ def _events(dump: dict[str, Any], rank: int | None, rank_source: str, host: str 
             # weighs (with its peers), not a warning by itself
             "level": "INFO",
             "message": f"{e.get('profiling_name')} #{seq} {state} on pg {name}",
-            "seq": seq if isinstance(seq, int) else None,
+            "seq": seq,
             "collective": e.get("profiling_name") if isinstance(e.get("profiling_name"), str) else None,
             "process_group": name,
-            "timeout_s": timeout / 1000 if isinstance(timeout, (int, float)) else None,
+            "timeout_s": timeout / 1000 if timeout is not None else None,
             "tensor_size_mb": _size_mb(e.get("input_sizes"), e.get("input_dtypes")),
-            "ts_ns": t_ns if isinstance(t_ns, int) else None,
+            "ts_ns": t_ns,
             "extra": extra,
         })
     status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
@@ -333,15 +395,15 @@ def _events(dump: dict[str, Any], rank: int | None, rank_source: str, host: str 
         if isinstance(spec, dict):
             extra["pg_desc"] = spec.get("desc")
             extra["pg_ranks"] = _pg_ranks(spec.get("ranks"))
-        last = st.get("last_enqueued_collective")
-        done = st.get("last_completed_collective")
-        behind = isinstance(last, int) and isinstance(done, int) and last > done
+        last = int_in(st.get("last_enqueued_collective"), -MAX_INT)
+        done = int_in(st.get("last_completed_collective"), -MAX_INT)
+        behind = last is not None and done is not None and last > done
         rows.append({
             "line": base + j,
             "event": "PG_STATUS",
             "level": "WARN" if behind else "INFO",
             "message": f"pg {name or '?'} (id {pg_id}): enqueued {last}, completed {done}",
-            "seq": last if isinstance(last, int) else None,
+            "seq": last,
             "process_group": name,
             "extra": extra,
         })
@@ -375,8 +437,15 @@ def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
         "process_group": pl.Series(col("process_group"), dtype=pl.String),
         "timeout_s": pl.Series(col("timeout_s"), dtype=pl.Float64),
         "tensor_size_mb": pl.Series(col("tensor_size_mb"), dtype=pl.Float64),
-        "extra": pl.Series([orjson.dumps(r["extra"], option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode() for r in rows], dtype=pl.String),
+        "extra": pl.Series([_json(r["extra"]) for r in rows], dtype=pl.String),
     })
+
+
+def _json(extra: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(extra, option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode()
+    except orjson.JSONEncodeError:   # an int beyond 64 bits somewhere in it: as text (rare: walked only then)
+        return orjson.dumps(json_safe(extra), option=orjson.OPT_NON_STR_KEYS, default=_jsonable).decode()
 
 
 def _jsonable(o: Any) -> Any:

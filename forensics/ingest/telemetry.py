@@ -51,6 +51,11 @@ THROTTLE_BITS: dict[str, int] = {
 # Reasons that cost performance without the user asking for it.
 SLOWDOWN_MASK = 0x8 | 0x20 | 0x40 | 0x80
 
+# Columns of a table read (the first ones): nvidia-smi's query fields and DCGM's are a few dozen
+# per table; a 4,000-column header took 61 s and 4 GB (the per-column expressions of one select),
+# 20,000 columns more than 120 s. The header event says how many were not read.
+MAX_COLUMNS = 256
+
 _TS_KEYS = {"timestamp", "time", "ts", "date", "datetime", "time_stamp"}
 _INDEX_KEYS = {"index", "gpu_index", "gpu", "gpu_id", "gpu_idx", "device_index", "gpu_num", "idx", "gpuid"}
 _HOST_KEYS = {"host", "hostname", "node", "host_name", "nodename"}
@@ -88,11 +93,11 @@ _RATE_KEYS: dict[str, str] = {
 _XID_KEYS = {"dcgm_fi_dev_xid_errors", "xid_errors", "xid"}
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(?:%|MiB|MB|W|MHz|C|KiB|KB/s|MB/s)?\s*$")
-_STATUS = re.compile(r"^\s*\[?\s*(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost|"
-                     r"GPU requires reset|Requires Pstate[^\]]*|No data)\s*\]?\s*$", re.I)
+_STATUS = re.compile(r"^\s*+(?:\[\s*+)?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost|"
+                     r"GPU requires reset|Requires Pstate[^\]]*+|No data)\s*+(?:\]\s*+)?$", re.I)
 _PROM = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-_UNIT = re.compile(r"\s*\[([^\]]*)\]\s*$")
+_LABEL = re.compile(r'(?<!\w)(\w++)="((?:[^"\\]++|\\.)*+)"')
+_UNIT = re.compile(r"(?<!\s)\s*+\[([^\[\]]*+)\]\s*+$")
 
 
 
@@ -288,7 +293,7 @@ class _Table:
         rejects = [(no, f"expected {k} fields, found {nf}", (raw + "\n").encode("utf-8", errors="replace"))
                    for raw, no, nf in bad.select("raw", "line", "nf").iter_rows()]
         good = df.filter(pl.col("nf") == k)
-        cell = {j: pl.col("f").list.get(j).str.strip_chars() for j in range(k)}
+        cell = {j: pl.col("f").list.get(j).str.strip_chars() for j in range(min(k, MAX_COLUMNS))}
         exprs: list[pl.Expr] = [pl.col("line")]
         metrics: dict[str, list[pl.Expr]] = {}
         rates: dict[str, list[pl.Expr]] = {}
@@ -296,7 +301,7 @@ class _Table:
         status_cols: list[tuple[str, pl.Expr]] = []
         extra_cols: list[tuple[str, pl.Expr, pl.Expr]] = []     # (key, value as text, is it a number)
         ts = host = gpu = xid = throttle = None
-        for j, c in enumerate(self.cols):
+        for j, c in enumerate(self.cols[:MAX_COLUMNS]):
             v = cell[j]
             if c.kind == "ts":
                 ts = v.str.replace(r"^(\d{4})/(\d\d)/(\d\d)", "${1}-${2}-${3}")
@@ -406,8 +411,9 @@ def _flush(state: _State, frames: list[pl.DataFrame], rejects: list[tuple[int, s
 
 
 def _header_event(line: str, no: int, rows: _Rows, state: _State, cols: list[_Col]) -> None:
-    mapping = {c.raw.strip(): (c.target or c.kind) if c.kind not in ("ts", "index", "host") else c.kind for c in cols}
-    rows.add(no, "TELEMETRY_HEADER", "INFO", line, extra={"columns": mapping, "restart": state.seen_data or None})
+    mapping = {c.raw.strip(): (c.target or c.kind) if c.kind not in ("ts", "index", "host") else c.kind for c in cols[:MAX_COLUMNS]}
+    rows.add(no, "TELEMETRY_HEADER", "INFO", line, extra={"columns": mapping, "restart": state.seen_data or None,
+                                                          "columns_not_read": max(len(cols) - MAX_COLUMNS, 0) or None})
 
 
 def _csv_line(line: str, no: int, rows: _Rows, state: _State, frames: list[pl.DataFrame],
@@ -499,7 +505,7 @@ def read_dcgm(path: str, stream: BinaryIO, ctx: ReaderContext) -> Iterator[Block
                 name, labels_txt, value, ts_ms = pm.groups()
                 labels = dict(_LABEL.findall(labels_txt or ""))
                 gpu_txt = labels.get("gpu")
-                gpu = int(gpu_txt) if gpu_txt and gpu_txt.isdigit() else None
+                gpu = int(gpu_txt) if gpu_txt and gpu_txt.isascii() and gpu_txt.isdigit() and len(gpu_txt) < 10 else None
                 host = labels.get("Hostname") or labels.get("hostname") or labels.get("instance")
                 key = (name, host, gpu)
                 if key in seen_keys:     # the same series again: a new scrape began

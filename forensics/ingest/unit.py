@@ -25,6 +25,7 @@ from ..schema import REJECT_SCHEMA, arrow_schema, conform
 from ..store import _EPOCH, COMPRESSION, ROW_GROUP, PartWriter, arrow_array, min_max
 from ..summaries import Partial
 from . import native
+from .bounds import TS_REASON, lines_at, split_out_of_range
 from .formats import BLOCK_BYTES, ReaderContext, reader_for
 from .jsonl import scan_files
 from .sources import GuardedStream, RangeReader, max_line_bytes, open_binary, zstd_damage
@@ -250,19 +251,23 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
         return {}, held
     chosen = [pieces[k] for k in idx]
     fb = scan_files(mv[:pos], ends, [(p.rank_hint, p.host_hint) for p in chosen])
+    ev, file_of = fb.events, fb.file_of
+    ev, _, bad = split_out_of_range(ev)
+    late = _out_of_range_rejects(mv[:pos], ends, fb.events, fb.file_of, bad) if bad is not None else None
+    if bad is not None:
+        file_of = file_of[~bad]
     del mv, buf
     out = {k: PieceResult(p.path, 0, p.size, lines=int(n)) for k, p, n in zip(idx, chosen, fb.lines)}
-    ev = fb.events
     schema = arrow_schema()
     if ev.num_rows:
         paths = arrow_array([p.path for p in chosen], pa.large_string())
-        ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), paths.take(native.int_array(fb.file_of)))
+        ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), paths.take(native.int_array(file_of)))
         ev = ev.set_column(schema.get_field_index("format"), schema.field("format"), _constant("jsonl", ev.num_rows))
         if not (fb.in_order or _in_order(ev)):
             ev = ev.sort_by(_ORDER)   # stable: a rank's files stay in their order
         ew.add(ev, in_order=True)
-        _count_per_file(fb.events, fb.file_of, [out[k] for k in idx])
-    rj = fb.rejects
+        _count_per_file(ev, file_of, [out[k] for k in idx])
+    rj = fb.rejects if late is None else pl.concat([fb.rejects, late.select(fb.rejects.columns)], how="vertical_relaxed")
     if rj.height:
         files = rj["file"].to_numpy()
         rw.add(rj.with_columns(pl.Series("source_file", [chosen[f].path for f in files], dtype=pl.String))
@@ -273,6 +278,19 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
             r.wrote_rejects = True
             r.rejected_by_reason[reason] = r.rejected_by_reason.get(reason, 0) + n
     return out, held
+
+
+def _out_of_range_rejects(buf: memoryview, ends: list[int], ev: pa.Table, file_of: np.ndarray,
+                          bad: np.ndarray) -> pl.DataFrame:
+    """The rejects (with "file": the file's index) of scan_files' events whose time a store cannot
+    hold, their bytes from the buffer of the files (file i ends at ends[i])."""
+    rows: list[dict[str, Any]] = []
+    lines = ev["line"].to_numpy(zero_copy_only=False)[bad]
+    for f, line in zip(file_of[bad].tolist(), lines.tolist()):
+        start = ends[f - 1] if f else 0
+        got = lines_at(io.BytesIO(bytes(buf[start:ends[f]])), 1, [int(line)]).get(int(line), (b"", 0))
+        rows.append({"line": int(line), "reason": TS_REASON, "raw": got[0], "raw_len": got[1], "file": int(f)})
+    return pl.DataFrame(rows, schema={**dict(REJECT_SCHEMA), "file": pl.Int64}).drop("source_file")
 
 
 def _numbers(a: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -342,6 +360,27 @@ def _count_per_file(ev: pa.Table, file_of: np.ndarray, results: list[PieceResult
             r.end_ts = (_EPOCH + timedelta(microseconds=b)).isoformat()
 
 
+def _reject_lines(u: Piece, data: bytes | None, lines: list[int], reason: str, rw: PartWriter, res: PieceResult) -> None:
+    """Rejects (with `reason`) for lines of the piece its reader turned into events that cannot be
+    kept: their bytes read again (rare: only the lines named)."""
+    try:
+        if data is not None:
+            raw: Any = io.BytesIO(data)
+        elif u.compression == "none":
+            raw = RangeReader(u.path, u.start, u.end if u.end >= 0 else os.path.getsize(u.path))
+        else:
+            raw = open_binary(u.path, u.compression)
+        with raw:
+            got = lines_at(io.BufferedReader(raw) if isinstance(raw, io.RawIOBase) else raw, u.first_line, lines)
+    except (OSError, EOFError, ValueError):
+        got = {}
+    rows = [{"source_file": u.path, "line": n, "reason": reason, "raw": got.get(n, (b"", 0))[0],
+             "raw_len": got.get(n, (b"", 0))[1]} for n in lines]
+    rw.add(pl.DataFrame(rows, schema=REJECT_SCHEMA).to_arrow().cast(arrow_schema("rejects")))
+    res.rejected += len(rows)
+    res.rejected_by_reason[reason] = res.rejected_by_reason.get(reason, 0) + len(rows)
+
+
 def _read_into(path: str, into: memoryview) -> int:
     """Read the file's first len(into) bytes into `into` in one read call (no file object; a
     short read of a file not at its end, rare, leaves it short: it is then read by its reader);
@@ -389,11 +428,13 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: byte
     srcs: dict[str, int] = {}
     tmin = tmax = None
     consumed = 0
+    out_of_range: list[int] = []   # lines whose time a store cannot hold: rejects, their bytes read again below
     try:
         assert reader is not None, f"no reader for {u.fmt}"
         for block in reader(u.path, stream, ctx):
             res.lines += block.lines
-            ev = _events_table(block.events, u.fmt)
+            ev, late, _ = split_out_of_range(_events_table(block.events, u.fmt))
+            out_of_range.extend(late)
             if ev.num_rows:
                 n = ev.num_rows
                 ev = ev.set_column(schema.get_field_index("source_file"), schema.field("source_file"), _constant(u.path, n))
@@ -425,6 +466,8 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: byte
                     res.unterminated_tail = True
     finally:
         stream.close()
+    if out_of_range:
+        _reject_lines(u, data, out_of_range, TS_REASON, rw, res)
     res.wrote_events = res.events > 0
     res.wrote_rejects = res.rejected > 0
     res.ranks = sorted(ranks)

@@ -38,12 +38,23 @@ def write_rows(df: pl.DataFrame, fmt: str, stream: TextIO | None = None, drop_nu
     elif fmt == "csv":
         # nested values (lists) have no CSV form: as JSON text
         p = p.with_columns(pl.col(c).cast(pl.List(pl.String)).list.join(",") for c, t in p.schema.items()
-                           if isinstance(t, pl.List))
+                           if isinstance(t, pl.List) and not t.inner.is_nested())
+        p = p.with_columns(_json_text(p[c]) for c, t in p.schema.items() if t.is_nested() or t == pl.Binary)
         stream.write(p.with_columns(csv_float(c) for c, t in p.schema.items() if t.is_float()).write_csv())
     elif fmt == "json":
         stream.write(p.write_json() + "\n")
     else:  # the CLI validates formats; a library caller gets a plain error
         raise ValueError(f"unknown format {fmt!r}")
+
+
+def _json_text(s: pl.Series) -> pl.Series:
+    """A nested column (a struct, a list of lists or structs) as JSON text per value, or bytes as
+    text (invalid UTF-8 replaced): what a CSV cell can hold."""
+    import json
+
+    if s.dtype == pl.Binary:
+        return pl.Series(s.name, [None if v is None else v.decode("utf-8", "replace") for v in s.to_list()], pl.String)
+    return pl.Series(s.name, [None if v is None else json.dumps(v, default=str) for v in s.to_list()], pl.String)
 
 
 # CSV is read by people and spreadsheets: a float is rounded to 12 significant digits, which

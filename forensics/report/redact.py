@@ -29,6 +29,14 @@ from .model import Report
 
 MASK = "***"
 
+# Redaction by structure, not by word: a value is masked up to its own delimiter wherever a secret
+# is announced by the text around it: the value after a secret-named key (up to its closing
+# quote, or to the end of an unquoted value), after an auth scheme, and a URL's userinfo (to its
+# last '@'). Shapes only where nothing announces the secret (provider tokens, PEM blocks, bare AWS
+# keys). Every pattern runs in time linear in the text: a run it could start anywhere in is
+# entered only at its start (look-behind), consumed without backtracking (possessive), and a
+# value is bounded (tests/test_regex_linear.py runs each on 1 MB adversarial lines).
+#
 # Secret-ish key names (WANDB_API_KEY, aws_secret_access_key, hf_token, db.password): the match
 # starts at the key word, so the name before it is kept as logged. A password is masked whatever
 # its length; a key or token value from 8 characters (`num_token=5` is a count, not a secret).
@@ -36,34 +44,65 @@ _PASSWORD = r"secret|password|passwd|credentials?"
 _KEY = r"api[_-]?key|access[_-]?key|token"
 # A value that looks generated (has a digit, / or +), not a word: "HF_TOKEN not set" stays.
 _B64 = r"[A-Za-z0-9/+=_.-]"
+# After the key: its closing quote (JSON, also escaped inside a JSON string), then = or :.
+_SEP = r"""(\\?["']?\s*+[:=]\s*+)"""
+# The value: quoted (to the closing quote: "correct horse staple" is one password), escaped-quoted
+# (\"...\" inside a JSON string), or bare, to a blank, quote, ; & ) } ] or backslash (abc,def is
+# one password). A quoted value longer than 1 KiB is taken as bare (its first word masked).
+_VALUE = (r"""(\\"(?:[^"\\]|\\[^"]){0,1024}+\\"|"(?:[^"\\\n]|\\.){0,1024}+"|'[^'\n]{0,1024}+'"""
+          r"""|[^\s"'<>;&)}\]\\]++)""")
+
+
+def _mask_value(m: re.Match[str], least: int = 0) -> str:
+    """key + separator + the value masked inside its quotes; unchanged when the value is shorter
+    than `least` characters (a count, not a key)."""
+    v = m.group(3)
+    q = 2 if v.startswith('\\"') else 1 if v[0] in "\"'" else 0
+    inner = v[q:len(v) - q] if q else v
+    if len(inner) < least:
+        return m.group(0)
+    return f"{m.group(1)}{m.group(2)}{v[:q]}{MASK}{v[len(v) - q:] if q else ''}"
+
 
 # (guard, pattern, replacement): a pattern runs only on text that holds one of its guard's
 # literals (lower-cased) or matches its guard regex; most log lines hold none of them.
-_PATTERNS: list[tuple[tuple[str, ...] | re.Pattern[str], re.Pattern[str], str]] = [
+_PATTERNS: list[tuple[tuple[str, ...] | re.Pattern[str], re.Pattern[str], Any]] = [
     # PEM private keys, the whole block (several lines in one message); an unterminated block is
     # masked to the end of the text (a line cut at 4 KiB keeps its head only)
     (("private key",),
-     re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)"),
+     re.compile(r"-----BEGIN ([A-Z0-9 ]{0,32})PRIVATE KEY-----[^-]*+(?:-(?!----END )[^-]*+)*+"
+                r"(-----END [A-Z0-9 ]{0,32}PRIVATE KEY-----|\Z)"),
      rf"-----BEGIN \1PRIVATE KEY-----{MASK}\2"),
-    # user:password@ in URLs: empty user (redis://:pw@h), '@' inside the password (u:p@ss@h)
-    (("://",), re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@\"'<>]*:[^/\s\"'<>]*@"), rf"\1{MASK}:{MASK}@"),
+    # user:password@ in URLs: empty user (redis://:pw@h), '@' or '/' inside the password
+    # (u:p@ss@h, u:pa/ss@h: to the last '@' of the address), slashes escaped in JSON (:\/\/)
+    (("//", "\\/\\/"), re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]{0,31}+:(?:\\?/){2})[^/\\\s:@\"'<>]{0,256}+:"
+                        r"(?:[^\s\"'<>@]{0,256}+@){1,8}"), rf"\1{MASK}:{MASK}@"),
+    # Authorization: <scheme> <credentials> (HTTP headers, curl -H, a request dump): whatever the
+    # credentials look like
+    (("authorization",),
+     re.compile(r"""(?i)(\b(?:proxy-)?authorization\\?["']?\s*+[:=]\s*+\\?["']?)"""
+                r"((?:bearer|basic|digest|negotiate|token|apikey|aws4-hmac-sha256|ntlm)\s++)?([^\s\"'\\]++)"),
+     lambda m: f"{m.group(1)}{m.group(2) or ''}{MASK}"),
     # NAME=value / NAME: value / "NAME": "value" (also JSON escaped inside a string), any length
-    (("secret", "passw", "credential"),
-     re.compile(rf"(?i)({_PASSWORD})(\\?\"?\s*[:=]\s*\\?\"?)([^\s\"',;\\]+)"), rf"\1\2{MASK}"),
-    (("key", "token"),
-     re.compile(rf"(?i)({_KEY})(\\?\"?\s*[:=]\s*\\?\"?)([^\s\"',;\\]{{8,}})"), rf"\1\2{MASK}"),
+    (("secret", "passw", "credential"), re.compile(rf"(?i)({_PASSWORD}){_SEP}{_VALUE}"), _mask_value),
+    (("key", "token"), re.compile(rf"(?i)({_KEY}){_SEP}{_VALUE}"), lambda m: _mask_value(m, 8)),
+    # DB_PASSWORD hunter2 / PASSWORD Xyz (an environment dump, a prompt): upper-case name, blank, value
+    (("passw", "secret"), re.compile(r"(PASSWORD|PASSWD|SECRET)([ \t]++)(?![:=])([^\s\"'<>]++)"), rf"\1\2{MASK}"),
     # AWS_SECRET_ACCESS_KEY value (an environment dump, a shell trace): upper-case name, blank
-    (("key", "secret", "passw", "token"),
-     re.compile(rf"(API_KEY|ACCESS_KEY|SECRET|PASSWORD|PASSWD|TOKEN)(\s+)(?={_B64}*[0-9/+]){_B64}{{8,}}"),
+    (("key", "token"),
+     re.compile(rf"(API_KEY|ACCESS_KEY|TOKEN)(\s++)(?={_B64}*[0-9/+]){_B64}{{8,}}"),
      rf"\1\2{MASK}"),
-    (("bearer", "basic"), re.compile(r"(?i)\b(bearer|basic)\s+(?=[A-Za-z0-9._~+/=-]*[0-9=+/])[A-Za-z0-9._~+/=-]{8,}"),
+    # a bearer token: a generated value from 8 characters, any value from 16 ("Bearer token" stays)
+    (("bearer", "basic"),
+     re.compile(r"(?i)\b(bearer|basic)\s++(?:(?=[A-Za-z0-9._~+/=-]*[0-9=+/])[A-Za-z0-9._~+/=-]{8,}+"
+                r"|(?<=[Bb][Ee][Aa][Rr][Ee][Rr] )[A-Za-z0-9._~+/=-]{16,}+)"),
      rf"\1 {MASK}"),
     (("hf_",), re.compile(r"\bhf_(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{6,}\b"), f"hf_{MASK}"),       # Hugging Face
-    (("sk-",), re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), f"sk-{MASK}"),                            # OpenAI-style
+    (("sk-",), re.compile(r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}+"), f"sk-{MASK}"),              # OpenAI-style
     (("akia", "asia"), re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), f"AKIA{MASK}"),               # AWS key id
     (("gh",), re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"), f"gh_{MASK}"),                        # GitHub
-    (("github_pat_",), re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), f"github_pat_{MASK}"),
-    (("xox",), re.compile(r"\b(xox[abprs])-[A-Za-z0-9-]{10,}"), rf"\1-{MASK}"),                   # Slack
+    (("github_pat_",), re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{22,}+"), f"github_pat_{MASK}"),
+    (("xox",), re.compile(r"(?<![A-Za-z0-9-])(xox[abprs])-[A-Za-z0-9-]{10,}+"), rf"\1-{MASK}"),    # Slack
     # a bare AWS secret access key: 40 of [A-Za-z0-9/+] with upper, lower and a digit (a git hash
     # is lower-case hex, a path starts with '/')
     (re.compile(r"[A-Za-z0-9/+]{40}"),
@@ -74,8 +113,8 @@ _PATTERNS: list[tuple[tuple[str, ...] | re.Pattern[str], re.Pattern[str], str]] 
 # A cheap necessary condition for any built-in pattern to match, in the regex dialect polars
 # runs (no look-around): frames test it on whole columns at once and run the exact patterns only
 # on the rows it hits. Each alternative is a literal every pattern of the list above needs.
-_TRIGGER = (r"(?i)key|secret|passw|token|credential|bearer|basic|hf_|sk-|akia|asia|gh[pousr]_|github_pat_"
-            r"|xox[abprs]-|://[^/\s]*@|[A-Za-z0-9/+]{40}")
+_TRIGGER = (r"(?i)key|secret|passw|token|credential|authorization|bearer|basic|hf_|sk-|akia|asia|gh[pousr]_|github_pat_"
+            r"|xox[abprs]-|:(?:\\?/){2}\S*@|[A-Za-z0-9/+]{40}")
 
 # Columns and keys whose values are citations or times, never free text from a log.
 _KEEP = {"source_file", "store", "timestamp", "first_seen", "last_seen", "start", "end", "where",

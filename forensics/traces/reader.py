@@ -179,12 +179,69 @@ def _decode(piece: bytes) -> list[Any]:
         pass
     except msgspec.DecodeError as ex:      # not JSON (or an integer beyond 64 bits): say so as orjson would
         raise orjson.JSONDecodeError(str(ex), "", 0) from None
+    except RecursionError:                 # nested past the decoder's limit: ijson, bounded, takes it
+        raise orjson.JSONDecodeError("nested too deep", "", 0) from None
     return [_event(e) for e in orjson.loads(piece)]
 
 
+MAX_DEPTH = 64   # nesting kept inside one trace event (Kineto's args: 2-3 levels); deeper is dropped
+TOO_DEEP = "<nested deeper than 64 levels: not read>"
+
+
 def _ijson_events(stream: Any) -> Iterator[_Event | None]:
-    for e in ijson.items(stream, "traceEvents.item", use_float=True):
-        yield _event(e)
+    """The items of the top-level `traceEvents` list, built from ijson's prefix-free events with
+    their nesting bounded while streaming: a value deeper than MAX_DEPTH inside an event is
+    replaced by TOO_DEEP and its parts are never built. (ijson.items keeps a prefix string per
+    level: args nested 100,000 deep in a 200 KB trace took 24 GB.)"""
+    depth = 0                        # containers open in the whole document
+    in_list = False                  # inside the top-level traceEvents list (depth 2)
+    key1: Any = None                 # the last top-level key
+    stack: list[list[Any]] = []      # [container, pending key] of the event being built
+    skip = 0                         # containers open below the depth limit
+    for ev, val in ijson.basic_parse(stream, use_float=True):
+        if ev == "start_map" or ev == "start_array":
+            depth += 1
+            if skip or (in_list and len(stack) >= MAX_DEPTH):
+                skip += 1
+            elif in_list:
+                stack.append([{} if ev == "start_map" else [], None])
+            elif depth == 2 and ev == "start_array" and key1 == "traceEvents":
+                in_list = True
+            continue
+        if ev == "end_map" or ev == "end_array":
+            depth -= 1
+            if skip:
+                skip -= 1
+                if skip:
+                    continue
+                val, done = TOO_DEEP, None
+            elif in_list and stack:
+                done = stack.pop()[0]
+                val = done
+            else:
+                if in_list and depth == 1:
+                    in_list = False
+                continue
+            if not stack:
+                yield _event(val)
+                continue
+            ev = "value"
+        elif skip:
+            continue
+        if ev == "map_key":
+            if stack:
+                stack[-1][1] = val
+            elif depth == 1:
+                key1 = val
+            continue
+        if stack:                    # a value (scalar, or a container just closed) into its parent
+            top = stack[-1]
+            if isinstance(top[0], dict):
+                top[0][top[1]] = val
+            else:
+                top[0].append(val)
+        elif in_list:
+            yield _event(val)        # a scalar item: not an event
 
 
 class _Chain:
@@ -376,9 +433,16 @@ def _open(path: str) -> BinaryIO:
         raise ForensicsError(f"cannot read {path}", where=path, reason=e.strerror, code=UNREADABLE) from None
 
 
+NS_MAX = 4 * 10**18   # |ts|, |dur| in ns kept: epoch ns to the 2090s, plus a base, still fit in int64
+
+
 def _ns(v: Any) -> int | None:
+    """Microseconds (int or float) -> ns; None for anything else, or a float beyond NS_MAX (inf,
+    nan, 1e308)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
+    if isinstance(v, float) and not -NS_MAX <= v * 1000 <= NS_MAX:
+        return None if v != v else (NS_MAX + 1 if v > 0 else -NS_MAX - 1)
     return int(round(v * 1000))
 
 
@@ -434,6 +498,7 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     gpu_cats, runtime_cats = _GPU_CATS, _RUNTIME_CATS
     name_id, cat_id = names.setdefault, cats.setdefault
     cpu_collectives = info.cpu_collectives
+    odd_times = 0
     try:
         for e in _iter_events(tail):
             i += 1
@@ -442,8 +507,6 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
             ts = e.ts
             if type(ts) is int:
                 ts *= 1000
-            elif type(ts) is float:
-                ts = int(round(ts * 1000))
             else:
                 ts = _ns(ts)
                 if ts is None:
@@ -453,6 +516,9 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
                 dur *= 1000
             elif dur is not None:
                 dur = _ns(dur)
+            if not -NS_MAX <= ts <= NS_MAX or dur is not None and not -NS_MAX <= dur <= NS_MAX:
+                odd_times += 1    # "ts": 1e308, 1e30, ...: no time a clock reads (was an OverflowError)
+                continue
             if t_lo is None or ts < t_lo:
                 t_lo = ts
             end = ts + dur if dur else ts
@@ -511,6 +577,8 @@ def iter_kernel_batches(path: str | Path, stream: BinaryIO | None = None, rank_h
     problem = getattr(raw, "problem", None)
     if problem:
         info.problems.append(problem)
+    if odd_times:
+        info.problems.append(f"{odd_times:,} trace event(s) with a time beyond ±{NS_MAX:.0e} ns (or not a number) skipped")
     if info.problems:
         info.last_bytes = tail.tail[-4096:]
     info.events = i
