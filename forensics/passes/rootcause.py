@@ -22,6 +22,8 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   drop is only the training-layer symptom of the chain: never the root cause on its own.
 - The scheduler's cancellation (job_cancelled) ends a run without crashing it: a failure before
   it explains it (someone cancelled a hung job); alone, it is the verdict, never "healthy".
+- A job-wide slowdown (every rank's communication time up together) is explained by the host
+  or ranks whose own readings stand apart in it (basis `outlier`), never the reverse.
 - Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
   gets its kind's basis by construction (model.DEFAULT_BASIS); the root cause carries its finding's.
 """
@@ -113,6 +115,10 @@ def _ranks_related(a: Finding, b: Finding, everyone: frozenset[int] = frozenset(
 def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> bool:
     """Can finding `a` be (part of) the reason for finding `b`? `everyone`: all ranks of the run."""
     if a is b or a.kind in NON_CAUSAL or b.kind in NON_CAUSAL:
+        return False
+    if b.basis == "outlier" and a.basis != "outlier" and (not a.ranks or (everyone and set(a.ranks) >= everyone)):
+        # a slowdown of every rank does not explain the host or ranks that stand apart in it:
+        # they localise it (passes/outlier.py), so they explain it and not the other way round
         return False
     ta, tb = _t(a.first_seen), _t(b.first_seen)
     if a.kind in FAILURES and b.kind in FAILURES and a.kind == b.kind and bool(a.ranks) != bool(b.ranks):

@@ -1,0 +1,356 @@
+"""When a slowdown is shared by every rank, which host or ranks stand apart in their own readings?
+
+Question: every rank's communication time (or step time) rises together, so timing within a step
+names nobody (comm_bound: "the interconnect is slow for everyone"). Which host's or ranks' own
+values — any numeric field of any event type, whatever it is called — changed over that episode
+while their peers' did not?
+
+Domain facts relied on:
+- A fault on one host's network (a NIC dropping packets, a link retraining, a switch port with
+  CRC errors) slows every collective of the job alike: a ring or tree all-reduce runs at the pace
+  of its slowest link, so every rank's collective time rises and nobody arrives late. Timing
+  cannot localise it; the host's own readings (its NIC counters, whatever the logger calls them)
+  can. The same holds for any job-wide slowdown with a local cause.
+- Ranks and hosts differ statically (disk speed, pids, addresses, a bigger shard): a difference
+  that was there before the slowdown is not its cause. So a group (a host, else a rank) stands
+  apart when its values changed at the episode — its median during the episode against its own
+  median before it — by at least `REL` of itself and `K_NOISE` robust deviations (1.4826 x MAD of
+  the values before the episode, over every group) while every peer's change stayed under
+  `PEER_SHARE` of it, and the groups that changed are a minority (one of two hosts at most).
+- Without a "before" (the slowdown spans the whole run) a group stands apart only as a minority
+  of >= 3 groups: its median is >= 2x (or <= 1/2 of) the median of the groups' medians and
+  `K_NOISE` x 1.4826 x MAD of those medians away from it.
+- The shared symptom (`shared_episode`): after the first `SKIP` steps (start-up) and a baseline
+  of the first 20% of the rest, the steps where the median over ranks of the transfer time
+  (comm_ms - wait: waiting is someone being late, not the fabric), else of the step time
+  without the wait (a late rank makes every step longer: that is the straggler's question) is >= `RISE` x its baseline, sustained (context.sustained), covering >= one
+  window and >= 10% of the steps, with >= 75% of the ranks' own medians risen that much. A run
+  whose transfers take > 40% of the step time from the start has no baseline: the whole
+  run is the episode, judged cross-sectionally.
+- The step's own phases (data loading, disk reads, compute) and the training signals are left
+  out: their passes know their physics, and on a loaded host they move by 4x without a fault.
+- Progress counters and clocks (step, seq, epoch, *_ts, timestamps, pids, ranks) are not
+  readings: they are left out by name and by value (epoch seconds or milliseconds).
+
+The finding names the host's (or the ranks') ranks with basis `outlier`, the field, its value and
+the peers' median (during and before), and cites the lines holding the outlying values. Its kind
+is the symptom's: comm_bound when communication rose (it explains comm_bound's job-wide finding
+and the throughput drop: rootcause.py), straggler when step time rose without it.
+
+Must not: decide the root cause; time anything (the symptom comes from the step table).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import polars as pl
+
+from ..report.model import Finding
+from ..schema import ALIASES, METRIC_NAMES
+from .context import Context, median, sustained, window_for
+from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+
+SKIP = 2
+BASE_SHARE = 0.20
+RISE = 1.3
+RISE_MIN_MS = 5.0
+RANKS_RISEN = 0.75
+MIN_SHARE = 0.10
+COMM_SHARE = 0.40
+K_NOISE = 5.0
+REL = 0.5
+PEER_SHARE = 0.25
+CROSS_RATIO = 2.0
+MIN_SAMPLES = 2
+# rows read per (rank, event type) on each side of the episode's start: enough for a median
+CAP = 48
+# progress counters, clocks and identities: not readings of anything
+_NOT_READINGS = re.compile(
+    r"(^|[._])(step|steps|global_step|iter|iteration|seq|seq_num|seqnum|epoch|ts|time_s|timestamp|pid|tid|rank|"
+    r"local_rank|world_size|world|node_rank|port|id|index|idx|count_total|line)$", re.I)
+_TIMING = ("comm_ms", "wait_ms", "xfer_ms", "step_time_ms", "samples_per_s", "tokens_per_s")
+# the step's own phases and the training signals: each has its pass, which knows its physics (a
+# slow input pipeline or a slow device makes its rank late: a waiting pattern, not a shared
+# slowdown); real runs move them by 4x on a loaded host without a fault (disk reads, page cache)
+_PHASES = ("data_load_ms", "disk_read_mbps", "disk_read_bytes", "compute_ms", "fwd_ms", "bwd_ms", "loss", "lr",
+           "grad_norm", "grad_norm_adapter", "grad_norm_backbone", "threshold")
+# measures of waiting or lateness (however named): the symptom, or a late rank's, never a reading
+_WAITING = re.compile(r"wait|lag|late|idle|skew|stall|block", re.I)
+
+
+def shared_episode(steps: pl.DataFrame) -> dict[str, Any] | None:
+    """The shared slowdown, or None: {"metric", "s0", "s1", "t0", "t1", "t_base", "base", "during",
+    "steps", "of", "baseline": bool} — `t_base` the start of the baseline (after start-up)."""
+    st = steps.filter(pl.col("rank").is_not_null()).with_columns(
+        (pl.col("comm_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0).alias("xfer_ms"),
+        (pl.col("step_time_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0).alias("busy_ms"))
+    if st.is_empty() or st.get_column("rank").n_unique() < 2:
+        return None
+    for metric in ("xfer_ms", "busy_ms"):
+        ok = st.filter(pl.col(metric).is_not_null() & (pl.col(metric) >= 0))
+        if ok.is_empty():
+            continue
+        per = (ok.group_by("step").agg(median(metric).alias("m"), pl.col("t_start").min().alias("t0"),
+                                       pl.col("t_end").max().alias("t1"), pl.len().alias("n"))
+               .filter(pl.col("n") >= 2).sort("step").slice(SKIP))
+        n = per.height
+        nb = max(3, int(n * BASE_SHARE))
+        if n < nb + 3:
+            continue
+        base = float(per.head(nb).get_column("m").median())
+        per = per.with_row_index("i").with_columns(
+            ((pl.col("m") >= RISE * base) & (pl.col("m") >= base + RISE_MIN_MS) & (pl.col("i") >= nb)).alias("up1"))
+        per = per.with_columns(sustained("up1", window_for(n), by=None).alias("up"))
+        ep = per.filter("up")
+        if ep.height >= max(3, window_for(n)) and ep.height >= MIN_SHARE * n:
+            s0, s1 = int(ep.get_column("step").min()), int(ep.get_column("step").max())
+            b0, b1 = int(per.get_column("step")[0]), int(per.get_column("step")[nb - 1])
+            risen = (ok.group_by("rank").agg(
+                median(pl.when(pl.col("step").is_between(s0, s1)).then(pl.col(metric))).alias("e"),
+                median(pl.when(pl.col("step").is_between(b0, b1)).then(pl.col(metric))).alias("b"))
+                .select(((pl.col("e") >= RISE * pl.col("b")).fill_null(False)).mean()).item())
+            if risen >= RANKS_RISEN:
+                return {"metric": metric, "s0": s0, "s1": s1, "t0": ep.get_column("t0").min(),
+                        "t1": ep.get_column("t1").max(), "t_base": per.get_column("t0")[0],
+                        "base": base, "during": float(ep.get_column("m").median()), "steps": ep.height, "of": n,
+                        "baseline": True}
+        if metric == "xfer_ms":
+            # communication-heavy from the start: no "before" to compare with
+            # transfer, not waiting: ranks waiting for a late one is a late rank's question
+            share = (st.filter(pl.col("xfer_ms").is_not_null() & (pl.col("step_time_ms") > 0))
+                     .select(median(pl.col("xfer_ms") / pl.col("step_time_ms"))).item())
+            if share is not None and share > COMM_SHARE:
+                return {"metric": "xfer_ms", "s0": int(per.get_column("step").min()),
+                        "s1": int(per.get_column("step").max()), "t0": per.get_column("t0").min(),
+                        "t1": per.get_column("t1").max(), "t_base": None, "base": None,
+                        "during": float(per.get_column("m").median()), "steps": n, "of": n, "baseline": False,
+                        "share": float(share)}
+    return None
+
+
+def _skip_field(name: str) -> bool:
+    return bool(_NOT_READINGS.search(name) or _WAITING.search(name))
+
+
+def numbers(obj: Any, prefix: str = "") -> list[tuple[str, float]]:
+    """The numeric leaves of a JSON object (nested objects flattened as a.b), booleans left out."""
+    out: list[tuple[str, float]] = []
+    if not isinstance(obj, dict):
+        return out
+    for k, v in obj.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out += numbers(v, name + ".")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append((name, float(v)))
+    return out
+
+
+def readings(ctx: Context, t_base: Any, t0: Any, t1: Any) -> pl.DataFrame:
+    """Every numeric reading of every ranked event between `t_base` (None: from `t0`) and `t1`:
+    rank, host, event, field, value, `during` (at or after `t0`), source_file, line. Typed metric
+    columns and the numeric keys of `extra` / `fields` that are not typed (any name). At most
+    CAP rows per (rank, event type) on each side of `t0`."""
+    typed = [c for c in METRIC_NAMES if not _skip_field(c) and c not in ("grad_ready_ts",)]
+    lo = t0 if t_base is None else t_base
+    ev = ctx.aligned(ctx.events.select("rank", "host", "timestamp", "event", "extra", "fields", "source_file", "line",
+                                       *typed).filter(pl.col("rank").is_not_null()))
+    ev = (ev.filter(pl.col("ts_aligned").is_between(lo, t1))
+          .with_columns((pl.col("ts_aligned") >= t0).alias("during"))
+          .filter(pl.int_range(pl.len()).over("rank", "event", "during") < CAP)
+          .collect())
+    if ev.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32, "host": pl.String, "event": pl.String, "field": pl.String,
+                                    "value": pl.Float64, "during": pl.Boolean, "source_file": pl.String,
+                                    "line": pl.Int64})
+    ev = ev.with_columns(pl.col("event").fill_null("?"))
+    keys = ["rank", "host", "event", "during", "timestamp", "source_file", "line"]
+    present = [c for c in typed if ev.get_column(c).null_count() < ev.height]
+    parts = []
+    if present:
+        parts.append(ev.select(*keys, *(pl.col(c).cast(pl.Float64) for c in present))
+                     .unpivot(present, index=keys, variable_name="field", value_name="value")
+                     .filter(pl.col("value").is_not_null() & pl.col("value").is_finite()))
+    rows: dict[str, list[Any]] = {k: [] for k in (*keys, "field", "value")}
+    for r in ev.select(*keys, "extra", "fields").iter_rows(named=True):
+        for col in ("extra", "fields"):
+            text = r[col]
+            if not text:
+                continue
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                continue
+            for name, v in numbers(obj):
+                if name in ALIASES:      # a known metric: read from its typed column above
+                    continue
+                for k in keys:
+                    rows[k].append(r[k])
+                rows["field"].append(name)
+                rows["value"].append(v)
+    if rows["field"]:
+        parts.append(pl.DataFrame(rows, schema={**{k: ev.schema[k] for k in keys}, "field": pl.String,
+                                                "value": pl.Float64}))
+    if not parts:
+        return pl.DataFrame()
+    df = pl.concat([p.select(*keys, "field", "value") for p in parts], how="vertical_relaxed")
+    df = df.filter(~pl.col("field").is_in([f for f in df.get_column("field").unique() if _skip_field(f)]))
+    # clocks written as numbers (epoch seconds or milliseconds) are not readings
+    clocks = (df.group_by("event", "field").agg(pl.col("value").abs().median().alias("m"))
+              .filter(pl.col("m").is_between(1e9, 1e10) | pl.col("m").is_between(1e12, 1e13)))
+    return df.join(clocks.select("event", "field"), on=["event", "field"], how="anti")
+
+
+def _judge(df: pl.DataFrame, group: str, baseline: bool) -> list[dict[str, Any]]:
+    """Per (event, field), the groups (`group`: host or rank) that stand apart (module docstring)."""
+    g = pl.col(group)
+    per = (df.filter(g.is_not_null())
+           .group_by("event", "field", group)
+           .agg(median(pl.col("value").filter(pl.col("during"))).alias("e"),
+                median(pl.col("value").filter(~pl.col("during"))).alias("b"),
+                pl.col("during").sum().alias("ne"), (~pl.col("during")).sum().alias("nb")))
+    out: list[dict[str, Any]] = []
+    noise_tab = (df.filter(g.is_not_null())
+                 .with_columns(median(pl.col("value")).over("event", "field", group, "during").alias("_m"))
+                 .group_by("event", "field", "during")
+                 .agg((1.4826 * (pl.col("value") - pl.col("_m")).abs().median()).alias("noise")))
+    noise = {(r["event"], r["field"], r["during"]): float(r["noise"] or 0.0) for r in noise_tab.iter_rows(named=True)}
+    for (event, field), rows in per.group_by("event", "field"):
+        rows = rows.filter(pl.col("ne") >= MIN_SAMPLES)
+        if rows.height < 2:
+            continue
+        names = rows.get_column(group).to_list()
+        e = rows.get_column("e").to_list()
+        b = rows.get_column("b").to_list()
+        nb = rows.get_column("nb").to_list()
+        if baseline:
+            # a "before" exists: only what changed counts (a static difference is no cause)
+            if not all(x >= MIN_SAMPLES for x in nb):
+                continue
+            nz = noise.get((event, field, False), 0.0)
+            change = [ei - bi for ei, bi in zip(e, b)]
+            top = max(abs(c) for c in change)
+            if top <= 0:
+                continue
+            out_idx = [i for i, c in enumerate(change) if abs(c) >= 0.5 * top]
+            peers = [i for i in range(len(names)) if i not in out_idx]
+            if not peers or len(out_idx) > len(names) / 2:
+                continue
+            low = min(abs(change[i]) for i in out_idx)
+            if any(abs(change[i]) > PEER_SHARE * low for i in peers):
+                continue
+            if low < K_NOISE * nz or any(abs(change[i]) < REL * max(abs(b[i]), abs(e[i])) for i in out_idx):
+                continue
+            score = low / max(nz, 1e-3 * max(abs(x) for x in e + b) or 1e-12)
+        elif len(names) >= 3:
+            m = float(sorted(e)[len(e) // 2]) if len(e) % 2 else (sorted(e)[len(e) // 2 - 1] + sorted(e)[len(e) // 2]) / 2
+            dev = [x - m for x in e]
+            mad = 1.4826 * _med([abs(d) for d in dev])
+            nz = noise.get((event, field, True), 0.0)
+            out_idx = [i for i, x in enumerate(e)
+                       if abs(dev[i]) >= max(K_NOISE * mad, K_NOISE * nz)
+                       and (abs(x) >= CROSS_RATIO * abs(m) or abs(m) >= CROSS_RATIO * abs(x))]
+            if not out_idx or len(out_idx) >= len(names) / 2:
+                continue
+            peers = [i for i in range(len(names)) if i not in out_idx]
+            score = min(abs(dev[i]) for i in out_idx) / max(mad, nz, 1e-3 * max(abs(x) for x in e) or 1e-12)
+        else:
+            continue
+        out.append({"event": event, "field": field, "group": group, "score": score,
+                    "who": [names[i] for i in out_idx],
+                    "value": _med([e[i] for i in out_idx]), "peer_value": _med([e[i] for i in peers]),
+                    "value_before": _med([b[i] for i in out_idx if b[i] is not None]) if baseline else None,
+                    "peer_value_before": _med([b[i] for i in peers if b[i] is not None]) if baseline else None})
+    return out
+
+
+def _med(xs: list[float]) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    k = len(xs) // 2
+    return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
+
+
+def find(ctx: Context) -> list[Finding]:
+    steps = ctx.steps.select("rank", "step", "host", "comm_ms", "wait_est", "step_time_ms", "t_start", "t_end")
+    ep = shared_episode(steps)
+    if ep is None:
+        return []
+    df = readings(ctx, ep["t_base"], ep["t0"], ep["t1"])
+    if df.is_empty():
+        return []
+    # the symptom itself is shared by construction: it cannot name anybody
+    df = df.filter(~pl.col("field").is_in([*_TIMING, *_PHASES]))
+    ranks_of_host = {h: sorted(int(r) for r in grp.get_column("rank").unique())
+                     for (h,), grp in steps.filter(pl.col("host").is_not_null()).group_by("host")}
+    cands = []
+    if len(ranks_of_host) >= 2:
+        cands += _judge(df, "host", ep["baseline"])
+    cands += _judge(df, "rank", ep["baseline"])
+    if not cands:
+        return []
+    best = max(cands, key=lambda c: (c["score"], c["group"] == "host"))
+    if best["group"] == "host":
+        # a host stands apart through its ranks: when only some of them do (the host's median
+        # moved with one rank), the ranks that stand apart are named, not their host-mates
+        host_ranks = {r for h in best["who"] for r in ranks_of_host.get(h, [])}
+        narrower = [c for c in cands if c["group"] == "rank" and (c["event"], c["field"]) == (best["event"], best["field"])
+                    and set(int(r) for r in c["who"]) < host_ranks]
+        if narrower:
+            best = max(narrower, key=lambda c: c["score"])
+    if best["group"] == "host":
+        ranks = sorted(r for h in best["who"] for r in ranks_of_host.get(h, []))
+        who = (f"host {', '.join(best['who'])} (rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)})")
+    else:
+        ranks = sorted(int(r) for r in best["who"])
+        who = f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
+    everyone = sorted(int(r) for r in steps.get_column("rank").drop_nulls().unique())
+    one = len(best["who"]) == 1
+    victims = [r for r in everyone if r not in ranks]
+    field = f"{best['event']}.{best['field']}"
+    comm = ep["metric"] == "xfer_ms"
+    what = "transfer time in its collectives" if comm else "step time"
+    if ep["baseline"]:
+        symptom = (f"every rank's {what} rose together ({ms(ep['base'])} → {ms(ep['during'])} per step, steps "
+                   f"{ep['s0']}–{ep['s1']})")
+        title = (f"{who} stand{'s' if one else ''} apart in {field}: {_v(best['value'])} during the "
+                 f"slowdown vs {_v(best['peer_value'])} on the other {'hosts' if best['group'] == 'host' else 'ranks'} "
+                 f"(before: {_v(best['value_before'])} vs {_v(best['peer_value_before'])}) — {symptom}, and "
+                 f"only {who} changed")
+    else:
+        symptom = f"communication takes {ep['share']:.0%} of every rank's step time from the start"
+        title = (f"{who} stand{'s' if one else ''} apart in {field}: {_v(best['value'])} vs "
+                 f"{_v(best['peer_value'])} on the other {'hosts' if best['group'] == 'host' else 'ranks'} — {symptom}")
+    hot = df.filter(pl.col("during") & (pl.col("event") == best["event"]) & (pl.col("field") == best["field"]))
+    mine = hot.filter(pl.col(best["group"]).is_in(best["who"]))
+    theirs = hot.filter(~pl.col(best["group"]).is_in(best["who"]))
+    side = 1 if (best["value"] or 0) >= (best["peer_value"] or 0) else -1
+    lines = cite([{**r, "text": f"{field} = {_v(r['value'])}"}
+                  for r in mine.sort(pl.col("value") * side, descending=True).head(3).iter_rows(named=True)], text="text")
+    lines += cite([{**r, "text": f"{field} = {_v(r['value'])} (a peer)"} for r in theirs.head(1).iter_rows(named=True)],
+                  text="text")
+    others = sorted((c for c in cands if c is not best and set(c["who"]) == set(best["who"])),
+                    key=lambda c: -c["score"])[:5]
+    return [Finding(
+        rule=pass_id("outlier"), kind="comm_bound" if comm else "straggler",
+        layer="communication" if comm else "resource", severity="WARN", ranks=ranks, victims=victims,
+        title=title, basis="outlier",
+        evidence={"mode": "network" if comm else "outlier", "field": field, "grouped_by": best["group"],
+                  "outliers": [str(x) for x in best["who"]], "value": num(best["value"]),
+                  "peer_value": num(best["peer_value"]), "value_before": num(best["value_before"]),
+                  "peer_value_before": num(best["peer_value_before"]), "score": num(best["score"]),
+                  "symptom": ep["metric"], "symptom_before_ms": num(ep["base"]), "symptom_ms": num(ep["during"]),
+                  "first_step": ep["s0"], "last_step": ep["s1"], "episode_steps": ep["steps"], "steps": ep["of"],
+                  "also_apart": [f"{c['event']}.{c['field']}" for c in others]},
+        lines=lines, first_seen=iso(ep["t0"]), last_seen=iso(ep["t1"]),
+    )]
+
+
+def _v(x: float | None) -> str:
+    if x is None:
+        return "?"
+    return f"{x:.4g}"

@@ -1,0 +1,79 @@
+"""The outlier pass: when every rank's transfer time rises together, the host whose own readings
+(any event, any field name) changed while its peers' did not names the finding."""
+from __future__ import annotations
+
+import json
+import random
+
+from forensics.passes import diagnose_context, outlier
+from pass_helpers import Rows, sync_run
+
+
+def _run(bad_from: int | None = 15, static: bool = False, rise: bool = True, hosts: int = 2, seed: int = 0) -> Rows:
+    host = (lambda r: f"node{r // 2}") if hosts == 2 else (lambda r: f"node{r}")
+    rows = Rows(host=host)
+    ranks = 4
+    sync_run(rows, ranks=ranks, steps=40, seed=seed,
+             transfer=lambda s: 600.0 if rise and s >= 15 else 150.0)
+    rng = random.Random(seed)
+    bad_host = "node1"
+    for s in range(0, 40, 2):
+        for r in range(ranks):
+            bad = host(r) == bad_host and (static or (bad_from is not None and s >= bad_from))
+            counters = {"retrans_segs": rng.randint(200, 400) if bad else rng.randint(0, 3),
+                        "tx_mb": 9.9 + rng.uniform(-0.1, 0.1)}
+            rows.add(s * 1.0 + 0.5, r, "netdev.snapshot", step=s, extra=json.dumps(counters))
+    return rows
+
+
+def test_the_host_whose_counters_changed_names_a_slowdown_every_rank_shares() -> None:
+    [f] = outlier.find(_run().ctx())
+    assert f.kind == "comm_bound" and f.basis == "outlier"
+    assert f.ranks == [2, 3] and f.victims == [0, 1]
+    ev = f.evidence
+    assert ev["field"] == "netdev.snapshot.retrans_segs" and ev["grouped_by"] == "host" and ev["outliers"] == ["node1"]
+    assert ev["value"] >= 200 and ev["peer_value"] <= 3 and ev["value_before"] <= 3
+    assert f.lines and all(x.rank in (2, 3) for x in f.lines[:3])
+    assert "node1" in f.title and "retrans_segs" in f.title
+
+
+def test_it_is_the_root_cause_and_explains_the_job_wide_finding() -> None:
+    rep = diagnose_context(_run().ctx())
+    assert rep.root_cause.kind == "comm_bound" and rep.root_cause.ranks == [2, 3]
+    assert rep.root_cause.basis == "outlier"
+    job_wide = [i for i, f in enumerate(rep.findings) if f.rule == "pass.comm_bound"]
+    assert job_wide and set(job_wide) <= set(rep.findings[0].explains)
+
+
+def test_a_difference_that_was_there_before_the_slowdown_is_not_its_cause() -> None:
+    assert outlier.find(_run(static=True).ctx()) == []
+
+
+def test_counters_that_change_on_every_host_name_nobody() -> None:
+    rows = Rows(host=lambda r: f"node{r // 2}")
+    sync_run(rows, steps=40, transfer=lambda s: 600.0 if s >= 15 else 150.0)
+    for s in range(0, 40, 2):
+        for r in range(4):
+            rows.add(s + 0.5, r, "netdev.snapshot", step=s, extra=json.dumps({"retrans_segs": 300 if s >= 15 else 1}))
+    assert outlier.find(rows.ctx()) == []
+
+
+def test_without_a_shared_slowdown_nothing_is_compared() -> None:
+    assert outlier.find(_run(rise=False).ctx()) == []
+
+
+def test_a_healthy_run_with_noisy_readings_names_nobody() -> None:
+    for seed in range(5):
+        assert outlier.find(_run(bad_from=None, seed=seed).ctx()) == [], seed
+
+
+def test_one_rank_of_many_stands_apart_without_hosts() -> None:
+    rows = Rows()
+    sync_run(rows, ranks=6, steps=40, transfer=lambda s: 600.0 if s >= 15 else 150.0)
+    rng = random.Random(1)
+    for s in range(0, 40, 2):
+        for r in range(6):
+            v = rng.randint(40, 60) if (r == 4 and s >= 15) else rng.randint(0, 2)
+            rows.add(s + 0.5, r, "link", step=s, extra=json.dumps({"stats": {"symbol_errors": v}}))
+    [f] = outlier.find(rows.ctx())
+    assert f.ranks == [4] and f.evidence["field"] == "link.stats.symbol_errors" and f.evidence["grouped_by"] == "rank"
