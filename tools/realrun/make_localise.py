@@ -14,18 +14,16 @@ Seeds not looked at while the passes were written are the unseen set: `--show` t
 """
 from __future__ import annotations
 
-import argparse
-import gzip
 import json
 import random
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+from make_varied import run_seeds, toml  # noqa: E402
+from train import host_layout  # noqa: E402
 STEPS = 40
 BATCH = 256
 NET_EVENTS = ["nic_counters", "netdev.stats", "ib_port_counters", "NET_HEALTH", "ethtool_snapshot"]
@@ -41,9 +39,9 @@ def draw(seed: int) -> dict:
     world = rng.choice([3, 4, 5, 6])
     if fault == "net_host":
         hosts = rng.choice([h for h in (2, 3) if h <= world])
-        per = -(-world // hosts)
-        bad = rng.randrange(hosts)
-        ranks = [r for r in range(world) if r // per == bad]
+        layout = host_layout(world, hosts)         # as train.py lays ranks out (a host may stay empty)
+        bad = int(rng.choice(sorted(set(layout)))[4:])
+        ranks = [r for r in range(world) if layout[r] == f"node{bad}"]
         return {"seed": seed, "fault": fault, "world": world, "hosts": hosts, "fault_host": bad, "ranks": ranks,
                 "fault_step": rng.randint(10, 18), "net_event": rng.choice(NET_EVENTS),
                 "net_names": ",".join(rng.choice(NET_KEYS))}
@@ -69,14 +67,6 @@ def command(cfg: dict, out: Path) -> list[str]:
     return cmd
 
 
-def toml(v) -> str:
-    if isinstance(v, list):
-        return "[" + ", ".join(toml(x) for x in v) + "]"
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return str(v)
-    return json.dumps(str(v))
-
-
 def write_expected(d: Path, cfg: dict, run: dict, torch_version: str) -> None:
     kind = "comm_bound" if cfg["fault"] == "net_host" else "straggler"
     must_not = ["nccl_timeout", "hang", "data_load_skew", "thermal_throttling"]
@@ -92,37 +82,7 @@ def write_expected(d: Path, cfg: dict, run: dict, torch_version: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("seeds", nargs="+", type=int)
-    ap.add_argument("--out", default=str(REPO / "tests" / "fixtures" / "realrun_localise"))
-    ap.add_argument("--show", action="store_true", help="print the configurations only")
-    args = ap.parse_args()
-    if args.show:
-        for s in args.seeds:
-            print(json.dumps(draw(s)))
-        return 0
-    import torch
-
-    for s in args.seeds:
-        cfg = draw(s)
-        d = Path(args.out) / f"l{s}"
-        if d.exists():
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
-        t0 = time.time()
-        r = subprocess.run(command(cfg, d), capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.stderr.write(r.stdout + r.stderr)
-            return 1
-        run = json.loads(r.stdout.strip().splitlines()[-1])
-        for f in sorted(d.glob("rank_*.jsonl")):
-            with open(f, "rb") as src, gzip.open(f.with_suffix(".jsonl.gz"), "wb", compresslevel=9) as dst:
-                shutil.copyfileobj(src, dst)
-            f.unlink()
-        write_expected(d, cfg, run, torch.__version__)
-        size = sum(f.stat().st_size for f in d.iterdir())
-        print(f"l{s}: {size / 1024:.0f} KiB, {time.time() - t0:.0f} s", flush=True)
-    return 0
+    return run_seeds(None, REPO / "tests" / "fixtures" / "realrun_localise", "l", draw, command, write_expected)
 
 
 if __name__ == "__main__":
