@@ -67,6 +67,9 @@ CROSS_RATIO = 2.0
 MIN_SAMPLES = 2
 # rows read per (rank, event type) on each side of the episode's start: enough for a median
 CAP = 48
+MIN_CAP = 4
+ROW_BUDGET = 400_000
+EVENT_TYPES = 8      # a typical run's event types, for the per-rank share of the budget
 # progress counters, clocks and identities: not readings of anything
 _NOT_READINGS = re.compile(
     r"(^|[._])(step|steps|global_step|iter|iteration|seq|seq_num|seqnum|epoch|ts|time_s|timestamp|pid|tid|rank|"
@@ -153,14 +156,16 @@ def readings(ctx: Context, t_base: Any, t0: Any, t1: Any) -> pl.DataFrame:
     """Every numeric reading of every ranked event between `t_base` (None: from `t0`) and `t1`:
     rank, host, event, field, value, `during` (at or after `t0`), source_file, line. Typed metric
     columns and the numeric keys of `extra` / `fields` that are not typed (any name). At most
-    CAP rows per (rank, event type) on each side of `t0`."""
+    CAP rows per (rank, event type) on each side of `t0` (fewer on big runs: ROW_BUDGET)."""
     typed = [c for c in METRIC_NAMES if not _skip_field(c) and c not in ("grad_ready_ts",)]
     lo = t0 if t_base is None else t_base
+    # a budget of rows over the whole run: a median needs a few values per rank, not thousands
+    cap = max(MIN_CAP, min(CAP, ROW_BUDGET // max(1, 2 * EVENT_TYPES * len(ctx.ranks))))
     ev = ctx.aligned(ctx.events.select("rank", "host", "timestamp", "event", "extra", "fields", "source_file", "line",
                                        *typed).filter(pl.col("rank").is_not_null()))
     ev = (ev.filter(pl.col("ts_aligned").is_between(lo, t1))
           .with_columns((pl.col("ts_aligned") >= t0).alias("during"))
-          .filter(pl.int_range(pl.len()).over("rank", "event", "during") < CAP)
+          .filter(pl.int_range(pl.len()).over("rank", "event", "during") < cap)
           .collect())
     if ev.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "host": pl.String, "event": pl.String, "field": pl.String,
@@ -174,26 +179,9 @@ def readings(ctx: Context, t_base: Any, t0: Any, t1: Any) -> pl.DataFrame:
         parts.append(ev.select(*keys, *(pl.col(c).cast(pl.Float64) for c in present))
                      .unpivot(present, index=keys, variable_name="field", value_name="value")
                      .filter(pl.col("value").is_not_null() & pl.col("value").is_finite()))
-    rows: dict[str, list[Any]] = {k: [] for k in (*keys, "field", "value")}
-    for r in ev.select(*keys, "extra", "fields").iter_rows(named=True):
-        for col in ("extra", "fields"):
-            text = r[col]
-            if not text:
-                continue
-            try:
-                obj = json.loads(text)
-            except ValueError:
-                continue
-            for name, v in numbers(obj):
-                if name in ALIASES:      # a known metric: read from its typed column above
-                    continue
-                for k in keys:
-                    rows[k].append(r[k])
-                rows["field"].append(name)
-                rows["value"].append(v)
-    if rows["field"]:
-        parts.append(pl.DataFrame(rows, schema={**{k: ev.schema[k] for k in keys}, "field": pl.String,
-                                                "value": pl.Float64}))
+    for col in ("extra", "fields"):
+        for (event,), g in ev.filter(pl.col(col).is_not_null()).group_by("event", maintain_order=True):
+            parts.append(_json_readings(g.select(*keys, col), col, keys))
     if not parts:
         return pl.DataFrame()
     df = pl.concat([p.select(*keys, "field", "value") for p in parts], how="vertical_relaxed")
@@ -202,6 +190,51 @@ def readings(ctx: Context, t_base: Any, t0: Any, t1: Any) -> pl.DataFrame:
     clocks = (df.group_by("event", "field").agg(pl.col("value").abs().median().alias("m"))
               .filter(pl.col("m").is_between(1e9, 1e10) | pl.col("m").is_between(1e12, 1e13)))
     return df.join(clocks.select("event", "field"), on=["event", "field"], how="anti")
+
+
+def _json_readings(g: pl.DataFrame, col: str, keys: list[str]) -> pl.DataFrame:
+    """The numeric keys of one event type's JSON column `col` (nested objects flattened a.b), long:
+    keys..., field, value. Decoded in one go (one schema per event type); where the type's lines
+    disagree too much for that, line by line."""
+    try:
+        dec = g.get_column(col).str.json_decode()
+    except Exception:      # noqa: BLE001 - mixed shapes polars cannot unify: read each line
+        return _json_rows(g, col, keys)
+    if not isinstance(dec.dtype, pl.Struct):
+        return _json_rows(g.head(0), col, keys)
+    cols: list[pl.Series] = []
+
+    def walk(s: pl.Series, name: str) -> None:
+        if isinstance(s.dtype, pl.Struct):
+            for f in s.struct.fields:
+                walk(s.struct.field(f), f"{name}.{f}" if name else f)
+        elif s.dtype.is_numeric() and name not in ALIASES:   # known metrics: read from their typed columns
+            cols.append(s.cast(pl.Float64).alias(name))
+
+    walk(dec, "")
+    if not cols:
+        return _json_rows(g.head(0), col, keys)
+    wide = g.select(keys).hstack(cols)
+    return (wide.unpivot([c.name for c in cols], index=keys, variable_name="field", value_name="value")
+            .filter(pl.col("value").is_not_null() & pl.col("value").is_finite()))
+
+
+def _json_rows(g: pl.DataFrame, col: str, keys: list[str]) -> pl.DataFrame:
+    """`_json_readings` one line at a time."""
+    rows: dict[str, list[Any]] = {k: [] for k in (*keys, "field", "value")}
+    for r in g.iter_rows(named=True):
+        try:
+            obj = json.loads(r[col])
+        except (ValueError, TypeError):
+            continue
+        for name, v in numbers(obj):
+            if name in ALIASES:
+                continue
+            for k in keys:
+                rows[k].append(r[k])
+            rows["field"].append(name)
+            rows["value"].append(v)
+    return pl.DataFrame(rows, schema={**{k: g.schema[k] for k in keys}, "field": pl.String, "value": pl.Float64})
 
 
 def _judge(df: pl.DataFrame, group: str, baseline: bool) -> list[dict[str, Any]]:
