@@ -77,3 +77,41 @@ def test_one_rank_of_many_stands_apart_without_hosts() -> None:
             rows.add(s + 0.5, r, "link", step=s, extra=json.dumps({"stats": {"symbol_errors": v}}))
     [f] = outlier.find(rows.ctx())
     assert f.ranks == [4] and f.evidence["field"] == "link.stats.symbol_errors" and f.evidence["grouped_by"] == "rank"
+
+
+def _said(lines: list[tuple[int, int, str, str]]) -> Rows:
+    """A shared transfer slowdown from step 15, no counters; `lines`: (step, rank, level, message)."""
+    rows = Rows(host=lambda r: f"node{r // 2}")
+    sync_run(rows, ranks=4, steps=40, transfer=lambda s: 600.0 if s >= 15 else 150.0)
+    for s, r, level, msg in lines:
+        rows.add(s + 0.5, r, "log", level=level, step=s, message=msg)
+    return rows
+
+
+def test_what_only_one_host_says_during_the_slowdown_names_it() -> None:
+    said = [(s, r, "WARN", f"NET/IB : Got completion from peer 10.0.0.{r}:29500 with error 12, opcode {s}, len 0")
+            for s in range(16, 40, 3) for r in (2, 3)]
+    [f] = outlier.find(_said(said).ctx())
+    assert f.ranks == [2, 3] and f.basis == "outlier" and f.evidence["field"] == "message template"
+    assert f.evidence["template"].startswith("NET/IB : Got completion from peer <IP> with error <N>")
+    assert f.evidence["value"] == len(said) and f.lines and "alone logged" in f.title
+
+
+def test_a_message_said_before_the_slowdown_or_by_everyone_names_nobody() -> None:
+    before = [(s, r, "WARN", f"retry {s} of 5") for s in (5, 20, 30) for r in (2, 3)]
+    everyone = [(s, r, "WARN", f"slow transfer {s} ms") for s in (20, 25, 30) for r in range(4)]
+    once = [(25, 0, "INFO", "saved checkpoint step=25 to ckpt/step_000025.pt")]
+    assert outlier.find(_said(before + everyone + once).ctx()) == []
+
+
+def test_templates_mask_what_varies_between_ranks() -> None:
+    import polars as pl
+
+    from forensics.message_templates import template
+
+    msgs = ["[Rank 3] retry 2 of 5 to 10.0.0.7:29500 at 2024-11-20T14:37:16.123Z",
+            "[Rank 1] retry 4 of 5 to 10.0.0.9:29500 at 2024-11-20T14:38:01Z",
+            "saved /data/ckpt/step_000025.pt in 1.25s (0x7f3a)"]
+    t = pl.DataFrame({"message": msgs}).select(template()).to_series().to_list()
+    assert t[0] == t[1] == "[Rank <N>] retry <N> of <N> to <IP> at <T>"
+    assert t[2] == "saved <PATH> in <N>s (<HEX>)"

@@ -32,6 +32,11 @@ Domain facts relied on:
 - Progress counters and clocks (step, seq, epoch, *_ts, timestamps, pids, ranks) are not
   readings: they are left out by name and by value (epoch seconds or milliseconds).
 
+- What the ranks say is compared too, when no reading stands apart: a message template
+  (forensics.message_templates: the message with numbers, ids, addresses and paths masked) that
+  one host (else one rank) logs during the episode — >= REPEAT times, or at WARN (ERROR lines
+  are failures: the failures' question) — and that nobody logged before it nor any peer during it.
+
 The finding names the host's (or the ranks') ranks with basis `outlier`, the field, its value and
 the peers' median (during and before), and cites the lines holding the outlying values. Its kind
 is the symptom's: comm_bound when communication rose (it explains comm_bound's job-wide finding
@@ -48,10 +53,11 @@ from typing import Any
 
 import polars as pl
 
+from ..message_templates import template
 from ..report.model import Finding
 from ..schema import ALIASES, METRIC_NAMES
 from .context import Context, median, sustained, window_for
-from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+from .evidence import cite, iso, ms, num, pass_id, rank_ranges, shorten
 
 SKIP = 2
 BASE_SHARE = 0.20
@@ -65,6 +71,7 @@ REL = 0.5
 PEER_SHARE = 0.25
 CROSS_RATIO = 2.0
 MIN_SAMPLES = 2
+REPEAT = 3
 # rows read per (rank, event type) on each side of the episode's start: enough for a median
 CAP = 48
 MIN_CAP = 4
@@ -314,18 +321,18 @@ def find(ctx: Context) -> list[Finding]:
     if ep is None:
         return []
     df = readings(ctx, ep["t_base"], ep["t0"], ep["t1"])
-    if df.is_empty():
-        return []
     # the symptom itself is shared by construction: it cannot name anybody
-    df = df.filter(~pl.col("field").is_in([*_TIMING, *_PHASES]))
+    df = df.filter(~pl.col("field").is_in([*_TIMING, *_PHASES])) if not df.is_empty() else df
     ranks_of_host = {h: sorted(int(r) for r in grp.get_column("rank").unique())
                      for (h,), grp in steps.filter(pl.col("host").is_not_null()).group_by("host")}
     cands = []
-    if len(ranks_of_host) >= 2:
-        cands += _judge(df, "host", ep["baseline"])
-    cands += _judge(df, "rank", ep["baseline"])
+    if not df.is_empty():
+        if len(ranks_of_host) >= 2:
+            cands += _judge(df, "host", ep["baseline"])
+        cands += _judge(df, "rank", ep["baseline"])
     if not cands:
-        return []
+        # no reading stands apart: what the ranks say (message templates) may
+        return said_apart(ctx, ep, steps, ranks_of_host)
     best = max(cands, key=lambda c: (c["score"], c["group"] == "host"))
     if best["group"] == "host":
         # a host stands apart through its ranks: when only some of them do (the host's median
@@ -380,6 +387,63 @@ def find(ctx: Context) -> list[Finding]:
                   "first_step": ep["s0"], "last_step": ep["s1"], "episode_steps": ep["steps"], "steps": ep["of"],
                   "also_apart": [f"{c['event']}.{c['field']}" for c in others]},
         lines=lines, first_seen=iso(ep["t0"]), last_seen=iso(ep["t1"]),
+    )]
+
+
+def said_apart(ctx: Context, ep: dict[str, Any], steps: pl.DataFrame,
+               ranks_of_host: dict[str, list[int]]) -> list[Finding]:
+    """A message template (forensics.message_templates) that one host (else one rank) logs during
+    the shared slowdown — >= REPEAT times or at WARN (not ERROR) — and nobody logged before it nor
+    any peer during it: what that host said differently. The finding as `find`'s."""
+    if not ep["baseline"]:
+        return []     # without a "before", a message only one rank logs is its role, not a change
+    ev = (ctx.aligned(ctx.events.select("rank", "host", "timestamp", "level", "event", "message", "source_file", "line")
+                      # an ERROR is a failure, the failures' question; what is said around one is asked here
+                      .filter(pl.col("rank").is_not_null() & pl.col("message").is_not_null()
+                              & (pl.col("level").cast(pl.String) != "ERROR")))
+          .filter(pl.col("ts_aligned") <= ep["t1"])
+          .with_columns(template("message").alias("tpl"), (pl.col("ts_aligned") >= ep["t0"]).alias("during"))
+          .collect())
+    if ev.is_empty():
+        return []
+    ev = ev.with_columns(pl.col("host").fill_null(pl.col("rank").cast(pl.String)).alias("_host"))
+    fresh = ev.group_by("tpl").agg((~pl.col("during")).sum().alias("before")).filter(pl.col("before") == 0)
+    ev = ev.join(fresh.select("tpl"), on="tpl", how="semi").filter("during")
+    grouping = "host" if len(ranks_of_host) >= 2 else "rank"
+    key = "_host" if grouping == "host" else "rank"
+    per = (ev.group_by("tpl").agg(pl.col(key).n_unique().alias("groups"), pl.col(key).first().alias("who"),
+                                  pl.len().alias("n"), (pl.col("level").cast(pl.String) == "WARN").any()
+                                  .alias("loud"))
+           .filter((pl.col("groups") == 1) & ((pl.col("n") >= REPEAT) | pl.col("loud")))
+           .sort(["loud", "n"], descending=True))
+    n_groups = len(ranks_of_host) if grouping == "host" else steps.get_column("rank").n_unique()
+    if per.is_empty() or n_groups < 2:
+        return []
+    best = per.row(0, named=True)
+    rows = ev.filter((pl.col("tpl") == best["tpl"])).sort("ts_aligned")
+    if grouping == "host":
+        ranks = ranks_of_host.get(best["who"], sorted(int(r) for r in rows.get_column("rank").unique()))
+        who = f"host {best['who']} (rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)})"
+    else:
+        ranks = [int(best["who"])]
+        who = f"rank {ranks[0]}"
+    everyone = sorted(int(r) for r in steps.get_column("rank").drop_nulls().unique())
+    comm = ep["metric"] == "xfer_ms"
+    what = "transfer time in its collectives" if comm else "step time"
+    title = (f"{who} alone logged \"{shorten(rows.get_column('message')[0], 100)}\" ({best['n']} times, "
+             f"never before) while every rank's {what} rose together ({ms(ep['base'])} → {ms(ep['during'])} per step, "
+             f"steps {ep['s0']}–{ep['s1']}); no other {'host' if grouping == 'host' else 'rank'} said it")
+    return [Finding(
+        rule=pass_id("outlier"), kind="comm_bound" if comm else "straggler",
+        layer="communication" if comm else "resource", severity="WARN", ranks=ranks,
+        victims=[r for r in everyone if r not in ranks], title=title, basis="outlier",
+        evidence={"mode": "network" if comm else "outlier", "field": "message template", "template": best["tpl"],
+                  "grouped_by": grouping, "outliers": [str(best["who"])], "value": int(best["n"]), "peer_value": 0,
+                  "value_before": 0, "peer_value_before": 0, "symptom": ep["metric"],
+                  "symptom_before_ms": num(ep["base"]), "symptom_ms": num(ep["during"]),
+                  "first_step": ep["s0"], "last_step": ep["s1"], "episode_steps": ep["steps"], "steps": ep["of"]},
+        lines=cite(rows.head(3).iter_rows(named=True), text="message"),
+        first_seen=iso(ep["t0"]), last_seen=iso(ep["t1"]),
     )]
 
 

@@ -35,7 +35,7 @@ BASES = {
     "last_to_log": "last to log",
     "timing_within_group": "timing within its group",
     "telemetry": "telemetry",
-    "outlier": "its own readings stand apart from its peers'",
+    "outlier": "its own readings or messages stand apart from its peers'",
     "own_gap": "what it logged while its peers waited",
 }
 # The basis of a kind whose pass does not say: how that kind's rank is found by construction

@@ -469,9 +469,15 @@ def worker(args: argparse.Namespace) -> None:
                           "cpu_util": round(100 * (cpu1 - cpu0) / (wall1 - wall0), 1),
                           "rss_mb": round(rss / 2**20, 1)})
                 cpu0, wall0 = cpu1, wall1
-            if "net_host" in scen and step % NET_STATS_EVERY == 0:
+            if "net_host" in scen and step % NET_STATS_EVERY == 0 and not args.net_text:
                 log.emit("INFO", args.net_event, "nic counters",
                          synthetic_net_stats(scen, host_index, step, grad_mb, world, net_names, net_rng))
+            if ("net_host" in scen and args.net_text and host_index == scen["net_host"] and step >= scen["net_from"]
+                    and net_rng.random() < 0.4):
+                # --net-text: no counters anywhere; the degraded host's ranks only SAY it (SYNTHETIC text)
+                log.emit("WARN", args.net_event,
+                         f"transport: retransmit timeout on eth{rank % 2} queue {net_rng.randint(0, 7)}, "
+                         f"resent {net_rng.randint(150, 400)} segments to peer 10.0.{host_index}.{rank + 10}", {"step": step})
             if scen.get("pause_rank") == rank and step in scen["pause_steps"]:
                 p0 = time.perf_counter()
                 batches, vloss = 0, 0.0
@@ -638,6 +644,8 @@ def launch(args: argparse.Namespace) -> int:
             cmd += ["--pause-steps", args.pause_steps]
         if args.pause_s is not None:
             cmd += ["--pause-s", str(args.pause_s)]
+        if args.net_text:
+            cmd += ["--net-text"]
         cmd += ["--pause-event", args.pause_event, "--pause-duration-key", args.pause_duration_key,
                 "--net-event", args.net_event, "--net-names", args.net_names]
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -737,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--net-event", default="nic_counters", help="net_host: event name of the NIC counter lines")
     ap.add_argument("--net-names", default="tcp_retrans_segs,rx_crc_errors,tx_mb",
                     help="net_host: keys of the retransmit, CRC-error and bytes-sent counters")
+    ap.add_argument("--net-text", action="store_true",
+                    help="net_host: no NIC counters; the degraded host's ranks log a WARN line about retransmits instead")
     ap.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
