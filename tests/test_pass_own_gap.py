@@ -58,3 +58,20 @@ def test_it_is_the_root_cause_with_its_cost() -> None:
     rep = diagnose_context(_run().ctx())
     assert rep.root_cause.kind == "straggler" and rep.root_cause.ranks == [0] and rep.root_cause.basis == "own_gap"
     assert rep.findings[0].cost["seconds"] > 15
+
+
+def test_without_collective_times_the_step_times_name_the_rank() -> None:
+    # only TRAIN_STEP lines: rank 2 evaluates for 6 s between steps 9/10 and 24/25; its peers'
+    # next step holds the wait (they block in the all-reduce), its own does not
+    rows = Rows()
+    t = {r: 0.0 for r in range(4)}
+    for s in range(40):
+        stall = s in (10, 25)
+        for r in range(4):
+            if stall and r == 2:
+                rows.add(t[r] + 6.0, r, "eval.run", step=s, message="eval done", extra=json.dumps({"secs": 6.0}))
+            dur = 0.5 + (6.0 if stall else 0.0)
+            t[r] += dur
+            rows.add(t[r], r, "TRAIN_STEP", step=s, step_time_ms=(dur - (6.0 if stall and r == 2 else 0.0)) * 1000)
+    [f] = own_gap.find(rows.ctx())
+    assert f.ranks == [2] and "6.0 s in eval.run" in f.title

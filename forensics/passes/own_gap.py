@@ -54,8 +54,14 @@ def caused(steps: pl.DataFrame) -> pl.DataFrame:
     """Per step judged (>= 2 ranks with a wait): the rank that waited least (`rank`), the waiting
     it caused (`caused_ms`: the others' median wait minus its own), the step's median step time,
     its arrival and the end of its previous step (on the common clock)."""
-    df = (steps.filter(pl.col("rank").is_not_null())
-          .select("rank", "step", wait_expr().alias("wait"), "step_time_ms", "t_start", "t_end", "comm_ms",
+    st = steps.filter(pl.col("rank").is_not_null())
+    # no collective time logged at all: the step times say it, for a stall between steps — the
+    # waiting ranks' step holds the wait, the late rank's does not (a stall inside a step, which
+    # every rank's step time holds alike, cannot be seen without collective times)
+    wait = (wait_expr() if st.get_column("wait_est").null_count() < st.height
+            else pl.col("step_time_ms") - pl.col("step_time_ms").min().over("step"))
+    df = (st
+          .select("rank", "step", wait.alias("wait"), "step_time_ms", "t_start", "t_end", "comm_ms",
                   "grad_ready_ts", "file", "train_line", "comm_line", "ready_line", "data_line")
           .sort("rank", "step")
           .with_columns(pl.col("t_end").shift(1).over("rank").alias("prev_end")))
@@ -119,7 +125,7 @@ def gap_events(ctx: Context, rank: int, windows: list[tuple[Any, Any, int]], rou
 def find(ctx: Context) -> list[Finding]:
     steps = ctx.steps.select("rank", "step", "wait_est", "step_time_ms", "t_start", "t_end", "comm_ms",
                              "grad_ready_ts", "file", "train_line", "comm_line", "ready_line", "data_line")
-    if steps.is_empty() or steps.get_column("wait_est").null_count() == steps.height:
+    if steps.is_empty():
         return []
     per = caused(steps)
     if per.is_empty():
