@@ -115,3 +115,19 @@ def test_templates_mask_what_varies_between_ranks() -> None:
     t = pl.DataFrame({"message": msgs}).select(template()).to_series().to_list()
     assert t[0] == t[1] == "[Rank <N>] retry <N> of <N> to <IP> at <T>"
     assert t[2] == "saved <PATH> in <N>s (<HEX>)"
+
+
+def test_a_hosts_own_lines_without_a_rank_count_for_the_host() -> None:
+    # the counters come from a per-host exporter file: a host on every line, no rank
+    rows = Rows(host=lambda r: f"node{r // 2}")
+    sync_run(rows, ranks=4, steps=40, transfer=lambda s: 600.0 if s >= 15 else 150.0)
+    rng = random.Random(3)
+    for s in range(0, 40, 2):
+        for h in ("node0", "node1"):
+            bad = h == "node1" and s >= 15
+            row = rows.add(s + 0.5, None, "node_exporter", file=f"{h}.exporter.jsonl",
+                           extra=json.dumps({"node_netstat_Tcp_RetransSegs": rng.randint(300, 500) if bad else rng.randint(0, 4)}))
+            row["host"] = h
+    [f] = outlier.find(rows.ctx())
+    assert f.ranks == [2, 3] and f.evidence["outliers"] == ["node1"]
+    assert f.evidence["field"] == "node_exporter.node_netstat_Tcp_RetransSegs"

@@ -160,7 +160,7 @@ def numbers(obj: Any, prefix: str = "") -> list[tuple[str, float]]:
 
 
 def readings(ctx: Context, t_base: Any, t0: Any, t1: Any) -> pl.DataFrame:
-    """Every numeric reading of every ranked event between `t_base` (None: from `t0`) and `t1`:
+    """Every numeric reading of every event of a rank or a host between `t_base` (None: from `t0`) and `t1`:
     rank, host, event, field, value, `during` (at or after `t0`), source_file, line. Typed metric
     columns and the numeric keys of `extra` / `fields` that are not typed (any name). At most
     CAP rows per (rank, event type) on each side of `t0` (fewer on big runs: ROW_BUDGET)."""
@@ -169,7 +169,9 @@ def readings(ctx: Context, t_base: Any, t0: Any, t1: Any) -> pl.DataFrame:
     # a budget of rows over the whole run: a median needs a few values per rank, not thousands
     cap = max(MIN_CAP, min(CAP, ROW_BUDGET // max(1, 2 * EVENT_TYPES * len(ctx.ranks))))
     ev = ctx.aligned(ctx.events.select("rank", "host", "timestamp", "event", "extra", "fields", "source_file", "line",
-                                       *typed).filter(pl.col("rank").is_not_null()))
+                                       *typed)
+                       # a host's own lines (its NIC or node exporter, no rank) count for the host
+                       .filter(pl.col("rank").is_not_null() | pl.col("host").is_not_null()))
     ev = (ev.filter(pl.col("ts_aligned").is_between(lo, t1))
           .with_columns((pl.col("ts_aligned") >= t0).alias("during"))
           .filter(pl.int_range(pl.len()).over("rank", "event", "during") < cap)
@@ -399,7 +401,7 @@ def said_apart(ctx: Context, ep: dict[str, Any], steps: pl.DataFrame,
         return []     # without a "before", a message only one rank logs is its role, not a change
     ev = (ctx.aligned(ctx.events.select("rank", "host", "timestamp", "level", "event", "message", "source_file", "line")
                       # an ERROR is a failure, the failures' question; what is said around one is asked here
-                      .filter(pl.col("rank").is_not_null() & pl.col("message").is_not_null()
+                      .filter((pl.col("rank").is_not_null() | pl.col("host").is_not_null()) & pl.col("message").is_not_null()
                               & (pl.col("level").cast(pl.String) != "ERROR")))
           .filter(pl.col("ts_aligned") <= ep["t1"])
           .with_columns(template("message").alias("tpl"), (pl.col("ts_aligned") >= ep["t0"]).alias("during"))
@@ -407,6 +409,8 @@ def said_apart(ctx: Context, ep: dict[str, Any], steps: pl.DataFrame,
     if ev.is_empty():
         return []
     ev = ev.with_columns(pl.col("host").fill_null(pl.col("rank").cast(pl.String)).alias("_host"))
+    if len(ranks_of_host) < 2:
+        ev = ev.filter(pl.col("rank").is_not_null())
     fresh = ev.group_by("tpl").agg((~pl.col("during")).sum().alias("before")).filter(pl.col("before") == 0)
     ev = ev.join(fresh.select("tpl"), on="tpl", how="semi").filter("during")
     grouping = "host" if len(ranks_of_host) >= 2 else "rank"
