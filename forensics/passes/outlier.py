@@ -93,7 +93,9 @@ _WAITING = re.compile(r"wait|lag|late|idle|skew|stall|block", re.I)
 
 def shared_episode(steps: pl.DataFrame) -> dict[str, Any] | None:
     """The shared slowdown, or None: {"metric", "s0", "s1", "t0", "t1", "t_base", "base", "during",
-    "steps", "of", "baseline": bool} — `t_base` the start of the baseline (after start-up)."""
+    "steps", "of", "baseline": bool} — `t_base` where the readings before the episode begin: the
+    run's first step (the timing's baseline skips start-up; a counter sampled every 10 or 50
+    steps needs every sample it has)."""
     st = steps.filter(pl.col("rank").is_not_null()).with_columns(
         (pl.col("comm_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0).alias("xfer_ms"),
         (pl.col("step_time_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0).alias("busy_ms"))
@@ -124,7 +126,7 @@ def shared_episode(steps: pl.DataFrame) -> dict[str, Any] | None:
                 .select(((pl.col("e") >= RISE * pl.col("b")).fill_null(False)).mean()).item())
             if risen >= RANKS_RISEN:
                 return {"metric": metric, "s0": s0, "s1": s1, "t0": ep.get_column("t0").min(),
-                        "t1": ep.get_column("t1").max(), "t_base": per.get_column("t0")[0],
+                        "t1": ep.get_column("t1").max(), "t_base": ok.get_column("t_start").min(),
                         "base": base, "during": float(ep.get_column("m").median()), "steps": ep.height, "of": n,
                         "baseline": True}
         if metric == "xfer_ms":
@@ -336,6 +338,11 @@ def find(ctx: Context) -> list[Finding]:
         # no reading stands apart: what the ranks say (message templates) may
         return said_apart(ctx, ep, steps, ranks_of_host)
     best = max(cands, key=lambda c: (c["score"], c["group"] == "host"))
+    if best["group"] == "rank":
+        # the ranks that stand apart are exactly one host's: the host is what differs
+        same = [c for c in cands if c["group"] == "host" and (c["event"], c["field"]) == (best["event"], best["field"])
+                and {r for h in c["who"] for r in ranks_of_host.get(h, [])} == {int(r) for r in best["who"]}]
+        best = same[0] if same else best
     if best["group"] == "host":
         # a host stands apart through its ranks: when only some of them do (the host's median
         # moved with one rank), the ranks that stand apart are named, not their host-mates
