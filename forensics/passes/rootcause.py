@@ -22,6 +22,8 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   drop is only the training-layer symptom of the chain: never the root cause on its own.
 - The scheduler's cancellation (job_cancelled) ends a run without crashing it: a failure before
   it explains it (someone cancelled a hung job); alone, it is the verdict, never "healthy".
+- Of two slowdowns neither of which explains the other, the one that cost under MINOR_COST of
+  the other's time is not the root cause (cost.py prices both on the same run).
 - A job-wide slowdown (every rank's communication time up together) is explained by the host
   or ranks whose own readings stand apart in it (basis `outlier`), never the reverse.
 - Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
@@ -36,6 +38,7 @@ from typing import Iterable
 from ..report.model import DEFAULT_BASIS, ChainLink, Finding, RootCause, local_ranks_phrase
 from .evidence import parse_iso, ranks_phrase
 
+MINOR_COST = 0.1
 LAYER_ORDER = {"physical": 0, "resource": 1, "communication": 2, "training": 3}
 SEVERITY_ORDER = {"ERROR": 0, "WARN": 1, "INFO": 2}
 
@@ -203,6 +206,10 @@ def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> t
         return findings[i].kind in FAILURES or any(rel[i][j] for j in failures)
 
     roots = [c for c in cands if not any(rel[o][c] and not rel[c][o] for o in cands if o != c)] or cands
+    # of two slowdowns neither explains, one that cost a tenth of the other's time is not the
+    # verdict (both priced by cost.py on the same run: the other is what slowed it)
+    top = max((findings[c].cost_seconds for c in roots if findings[c].cost), default=0.0)
+    roots = [c for c in roots if not (findings[c].cost and findings[c].cost_seconds < MINOR_COST * top)] or roots
     root = min(roots, key=lambda i: _key(findings[i], bool(failures) and crash_relevant(i),
                                          not findings[i].rule.startswith("pass.")))
     return root, _closure(root, rel)
