@@ -15,8 +15,11 @@ Domain facts relied on:
   that was there before the slowdown is not its cause. So a group (a host, else a rank) stands
   apart when its values changed at the episode — its median during the episode against its own
   median before it — by at least `REL` of itself and `K_NOISE` robust deviations (1.4826 x MAD of
-  the values before the episode, over every group) while every peer's change stayed under
-  `PEER_SHARE` of it, and the groups that changed are a minority (one of two hosts at most).
+  the values before the episode, over every group; at least 1.25 x their mean absolute deviation,
+  for counters that are mostly constant), to a median outside every value any group logged
+  before the episode (a new state, not noise within the old one), while every peer's change
+  stayed under `PEER_SHARE` of it, and the groups that changed are a minority (one of two hosts
+  at most).
 - Without a "before" (the slowdown spans the whole run) a group stands apart only as a minority
   of >= 3 groups: its median is >= 2x (or <= 1/2 of) the median of the groups' medians and
   `K_NOISE` x 1.4826 x MAD of those medians away from it.
@@ -260,8 +263,13 @@ def _judge(df: pl.DataFrame, group: str, baseline: bool) -> list[dict[str, Any]]
     noise_tab = (df.filter(g.is_not_null())
                  .with_columns(median(pl.col("value")).over("event", "field", group, "during").alias("_m"))
                  .group_by("event", "field", "during")
-                 .agg((1.4826 * (pl.col("value") - pl.col("_m")).abs().median()).alias("noise")))
+                 # a counter that is mostly constant has a MAD of 0 however it jumps now and then:
+                 # the mean absolute deviation (x 1.25, its ratio to sigma) is the floor
+                 .agg(pl.max_horizontal(1.4826 * (pl.col("value") - pl.col("_m")).abs().median(),
+                                        1.25 * (pl.col("value") - pl.col("_m")).abs().mean()).alias("noise"),
+                      pl.col("value").min().alias("lo"), pl.col("value").max().alias("hi")))
     noise = {(r["event"], r["field"], r["during"]): float(r["noise"] or 0.0) for r in noise_tab.iter_rows(named=True)}
+    span = {(r["event"], r["field"]): (r["lo"], r["hi"]) for r in noise_tab.filter(~pl.col("during")).iter_rows(named=True)}
     for (event, field), rows in per.group_by("event", "field"):
         rows = rows.filter(pl.col("ne") >= MIN_SAMPLES)
         if rows.height < 2:
@@ -288,6 +296,9 @@ def _judge(df: pl.DataFrame, group: str, baseline: bool) -> list[dict[str, Any]]
                 continue
             if low < K_NOISE * nz or any(abs(change[i]) < REL * max(abs(b[i]), abs(e[i])) for i in out_idx):
                 continue
+            lo, hi = span.get((event, field), (None, None))
+            if lo is not None and any(lo <= e[i] <= hi for i in out_idx):
+                continue     # still where some group's values were before the slowdown: no new state
             score = low / max(nz, 1e-3 * max(abs(x) for x in e + b) or 1e-12)
         elif len(names) >= 3:
             m = float(sorted(e)[len(e) // 2]) if len(e) % 2 else (sorted(e)[len(e) // 2 - 1] + sorted(e)[len(e) // 2]) / 2
