@@ -37,7 +37,7 @@ from typing import Any
 import polars as pl
 
 from ..report.model import Finding
-from .context import Context, median, wait_expr
+from .context import Context, PeerGroups, median, wait_expr
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges, shorten
 from .outlier import numbers
 
@@ -50,29 +50,49 @@ _DURATION = re.compile(r"(dur|elapsed|took|latency|secs|seconds|(^|_)time|_s$|_m
 _UNIT = (("_ms", 1.0), ("_us", 1e-3), ("_ns", 1e-6), ("millis", 1.0), ("msec", 1.0))
 
 
-def caused(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per step judged (>= 2 ranks with a wait): the rank that waited least (`rank`), the waiting
-    it caused (`caused_ms`: the others' median wait minus its own), the step's median step time,
-    its arrival and the end of its previous step (on the common clock)."""
+def caused(steps: pl.DataFrame, peers: PeerGroups | None = None) -> pl.DataFrame:
+    """Per step judged (>= 2 ranks with a wait): the rank that waited least (`rank`), its wait
+    (`own`), the others' median (`others`, see below), the waiting it caused (`caused_ms` =
+    others - own) and the step's median step time (`step_ms`). Only the columns judged are
+    aggregated (64 ranks x 28,750 steps: a group_by of four columns)."""
     st = steps.filter(pl.col("rank").is_not_null())
     # no collective time logged at all: the step times say it, for a stall between steps — the
     # waiting ranks' step holds the wait, the late rank's does not (a stall inside a step, which
     # every rank's step time holds alike, cannot be seen without collective times)
     wait = (wait_expr() if st.get_column("wait_est").null_count() < st.height
             else pl.col("step_time_ms") - pl.col("step_time_ms").min().over("step"))
-    df = (st
-          .select("rank", "step", wait.alias("wait"), "step_time_ms", "t_start", "t_end", "comm_ms",
-                  "grad_ready_ts", "file", "train_line", "comm_line", "ready_line", "data_line")
-          .sort("rank", "step")
-          .with_columns(pl.col("t_end").shift(1).over("rank").alias("prev_end")))
-    ok = df.filter(pl.col("wait").is_not_null())
-    per = (ok.sort("wait").group_by("step")
-           .agg(pl.len().alias("n"), pl.col("rank").first().alias("late"), pl.col("wait").first().alias("own"),
-                pl.col("wait").slice(1).median().alias("others"), median("step_time_ms").alias("step_ms"),
-                pl.col("rank").slice(1).alias("waiters"))
-           .filter(pl.col("n") >= 2)
-           .with_columns((pl.col("others") - pl.col("own")).clip(lower_bound=0.0).alias("caused_ms")))
-    return per.join(df, left_on=["late", "step"], right_on=["rank", "step"], how="left").rename({"late": "rank"})
+    aggs = (pl.col("wait").count().alias("n"), pl.col("rank").get(pl.col("wait").arg_min()).alias("rank"),
+            pl.col("wait").min().alias("own"), median("wait").alias("_med"), pl.col("wait").max().alias("_max"),
+            median("step_time_ms").alias("step_ms"))
+    if peers is not None and st.height == steps.height:
+        # the step table's rows grouped by step once for every pass (context.PeerGroups)
+        per = peers.agg(st.select("rank", wait.alias("wait"), "step_time_ms"), *aggs).with_columns(peers.step)
+    else:
+        per = st.select("rank", "step", wait.alias("wait"), "step_time_ms").group_by("step").agg(*aggs)
+    # the others' median is the median of the step's waits (the max with two ranks): within one
+    # order statistic of the median without the least, and 5x cheaper than sorting every step's
+    # waits; `stall_rows` gives the exact figure of the few stall steps that are reported
+    return (per.filter((pl.col("n") >= 2) & pl.col("step").is_not_null())
+            .with_columns(pl.when(pl.col("n") == 2).then(pl.col("_max")).otherwise(pl.col("_med")).alias("others"))
+            .drop("_med", "_max")
+            .with_columns((pl.col("others") - pl.col("own")).clip(lower_bound=0.0).alias("caused_ms"))
+            .sort("step"))
+
+
+def stall_rows(steps: pl.DataFrame, stalls: pl.DataFrame) -> pl.DataFrame:
+    """The stall steps (`caused` rows) with the late rank's row of the step table (times, lines),
+    the end of its previous logged step (`prev_end`) and the ranks that waited (`waiters`)."""
+    out = []
+    for s in stalls.iter_rows(named=True):
+        mine = steps.filter((pl.col("rank") == s["rank"]) & (pl.col("step") <= s["step"])).sort("step").tail(2)
+        row = mine.row(-1, named=True)
+        prev = mine.row(0, named=True)["t_end"] if mine.height == 2 else None
+        others = steps.filter((pl.col("step") == s["step"]) & (pl.col("rank") != s["rank"]))
+        exact = others.get_column("wait_est").drop_nulls().median()
+        caused_ms = max(0.0, float(exact) - s["own"]) if exact is not None and steps.get_column("wait_est").null_count() < steps.height else s["caused_ms"]
+        out.append({**row, **s, "caused_ms": caused_ms, "prev_end": prev,
+                    "waiters": sorted(int(w) for w in others.get_column("rank"))})
+    return pl.DataFrame(out, infer_schema_length=None)
 
 
 def _duration_ms(name: str, v: float) -> float | None:
@@ -127,7 +147,7 @@ def find(ctx: Context) -> list[Finding]:
                              "grad_ready_ts", "file", "train_line", "comm_line", "ready_line", "data_line")
     if steps.is_empty():
         return []
-    per = caused(steps)
+    per = caused(steps, ctx.peers(None))
     if per.is_empty():
         return []
     total = float(per.get_column("caused_ms").sum())
@@ -144,7 +164,9 @@ def find(ctx: Context) -> list[Finding]:
         r, caused_ms = int(row["rank"]), float(row["ms"])
         if caused_ms < SHARE * total or caused_ms < MIN_SECONDS * 1000.0:
             continue
-        mine = stalls.filter(pl.col("rank") == r).sort("step")
+        mine = stall_rows(steps, stalls.filter(pl.col("rank") == r).sort("step"))
+        total += float(mine.get_column("caused_ms").sum()) - caused_ms     # the exact figures reported
+        caused_ms = float(mine.get_column("caused_ms").sum())
         n_steps = steps.get_column("step").n_unique()
         counts = (ctx.events.filter(pl.col("rank") == r).group_by("event").agg(pl.len().alias("c")).collect())
         routine = {e for e, c in counts.iter_rows() if e is not None and c >= ROUTINE * n_steps}
