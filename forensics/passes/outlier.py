@@ -59,7 +59,7 @@ import polars as pl
 from ..message_templates import template
 from ..report.model import Finding
 from ..schema import ALIASES, METRIC_NAMES
-from .context import Context, median, sustained, window_for
+from .context import Context, PeerGroups, median, sustained, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges, shorten
 
 SKIP = 2
@@ -94,23 +94,32 @@ _PHASES = ("data_load_ms", "disk_read_mbps", "disk_read_bytes", "compute_ms", "f
 _WAITING = re.compile(r"wait|lag|late|idle|skew|stall|block", re.I)
 
 
-def shared_episode(steps: pl.DataFrame) -> dict[str, Any] | None:
+def shared_episode(steps: pl.DataFrame, peers: PeerGroups | None = None) -> dict[str, Any] | None:
     """The shared slowdown, or None: {"metric", "s0", "s1", "t0", "t1", "t_base", "base", "during",
     "steps", "of", "baseline": bool} — `t_base` where the readings before the episode begin: the
     run's first step (the timing's baseline skips start-up; a counter sampled every 10 or 50
-    steps needs every sample it has)."""
-    st = steps.filter(pl.col("rank").is_not_null()).with_columns(
-        (pl.col("comm_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0).alias("xfer_ms"),
-        (pl.col("step_time_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0).alias("busy_ms"))
-    if st.is_empty() or st.get_column("rank").n_unique() < 2:
+    steps needs every sample it has). `peers`: the rows of `steps` grouped by step, when built
+    (context.PeerGroups: the per-step medians without hashing every row's step again)."""
+    ranked = pl.col("rank").is_not_null()
+    st = steps.with_columns(
+        pl.when(ranked).then((pl.col("comm_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0))
+        .alias("xfer_ms"),
+        pl.when(ranked).then((pl.col("step_time_ms") - pl.col("wait_est").fill_null(0.0)).clip(lower_bound=0.0))
+        .alias("busy_ms"))
+    if st.get_column("rank").drop_nulls().n_unique() < 2:
         return None
+    peers = peers if peers is not None else PeerGroups(st.get_column("step"))
+    x = st.select("xfer_ms", "busy_ms", pl.when(ranked).then(pl.col("t_start")).alias("t_start"),
+                  pl.when(ranked).then(pl.col("t_end")).alias("t_end"))
+    by_step = (peers.agg(x, median("xfer_ms").alias("xfer_ms"), median("busy_ms").alias("busy_ms"),
+                         pl.col("xfer_ms").count().alias("n_xfer_ms"), pl.col("busy_ms").count().alias("n_busy_ms"),
+                         pl.col("t_start").min().alias("t0"), pl.col("t_end").max().alias("t1"))
+               .with_columns(peers.step).filter(pl.col("step").is_not_null()).sort("step"))
     for metric in ("xfer_ms", "busy_ms"):
-        ok = st.filter(pl.col(metric).is_not_null() & (pl.col(metric) >= 0))
-        if ok.is_empty():
+        if st.get_column(metric).null_count() == st.height:
             continue
-        per = (ok.group_by("step").agg(median(metric).alias("m"), pl.col("t_start").min().alias("t0"),
-                                       pl.col("t_end").max().alias("t1"), pl.len().alias("n"))
-               .filter(pl.col("n") >= 2).sort("step").slice(SKIP))
+        per = (by_step.select("step", pl.col(metric).alias("m"), "t0", "t1", pl.col(f"n_{metric}").alias("n"))
+               .filter(pl.col("n") >= 2).slice(SKIP))
         n = per.height
         nb = max(3, int(n * BASE_SHARE))
         if n < nb + 3:
@@ -123,20 +132,20 @@ def shared_episode(steps: pl.DataFrame) -> dict[str, Any] | None:
         if ep.height >= max(3, window_for(n)) and ep.height >= MIN_SHARE * n:
             s0, s1 = int(ep.get_column("step").min()), int(ep.get_column("step").max())
             b0, b1 = int(per.get_column("step")[0]), int(per.get_column("step")[nb - 1])
-            risen = (ok.group_by("rank").agg(
+            risen = (st.select("rank", "step", metric).filter(pl.col("rank").is_not_null()).group_by("rank").agg(
                 median(pl.when(pl.col("step").is_between(s0, s1)).then(pl.col(metric))).alias("e"),
                 median(pl.when(pl.col("step").is_between(b0, b1)).then(pl.col(metric))).alias("b"))
                 .select(((pl.col("e") >= RISE * pl.col("b")).fill_null(False)).mean()).item())
             if risen >= RANKS_RISEN:
                 return {"metric": metric, "s0": s0, "s1": s1, "t0": ep.get_column("t0").min(),
-                        "t1": ep.get_column("t1").max(), "t_base": ok.get_column("t_start").min(),
+                        "t1": ep.get_column("t1").max(), "t_base": by_step.get_column("t0").min(),
                         "base": base, "during": float(ep.get_column("m").median()), "steps": ep.height, "of": n,
                         "baseline": True}
         if metric == "xfer_ms":
             # communication-heavy from the start: no "before" to compare with
             # transfer, not waiting: ranks waiting for a late one is a late rank's question
-            share = (st.filter(pl.col("xfer_ms").is_not_null() & (pl.col("step_time_ms") > 0))
-                     .select(median(pl.col("xfer_ms") / pl.col("step_time_ms"))).item())
+            share = st.select(median(pl.when(pl.col("step_time_ms") > 0)
+                                     .then(pl.col("xfer_ms") / pl.col("step_time_ms")))).item()
             if share is not None and share > COMM_SHARE:
                 return {"metric": "xfer_ms", "s0": int(per.get_column("step").min()),
                         "s1": int(per.get_column("step").max()), "t0": per.get_column("t0").min(),
@@ -332,7 +341,7 @@ def _med(xs: list[float]) -> float | None:
 
 def find(ctx: Context) -> list[Finding]:
     steps = ctx.steps.select("rank", "step", "host", "comm_ms", "wait_est", "step_time_ms", "t_start", "t_end")
-    ep = shared_episode(steps)
+    ep = shared_episode(steps, ctx.peers(None))
     if ep is None:
         return []
     df = readings(ctx, ep["t_base"], ep["t0"], ep["t1"])
