@@ -145,3 +145,20 @@ def test_a_real_shared_slowdown_with_healthy_counters_names_no_host() -> None:
     ctx = Context.from_run(open_run(str(run)))
     assert outlier.shared_episode(ctx.steps) is not None
     assert outlier.find(ctx) == []
+
+
+def test_without_host_names_a_minority_of_ranks_saying_it_is_named() -> None:
+    # the same ranks 2,3, in logs that name no host (a schema that lost it): 2 of 4 ranks say it
+    rows = Rows()
+    sync_run(rows, ranks=4, steps=40, transfer=lambda s: 600.0 if s >= 15 else 150.0)
+    for s in range(16, 40, 3):
+        for r in (2, 3):
+            rows.add(s + 0.5, r, "log", level="WARN", step=s, message=f"link flap on port {s % 4}, {s} retries")
+    [f] = outlier.find(rows.ctx())
+    assert f.ranks == [2, 3] and f.evidence["grouped_by"] == "rank" and f.evidence["outliers"] == ["2", "3"]
+    rows = Rows()
+    sync_run(rows, ranks=4, steps=40, transfer=lambda s: 600.0 if s >= 15 else 150.0)
+    for s in range(16, 40, 3):
+        for r in (1, 2, 3):      # three of four: not a minority
+            rows.add(s + 0.5, r, "log", level="WARN", step=s, message=f"link flap on port {s % 4}, {s} retries")
+    assert outlier.find(rows.ctx()) == []

@@ -421,7 +421,7 @@ def find(ctx: Context) -> list[Finding]:
 
 def said_apart(ctx: Context, ep: dict[str, Any], steps: pl.DataFrame,
                ranks_of_host: dict[str, list[int]]) -> list[Finding]:
-    """A message template (forensics.message_templates) that one host (else one rank) logs during
+    """A message template (forensics.message_templates) that one host (else at most half the ranks) logs during
     the shared slowdown — >= REPEAT times or at WARN (not ERROR) — and nobody logged before it nor
     any peer during it: what that host said differently. The finding as `find`'s."""
     if not ep["baseline"]:
@@ -442,22 +442,26 @@ def said_apart(ctx: Context, ep: dict[str, Any], steps: pl.DataFrame,
     ev = ev.join(fresh.select("tpl"), on="tpl", how="semi").filter("during")
     grouping = "host" if len(ranks_of_host) >= 2 else "rank"
     key = "_host" if grouping == "host" else "rank"
-    per = (ev.group_by("tpl").agg(pl.col(key).n_unique().alias("groups"), pl.col(key).first().alias("who"),
+    n_groups = len(ranks_of_host) if grouping == "host" else steps.get_column("rank").n_unique()
+    # said by one host, or by a minority of the ranks (at most half: hosts may be unnamed in the
+    # logs, and one host's ranks then say it together)
+    most = 1 if grouping == "host" else max(1, n_groups // 2)
+    per = (ev.group_by("tpl").agg(pl.col(key).n_unique().alias("groups"), pl.col(key).unique().sort().alias("who"),
                                   pl.len().alias("n"), (pl.col("level").cast(pl.String) == "WARN").any()
                                   .alias("loud"))
-           .filter((pl.col("groups") == 1) & ((pl.col("n") >= REPEAT) | pl.col("loud")))
+           .filter((pl.col("groups") <= most) & ((pl.col("n") >= REPEAT) | pl.col("loud")))
            .sort(["loud", "n"], descending=True))
-    n_groups = len(ranks_of_host) if grouping == "host" else steps.get_column("rank").n_unique()
     if per.is_empty() or n_groups < 2:
         return []
     best = per.row(0, named=True)
     rows = ev.filter((pl.col("tpl") == best["tpl"])).sort("ts_aligned")
     if grouping == "host":
-        ranks = ranks_of_host.get(best["who"], sorted(int(r) for r in rows.get_column("rank").unique()))
-        who = f"host {best['who']} (rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)})"
+        host = best["who"][0]
+        ranks = ranks_of_host.get(host, sorted(int(r) for r in rows.get_column("rank").drop_nulls().unique()))
+        who = f"host {host} (rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)})"
     else:
-        ranks = [int(best["who"])]
-        who = f"rank {ranks[0]}"
+        ranks = sorted(int(r) for r in best["who"])
+        who = f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
     everyone = sorted(int(r) for r in steps.get_column("rank").drop_nulls().unique())
     comm = ep["metric"] == "xfer_ms"
     what = "transfer time in its collectives" if comm else "step time"
@@ -469,7 +473,8 @@ def said_apart(ctx: Context, ep: dict[str, Any], steps: pl.DataFrame,
         layer="communication" if comm else "resource", severity="WARN", ranks=ranks,
         victims=[r for r in everyone if r not in ranks], title=title, basis="outlier",
         evidence={"mode": "network" if comm else "outlier", "field": "message template", "template": best["tpl"],
-                  "grouped_by": grouping, "outliers": [str(best["who"])], "value": int(best["n"]), "peer_value": 0,
+                  "grouped_by": grouping, "outliers": [str(x) for x in best["who"]], "value": int(best["n"]),
+                  "peer_value": 0,
                   "value_before": 0, "peer_value_before": 0, "symptom": ep["metric"],
                   "symptom_before_ms": num(ep["base"]), "symptom_ms": num(ep["during"]),
                   "first_step": ep["s0"], "last_step": ep["s1"], "episode_steps": ep["steps"], "steps": ep["of"]},
