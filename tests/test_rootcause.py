@@ -107,3 +107,25 @@ def test_a_rank_that_timed_out_itself_is_not_why_the_collective_hung() -> None:
     waited_for = Finding(rule="nccl_timeout", kind="nccl_timeout", layer="communication", severity="ERROR", ranks=[],
                          title="NCCL collective timed out", first_seen="2026-11-29T10:56:46.032Z", victims=[1, 2])
     assert explains(slow, waited_for)
+
+
+def test_a_slowdown_costing_a_tenth_of_another_is_not_the_root() -> None:
+    # a start-up blip of slow data loading on rank 1 (0.1 s) beside rank 2's stalls (10.7 s):
+    # neither explains the other; kind priority alone would pick the data loading
+    blip = F("data_load_skew", "resource", [1], "00:01", last="00:02")
+    blip.cost = {"seconds": 0.1}
+    stalls = F("straggler", "resource", [2], "00:10", last="00:40")
+    stalls.cost = {"seconds": 10.7}
+    rc, _ = rootcause.assign([blip, stalls], [0, 1, 2, 3, 4])
+    assert rc.kind == "straggler" and rc.ranks == [2]
+    blip.cost = {"seconds": 5.0}          # comparable costs: the table of causes and priorities decide
+    rc, _ = rootcause.assign([blip, stalls], [0, 1, 2, 3, 4])
+    assert rc.kind == "data_load_skew"
+
+
+def test_a_job_wide_slowdown_does_not_explain_the_host_that_stands_apart() -> None:
+    job = F("comm_bound", "communication", EVERY, "00:01", last="00:40")
+    host = F("comm_bound", "communication", [6, 7], "00:05", victims=[0, 1, 2, 3, 4, 5], last="00:40")
+    host.basis = "outlier"
+    rc, ordered = rootcause.assign([job, host], EVERY)
+    assert rc.ranks == [6, 7] and rc.basis == "outlier" and ordered[0].explains == [1]

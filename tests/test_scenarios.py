@@ -1,4 +1,4 @@
-"""Every scenario with an expected.toml — sample_logs/*/, tests/fixtures/realrun/*/, realrun_moved/*/, realrun_varied/*/ and realrun_torchrun/*/ — diagnosed.
+"""Every scenario with an expected.toml — sample_logs/*/, tests/fixtures/realrun/*/, realrun_moved/*/, realrun_varied/*/, realrun_torchrun/*/ and realrun_localise/*/ — diagnosed.
 
 What a scenario's `[expect]` means:
 - `root_cause`: the kind of the root cause ("none": root_cause must be null); `alternatives`:
@@ -24,7 +24,8 @@ from error_accounting import error_lines, unaccounted
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(
     p.parent for base in (REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun", REPO / "tests" / "fixtures" / "realrun_moved",
-                          REPO / "tests" / "fixtures" / "realrun_varied", REPO / "tests" / "fixtures" / "realrun_torchrun")
+                          REPO / "tests" / "fixtures" / "realrun_varied", REPO / "tests" / "fixtures" / "realrun_torchrun",
+                          REPO / "tests" / "fixtures" / "realrun_localise")
     for p in base.glob("*/expected.toml")
 )
 

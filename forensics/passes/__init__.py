@@ -31,6 +31,8 @@ from . import (
     hygiene,
     loss,
     no_data,
+    outlier,
+    own_gap,
     rank_lag,
     rootcause,
     silent_rank,
@@ -68,6 +70,8 @@ PASSES: list[Pass] = [
     stuck_collective.find,   # communication: ranks behind in a stuck collective (Flight Recorder)
     gradient_skew.find,      # communication: spread of gradient-ready times
     comm_bound.find,         # communication: > 40% of step time in collectives
+    outlier.find,            # communication/resource: who stands apart when a slowdown is shared
+    own_gap.find,            # resource: the rank whose stalls made the others wait, and what it logged
     rank_lag.find,           # training: a rank behind in steps
     loss.find,               # training: divergence / plateau, warmup-aware
     grad_norm.find,          # training: spikes, vanishing adapter gradients

@@ -218,9 +218,19 @@ def finding_cost(f: Finding, steps: pl.DataFrame, wall_s: float | None, world: i
             memo[key] = compute()
         return memo[key]
 
+    if f.basis == "own_gap" and f.evidence.get("caused_wait_ms"):
+        # stalls between steps (passes/own_gap.py): no phase of the step table holds them; the
+        # waiting they caused every peer is what the run would have saved
+        seconds = float(f.evidence["caused_wait_ms"]) / 1000.0
+        return {"seconds": round(seconds, 3), "share": round(seconds / wall_s, 4) if wall_s else None,
+                "gpu_hours": round(seconds * world / 3600.0, 4), "steps": len(f.evidence.get("stalls") or []),
+                "method": "caused_wait"}
     all_ranks = once(("ranks",), lambda: set(int(r) for r in steps.get_column("rank").drop_nulls().unique()))
     job_wide = not f.ranks or set(f.ranks) >= all_ranks
-    if f.kind in PEER_PHASES and not job_wide:
+    # a host or ranks standing apart in a slowdown every rank shares (passes/outlier.py) slowed
+    # everyone alike: no peer kept pace, the reference is the run's own steps before it
+    shared = f.basis == "outlier"
+    if f.kind in PEER_PHASES and not job_wide and not shared:
         # every step, not only the finding's: a finding's window starts where its evidence got
         # strong enough (a sustained episode, the first hot telemetry sample), the fault often
         # earlier; in steps where the rank kept pace the replay gives back ~nothing
@@ -234,10 +244,10 @@ def finding_cost(f: Finding, steps: pl.DataFrame, wall_s: float | None, world: i
             saved = temporal_replay(once(("per_step", "step"), lambda: per_step(steps, "step", peers)),
                                     _window(steps, f))
             method = "own_steps_outside"
-    elif f.kind in TEMPORAL and (job_wide or f.kind not in PEER_PHASES):
+    elif (f.kind in TEMPORAL or shared) and (job_wide or shared or f.kind not in PEER_PHASES):
         if f.kind == "comm_bound" and not f.ranks:
             return None     # waiting for random late ranks (INFO): nobody to replay
-        q = TEMPORAL[f.kind]
+        q = TEMPORAL.get(f.kind, "step")
         saved = temporal_replay(once(("per_step", q), lambda: per_step(steps, q, peers)), _window(steps, f))
         method = "own_steps_outside"
     else:

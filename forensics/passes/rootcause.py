@@ -27,6 +27,10 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   before any slowdown; a failure the passes recognise stays the root over it (the errors it
   explains are not unexplained). A rank's own error before its peers time out or hang is why
   they did, as a crash is. No input at all (no_data) is the verdict by itself.
+- Of two slowdowns neither of which explains the other, the one that cost under MINOR_COST of
+  the other's time is not the root cause (cost.py prices both on the same run).
+- A job-wide slowdown (every rank's communication time up together) is explained by the host
+  or ranks whose own readings stand apart in it (basis `outlier`), never the reverse.
 - Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
   gets its kind's basis by construction (model.DEFAULT_BASIS); the root cause carries its finding's.
 """
@@ -39,6 +43,7 @@ from typing import Iterable
 from ..report.model import DEFAULT_BASIS, ChainLink, Finding, RootCause, local_ranks_phrase
 from .evidence import parse_iso, ranks_phrase
 
+MINOR_COST = 0.1
 LAYER_ORDER = {"physical": 0, "resource": 1, "communication": 2, "training": 3}
 SEVERITY_ORDER = {"ERROR": 0, "WARN": 1, "INFO": 2}
 
@@ -121,6 +126,10 @@ def _ranks_related(a: Finding, b: Finding, everyone: frozenset[int] = frozenset(
 def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> bool:
     """Can finding `a` be (part of) the reason for finding `b`? `everyone`: all ranks of the run."""
     if a is b or a.kind in NON_CAUSAL or b.kind in NON_CAUSAL:
+        return False
+    if b.basis == "outlier" and a.basis != "outlier" and (not a.ranks or (everyone and set(a.ranks) >= everyone)):
+        # a slowdown of every rank does not explain the host or ranks that stand apart in it:
+        # they localise it (passes/outlier.py), so they explain it and not the other way round
         return False
     ta, tb = _t(a.first_seen), _t(b.first_seen)
     if a.kind in FAILURES and b.kind in FAILURES and a.kind == b.kind and bool(a.ranks) != bool(b.ranks):
@@ -212,6 +221,10 @@ def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> t
         return findings[i].kind in FAILURES or any(rel[i][j] for j in failures)
 
     roots = [c for c in cands if not any(rel[o][c] and not rel[c][o] for o in cands if o != c)] or cands
+    # of two slowdowns neither explains, one that cost a tenth of the other's time is not the
+    # verdict (both priced by cost.py on the same run: the other is what slowed it)
+    top = max((findings[c].cost_seconds for c in roots if findings[c].cost), default=0.0)
+    roots = [c for c in roots if not (findings[c].cost and findings[c].cost_seconds < MINOR_COST * top)] or roots
     root = min(roots, key=lambda i: _key(findings[i], bool(failures) and crash_relevant(i),
                                          not findings[i].rule.startswith("pass.")))
     return root, _closure(root, rel)

@@ -38,6 +38,8 @@ BASES = {
     "last_to_log": "last to log",
     "timing_within_group": "timing within its group",
     "telemetry": "telemetry",
+    "outlier": "its own readings or messages stand apart from its peers'",
+    "own_gap": "what it logged while its peers waited",
 }
 # The basis of a kind whose pass does not say: how that kind's rank is found by construction
 # (a straggler is a timing comparison among peers, a hot GPU a telemetry reading, an OOM the

@@ -100,12 +100,14 @@ def write_expected(d: Path, cfg: dict, run: dict, torch_version: str) -> None:
     (d / "expected.toml").write_text("\n".join(lines), encoding="utf-8")
 
 
-def main() -> int:
+def run_seeds(argv: list[str] | None, default_out: Path, prefix: str, draw, command, write_expected) -> int:
+    """The command line of a seeded fixture maker: `SEED... [--out DIR] [--show]`; each seed's run
+    goes to DIR/<prefix><seed>/ with gzipped per-rank files and its expected.toml."""
     ap = argparse.ArgumentParser()
     ap.add_argument("seeds", nargs="+", type=int)
-    ap.add_argument("--out", default=str(REPO / "tests" / "fixtures" / "realrun_varied"))
+    ap.add_argument("--out", default=str(default_out))
     ap.add_argument("--show", action="store_true", help="print the configurations only")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.show:
         for s in args.seeds:
             print(json.dumps(draw(s)))
@@ -114,7 +116,7 @@ def main() -> int:
 
     for s in args.seeds:
         cfg = draw(s)
-        d = Path(args.out) / f"v{s}"
+        d = Path(args.out) / f"{prefix}{s}"
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
@@ -131,8 +133,12 @@ def main() -> int:
         write_expected(d, cfg, run, torch.__version__)
         size = sum(f.stat().st_size for f in d.iterdir())
         # the configuration is not printed: held-out seeds stay unseen until they are scored
-        print(f"v{s}: {size / 1024:.0f} KiB, {time.time() - t0:.0f} s", flush=True)
+        print(f"{prefix}{s}: {size / 1024:.0f} KiB, {time.time() - t0:.0f} s", flush=True)
     return 0
+
+
+def main() -> int:
+    return run_seeds(None, REPO / "tests" / "fixtures" / "realrun_varied", "v", draw, command, write_expected)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,16 @@ SCENARIOS: dict[str, dict] = {
     "hang": {"hang_rank": 3, "hang_step": 45, "hang_s": 60.0},
     "grad_spike": {"spike_step": 60, "lr_mult": 100.0},
     "lora_vanishing": {"lora": True},
+    # one simulated host's network is degraded from net_from: its ranks feed every gradient
+    # all_reduce late, chunk by chunk, so EVERY rank's collective time rises alike; only that
+    # host's own NIC counters (SYNTHETIC, --net-event / --net-names) show why. Needs --hosts >= 2.
+    "net_host": {"net_host": 1, "net_from": 15, "net_ms": 60.0},
+    # pause_rank does real work of its own (an evaluation loop over its shard, --pause-s long) after
+    # the steps in pause_steps and logs it under --pause-event; its peers wait in the next
+    # all_reduce. Needs --timeout above --pause-s.
+    "rank_pause": {"pause_rank": 0, "pause_steps": (12, 27), "pause_s": 8.0},
 }
+NET_CHUNKS = 4
 
 D_IN, HIDDEN, N_CLS = 512, 384, 10
 SHARD_SAMPLES = 4096
@@ -73,6 +82,7 @@ GRAD_NORM_THRESHOLD = 10.0
 CKPT_EVERY = 25
 HOST_STATS_EVERY = 10
 GPU_STATS_EVERY = 5
+NET_STATS_EVERY = 5
 
 
 def iso(ts: float) -> str:
@@ -166,6 +176,13 @@ def worker(args: argparse.Namespace) -> None:
     scen = SCENARIOS[args.scenario]
     if args.fault_rank is not None:  # move the fault to another rank (blind re-checks of the passes)
         scen = {k: (args.fault_rank if k.endswith("_rank") else v) for k, v in scen.items()}
+    if args.fault_host is not None:
+        scen = {k: (args.fault_host if k == "net_host" else v) for k, v in scen.items()}
+    if args.pause_steps:
+        scen = {k: (tuple(int(x) for x in args.pause_steps.split(",")) if k == "pause_steps" else v)
+                for k, v in scen.items()}
+    if args.pause_s is not None:
+        scen = {k: (args.pause_s if k == "pause_s" else v) for k, v in scen.items()}
     if args.fault_step is not None:  # move the fault in time (shorter runs)
         fs = args.fault_step
         scen = {k: (max(0, fs - 10) if k == "heat_from" else fs if k.endswith(("_step", "_from")) else v)
@@ -190,6 +207,9 @@ def worker(args: argparse.Namespace) -> None:
     fault_ranks = {v for k, v in scen.items() if k.endswith("_rank")}
 
     host = os.environ.get("REALRUN_HOST") or None
+    host_index = int(host[4:]) if host else 0
+    net_rng = random.Random(args.seed * 7919 + rank)   # the synthetic NIC counters only
+    net_names = args.net_names.split(",")
     log = JsonlLog(out / f"rank_{rank}.jsonl", rank, schema=args.schema, host=host,
                    clock_offset_s=float(os.environ.get("REALRUN_CLOCK_OFFSET_MS", "0")) / 1000.0)
 
@@ -379,7 +399,20 @@ def worker(args: argparse.Namespace) -> None:
             wait_s = collective("allreduce", 8 / 2**20,
                                 lambda: dist.all_reduce(arrive, op=dist.ReduceOp.MAX, group=pg))
             flat = torch.cat([p.grad.reshape(-1) for p in params])
-            xfer_s = collective("allreduce", grad_mb, lambda: dist.all_reduce(flat, group=pg))
+            if "net_host" in scen:
+                # the gradient all_reduce in NET_CHUNKS pieces; on the degraded host each piece is
+                # fed net_ms / NET_CHUNKS late (inside the timed window), so every rank's transfer
+                # waits for it: the whole job's communication slows, nobody arrives late
+                slow_net = host_index == scen["net_host"] and step >= scen["net_from"]
+
+                def chunked(flat=flat, slow_net=slow_net):
+                    for piece in flat.chunk(NET_CHUNKS):
+                        if slow_net:
+                            time.sleep(scen["net_ms"] / NET_CHUNKS / 1000 * net_rng.uniform(0.9, 1.1))
+                        dist.all_reduce(piece, group=pg)
+                xfer_s = collective("allreduce", grad_mb, chunked)
+            else:
+                xfer_s = collective("allreduce", grad_mb, lambda: dist.all_reduce(flat, group=pg))
             flat /= world
             off = 0
             for p in params:
@@ -436,6 +469,30 @@ def worker(args: argparse.Namespace) -> None:
                           "cpu_util": round(100 * (cpu1 - cpu0) / (wall1 - wall0), 1),
                           "rss_mb": round(rss / 2**20, 1)})
                 cpu0, wall0 = cpu1, wall1
+            if "net_host" in scen and step % NET_STATS_EVERY == 0 and not args.net_text:
+                log.emit("INFO", args.net_event, "nic counters",
+                         synthetic_net_stats(scen, host_index, step, grad_mb, world, net_names, net_rng))
+            if ("net_host" in scen and args.net_text and host_index == scen["net_host"] and step >= scen["net_from"]
+                    and net_rng.random() < 0.4):
+                # --net-text: no counters anywhere; the degraded host's ranks only SAY it (SYNTHETIC text)
+                log.emit("WARN", args.net_event,
+                         f"transport: retransmit timeout on eth{rank % 2} queue {net_rng.randint(0, 7)}, "
+                         f"resent {net_rng.randint(150, 400)} segments to peer 10.0.{host_index}.{rank + 10}", {"step": step})
+            if scen.get("pause_rank") == rank and step in scen["pause_steps"]:
+                p0 = time.perf_counter()
+                batches, vloss = 0, 0.0
+                with torch.no_grad():   # real work of its own: forward passes over its shard
+                    while time.perf_counter() - p0 < scen["pause_s"]:
+                        vx, vy = ds.__getitems__(list(range((batches * args.batch) % (SHARD_SAMPLES - args.batch),
+                                                            (batches * args.batch) % (SHARD_SAMPLES - args.batch)
+                                                            + args.batch)))
+                        vloss += float(F.cross_entropy(model(vx), vy))
+                        batches += 1
+                took = time.perf_counter() - p0
+                log.emit("INFO", args.pause_event, f"{args.pause_event} done in {took:.2f}s",
+                         {"step": step, "batches": batches, "val_loss": g6(vloss / max(batches, 1)),
+                          args.pause_duration_key: round(took * 1000, 1) if args.pause_duration_key.endswith("_ms")
+                          else round(took, 3)})
             if "hot_rank" in scen and step % GPU_STATS_EVERY == 0:
                 log.emit("INFO", "GPU_STATS", "gpu stats", synthetic_gpu_stats(scen, rank, step, rng))
 
@@ -486,6 +543,18 @@ def worker(args: argparse.Namespace) -> None:
     sys.stderr.flush()
     # skip interpreter teardown (torch's finalizers): on a loaded 2-core box it took 2-14 s
     os._exit(0)
+
+
+def synthetic_net_stats(scen: dict, host_index: int, step: int, grad_mb: float, world: int,
+                        names: list[str], rng: random.Random) -> dict:
+    """A rank's NIC counters over the last NET_STATS_EVERY steps. The bytes sent are what a ring
+    all_reduce of the gradients sends (real sizes); retransmits and CRC errors are SYNTHETIC:
+    a handful on a healthy host, hundreds on the degraded one once its fault has begun."""
+    bad = host_index == scen["net_host"] and step >= scen["net_from"]
+    retrans = rng.randint(150, 400) if bad else rng.randint(0, 3)
+    crc = rng.randint(5, 30) if bad else 0
+    tx_mb = 2 * (world - 1) / world * grad_mb * NET_STATS_EVERY
+    return {"step": step, names[0]: retrans, names[1]: crc, names[2]: round(tx_mb, 3)}
 
 
 def synthetic_gpu_stats(scen: dict, rank: int, step: int, rng: random.Random) -> dict:
@@ -569,6 +638,16 @@ def launch(args: argparse.Namespace) -> int:
             cmd += ["--fault-rank", str(args.fault_rank)]
         if args.fault_step is not None:
             cmd += ["--fault-step", str(args.fault_step)]
+        if args.fault_host is not None:
+            cmd += ["--fault-host", str(args.fault_host)]
+        if args.pause_steps:
+            cmd += ["--pause-steps", args.pause_steps]
+        if args.pause_s is not None:
+            cmd += ["--pause-s", str(args.pause_s)]
+        if args.net_text:
+            cmd += ["--net-text"]
+        cmd += ["--pause-event", args.pause_event, "--pause-duration-key", args.pause_duration_key,
+                "--net-event", args.net_event, "--net-names", args.net_names]
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         procs.append(p)
         say(f"rank {r} started pid={p.pid}")
@@ -658,6 +737,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="jitter: healthy ranks sleep 5-40 ms in 15%% of steps; hog: a CPU-burning process runs alongside")
     ap.add_argument("--schema", choices=SCHEMAS, default="seed", help="how records are written (see SCHEMAS)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the jitter noise")
+    ap.add_argument("--fault-host", type=int, default=None, help="net_host: index of the degraded host")
+    ap.add_argument("--pause-steps", default="", help="rank_pause: the steps after which the rank pauses, e.g. 12,27")
+    ap.add_argument("--pause-s", type=float, default=None, help="rank_pause: seconds of its own work per pause")
+    ap.add_argument("--pause-event", default="validation_pass", help="rank_pause: event name of the pause's line")
+    ap.add_argument("--pause-duration-key", default="elapsed_s", help="rank_pause: key of the pause's duration (s)")
+    ap.add_argument("--net-event", default="nic_counters", help="net_host: event name of the NIC counter lines")
+    ap.add_argument("--net-names", default="tcp_retrans_segs,rx_crc_errors,tx_mb",
+                    help="net_host: keys of the retransmit, CRC-error and bytes-sent counters")
+    ap.add_argument("--net-text", action="store_true",
+                    help="net_host: no NIC counters; the degraded host's ranks log a WARN line about retransmits instead")
     ap.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:

@@ -1,0 +1,227 @@
+"""Which rank made the others wait, over the whole run, and what was it doing meanwhile?
+
+Question: summed over every step, is most of the run's waiting in collectives caused by one rank
+— however it is spread in time (two 8 s stalls count as much as 16 s of small delays) — and what
+did that rank log while its peers waited?
+
+Domain facts relied on:
+- In a synchronous collective every rank leaves when the last one has arrived: at each step the
+  rank that waits least is the one the others waited for, and what it made them wait is the
+  others' median wait minus its own. Summed per rank over the run, that is the waiting each rank
+  caused (a healthy run spreads it over every rank: whoever the scheduler delayed last).
+- The sustained passes (straggler, data_load_skew, comm_bound) look for episodes; a rank that
+  stops now and then for seconds (an evaluation, a checkpoint upload, a garbage collection of its
+  own) is in no episode, yet costs the whole job its stalls. A stall step is one where the
+  waiting it caused is >= `STALL_MS` and >= `STALL_STEPS` times the run's median step time; a rank
+  is named when
+  the waiting it caused in stall steps is >= `SHARE` of all the waiting of the run and
+  >= `MIN_SECONDS`.
+- What it was doing is in its own log, between the end of its previous step and its arrival at
+  the collective (gradients ready, else the collective's end minus its time): the lines it wrote
+  there that are not its per-step routine (event types it logs at most steps), whatever they are
+  called. A duration logged with such a line (a numeric key named like a duration: duration,
+  elapsed, took, secs, *_s, *_ms ...) is preferred; else the silence before the line, measured
+  on its own clock. Nothing written there: the silence itself is reported, between the two lines
+  around it.
+
+Must not: decide the root cause; replace the sustained passes (only stalls of seconds count here,
+which no per-step delay of a straggler or a slow input pipeline reaches).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import polars as pl
+
+from ..report.model import Finding
+from .context import Context, PeerGroups, median, wait_expr
+from .evidence import cite, iso, ms, num, pass_id, rank_ranges, shorten
+from .outlier import numbers
+
+STALL_MS = 1000.0
+STALL_STEPS = 5.0
+SHARE = 0.5
+MIN_SECONDS = 2.0
+ROUTINE = 0.5
+_DURATION = re.compile(r"(dur|elapsed|took|latency|secs|seconds|(^|_)time|_s$|_ms$|_us$|_ns$|_sec$)", re.I)
+_UNIT = (("_ms", 1.0), ("_us", 1e-3), ("_ns", 1e-6), ("millis", 1.0), ("msec", 1.0))
+
+
+def caused(steps: pl.DataFrame, peers: PeerGroups | None = None) -> pl.DataFrame:
+    """Per step judged (>= 2 ranks with a wait): the rank that waited least (`rank`), its wait
+    (`own`), the others' median (`others`, see below), the waiting it caused (`caused_ms` =
+    others - own) and the step's median step time (`step_ms`). Only the columns judged are
+    aggregated (64 ranks x 28,750 steps: a group_by of four columns)."""
+    st = steps.filter(pl.col("rank").is_not_null())
+    # no collective time logged at all: the step times say it, for a stall between steps — the
+    # waiting ranks' step holds the wait, the late rank's does not (a stall inside a step, which
+    # every rank's step time holds alike, cannot be seen without collective times)
+    wait = (wait_expr() if st.get_column("wait_est").null_count() < st.height
+            else pl.col("step_time_ms") - pl.col("step_time_ms").min().over("step"))
+    aggs = (pl.col("wait").count().alias("n"), pl.col("rank").get(pl.col("wait").arg_min()).alias("rank"),
+            pl.col("wait").min().alias("own"), median("wait").alias("_med"), pl.col("wait").max().alias("_max"),
+            median("step_time_ms").alias("step_ms"))
+    if peers is not None and st.height == steps.height:
+        # the step table's rows grouped by step once for every pass (context.PeerGroups)
+        per = peers.agg(st.select("rank", wait.alias("wait"), "step_time_ms"), *aggs).with_columns(peers.step)
+    else:
+        per = st.select("rank", "step", wait.alias("wait"), "step_time_ms").group_by("step").agg(*aggs)
+    # the others' median is the median of the step's waits (the max with two ranks): within one
+    # order statistic of the median without the least, and 5x cheaper than sorting every step's
+    # waits; `stall_rows` gives the exact figure of the few stall steps that are reported
+    return (per.filter((pl.col("n") >= 2) & pl.col("step").is_not_null())
+            .with_columns(pl.when(pl.col("n") == 2).then(pl.col("_max")).otherwise(pl.col("_med")).alias("others"))
+            .drop("_med", "_max")
+            .with_columns((pl.col("others") - pl.col("own")).clip(lower_bound=0.0).alias("caused_ms"))
+            .sort("step"))
+
+
+def stall_rows(steps: pl.DataFrame, stalls: pl.DataFrame) -> pl.DataFrame:
+    """The stall steps (`caused` rows) with the late rank's row of the step table (times, lines),
+    the end of its previous logged step (`prev_end`) and the ranks that waited (`waiters`)."""
+    out = []
+    for s in stalls.iter_rows(named=True):
+        mine = steps.filter((pl.col("rank") == s["rank"]) & (pl.col("step") <= s["step"])).sort("step").tail(2)
+        row = mine.row(-1, named=True)
+        prev = mine.row(0, named=True)["t_end"] if mine.height == 2 else None
+        others = steps.filter((pl.col("step") == s["step"]) & (pl.col("rank") != s["rank"]))
+        exact = others.get_column("wait_est").drop_nulls().median()
+        caused_ms = max(0.0, float(exact) - s["own"]) if exact is not None and steps.get_column("wait_est").null_count() < steps.height else s["caused_ms"]
+        out.append({**row, **s, "caused_ms": caused_ms, "prev_end": prev,
+                    "waiters": sorted(int(w) for w in others.get_column("rank"))})
+    return pl.DataFrame(out, infer_schema_length=None)
+
+
+def _duration_ms(name: str, v: float) -> float | None:
+    if not _DURATION.search(name) or not math.isfinite(v) or v < 0:
+        return None
+    low = name.lower()
+    for suffix, f in _UNIT:
+        if low.endswith(suffix) or suffix.strip("_") in low.split("_"):
+            return v * f
+    return v * 1000.0      # seconds: duration, elapsed, took_s, secs ...
+
+
+def gap_events(ctx: Context, rank: int, windows: list[tuple[Any, Any, int]], routine: set[str]) -> list[dict[str, Any]]:
+    """What `rank` logged in each (start, end, step) window that is not routine, with a duration
+    (ms) per line: a logged one when a key says so, else the silence before the line."""
+    lo = min(w[0] for w in windows)
+    hi = max(w[1] for w in windows)
+    ev = (ctx.aligned(ctx.events.select("rank", "host", "timestamp", "event", "message", "duration_s", "extra",
+                                        "fields", "source_file", "line")
+                      .filter(pl.col("rank") == rank))
+          .filter(pl.col("ts_aligned").is_between(lo, hi)).sort("ts_aligned").collect())
+    out = []
+    for start, end, step in windows:
+        inside = ev.filter(pl.col("ts_aligned").is_between(start, end))
+        prev_t = start
+        for r in inside.iter_rows(named=True):
+            silent = (r["ts_aligned"] - prev_t).total_seconds() * 1000.0
+            prev_t = r["ts_aligned"]
+            if r["event"] in routine:
+                continue
+            logged = None
+            if r["duration_s"] is not None and math.isfinite(r["duration_s"]):
+                logged = ("duration_s", r["duration_s"] * 1000.0)
+            for col in ("extra", "fields"):
+                if logged is None and r[col]:
+                    try:
+                        obj = json.loads(r[col])
+                    except ValueError:
+                        continue
+                    for k, v in numbers(obj):
+                        d = _duration_ms(k, v)
+                        if d is not None:
+                            logged = (k, d)
+                            break
+            out.append({**r, "step": step, "silent_ms": silent, "key": logged[0] if logged else None,
+                        "dur_ms": logged[1] if logged else silent})
+    return out
+
+
+def find(ctx: Context) -> list[Finding]:
+    steps = ctx.steps.select("rank", "step", "wait_est", "step_time_ms", "t_start", "t_end", "comm_ms",
+                             "grad_ready_ts", "file", "train_line", "comm_line", "ready_line", "data_line")
+    if steps.is_empty():
+        return []
+    per = caused(steps, ctx.peers(None))
+    if per.is_empty():
+        return []
+    total = float(per.get_column("caused_ms").sum())
+    # against the run's median step: a stall step's own step time holds the stall
+    typical = per.get_column("step_ms").drop_nulls().median() or 0.0
+    stall = pl.col("caused_ms") >= max(STALL_MS, STALL_STEPS * float(typical))
+    stalls = per.filter(stall)
+    if stalls.is_empty() or total <= 0:
+        return []
+    by_rank = stalls.group_by("rank").agg(pl.col("caused_ms").sum().alias("ms"), pl.len().alias("k")).sort(
+        "ms", descending=True)
+    out: list[Finding] = []
+    for row in by_rank.iter_rows(named=True):
+        r, caused_ms = int(row["rank"]), float(row["ms"])
+        if caused_ms < SHARE * total or caused_ms < MIN_SECONDS * 1000.0:
+            continue
+        mine = stall_rows(steps, stalls.filter(pl.col("rank") == r).sort("step"))
+        total += float(mine.get_column("caused_ms").sum()) - caused_ms     # the exact figures reported
+        caused_ms = float(mine.get_column("caused_ms").sum())
+        n_steps = steps.get_column("step").n_unique()
+        counts = (ctx.events.filter(pl.col("rank") == r).group_by("event").agg(pl.len().alias("c")).collect())
+        routine = {e for e, c in counts.iter_rows() if e is not None and c >= ROUTINE * n_steps}
+        windows = []
+        for s in mine.iter_rows(named=True):
+            arrive = s["t_end"] - _td(s["comm_ms"]) if s["t_end"] is not None else None
+            start = s["prev_end"] if s["prev_end"] is not None else s["t_start"]
+            if start is not None and arrive is not None and arrive > start:
+                windows.append((start, arrive, int(s["step"])))
+        found = gap_events(ctx, r, windows, routine) if windows else []
+        waiters = sorted({int(w) for lst in mine.get_column("waiters") for w in lst})
+        parts = []
+        for s in mine.iter_rows(named=True):
+            here = [g for g in found if g["step"] == s["step"]]
+            best = max(here, key=lambda g: g["dur_ms"], default=None)
+            parts.append((s, best))
+        named = [(s, g) for s, g in parts if g is not None and g["dur_ms"] >= 0.25 * s["caused_ms"]]
+        what = _phrase(named, parts)
+        stall_txt = "; ".join(f"{ms(s['caused_ms'])} at step {s['step']}" for s, _ in parts[:6])
+        title = (f"rank {r} {what} while ranks {rank_ranges(waiters)} waited ({stall_txt}): it caused "
+                 f"{ms(caused_ms)} of waiting over the run, {caused_ms / total:.0%} of all of it")
+        lines = cite([{**g, "text": shorten(f"{g['event']}: {g['message'] or ''}", 120)} for _, g in named], text="text")
+        lines += cite([{"source_file": s["file"], "line": s["comm_line"] or s["train_line"], "rank": r,
+                        "timestamp": s["t_end"], "text": f"step {s['step']}: arrives {ms(s['caused_ms'])} after its peers"}
+                       for s, _ in parts[:3]], text="text")
+        victims_rows = steps.filter(pl.col("step").is_in(mine.get_column("step").implode()) & (pl.col("rank") != r)
+                                    ).sort("wait_est", descending=True).head(2)
+        lines += cite([{"source_file": v["file"], "line": v["comm_line"], "rank": v["rank"], "timestamp": v["t_end"],
+                        "text": f"step {v['step']}: waits {ms(v['wait_est'])}"} for v in victims_rows.iter_rows(named=True)],
+                      text="text")
+        out.append(Finding(
+            rule=pass_id("own_gap"), kind="straggler", layer="resource", severity="WARN", ranks=[r],
+            victims=waiters, title=title, basis="own_gap",
+            evidence={"caused_wait_ms": num(caused_ms), "all_wait_ms": num(total), "share": num(caused_ms / total),
+                      "stalls": [{"step": int(s["step"]), "caused_ms": num(s["caused_ms"]),
+                                  "event": g["event"] if g else None, "key": g["key"] if g else None,
+                                  "duration_ms": num(g["dur_ms"]) if g else None,
+                                  "line": f"{g['source_file']}:{g['line']}" if g else None} for s, g in parts],
+                      "gap_events": sorted({g["event"] for _, g in named})},
+            lines=lines,
+            first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
+        ))
+    return out
+
+
+def _td(comm_ms: float | None):  # type: ignore[no-untyped-def]
+    import datetime as dt
+
+    return dt.timedelta(milliseconds=float(comm_ms or 0.0))
+
+
+def _phrase(named: list[tuple[dict, dict]], parts: list[tuple[dict, dict | None]]) -> str:
+    """'spent 8.1 s in validation_pass (elapsed_s) at step 13 and 8.0 s at step 28' or the silence."""
+    if named:
+        return "spent " + " and ".join(f"{ms(g['dur_ms'])} in {g['event']}" + ("" if g["key"] else " (silent before it)")
+                                       + f" before step {s['step']}" for s, g in named[:4])
+    gaps = [s for s, _ in parts]
+    return ("logged nothing of its own for " + " and ".join(f"{ms(s['caused_ms'])} before step {s['step']}" for s in gaps[:4]))

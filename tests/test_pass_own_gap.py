@@ -1,0 +1,77 @@
+"""The own-gap pass: the rank whose stalls made the others wait, judged by the total it caused,
+and what it logged (any event name, any duration key) while they waited."""
+from __future__ import annotations
+
+import json
+
+from forensics.passes import diagnose_context, own_gap
+from pass_helpers import T0, Rows, sync_run
+
+STALLS = (12, 27)
+
+
+def _run(log_it: bool = True, key: str = "elapsed_s", rank: int = 0, stalls=STALLS, ms: float = 8000.0) -> Rows:
+    rows = Rows()
+    sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (ms if r == rank and s in stalls else 0.0))
+    if log_it:
+        for s in stalls:
+            # the rank's own line at the end of its stall, just before its gradients are ready
+            ready = [x for x in rows.rows if x["rank"] == rank and x["event"] == "GRAD_READY" and x["step"] == s][0]
+            val = ms if key.endswith("_ms") else ms / 1000
+            rows.add((ready["timestamp"] - T0).total_seconds() - 0.01, rank, "sample_generation", step=s,
+                     message="generated 8 samples", extra=json.dumps({key: val}))
+    return rows
+
+
+def test_two_stalls_name_the_rank_and_what_it_was_doing() -> None:
+    [f] = own_gap.find(_run().ctx())
+    assert f.ranks == [0] and f.basis == "own_gap" and f.kind == "straggler"
+    assert f.victims == [1, 2, 3]
+    assert "8.0 s in sample_generation" in f.title and "ranks 1–3 waited" in f.title
+    assert [s["step"] for s in f.evidence["stalls"]] == list(STALLS)
+    assert all(s["event"] == "sample_generation" and s["key"] == "elapsed_s" for s in f.evidence["stalls"])
+    assert f.evidence["caused_wait_ms"] > 15000 and f.evidence["share"] > 0.9
+    assert any(x.text and "sample_generation" in x.text for x in f.lines)
+
+
+def test_a_duration_in_milliseconds_is_read_as_such() -> None:
+    [f] = own_gap.find(_run(key="took_ms").ctx())
+    assert all(abs(s["duration_ms"] - 8000.0) < 1 for s in f.evidence["stalls"])
+
+
+def test_a_silent_stall_is_reported_as_silence() -> None:
+    [f] = own_gap.find(_run(log_it=False, rank=2).ctx())
+    assert f.ranks == [2] and "logged nothing of its own" in f.title
+
+
+def test_stalls_spread_over_every_rank_name_nobody() -> None:
+    rows = Rows()
+    sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (3000.0 if s in (5, 15, 25, 35) and r == s % 4 else 0.0))
+    assert own_gap.find(rows.ctx()) == []
+
+
+def test_a_healthy_run_names_nobody() -> None:
+    assert own_gap.find(sync_run(steps=40).ctx()) == []
+
+
+def test_it_is_the_root_cause_with_its_cost() -> None:
+    rep = diagnose_context(_run().ctx())
+    assert rep.root_cause.kind == "straggler" and rep.root_cause.ranks == [0] and rep.root_cause.basis == "own_gap"
+    assert rep.findings[0].cost["seconds"] > 15
+
+
+def test_without_collective_times_the_step_times_name_the_rank() -> None:
+    # only TRAIN_STEP lines: rank 2 evaluates for 6 s between steps 9/10 and 24/25; its peers'
+    # next step holds the wait (they block in the all-reduce), its own does not
+    rows = Rows()
+    t = {r: 0.0 for r in range(4)}
+    for s in range(40):
+        stall = s in (10, 25)
+        for r in range(4):
+            if stall and r == 2:
+                rows.add(t[r] + 6.0, r, "eval.run", step=s, message="eval done", extra=json.dumps({"secs": 6.0}))
+            dur = 0.5 + (6.0 if stall else 0.0)
+            t[r] += dur
+            rows.add(t[r], r, "TRAIN_STEP", step=s, step_time_ms=(dur - (6.0 if stall and r == 2 else 0.0)) * 1000)
+    [f] = own_gap.find(rows.ctx())
+    assert f.ranks == [2] and "6.0 s in eval.run" in f.title
