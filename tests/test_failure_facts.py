@@ -1,0 +1,209 @@
+"""Failure facts from any text, whatever the names (issue 27, items 2 and 4).
+
+Each test writes a small run in the formats upstream code prints (PyTorch's gloo backend,
+torch elastic's agent, Megatron-LM's grad-norm check, DeepSpeed's launcher, Slurm's srun) with
+event names and fields of the run's own choosing, and diagnoses it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics import failure_facts as facts
+from forensics.ingest import ingest
+from forensics.passes import diagnose
+from forensics.store import open_store
+
+T0 = "2025-03-04T10:00:{:02d}.{:03d}Z"
+
+
+def _ts(s: float) -> str:
+    return T0.format(int(s), int(round((s % 1) * 1000)))
+
+
+def _step_lines(rank: int, steps: range, t0: float = 0.0) -> list[str]:
+    return [json.dumps({"timestamp": _ts(t0 + 0.5 * s), "rank": rank, "level": "INFO", "event": "TRAIN_STEP",
+                        "message": f"step={s} loss={2.5 - 0.01 * s:.3f}", "extra": {"step_time_ms": 500.0}})
+            for s in steps]
+
+
+GLOO_PEER_LOST = ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [10.0.0.3]:44631: "
+                  "Connection reset by peer")
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/work/train.py", line 88, in <module>',
+    "    main()",
+    '  File "/work/train.py", line 61, in main',
+    "    batch = collate(samples)",
+    "ValueError: expected a batch of 32 sequences, got 31",
+]
+
+
+def _gloo_run(d: Path, *, stderr: bool, own_event: dict | None) -> None:
+    """4 gloo ranks; rank 2 logs an error of its own at step 20 and dies; the others lose it."""
+    d.mkdir(parents=True, exist_ok=True)
+    for r in range(4):
+        lines = _step_lines(r, range(21 if r != 2 else 20))
+        if r == 2:
+            if own_event is not None:
+                lines.append(json.dumps({"timestamp": _ts(10.1), "rank": 2, **own_event}))
+            if stderr:
+                lines += TRACEBACK
+        else:
+            lines.append(json.dumps({"timestamp": _ts(12.0 + r * 0.01), "rank": r, "level": "ERROR",
+                                     "event": "allreduce_failed", "message": GLOO_PEER_LOST}))
+        (d / f"worker_{r}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_text_in_a_jsonl_file_is_the_files_console_text(tmp_path: Path) -> None:
+    """A traceback written into a rank's JSON-lines file (stderr redirected) is that rank's
+    TRACEBACK event, not 6 rejects; lines read = events + rejects per file."""
+    _gloo_run(tmp_path / "logs", stderr=True, own_event=None)
+    s = ingest([str(tmp_path / "logs")], tmp_path / "st")
+    assert s.lines_read == s.events + s.rejected and s.rejected == 0, s.rejected_by_reason
+    ev = open_store(tmp_path / "st").events().filter(pl.col("event").str.starts_with("TRACEBACK")).collect()
+    head = ev.filter(pl.col("event") == "TRACEBACK").row(0, named=True)
+    assert head["rank"] == 2 and head["message"] == TRACEBACK[-1] and head["line"] == 21
+    assert ev.height == len(TRACEBACK) and set(ev["rank"].to_list()) == {2}
+
+
+def test_a_traceback_in_a_jsonl_file_is_the_ranks_crash(tmp_path: Path) -> None:
+    _gloo_run(tmp_path / "logs", stderr=True, own_event=None)
+    rep = diagnose([str(tmp_path / "logs")])
+    assert rep.root_cause is not None and rep.root_cause.kind == "crash" and rep.root_cause.ranks == [2]
+    f = rep.findings[0]
+    assert "ValueError" in f.title and f.basis == "own_error"
+    assert any(ln.where.endswith("worker_2.jsonl:21") for ln in f.lines), f.lines
+
+
+@pytest.mark.parametrize("own", [
+    # structlog / python-json-logger style: an event name of the run's own, the exception in a field
+    {"level": "error", "event": "batch_rejected", "message": "collate failed",
+     "extra": {"exc_type": "ValueError", "exc_info": "\n".join(TRACEBACK)}},
+    # a top-level stack (kept in `fields`), level CRITICAL
+    {"level": "CRITICAL", "event": "worker.fatal", "message": "unrecoverable",
+     "stack_trace": "\n".join(TRACEBACK)},
+])
+def test_an_error_event_of_any_name_is_the_ranks_own_error(tmp_path: Path, own: dict) -> None:
+    """Rank 2 logs an ERROR under a name nobody here knows, with its exception, and dies: its
+    crash (own_error, with the exception type and message), not 'went silent first'."""
+    _gloo_run(tmp_path / "logs", stderr=False, own_event=own)
+    rep = diagnose([str(tmp_path / "logs")])
+    rc = rep.root_cause
+    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("crash", [2], "own_error"), rc
+    f = rep.findings[0]
+    assert "ValueError" in f.title and "32 sequences" in f.title
+    assert f.evidence["exception"] == "ValueError"
+    assert any(ln.where.endswith("worker_2.jsonl:21") for ln in f.lines), f.lines
+    assert not any(x.kind == "hang" for x in rep.findings)
+
+
+def test_an_error_the_rank_survives_is_not_a_crash(tmp_path: Path) -> None:
+    """An ERROR event the rank trains on after (a skipped sample) kills nobody."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    for r in range(2):
+        lines = _step_lines(r, range(10))
+        if r == 1:
+            lines.insert(3, json.dumps({"timestamp": _ts(1.6), "rank": 1, "level": "ERROR", "event": "sample_skipped",
+                                        "message": "bad sample", "extra": {"exc_type": "UnicodeDecodeError"}}))
+        (d / f"worker_{r}.jsonl").write_text("\n".join(lines) + "\n")
+    rep = diagnose([str(d)])
+    assert not any(f.kind == "crash" for f in rep.findings)
+
+
+@pytest.mark.parametrize("text,rank", [
+    ("AssertionError: Rank 11: found NaN in local grad norm in backward pass before data-parallel communication "
+     "collective. Device: 3, node: node-02", 11),
+    ("RuntimeError: [Rank 3] unexpected key in checkpoint", 3),
+    ("RuntimeError: failed on rank 3 while loading shard", 3),
+    ("error in global rank 5: CUDA kernel failed", 5),
+    ("worker exited RANK=2 status=1", 2),
+    ("fatal: rank=7 lost its data loader", 7),
+    ("waiting on rank 3 for 1800 s", None),
+    ("local rank 3: exception", None),
+    ("RuntimeError: Rank 1 and Rank 2 disagree", None),
+    ("ValueError: bad shape", None),
+])
+def test_rank_in_text(text: str, rank: int | None) -> None:
+    assert facts.rank_in_text(text) == rank
+
+
+MEGATRON_TB = [
+    "Traceback (most recent call last):",
+    '  File "/workspace/Megatron-LM/pretrain_gpt.py", line 231, in <module>',
+    "    pretrain(",
+    '  File "/workspace/Megatron-LM/megatron/core/distributed/param_and_grad_buffer.py", line 114, in start_grad_sync',
+    "    assert not norm.isnan(), (",
+    "AssertionError: Rank 11: found NaN in local grad norm in backward pass before data-parallel communication "
+    "collective. Device: 3, node: node-02",
+]
+
+
+def test_a_rank_named_in_the_error_text_is_the_culprit(tmp_path: Path) -> None:
+    """Megatron's grad-norm check names the rank in its own text; the line carries no rank."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    lines = [f" [2025-03-04 10:00:{s:02d}] iteration       {s}/     100 | consumed samples: {s * 64} | "
+             f"elapsed time per iteration (ms): 512.3 | learning rate: 1.0E-04 | global batch size:    64 | "
+             f"lm loss: {7.0 - 0.05 * s:.6E} | loss scale: 1.0 | grad norm: 1.234 |" for s in range(1, 11)]
+    (d / "train.out").write_text("\n".join(lines + MEGATRON_TB) + "\n")
+    rep = diagnose([str(d)])
+    crash = [f for f in rep.findings if f.kind == "crash"]
+    assert crash and crash[0].ranks == [11] and crash[0].basis == "named_in_text", [(f.kind, f.ranks) for f in rep.findings]
+    assert rep.root_cause is not None and rep.root_cause.ranks == [11]
+
+
+@pytest.mark.parametrize("code,sig", [(-9, "SIGKILL"), (-11, "SIGSEGV"), (-7, "SIGBUS"), (-6, "SIGABRT"),
+                                      (137, "SIGKILL"), (139, "SIGSEGV"), (134, "SIGABRT"), (1, None), (-15, "SIGTERM")])
+def test_signal_of_exit_codes(code: int, sig: str | None) -> None:
+    assert facts.signal_of(code) == sig
+
+
+def _torchrun_one_node(d: Path, code: int) -> Path:
+    """A one-node torchrun launch (host from the folder), 8 workers tee'd as [defaultN]:, local
+    rank 5 dies: torch elastic's agent line (torch/distributed/elastic/multiprocessing/api.py)."""
+    d.mkdir(parents=True)
+    lines = []
+    for s in range(1, 6):
+        for lr in range(8):
+            lines.append(f"[default{lr}]:[2025-03-04 10:00:{s:02d},{lr:03d}] step {s} | loss 2.{lr} | 500.0 ms/step")
+    lines.append(f"E0304 10:00:09.123000 4200 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+                 f"(exitcode: {code}) local_rank: 5 (pid: 4245) of binary: /usr/bin/python3")
+    p = d / "torchrun.log"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+@pytest.mark.parametrize("code,kind,sig", [(-9, "host_oom", "SIGKILL"), (-11, "crash", "SIGSEGV"), (-7, "crash", "SIGBUS")])
+def test_one_node_launch_names_the_global_rank(tmp_path: Path, code: int, kind: str, sig: str) -> None:
+    """Every worker on one host, no second node: local rank 5 is rank 5 (basis one_node); the
+    finding names the signal."""
+    _torchrun_one_node(tmp_path / "logs" / "node-01", code)
+    rep = diagnose([str(tmp_path / "logs")])
+    rc = rep.root_cause
+    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == (kind, [5], "one_node"), (rc, [f.title for f in rep.findings])
+    assert sig in rep.findings[0].title
+
+
+def test_two_nodes_keep_local_rank_and_host(tmp_path: Path) -> None:
+    """A second host anywhere: local rank 5 stays local rank 5 on its host."""
+    _torchrun_one_node(tmp_path / "logs" / "node-01", -11)
+    other = tmp_path / "logs" / "node-02"
+    other.mkdir()
+    (other / "torchrun.log").write_text("[default0]:[2025-03-04 10:00:01,000] step 1 | loss 2.0 | 500.0 ms/step\n")
+    rep = diagnose([str(tmp_path / "logs")])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "crash" and rc.ranks == [] and rc.local_ranks == [{"host": "node-01", "local_rank": 5}]
+    assert "SIGSEGV" in rep.findings[0].title
+
+
+def test_one_node_is_not_claimed_when_world_size_is_larger(tmp_path: Path) -> None:
+    d = tmp_path / "logs" / "node-01"
+    p = _torchrun_one_node(d, -11)
+    p.write_text("[default0]:world_size=16 rank=0\n" + p.read_text())
+    rep = diagnose([str(tmp_path / "logs")])
+    assert rep.root_cause is not None and rep.root_cause.ranks == [] and rep.root_cause.basis != "one_node"
