@@ -154,7 +154,10 @@ def test_a_rank_named_in_the_error_text_is_the_culprit(tmp_path: Path) -> None:
     rep = diagnose([str(d)])
     crash = [f for f in rep.findings if f.kind == "crash"]
     assert crash and crash[0].ranks == [11] and crash[0].basis == "named_in_text", [(f.kind, f.ranks) for f in rep.findings]
-    assert rep.root_cause is not None and rep.root_cause.ranks == [11]
+    # the NaN the assertion reports is the fact the crash follows from
+    rc = rep.root_cause
+    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("non_finite", [11], "named_in_text"), rc
+    assert rep.findings[0].explains
 
 
 @pytest.mark.parametrize("code,sig", [(-9, "SIGKILL"), (-11, "SIGSEGV"), (-7, "SIGBUS"), (-6, "SIGABRT"),
@@ -207,3 +210,73 @@ def test_one_node_is_not_claimed_when_world_size_is_larger(tmp_path: Path) -> No
     p.write_text("[default0]:world_size=16 rank=0\n" + p.read_text())
     rep = diagnose([str(tmp_path / "logs")])
     assert rep.root_cause is not None and rep.root_cause.ranks == [] and rep.root_cause.basis != "one_node"
+
+
+# -- non-finite values ----------------------------------------------------------------------------
+
+def test_python_json_nan_is_a_value_not_a_reject() -> None:
+    """json.dumps writes NaN / Infinity (allow_nan=True): not JSON, but a value the run logged.
+    Both scanner paths read it the same (tests/test_native_scan.py's rule)."""
+    import math
+
+    from forensics.ingest.jsonl import _to_table, parse_block_py, scan_block
+
+    buf = (json.dumps({"timestamp": _ts(1), "rank": 1, "event": "train_step", "extra": {"step": 3, "loss": float("nan"),
+                                                                                        "val_ppl": float("inf")}})
+           + "\n" + json.dumps({"timestamp": _ts(2), "rank": 1, "step": 4, "loss": float("-inf")}) + "\n").encode()
+    b = scan_block(buf, 1, True, None, None)
+    assert b.rejects.height == 0 and b.events.num_rows == 2
+    loss = b.events["loss"].to_pylist()
+    assert math.isnan(loss[0]) and loss[1] == float("-inf")
+    ref = _to_table(parse_block_py(buf, 1, True, None, None).events)
+    assert [str(x) for x in ref["loss"].to_pylist()] == [str(x) for x in loss]
+    assert ref["extra"].to_pylist() == b.events["extra"].to_pylist()
+
+
+def _nan_run(d: Path, *, nan_rank: int | None, transient: bool = False) -> None:
+    """4 ranks, loss falling; from step 30 rank `nan_rank`'s local grad norm is NaN and the
+    all-reduced loss is NaN on every rank after it (json.dumps writes NaN)."""
+    d.mkdir(parents=True)
+    for r in range(4):
+        lines = []
+        for s in range(60):
+            loss = 3.0 - 0.02 * s
+            gn = 1.0
+            if nan_rank is not None and s >= 30:
+                if transient:
+                    gn = float("inf") if (r == nan_rank and s == 30) else 1.0
+                else:
+                    gn = float("nan") if (r == nan_rank or s > 30) else 1.0
+                    loss = float("nan") if s > 30 else loss
+            lines.append(json.dumps({"timestamp": _ts(s * 0.5 + r * 0.01), "rank": r, "level": "INFO",
+                                     "event": "optimizer.step", "extra": {"step": s, "loss": loss, "grad_norm": gn}}))
+            if transient and r == nan_rank and s == 30:
+                lines.append(json.dumps({"timestamp": _ts(s * 0.5 + 0.2), "rank": r, "level": "INFO", "event": "LOG",
+                                         "message": "[deepspeed] OVERFLOW! Rank 2 Skipping step. Attempted loss scale: "
+                                                    "65536, reducing to 32768"}))
+        (d / f"rank_{r}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_first_non_finite_value_names_its_rank_and_step(tmp_path: Path) -> None:
+    _nan_run(tmp_path / "logs", nan_rank=2)
+    rep = diagnose([str(tmp_path / "logs")])
+    nf = [f for f in rep.findings if f.kind == "non_finite"]
+    assert nf and nf[0].ranks == [2] and nf[0].evidence["step"] == 30 and nf[0].evidence["field"] == "grad_norm"
+    assert nf[0].basis == "own_error" and any(ln.where.endswith("rank_2.jsonl:31") for ln in nf[0].lines)
+    rc = rep.root_cause
+    assert rc is not None and (rc.kind, rc.ranks) == ("non_finite", [2]), [(f.kind, f.ranks) for f in rep.findings]
+    div = [i for i, f in enumerate(rep.findings) if f.kind == "loss_divergence"]
+    assert div and div[0] in rep.findings[0].explains
+
+
+def test_a_loss_scaling_skip_is_not_a_non_finite_fact(tmp_path: Path) -> None:
+    """fp16 dynamic loss scaling: one Inf grad norm, DeepSpeed's OVERFLOW line, then finite again."""
+    _nan_run(tmp_path / "logs", nan_rank=2, transient=True)
+    rep = diagnose([str(tmp_path / "logs")])
+    assert not any(f.kind == "non_finite" for f in rep.findings), [f.title for f in rep.findings]
+
+
+def test_healthy_run_has_no_non_finite(tmp_path: Path) -> None:
+    _nan_run(tmp_path / "logs", nan_rank=None)
+    rep = diagnose([str(tmp_path / "logs")])
+    assert not any(f.kind == "non_finite" for f in rep.findings)

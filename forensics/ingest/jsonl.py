@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 
@@ -85,6 +86,30 @@ def _reason(raw: bytes, is_last_unterminated: bool) -> str | None:
     if s.startswith(b"Traceback") or s.startswith(b"File ") or s.startswith(b'  File "'):
         return "not JSON: Python traceback"
     return "not JSON: text line"
+
+
+def _non_finite_object(raw: bytes) -> dict | None:
+    """A line Python's json.dumps wrote with its default allow_nan=True: `{"loss": NaN}`,
+    `Infinity`, `-Infinity` are not JSON, but they are a value the run logged (a NaN loss is a
+    fact, passes/non_finite.py). The object with those values as the strings "NaN", "Infinity",
+    "-Infinity" (which the typed columns read as floats), or None."""
+    if b"NaN" not in raw and b"Infinity" not in raw:
+        return None
+    try:
+        o = json.loads(raw)
+    except ValueError:
+        return None
+    return _finite_strings(o) if isinstance(o, dict) else None
+
+
+def _finite_strings(v: object) -> object:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    if isinstance(v, dict):
+        return {k: _finite_strings(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite_strings(x) for x in v]
+    return v
 
 
 def _stringify(v: object) -> str | None:
@@ -354,8 +379,12 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
             keep = np.ones(len(fast_idx), dtype=bool)
             for pos, why in bad:
                 i = int(fast_idx[pos])
-                rejects.append((i, why, buf[offs[i] : offs[i + 1]], int(lens[i])))
                 keep[pos] = False
+                o = _non_finite_object(buf[offs[i] : offs[i + 1]]) if why.startswith("invalid JSON") else None
+                if o is not None:
+                    objs_slow[i], fixed[i] = o, orjson.dumps(o)
+                    continue
+                rejects.append((i, why, buf[offs[i] : offs[i + 1]], int(lens[i])))
             fast_idx = fast_idx[keep]
 
     frames = []

@@ -30,6 +30,7 @@ from . import (
     hot_gpu,
     hygiene,
     loss,
+    non_finite,
     rank_lag,
     rootcause,
     straggler,
@@ -66,6 +67,7 @@ PASSES: list[Pass] = [
     comm_bound.find,         # communication: > 40% of step time in collectives
     rank_lag.find,           # training: a rank behind in steps
     loss.find,               # training: divergence / plateau, warmup-aware
+    non_finite.find,         # training: where a NaN/Inf first appears (rank, step)
     grad_norm.find,          # training: spikes, vanishing adapter gradients
     throughput.find,         # training: throughput drop while loss falls
     hygiene.find,            # the logs themselves

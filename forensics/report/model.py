@@ -24,6 +24,8 @@ KINDS = [
     "collective_mismatch",   # ranks issued different collectives (sequence number, op, size, dtype)
     "job_cancelled",         # the scheduler ended the job: cancel, time limit, node failure
     "gpu_error",             # the device failed: ECC, Xid, illegal memory access, launch failure
+    # issue 27 (spec/report.md)
+    "non_finite",            # a NaN/Inf first appears in a rank's own values (or a message reporting one)
 ]
 
 # How a finding's rank(s) were established (spec/report.md `basis`); the phrase the text reports
@@ -35,6 +37,8 @@ BASES = {
     "last_to_log": "last to log",
     "timing_within_group": "timing within its group",
     "telemetry": "telemetry",
+    "named_in_text": "named in its error's own text",
+    "one_node": "local rank = rank (one-node launch)",
 }
 # The basis of a kind whose pass does not say: how that kind's rank is found by construction
 # (a straggler is a timing comparison among peers, a hot GPU a telemetry reading, an OOM the
