@@ -280,3 +280,38 @@ def test_healthy_run_has_no_non_finite(tmp_path: Path) -> None:
     _nan_run(tmp_path / "logs", nan_rank=None)
     rep = diagnose([str(tmp_path / "logs")])
     assert not any(f.kind == "non_finite" for f in rep.findings)
+
+
+DS_LAUNCH = [
+    "[2025-03-04 10:00:00,000] [INFO] [launch.py:152:main] nnodes=1, num_local_procs=4, node_rank=0",
+    "[2025-03-04 10:00:00,003] [INFO] [launch.py:164:main] dist_world_size=4",
+    "[2025-03-04 10:00:01,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=1, skipped=0, lr=[1e-05], mom=[(0.9, 0.999)]",
+    "[2025-03-04 10:00:02,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=2, skipped=0, lr=[1e-05], mom=[(0.9, 0.999)]",
+    *(f"[2025-03-04 10:00:05,00{i}] [INFO] [launch.py:315:sigkill_handler] Killing subprocess {4242 + i}" for i in range(4)),
+]
+
+
+@pytest.mark.parametrize("code,kind,sig", [(-11, "crash", "SIGSEGV"), (-7, "crash", "SIGBUS"), (-9, "host_oom", "SIGKILL")])
+def test_deepspeed_launcher_exit_is_a_workers_death(tmp_path: Path, code: int, kind: str, sig: str) -> None:
+    """DeepSpeed's sigkill_handler: it kills the other workers, then reports the failed one's code
+    (deepspeed/launcher/launch.py). Its line quotes the last spawned command, so no rank is named —
+    but the run is not healthy, and the finding names the signal."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "ds.log").write_text("\n".join([*DS_LAUNCH, "[2025-03-04 10:00:05,100] [ERROR] [launch.py:321:sigkill_handler] "
+                                         "['/usr/bin/python3', '-u', 'train.py', '--local_rank=3'] exits with return "
+                                         f"code = {code}"]) + "\n")
+    rep = diagnose([str(d)])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == kind and rc.ranks == [], [(f.kind, f.title) for f in rep.findings]
+    assert sig in rep.findings[0].title or sig == "SIGKILL"
+
+
+def test_srun_exit_code_128_plus_n_is_named(tmp_path: Path) -> None:
+    """srun reports a task killed by a signal as the shell does: 128+N (139 = SIGSEGV)."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "slurm-4711.out").write_text("srun: error: gpu-node-3: task 5: Exited with exit code 139\n")
+    rep = diagnose([str(d)])
+    assert rep.root_cause is not None and rep.root_cause.kind == "crash"
+    assert "SIGSEGV" in rep.findings[0].title and "139" in rep.findings[0].title

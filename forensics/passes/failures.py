@@ -114,6 +114,9 @@ TYPED = ["NCCL_TIMEOUT", "NCCL_WATCHDOG", "NCCL_DUMP_SIGNAL", "CUDA_OOM", "CHILD
          "JOB_CANCELLED", "HOST_OOM_KILL", "BARRIER_TIMEOUT", "NCCL_DESYNC", "COLLECTIVE_MISMATCH", "TRACEBACK",
          "GPU_XID", "CUDA_ERROR"]
 LAUNCHERS = ("launcher", "deepspeed launcher")
+# Launchers whose exit record names no rank (DeepSpeed's line quotes the LAST spawned command;
+# srun names a task): the exit is still a worker's, reported as "a rank the log does not name".
+REPORTERS = ("deepspeed launcher", "slurm")
 # Events that are not a rank's own error though at ERROR: a console reader's plain line or a
 # traceback's body (the TRACEBACK head is the error), and the events a rule of their own reads
 # (rules/data/data_load_error.toml).
@@ -580,7 +583,9 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
     cancels = [r for r in rows if r["kind"] == "cancel"]
     groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        if r["kind"] not in ("exit", "kill") or r["by"] in LAUNCHERS:
+        # a launcher's kills are its teardown; its exit record is the worker's own end (DeepSpeed's
+        # "exits with return code = -9" reports the process that failed)
+        if r["kind"] not in ("exit", "kill") or (r["by"] in LAUNCHERS and r["kind"] == "kill"):
             continue
         sigkill = facts.signal_of(r["exit_code"], r["signal"]) == "SIGKILL" or r["by"] == "oom_killer"
         if sigkill:
@@ -831,7 +836,7 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
         return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
 
     exits = sorted((r for r in rows if r["kind"] == "exit" and r["exit_code"] is not None and crashed(r)
-                    and _owner(r) is not None), key=lambda r: (_key(r), not r["first_observed"]))
+                    and (_owner(r) is not None or r["by"] in REPORTERS)), key=lambda r: (_key(r), not r["first_observed"]))
     if not exits:
         return []
     r = exits[0]
@@ -843,8 +848,8 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
                      if o not in same and _owner(o) != _owner(r)})
     sig = facts.signal_of(r["exit_code"], r["signal"])
     if sig in facts.FAULT_SIGNALS:
-        title = (f"{_who(rank, r)} died of {sig} ({facts.code_phrase(r['exit_code'], r['signal'])}, the launcher's "
-                 f"record): {facts.FAULT_SIGNALS[sig]}")
+        title = (f"{_who(rank, r)} died of {sig} (exit code {r['exit_code']}, the launcher's record): "
+                 f"{facts.FAULT_SIGNALS[sig]}")
     else:
         title = (f"{_who(rank, r)} exited with {facts.code_phrase(r['exit_code'], r['signal'])} (the launcher's record); "
                  "its own error is not in these logs — its stderr or error_file has it")
@@ -852,7 +857,7 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     return [Finding(
         rule=pass_id("failures"), kind="crash", layer="resource", severity="ERROR",
         ranks=[] if rank is None else [rank], title=title,
-        basis=_basis(r), local_ranks=_local(r),
+        basis=_basis(r) if _owner(r) is not None else None, local_ranks=_local(r),
         evidence={"exit_code": r["exit_code"], "signal": sig, "pid": r["pid"], "host": r.get("host"), "event": r["event"],
                   "others": others or None, **({"one_node": r["one_node"]} if r.get("one_node") else {})},
         lines=cite([_ev_row(o) for o in exits[:3]], text="text"),
