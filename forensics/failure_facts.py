@@ -50,6 +50,15 @@ FAULT_SIGNALS = {
 TEARDOWN_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGPIPE"}
 
 
+# Keys a record may carry its text under when it has no `message` (loguru/structlog/ECS spellings).
+TEXT_KEYS = ("text", "msg", "message", "log", "error", "err", "exception", "reason", "description", "detail")
+
+
+def text_of(col: str) -> list[pl.Expr]:
+    """The string values of TEXT_KEYS in a JSON-object column, in that order (for pl.coalesce)."""
+    return [pl.col(col).str.json_path_match(f"$.{k}") for k in TEXT_KEYS]
+
+
 def signal_name(n: int) -> str | None:
     try:
         return _signal.Signals(n).name

@@ -315,3 +315,39 @@ def test_srun_exit_code_128_plus_n_is_named(tmp_path: Path) -> None:
     rep = diagnose([str(d)])
     assert rep.root_cause is not None and rep.root_cause.kind == "crash"
     assert "SIGSEGV" in rep.findings[0].title and "139" in rep.findings[0].title
+
+
+def _schema_run(d: Path, record) -> None:
+    """4 ranks; rank 3 runs out of GPU memory at step 30, the others time out at step 31; each
+    line written by `record(rank, t, level, kind, text, step)` in some logging library's schema."""
+    d.mkdir(parents=True)
+    oom = ("CUDA out of memory. Tried to allocate 2.25 GiB. GPU 3 has a total capacity of 79.15 GiB of which 1.06 GiB "
+           "is free. Including non-PyTorch memory, this process has 78.08 GiB memory in use.")
+    for r in range(4):
+        lines = [record(r, 1749736800.0 + s + r * 0.01, "info", "train_step", f"finished step {s}", s)
+                 for s in range(30 + (r != 3))]
+        if r == 3:
+            lines.append(record(r, 1749736831.0, "error", "out_of_memory", oom, 30))
+        else:
+            lines.append(record(r, 1749738641.0 + r * 0.05, "error", "collective_timeout",
+                                f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=31, "
+                                "OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=1800000) ran for "
+                                "1800083 milliseconds before timing out.", 31))
+        (d / f"rank_{r}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+@pytest.mark.parametrize("record", [
+    # structlog's JSONRenderer: the message is `event`
+    lambda r, t, lvl, kind, text, s: {"timestamp": t, "level": lvl, "event": text, "kind": kind, "rank": r, "step": s},
+    # a hand-written schema: `severity`, `type`, the text under `text`
+    lambda r, t, lvl, kind, text, s: {"time_ms": int(t * 1000), "rank": r, "severity": lvl.upper(), "type": kind,
+                                      "text": text, "step": s},
+], ids=["structlog", "text_key"])
+def test_failures_are_read_from_the_text_whatever_its_key(tmp_path: Path, record) -> None:
+    """The OOM and the timeouts are recognised by their text when it is not under `message`: rank
+    3's OOM is the cause, not 'healthy' and not a crash of a rank that timed out."""
+    _schema_run(tmp_path / "logs", record)
+    rep = diagnose([str(tmp_path / "logs")])
+    rc = rep.root_cause
+    assert rc is not None and (rc.kind, rc.ranks) == ("oom", [3]), [(f.kind, f.ranks, f.title) for f in rep.findings]
+    assert not any(f.kind == "crash" for f in rep.findings)

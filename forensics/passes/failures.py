@@ -148,11 +148,15 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
     else:
         cand = failure_rows.rows(ctx.events)
     ev = pl.col("event")
-    # an error of any name keeps its extra: the exception it carries (failure_facts.exception_of)
+    # an error of any name keeps its extra: the exception it carries (failure_facts.exception_of);
+    # a line whose text is under another key than the message (`text`, `msg`, `error`, in the
+    # record's other fields; structlog's `event` is its message) is classified by that text
     return ctx.aligned(
         cand.with_columns(pl.when(ev.is_in(TYPED) | pl.col("extra").str.contains("missing_ranks", literal=True)
                                   | (pl.col("level") == "ERROR") | pl.col("extra").str.contains(facts.EXC_FIELD_RE))
-                          .then(pl.col("extra")).alias("extra"))
+                          .then(pl.col("extra")).alias("extra"),
+                          pl.coalesce("message", *facts.text_of("fields"), *facts.text_of("extra"),
+                                      pl.when(ev.str.contains(" ", literal=True)).then(ev)).alias("message"))
     )
 
 
