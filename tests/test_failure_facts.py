@@ -351,3 +351,20 @@ def test_failures_are_read_from_the_text_whatever_its_key(tmp_path: Path, record
     rc = rep.root_cause
     assert rc is not None and (rc.kind, rc.ranks) == ("oom", [3]), [(f.kind, f.ranks, f.title) for f in rep.findings]
     assert not any(f.kind == "crash" for f in rep.findings)
+
+
+def test_hf_trainer_printed_dicts_are_read_and_a_nan_loss_is_a_fact(tmp_path: Path) -> None:
+    """HF Trainer prints `{'loss': 1.99, 'grad_norm': 1.2, 'learning_rate': 1e-05, 'epoch': 0.03}`
+    (a Python dict, not JSON; `nan` when the loss is NaN). A file of them starts with `{`, so it
+    is read as JSON lines: each line is console text for the console reader, not a reject."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    lines = [f"{{'loss': {2.0 - 0.01 * s:.4f}, 'grad_norm': 1.2, 'learning_rate': 1e-05, 'epoch': {s / 40:.3f}}}"
+             for s in range(1, 30)]
+    lines += [f"{{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': {s / 40:.3f}}}" for s in range(30, 40)]
+    (d / "train.log").write_text("\n".join(lines) + "\n")
+    s = ingest([str(d)], tmp_path / "st")
+    assert (s.events, s.rejected) == (39, 0), s.rejected_by_reason
+    rep = diagnose([str(d)])
+    assert rep.root_cause is not None and rep.root_cause.kind == "non_finite"
+    assert "loss is NaN" in rep.findings[0].title and rep.findings[0].lines[0].line == 30

@@ -24,6 +24,13 @@ from ..schema import conform
 TEXT_REASONS = ("not JSON: Python traceback", "not JSON: text line")
 
 
+def is_text_line() -> pl.Expr:
+    """A reject that is text: not JSON at all, or a Python dict's repr (`{'loss': 1.76, ...}`,
+    what HF Trainer prints to stdout: single quotes, `nan`), which the console reader reads."""
+    return (pl.col("reason").is_in(TEXT_REASONS)
+            | (pl.col("reason").str.starts_with("invalid JSON") & pl.col("raw").bin.starts_with(b"{'")))
+
+
 def file_rank(ranks: pl.Series | None) -> int | None:
     """The rank of a block's JSON lines, when they carry exactly one."""
     if ranks is None:
@@ -39,7 +46,7 @@ def read_text(rej: pl.DataFrame, rank_hint: int | None, host_hint: str | None,
     source_file/format (the caller's)."""
     if not rej.height:
         return None, rej
-    is_text = rej["reason"].is_in(TEXT_REASONS)
+    is_text = rej.select(is_text_line()).to_series()
     if not is_text.any():
         return None, rej
     # imported here: console imports jsonl (Block), and a JSON-lines ingest without text lines
