@@ -1389,7 +1389,7 @@ def _launcher_first_observed(out: list[Finding], rows: list[dict[str, Any]]) -> 
         "where": f"{fo['source_file']}:{fo['line']}",
     }
     if not agrees:
-        code = f" (exit code {fo['exit_code']})" if fo["exit_code"] is not None else ""
+        code = f" ({facts.code_phrase(fo['exit_code'], fo['signal'])})" if fo["exit_code"] is not None else ""
         what = {"oom": "CUDA OOM", "crash": "crash", "gpu_error": "GPU error", "host_oom": "kill"}.get(root.kind, "failure")
         root.title += (f"; torchrun's ChildFailedError names rank {rank}{code} as the \"first observed failure\": "
                        f"only the first exit the launcher saw, after rank "
