@@ -368,3 +368,11 @@ def test_hf_trainer_printed_dicts_are_read_and_a_nan_loss_is_a_fact(tmp_path: Pa
     rep = diagnose([str(d)])
     assert rep.root_cause is not None and rep.root_cause.kind == "non_finite"
     assert "loss is NaN" in rep.findings[0].title and rep.findings[0].lines[0].line == 30
+
+
+def test_an_oom_event_and_its_stderr_traceback_are_one_oom() -> None:
+    """sample_logs/oom_cascade: rank 3's CUDA_OOM event, then the traceback its stderr wrote into
+    the same file (now read as events too): one OOM, not "2 times"."""
+    rep = diagnose([str(Path(__file__).resolve().parents[1] / "sample_logs" / "oom_cascade")])
+    oom = rep.findings[0]
+    assert (oom.kind, oom.ranks, oom.evidence["occurrences"]) == ("oom", [3], 1) and "times" not in oom.title

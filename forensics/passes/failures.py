@@ -1072,7 +1072,11 @@ def find(ctx: Context) -> list[Finding]:
         mine = all_oom.get(who_key, [])
         # one OOM is often reported by several sources (the JSONL event, the console traceback):
         # the occurrences are those of the file that reports the most of them
-        per_file = Counter(x["source_file"] for x in mine if x["event"] == "CUDA_OOM") or Counter(x["source_file"] for x in mine)
+        # (a JSON-lines file holding the event and the traceback written after it to stderr: the
+        # traceback's exception line is the same OOM, counted only where there is no event)
+        typed = [x for x in mine if x["event"] == "CUDA_OOM"]
+        typed = [x for x in typed if x.get("traceback_head") is None] or typed
+        per_file = Counter(x["source_file"] for x in typed) or Counter(x["source_file"] for x in mine)
         n = max(per_file.values(), default=1)
         # the failing process's pid, where the launcher's records of this rank give it
         own_pids = {int(q["pid"]) for q in rows if q["pid"] is not None and q["kind"] in ("oom", "exit", "kill")
