@@ -376,3 +376,19 @@ def test_an_oom_event_and_its_stderr_traceback_are_one_oom() -> None:
     rep = diagnose([str(Path(__file__).resolve().parents[1] / "sample_logs" / "oom_cascade")])
     oom = rep.findings[0]
     assert (oom.kind, oom.ranks, oom.evidence["occurrences"]) == ("oom", [3], 1) and "times" not in oom.title
+
+
+def test_a_last_error_line_as_every_rank_ends_is_not_a_crash(tmp_path: Path) -> None:
+    """Rank 1's last line is an ERROR of its own (an upload that failed) while every rank ends
+    its run together: not a death — nothing went on without it, no peer failed after it."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    for r in range(4):
+        lines = _step_lines(r, range(20))
+        if r == 1:
+            lines.append(json.dumps({"timestamp": _ts(9.6), "rank": 1, "level": "ERROR", "event": "metrics.upload",
+                                     "message": "could not reach the tracking server",
+                                     "extra": {"exc_type": "ConnectionError"}}))
+        (d / f"worker_{r}.jsonl").write_text("\n".join(lines) + "\n")
+    rep = diagnose([str(d)])
+    assert not any(f.kind == "crash" for f in rep.findings), [f.title for f in rep.findings]

@@ -743,9 +743,23 @@ def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[
         who = _owner(r)
         if who in out or (who in first_oom and _key(first_oom[who]) <= _key(r)):
             continue
-        if (r["source_file"], r["line"]) in last or any(_key(e) > _key(r) for e in ends):
+        ended = any(_key(e) > _key(r) for e in ends)
+        if r["event"] == "TRACEBACK" and (r["source_file"], r["line"]) in last or ended:
+            out[who] = r
+        elif (r["source_file"], r["line"]) in last and _others_went_on(ctx, r, progress):
+            # an error event of another name, the last its rank wrote: fatal only when the run
+            # went on without it (a last ERROR line as every rank ends is not a death)
             out[who] = r
     return out
+
+
+def _others_went_on(ctx: Context, r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bool:
+    """Another rank logged progress clearly after this line (by SILENT_MARGIN_S, or two steps)."""
+    if r["timestamp"] is None:
+        return False
+    margin = dt.timedelta(seconds=max(SILENT_MARGIN_S, 2 * (ctx.median_step_ms or 0.0) / 1000))
+    return any(p["last_ts"] is not None and p["last_ts"] > r["timestamp"] + margin
+               for k, p in progress.items() if k != r.get("logged_rank", r["rank"]))
 
 
 def _gpu_errors(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
