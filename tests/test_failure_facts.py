@@ -392,3 +392,24 @@ def test_a_last_error_line_as_every_rank_ends_is_not_a_crash(tmp_path: Path) -> 
         (d / f"worker_{r}.jsonl").write_text("\n".join(lines) + "\n")
     rep = diagnose([str(d)])
     assert not any(f.kind == "crash" for f in rep.findings), [f.title for f in rep.findings]
+
+
+def test_a_one_node_hang_known_by_local_ranks_is_still_found(tmp_path: Path) -> None:
+    """One node, torchrun --tee lines (local ranks only), local rank 1 stops, the others time out
+    in gloo: the hang is still named (by local rank and host), not lost by the one-node mapping."""
+    d = tmp_path / "logs" / "node-01"
+    d.mkdir(parents=True)
+    lines = []
+    for step in range(1, 7):
+        for lr in range(4):
+            if lr == 1 and step > 4:
+                continue
+            lines.append(f"[default{lr}]:[2024-11-20 14:37:{step * 4 + lr:02d},000] step {step} | loss 2.{step}{lr} | 500.0 ms/step")
+    for lr in (0, 2, 3):
+        lines += [f"[default{lr}]:Traceback (most recent call last):",
+                  f'[default{lr}]:  File "/srv/train.py", line 88, in <module>',
+                  f"[default{lr}]:RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+                  "Timed out waiting 60000ms for recv operation to complete"]
+    (d / "torchrun.log").write_text("\n".join(lines) + "\n")
+    rc = diagnose([str(tmp_path / "logs")]).root_cause
+    assert rc is not None and rc.kind == "hang" and rc.local_ranks == [{"host": "node-01", "local_rank": 1}], rc

@@ -1142,6 +1142,10 @@ def find(ctx: Context) -> list[Finding]:
 # the rows a rank named in their own text may be attributed to: a rank's own errors, never a
 # timeout or a status line (their text names the peer they wait on)
 _OWN_KINDS = ("oom", "gpu", "traceback")
+# the rows a one-node launch maps to a global rank: a process's own end (its error, its exit or
+# kill). Timeouts known by local rank stay so: a hang among them is judged by (host, local rank)
+# (_local_hang), from progress lines that carry no global rank either.
+_DEATH_KINDS = (*_OWN_KINDS, "exit", "kill")
 
 
 def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1158,7 +1162,7 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if named is not None:
                 r["rank"], r["rank_basis"] = named, "named_in_text"
                 continue
-        if r.get("local_rank") is not None:
+        if r.get("local_rank") is not None and r["kind"] in _DEATH_KINDS:
             if node is False:
                 node = facts.one_node(ctx.events)
             if node:
