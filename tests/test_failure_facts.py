@@ -413,3 +413,21 @@ def test_a_one_node_hang_known_by_local_ranks_is_still_found(tmp_path: Path) -> 
     (d / "torchrun.log").write_text("\n".join(lines) + "\n")
     rc = diagnose([str(tmp_path / "logs")]).root_cause
     assert rc is not None and rc.kind == "hang" and rc.local_ranks == [{"host": "node-01", "local_rank": 1}], rc
+
+
+def test_a_launcher_exit_cites_the_untagged_traceback_before_it(tmp_path: Path) -> None:
+    """Workers' stderr without a [rankN]: prefix, then torch elastic's agent line: the exit's
+    finding quotes that traceback (said to name no rank), instead of "its error is not in these logs"."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "torchrun.log").write_text("\n".join([
+        "[2024-12-18 10:12:20,000] [INFO] [train.py:88] step 10 | loss 2.301 | 500.0 ms/step",
+        "Traceback (most recent call last):", '  File "/work/train.py", line 30, in <module>', "    fused_op(x)",
+        "RuntimeError: expected scalar type Float but found Half",
+        "E1218 10:12:31.000000 4200 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+        "local_rank: 3 (pid: 5678) of binary: /usr/bin/python3"]) + "\n")
+    rep = diagnose([str(d)])
+    f = rep.findings[0]
+    assert f.kind == "crash" and f.local_ranks == [{"host": None, "local_rank": 3}]
+    assert "names no rank: RuntimeError: expected scalar type Float" in f.title
+    assert any(ln.line == 2 for ln in f.lines)

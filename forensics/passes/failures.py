@@ -865,12 +865,18 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     others = sorted({_who(None if o["rank"] is None else int(o["rank"]), o) for o in exits
                      if o not in same and _owner(o) != _owner(r)})
     sig = facts.signal_of(r["exit_code"], r["signal"])
+    # a traceback printed before the exit in the same output that names no rank (no [rankN]:
+    # prefix): most likely this worker's, said as such, never taken for a rank's own error
+    tb = max((t for t in rows if t["kind"] == "traceback" and t["event"] == "TRACEBACK" and _owner(t) is None
+              and t["source_file"] == r["source_file"] and (t["line"] or 0) < (r["line"] or 0)),
+             key=lambda t: t["line"] or 0, default=None)
+    seen = f"; the traceback printed before it names no rank: {shorten(tb['message'], 160)}" if tb else ""
     if sig in facts.FAULT_SIGNALS:
         title = (f"{_who(rank, r)} died of {sig} (exit code {r['exit_code']}, the launcher's record): "
-                 f"{facts.FAULT_SIGNALS[sig]}")
+                 f"{facts.FAULT_SIGNALS[sig]}{seen}")
     else:
-        title = (f"{_who(rank, r)} exited with {facts.code_phrase(r['exit_code'], r['signal'])} (the launcher's record); "
-                 "its own error is not in these logs — its stderr or error_file has it")
+        title = (f"{_who(rank, r)} exited with {facts.code_phrase(r['exit_code'], r['signal'])} (the launcher's record)"
+                 + (seen or "; its own error is not in these logs — its stderr or error_file has it"))
     title += f"; then {', '.join(others)} exited too" if others else ""
     return [Finding(
         rule=pass_id("failures"), kind="crash", layer="resource", severity="ERROR",
@@ -878,7 +884,7 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
         basis=_basis(r) if _owner(r) is not None else None, local_ranks=_local(r),
         evidence={"exit_code": r["exit_code"], "signal": sig, "pid": r["pid"], "host": r.get("host"), "event": r["event"],
                   "others": others or None, **({"one_node": r["one_node"]} if r.get("one_node") else {})},
-        lines=cite([_ev_row(o) for o in exits[:3]], text="text"),
+        lines=cite([_ev_row(o) for o in exits[:3]] + ([_ev_row(tb)] if tb else []), text="text"),
         first_seen=iso(r["t_show"]), last_seen=iso(exits[-1]["t_show"]),
     )]
 
