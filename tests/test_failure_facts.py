@@ -431,3 +431,17 @@ def test_a_launcher_exit_cites_the_untagged_traceback_before_it(tmp_path: Path) 
     assert f.kind == "crash" and f.local_ranks == [{"host": None, "local_rank": 3}]
     assert "names no rank: RuntimeError: expected scalar type Float" in f.title
     assert any(ln.line == 2 for ln in f.lines)
+
+
+def test_a_nan_telemetry_reading_is_not_a_non_finite_fact(tmp_path: Path) -> None:
+    """A GPU whose power sensor reads NaN throughout (an exporter that cannot read it): not a
+    number the training computed."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    for r in range(2):
+        lines = _step_lines(r, range(20))
+        lines += [json.dumps({"timestamp": _ts(s * 0.5 + 0.1), "rank": r, "level": "INFO", "event": "GPU_STATS",
+                              "extra": {"gpu_util": 97.0, "power_w": float("nan"), "temp_c": 61.0}}) for s in range(20)]
+        (d / f"rank_{r}.jsonl").write_text("\n".join(lines) + "\n")
+    rep = diagnose([str(d)])
+    assert not any(f.kind == "non_finite" for f in rep.findings), [f.title for f in rep.findings]

@@ -10,6 +10,9 @@ Domain facts relied on (spec/report.md `non_finite`):
   "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: ...", apex "Gradient
   overflow. Skipping step"). Such a transient value, and the overflow messages, are not facts by
   themselves; a non-finite value that the rank never logs finite again is.
+- GPU/host telemetry (temperature, power, clocks, utilisation, link and disk rates) that reads
+  NaN is a sensor or exporter that could not read, not a number the training computed: not a
+  fact here.
 - Messages that report one: Megatron-LM's DDP check `Rank {r}: found NaN in local grad norm in
   backward pass before data-parallel communication collective` (param_and_grad_buffer.py; the
   newer rerun-state machine says "found NaN in local grad norm for bucket #i ..."),
@@ -41,8 +44,12 @@ from ..schema import ALIASES, FIELDS
 from .context import Context
 from .evidence import cite, iso, pass_id, ranks_phrase, shorten
 
-# Typed float metrics whose non-finite values are facts (all of them; the loss is judged at once)
-_FLOATS = [n for n, m in FIELDS.items() if isinstance(m.dtype, pl.Float64)]
+# Typed float metrics whose non-finite values are facts: all but the GPU/host telemetry readings
+# (a NaN temperature or power draw is a sensor or exporter that could not read, not a number the
+# training computed); the loss is judged at once, the others when they persist
+_TELEMETRY = {"gpu_util", "mem_alloc_mb", "temp_c", "sm_clock_mhz", "power_w", "pcie_mbps", "nvlink_mbps",
+              "disk_read_mbps", "disk_read_bytes"}
+_FLOATS = [n for n, m in FIELDS.items() if isinstance(m.dtype, pl.Float64) and n not in _TELEMETRY]
 _LOSS = re.compile(r"(?i)loss")
 # a non-finite value in a JSON object's text: NaN / Infinity as the JSON-lines reader keeps them
 # ("NaN", "Infinity", "-Infinity" strings) or as a program wrote them ("nan", "inf")
