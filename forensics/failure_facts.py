@@ -32,8 +32,9 @@ import polars as pl
 # Keys that carry an exception (case-insensitive, in `extra` or in top-level `fields`).
 EXC_KEYS = ("exc_type", "exception_type", "error_type", "exc_info", "exc_text", "exception", "error",
             "traceback", "stack", "stack_trace", "stacktrace", "exc")
-# The same as a polars regex over the JSON text: the key with a non-empty string, object or list.
-EXC_FIELD_RE = r'(?i)"(?:' + "|".join(EXC_KEYS) + r')"\s*:\s*(?:"[^"]|\{|\[)'
+# The same as a polars regex over the JSON text: the key (or a flattened path ending in it,
+# `extra.exc_type`) with a non-empty string, object or list.
+EXC_FIELD_RE = r'(?i)"(?:[\w\-]+\.)*(?:' + "|".join(EXC_KEYS) + r')"\s*:\s*(?:"[^"]|\{|\[)'
 _TYPE_KEYS = ("exc_type", "exception_type", "error_type")
 # The exception line of a Python traceback: `ValueError: bad shape`, `torch.OutOfMemoryError: ...`
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Fault|Warning)|AssertionError)(?::\s*(.*))?$")
@@ -107,8 +108,9 @@ def exception_of(row: dict[str, Any]) -> tuple[str | None, str | None]:
     found: dict[str, Any] = {}
     for src in (_json(row.get("extra")), _json(row.get("fields"))):
         for k, v in src.items():
-            if isinstance(k, str) and k.lower() in EXC_KEYS and v not in (None, "", [], {}):
-                found.setdefault(k.lower(), v)
+            name = k.lower().rsplit(".", 1)[-1] if isinstance(k, str) else None   # `extra.exc_type`: flattened
+            if name in EXC_KEYS and v not in (None, "", [], {}):
+                found.setdefault(name, v)
     etype: str | None = next((str(found[k]) for k in _TYPE_KEYS if isinstance(found.get(k), str)), None)
     emsg: str | None = None
     for k in ("exception", "error", "exc", "exc_info", "exc_text", "traceback", "stack_trace", "stacktrace", "stack"):

@@ -111,7 +111,7 @@ def _facts(ctx: Context) -> list[dict[str, Any]]:
         for src in (r["extra"], r["fields"]):
             for m in _KEY_VALUE.finditer(src or ""):
                 key = m.group(1)
-                if key.lower() in typed:
+                if key.lower().rsplit(".", 1)[-1] in typed:      # (`extra.loss`: a flattened path)
                     continue          # read by the typed column (above)
                 out.append({**{k: r[k] for k in ("rank", "host", "step", "timestamp", "source_file", "line", "event")},
                             "field": key, "value": m.group(2), "how": "value", "untyped": True})
