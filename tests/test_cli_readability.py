@@ -114,7 +114,8 @@ def bad_logs(d: Path) -> Path:
     for r in range(2):
         lines = [json.dumps({"timestamp": f"2025-06-12T14:03:{s:02d}.000Z", "rank": r, "level": "INFO",
                              "event": "TRAIN_STEP", "step": s, "loss": 2.0}) for s in range(4)]
-        text = "\n".join(lines) + "\n" + ("Traceback (most recent call last):\n" if r == 1 else "")
+        # a damaged line (binary garbage: a text line would be the file's console text, an event)
+        text = "\n".join(lines) + "\n" + ("\x00\x01\x02\x03 garbage\n" if r == 1 else "")
         (d / f"rank_{r}.jsonl").write_text(text)
     return d
 

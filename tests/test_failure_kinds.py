@@ -366,6 +366,7 @@ def test_new_kinds_are_in_the_vocabulary_and_the_readme() -> None:
     # stable identifiers: the first ones keep their order, the bases added for issue 27 follow
     assert list(model.BASES)[:6] == ["own_error", "named_by_peers", "never_joined", "last_to_log", "timing_within_group", "telemetry"]
     assert {"outlier", "own_gap"} <= set(model.BASES) and all(f"`{b}`" in readme for b in ("outlier", "own_gap"))
+    assert {"named_in_text", "one_node"} <= set(model.BASES) and "non_finite" in model.KINDS and "`non_finite`" in readme
 
 
 def test_diagnose_context_runs_on_the_new_kinds_without_a_root_from_hygiene() -> None:

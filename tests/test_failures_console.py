@@ -250,6 +250,7 @@ def test_first_observed_failure_is_not_the_root_when_an_earlier_oom_exists(tmp_p
     fo = root.evidence["launcher_first_observed"]
     assert (fo["rank"], fo["exit_code"], fo["agrees"]) == (0, -6, False)
     assert "first observed failure" in root.title and "rank 0" in root.title
+    assert "exit code -6 (SIGABRT)" in root.title          # the signal named (issue 27)
     assert any("ChildFailedError" in (e.text or "") for e in root.lines)
     assert unexplained_errors(report) == []
 

@@ -51,17 +51,17 @@ def test_crash_debris_is_rejected_with_reasons_and_nothing_good_is_lost() -> Non
     )
     b = parse_block(buf, 1, True, None, None)
     assert b.lines == 10
-    assert b.events.height == 3
+    assert b.events.height == 5
     assert b.events.height + b.rejects.height == b.lines
     reasons = dict(zip(b.rejects["line"].to_list(), b.rejects["reason"].to_list()))
-    assert reasons[2] == "not JSON: Python traceback"
     assert reasons[4] == "blank line"
     assert reasons[5] == "binary data"
     assert reasons[6].startswith("invalid JSON")
     assert reasons[7] == "JSON value is not an object"
-    assert reasons[3] == "not JSON: Python traceback"
     assert reasons[10] == "truncated line (no newline at end of file)"
-    assert sorted(b.events["line"].to_list()) == [1, 8, 9]
+    # the traceback is the file's console text (spec/log-formats.md §3): events, not rejects
+    assert sorted(b.events["line"].to_list()) == [1, 2, 3, 8, 9]
+    assert b.events.filter(pl.col("line") == 2)["event"].to_list() == ["TRACEBACK"]
 
 
 def test_wrong_types_are_coerced_not_fatal() -> None:

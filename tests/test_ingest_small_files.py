@@ -48,7 +48,7 @@ def write_files(d: Path, n: int, first: int = 0) -> dict[str, list[tuple[int, st
         if i % 5 == 0:
             lines.insert(1, (b'{"timestamp": "2025-06-12T14:00:00Z", "rank": 1, "ev', "truncated JSON object"))
         if i % 6 == 0:
-            lines.append((b"a line of plain text", "not JSON: text line"))
+            lines.append((b"a line of plain text", None))   # the file's console text: an event
         if i % 9 == 0 and i % 10 != 3:   # (a blank last line needs the newline after it)
             lines.append((b"", "blank line"))
         tail = b"" if i % 10 == 3 else b"\n"   # some files end without a newline
@@ -180,12 +180,12 @@ def test_scan_files_numbers_lines_per_file_with_each_files_hints() -> None:
     a = b'{"event": "A", "rank": 3}\n{"event": "B"}\n'
     b = b'not json\n{"event": "C", "host": "h9"}\n{"event": "D"}\n'
     fb = scan_files(a + b, [len(a), len(a + b)], [(7, "hostA"), (None, "hostB")])
-    assert fb.lines.tolist() == [2, 3] and fb.file_of.tolist() == [0, 0, 1, 1]
+    assert fb.lines.tolist() == [2, 3] and fb.file_of.tolist() == [0, 0, 1, 1, 1]
     t = fb.events.select(["rank", "host", "event", "line", "rank_source"]).to_pylist()
     assert [(r["rank"], r["host"], r["event"], r["line"], r["rank_source"]) for r in t] == [
         (3, "hostA", "A", 1, "record"), (7, "hostA", "B", 2, "path"),
-        (None, "h9", "C", 2, "none"), (None, "hostB", "D", 3, "none")]
-    assert fb.rejects.select("file", "line", "reason").rows() == [(1, 1, "not JSON: text line")]
+        (None, "hostB", "LOG", 1, "none"), (None, "h9", "C", 2, "none"), (None, "hostB", "D", 3, "none")]
+    assert fb.rejects.height == 0     # the text line is the file's console text (text_lines.py)
 
 
 def test_walk_lists_what_os_walk_listed(tmp_path: Path) -> None:

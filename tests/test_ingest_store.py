@@ -210,7 +210,7 @@ def test_big_file_is_cut_into_ranges_with_correct_line_numbers(tmp_path: Path, m
     d = tmp_path / "logs"
     d.mkdir()
     lines = [seed_line(0, s, s * 0.01) for s in range(300)]
-    lines[150] = b"garbage line\n"
+    lines[150] = b"\x00\x01\x02\x03 garbage line\n"   # (a text line would be console text: an event)
     (d / "rank_0.jsonl").write_bytes(b"".join(lines))
     seen: dict[str, dict] = {}
     s = forensics.ingest([str(d)], tmp_path / "st", workers=1, progress=lambda k, info: seen.setdefault(k, info))

@@ -66,7 +66,7 @@ def test_sql_over_events_rejects_and_ranks(tmp_path: Path) -> None:
     d.mkdir()
     good = [{"timestamp": f"2025-06-12T14:00:0{s}Z", "rank": r, "level": "INFO", "event": "TRAIN_STEP",
              "message": f"step={s}", "extra": {"step_time_ms": 1000.0 + r}} for r in range(2) for s in range(3)]
-    (d / "rank_0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in good if x["rank"] == 0) + "not json\n")
+    (d / "rank_0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in good if x["rank"] == 0) + "\x00\x01\x02\x03 not json\n")
     (d / "rank_1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in good if x["rank"] == 1))
     forensics.ingest([str(d)], tmp_path / "st")
     run = open_store(tmp_path / "st")

@@ -157,7 +157,7 @@ def test_appends_of_small_files_are_compacted(tmp_path: Path) -> None:
     for i in range(30):
         f = d / f"batch{i}" / f"rank_{i}.jsonl"
         f.parent.mkdir(parents=True)
-        f.write_bytes(b"".join(line(i, s, s * 0.5) for s in range(10)) + (b"not json\n" if i % 7 == 0 else b""))
+        f.write_bytes(b"".join(line(i, s, s * 0.5) for s in range(10)) + (b"\x00\x01\x02\x03 not json\n" if i % 7 == 0 else b""))
         forensics.ingest([str(f)], st, append=True)
     run = open_store(st)
     assert len(run.event_parts()) == 1 and len(run.reject_parts()) == 1   # was 30 and 5
@@ -169,7 +169,7 @@ def test_appends_of_small_files_are_compacted(tmp_path: Path) -> None:
 def test_sources_past_the_inline_limit_go_to_parquet(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(store_mod, "SOURCES_INLINE", 10)
     d = rank_files(tmp_path / "logs", range(24), steps=3)
-    (d / "node0" / "rank_0.jsonl").write_bytes((d / "node0" / "rank_0.jsonl").read_bytes() + b"garbage\n")
+    (d / "node0" / "rank_0.jsonl").write_bytes((d / "node0" / "rank_0.jsonl").read_bytes() + b"\x00\x01\x02\x03 garbage\n")
     st = tmp_path / "st"
     s1 = forensics.ingest([str(d)], st)
     m = json.loads((st / "manifest.json").read_text())

@@ -133,6 +133,25 @@ def parse_steps(spec: str | None) -> tuple[int | None, int | None] | None:
 # --- building the trace -----------------------------------------------------------------------
 
 
+def _placed(aligned: pl.LazyFrame, inst: pl.DataFrame) -> pl.DataFrame:
+    """Instants whose line carries no time (a traceback written between JSON lines or in a
+    console log) at the time of the nearest timed line above them in their file (else below),
+    as the failures pass places them; ones with no timed line in their file are left out."""
+    need = inst.filter(pl.col("ts_aligned").is_null() & pl.col("source_file").is_not_null())
+    if need.is_empty():
+        return inst
+    files = need.get_column("source_file").unique().to_list()
+    anchors = (aligned.filter(pl.col("source_file").is_in(files) & pl.col("ts_aligned").is_not_null())
+               .select("source_file", "line", pl.col("ts_aligned").alias("t_anchor")).sort("line").collect())
+    keys = inst.with_row_index("_i").sort("line")
+    back = keys.join_asof(anchors, on="line", by="source_file", strategy="backward", check_sortedness=False)
+    fwd = keys.join_asof(anchors, on="line", by="source_file", strategy="forward", check_sortedness=False)
+    t = back.select("_i", pl.col("t_anchor").alias("b")).join(fwd.select("_i", pl.col("t_anchor").alias("f")), on="_i")
+    return (keys.join(t, on="_i").sort("_i")
+            .with_columns(pl.coalesce("ts_aligned", "b", "f").alias("ts_aligned"))
+            .filter(pl.col("ts_aligned").is_not_null()).drop("_i", "b", "f"))
+
+
 def _us(col: str, t0: dt.datetime) -> pl.Expr:
     """Microseconds since the trace start (Perfetto shows relative time; small numbers keep the
     file short and exact)."""
@@ -212,6 +231,7 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
     cnt_q = (aligned.filter(pl.any_horizontal([pl.col(c).is_not_null() for c in COUNTERS]))
              .select("rank", "ts_aligned", *COUNTERS))
     st, hosts, inst, cnt = pl.collect_all([st_q, host_q, inst_q, cnt_q])
+    inst = _placed(aligned, inst)
     # the hung rank: silence is judged among all ranks, on the common clock
     silent = timeline.first_silent(timeline.with_aligned_time(ev, offsets), "ts_aligned")
     if silent is not None and ranks is not None and silent["rank"] not in ranks:

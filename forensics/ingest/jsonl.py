@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..schema import RAW_LIMIT, REJECT_SCHEMA, arrow_schema, conform
-from . import native
+from . import native, text_lines
 from .binary import BINARY, binary_runs, is_binary_text
 from .normalize import KEY_COLON, KNOWN_TOP, canonical
 
@@ -85,6 +86,30 @@ def _reason(raw: bytes, is_last_unterminated: bool) -> str | None:
     if s.startswith(b"Traceback") or s.startswith(b"File ") or s.startswith(b'  File "'):
         return "not JSON: Python traceback"
     return "not JSON: text line"
+
+
+def _non_finite_object(raw: bytes) -> dict | None:
+    """A line Python's json.dumps wrote with its default allow_nan=True: `{"loss": NaN}`,
+    `Infinity`, `-Infinity` are not JSON, but they are a value the run logged (a NaN loss is a
+    fact, passes/non_finite.py). The object with those values as the strings "NaN", "Infinity",
+    "-Infinity" (which the typed columns read as floats), or None."""
+    if b"NaN" not in raw and b"Infinity" not in raw:
+        return None
+    try:
+        o = json.loads(raw)
+    except ValueError:
+        return None
+    return _finite_strings(o) if isinstance(o, dict) else None
+
+
+def _finite_strings(v: object) -> object:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    if isinstance(v, dict):
+        return {k: _finite_strings(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite_strings(x) for x in v]
+    return v
 
 
 def _stringify(v: object) -> str | None:
@@ -209,9 +234,15 @@ def scan_block(buf: bytes | memoryview, first_line: int, at_eof: bool, rank_hint
     to_line = declined + first_line  # sub-block line i is block line declined[i]
     rej = slow.rejects.with_columns(pl.Series("line", to_line[slow.rejects["line"].to_numpy()], dtype=pl.Int64))
     rej = binary_neighbours(rej, first_line, n)
+    parts = [table]
     if slow.events.height:
         ev = slow.events.with_columns(pl.Series("line", to_line[slow.events["line"].to_numpy()], dtype=pl.Int64))
-        both = pa.concat_tables([table, _to_table(ev)])
+        parts.append(_to_table(ev))
+    tev, rej = _text_table([pl.from_arrow(t["rank"]) for t in parts], rej, rank_hint, host_hint)
+    if tev is not None:
+        parts.append(tev)
+    if len(parts) > 1:
+        both = pa.concat_tables(parts)
         table = both.take(pc.sort_indices(both["line"]))
     assert table.num_rows + rej.height == n, (table.num_rows, rej.height, n)
     return Block(table, rej, n)
@@ -252,11 +283,18 @@ def scan_files(buf: bytes | memoryview, ends: list[int],
             slow = parse_block_py(sub, 0, True, *hints[k], whole=False)
             to_line = idx - first[k] + 1                  # sub-block line i is file line to_line[i]
             rej_k = slow.rejects.with_columns(pl.Series("line", to_line[slow.rejects["line"].to_numpy()], dtype=pl.Int64))
-            rejects.append(binary_neighbours(rej_k, 1, int(lines[k])).with_columns(pl.lit(int(k), pl.Int64).alias("file")))
+            rej_k = binary_neighbours(rej_k, 1, int(lines[k]))
+            ranks = [pl.from_arrow(table["rank"]).filter(pl.Series(file_of == k))]
             if slow.events.height:
                 ev = slow.events.with_columns(pl.Series("line", to_line[slow.events["line"].to_numpy()], dtype=pl.Int64))
                 events.append(_to_table(ev))
                 files.append(np.full(ev.height, k, dtype=np.int64))
+                ranks.append(ev["rank"])
+            tev, rej_k = _text_table(ranks, rej_k, *hints[k])
+            if tev is not None:
+                events.append(tev)
+                files.append(np.full(tev.num_rows, k, dtype=np.int64))
+            rejects.append(rej_k.with_columns(pl.lit(int(k), pl.Int64).alias("file")))
         if len(events) > 1:
             both = pa.concat_tables(events)
             file_of = np.concatenate(files)
@@ -265,6 +303,15 @@ def scan_files(buf: bytes | memoryview, ends: list[int],
     rej = pl.concat(rejects)
     assert table.num_rows + rej.height == int(lines.sum()), (table.num_rows, rej.height, int(lines.sum()))
     return FilesBlock(table, file_of, lines, rej, in_order)
+
+
+def _text_table(ranks: list[pl.Series], rej: pl.DataFrame, rank_hint: int | None,
+                host_hint: str | None) -> tuple[pa.Table | None, pl.DataFrame]:
+    """The scanner's side of text_lines.read_text: the Arrow table of the events read from the
+    text rejects of one file's block `rej` (numbered as in the file; None: none), and the rejects
+    left. `ranks`: the rank columns of the block's JSON events."""
+    tev, rej = text_lines.read_text(rej, rank_hint, host_hint, text_lines.file_rank(pl.concat([r.cast(pl.Int64) for r in ranks]) if ranks else None))
+    return (_to_table(tev) if tev is not None and tev.height else None), rej
 
 
 def _to_table(ev: pl.DataFrame) -> pa.Table:
@@ -332,8 +379,12 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
             keep = np.ones(len(fast_idx), dtype=bool)
             for pos, why in bad:
                 i = int(fast_idx[pos])
-                rejects.append((i, why, buf[offs[i] : offs[i + 1]], int(lens[i])))
                 keep[pos] = False
+                o = _non_finite_object(buf[offs[i] : offs[i + 1]]) if why.startswith("invalid JSON") else None
+                if o is not None:
+                    objs_slow[i], fixed[i] = o, orjson.dumps(o)
+                    continue
+                rejects.append((i, why, buf[offs[i] : offs[i + 1]], int(lens[i])))
             fast_idx = fast_idx[keep]
 
     frames = []
@@ -362,6 +413,11 @@ def parse_block_py(buf: bytes, first_line: int, at_eof: bool, rank_hint: int | N
     rej = rejects_frame([(i + first_line, why, raw, ln) for i, why, raw, ln in rejects])
     if whole:
         rej = binary_neighbours(rej, first_line, n)
+        # the text between JSON lines is the file's console text (text_lines.py)
+        tev, rej = text_lines.read_text(rej, rank_hint, host_hint,
+                                        text_lines.file_rank(events["rank"] if "rank" in events.columns else None))
+        if tev is not None and tev.height:
+            events = text_lines.merged(events, tev)
     assert events.height + rej.height == n, (events.height, rej.height, n)
     return Block(events, rej, n)
 

@@ -33,6 +33,7 @@ from . import (
     no_data,
     outlier,
     own_gap,
+    non_finite,
     rank_lag,
     rootcause,
     silent_rank,
@@ -74,6 +75,7 @@ PASSES: list[Pass] = [
     own_gap.find,            # resource: the rank whose stalls made the others wait, and what it logged
     rank_lag.find,           # training: a rank behind in steps
     loss.find,               # training: divergence / plateau, warmup-aware
+    non_finite.find,         # training: where a NaN/Inf first appears (rank, step)
     grad_norm.find,          # training: spikes, vanishing adapter gradients
     throughput.find,         # training: throughput drop while loss falls
     hygiene.find,            # the logs themselves

@@ -81,6 +81,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from .. import failure_facts as facts
 from .. import failure_rows
 from ..collective_text import DESYNC_TEXT, FP_ASPECTS, MISMATCH_TEXT, desync_ranks, fingerprint_diff, mismatch_pairs
 from ..report.model import Finding, local_ranks_phrase
@@ -113,6 +114,13 @@ TYPED = ["NCCL_TIMEOUT", "NCCL_WATCHDOG", "NCCL_DUMP_SIGNAL", "CUDA_OOM", "CHILD
          "JOB_CANCELLED", "HOST_OOM_KILL", "BARRIER_TIMEOUT", "NCCL_DESYNC", "COLLECTIVE_MISMATCH", "TRACEBACK",
          "GPU_XID", "CUDA_ERROR"]
 LAUNCHERS = ("launcher", "deepspeed launcher")
+# Launchers whose exit record names no rank (DeepSpeed's line quotes the LAST spawned command;
+# srun names a task): the exit is still a worker's, reported as "a rank the log does not name".
+REPORTERS = ("deepspeed launcher", "slurm")
+# Events that are not a rank's own error though at ERROR: a console reader's plain line or a
+# traceback's body (the TRACEBACK head is the error), and the events a rule of their own reads
+# (rules/data/data_load_error.toml).
+OWN_ERROR_EXCLUDED = ["LOG", "TRACEBACK_CONT", "DATA_LOAD_ERROR"]
 # Collectives where every rank sends a tensor of the same size (all-to-all and uneven
 # all-gather legitimately differ per rank).
 SAME_SIZE_RE = re.compile(r"(?i)all_?reduce|broadcast")
@@ -140,9 +148,15 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
     else:
         cand = failure_rows.rows(ctx.events)
     ev = pl.col("event")
+    # an error of any name keeps its extra: the exception it carries (failure_facts.exception_of);
+    # a line whose text is under another key than the message (`text`, `msg`, `error`, in the
+    # record's other fields; structlog's `event` is its message) is classified by that text
     return ctx.aligned(
-        cand.with_columns(pl.when(ev.is_in(TYPED) | pl.col("extra").str.contains("missing_ranks", literal=True))
-                          .then(pl.col("extra")).alias("extra"))
+        cand.with_columns(pl.when(ev.is_in(TYPED) | pl.col("extra").str.contains("missing_ranks", literal=True)
+                                  | (pl.col("level") == "ERROR") | pl.col("extra").str.contains(facts.EXC_FIELD_RE))
+                          .then(pl.col("extra")).alias("extra"),
+                          pl.coalesce("message", *facts.text_of("fields"), *facts.text_of("extra"),
+                                      pl.when(ev.str.contains(" ", literal=True)).then(ev)).alias("message"))
     )
 
 
@@ -167,6 +181,10 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     is_timeout = ~is_oom & ~is_gpu & ~process & ~is_status & (
         ev.str.contains("(?i)TIMEOUT|WATCHDOG|MISMATCH") | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
     is_tb = (ev == "TRACEBACK") & (pl.col("rank").is_not_null() | pl.col("local_rank").is_not_null())
+    # an event of any name at ERROR, or carrying an exception, is its rank's own error (a
+    # console line is typed by its reader: its plain lines and a traceback's body are not)
+    has_exc = (pl.col("extra").str.contains(facts.EXC_FIELD_RE) | pl.col("fields").str.contains(facts.EXC_FIELD_RE)).fill_null(False)
+    is_own = ~ev.is_in(OWN_ERROR_EXCLUDED) & ~ev.str.contains(failure_rows.NAMED_RE) & (err | has_exc)
     completed = pl.coalesce(j("$.last_completed").cast(pl.Int64, strict=False),
                             msg.str.extract(COMPLETED_RE, 1).cast(pl.Int64, strict=False))
     enqueued = pl.coalesce(j("$.last_enqueued").cast(pl.Int64, strict=False),
@@ -175,13 +193,14 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     # evaluates each once (eagerly each use ran its regex again: 0.074 -> 0.022 s on m64's rows)
     return (
         df.lazy().with_columns(completed.alias("completed"), enqueued.alias("enqueued"))
-        .filter(is_oom | is_gpu | is_desync | is_timeout | is_status | process | is_tb | pl.col("completed").is_not_null()
+        .filter(is_oom | is_gpu | is_desync | is_timeout | is_status | process | is_tb | is_own | pl.col("completed").is_not_null()
                 | pl.col("extra").str.contains("missing_ranks", literal=True).fill_null(False))
         .with_columns(
             pl.when(is_oom).then(pl.lit("oom")).when(is_gpu).then(pl.lit("gpu")).when(is_timeout).then(pl.lit("timeout"))
             .when(is_status).then(pl.lit("status")).when(is_exit).then(pl.lit("exit"))
             .when(is_kill).then(pl.lit("kill")).when(is_cancel).then(pl.lit("cancel"))
             .when(is_tb).then(pl.lit("traceback")).when(is_desync).then(pl.lit("desync"))
+            .when(is_own).then(pl.lit("traceback"))
             .otherwise(pl.lit("info")).alias("kind"),
             is_desync.alias("desync"),
             pl.coalesce(pl.col("seq"), j("$.seq").cast(pl.Int64, strict=False),
@@ -568,9 +587,11 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
     cancels = [r for r in rows if r["kind"] == "cancel"]
     groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        if r["kind"] not in ("exit", "kill") or r["by"] in LAUNCHERS:
+        # a launcher's kills are its teardown; its exit record is the worker's own end (DeepSpeed's
+        # "exits with return code = -9" reports the process that failed)
+        if r["kind"] not in ("exit", "kill") or (r["by"] in LAUNCHERS and r["kind"] == "kill"):
             continue
-        sigkill = r["exit_code"] == -9 or r["signal"] == "SIGKILL" or r["by"] == "oom_killer"
+        sigkill = facts.signal_of(r["exit_code"], r["signal"]) == "SIGKILL" or r["by"] == "oom_killer"
         if sigkill:
             groups[r["pid"] if r["pid"] is not None else ("line", r["source_file"], r["line"])].append(r)
     out = []
@@ -594,6 +615,7 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
         local = next((r["local_rank"] for r in grp if r["local_rank"] is not None), None)
         host = next((r["host"] for r in grp if r["host"] is not None), None)
         out.append({"rank": rank, "pid": pid, "local_rank": local, "host": host, "confirmed": confirmed,
+                    "basis": next((r.get("rank_basis") for r in grp if r["rank"] is not None), None),
                     "exit_code": next((r["exit_code"] for r in grp if r["exit_code"] is not None), None),
                     "rows": grp, "timestamp": first["t_show"]})
     out.sort(key=lambda d: _key(d["rows"][0]))
@@ -605,7 +627,8 @@ def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: l
            else local_ranks_phrase(_local(d)) if d["local_rank"] is not None else "a worker process")
     on_host = f" on {d['host']}" if d["host"] and not (d["rank"] is None and d["local_rank"] is not None) else ""
     pid = f" (pid {d['pid']}{on_host})" if d["pid"] is not None else ""
-    code = f"exit code {d['exit_code']}" if d["exit_code"] is not None else "SIGKILL"
+    code = (f"exit code {d['exit_code']}" + (" = 128+9, a shell's" if (d["exit_code"] or 0) > 128 else "")
+            if d["exit_code"] is not None else "SIGKILL")
     if d["confirmed"]:
         title = f"{who}{pid} was killed by the kernel's out-of-memory killer (host RAM, not GPU memory)"
     else:
@@ -620,7 +643,7 @@ def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: l
     return Finding(
         rule=pass_id("failures"), kind="host_oom", layer="resource", severity="ERROR",
         ranks=[] if d["rank"] is None else [d["rank"]], victims=victims, title=title,
-        basis="own_error" if d["rank"] is not None or d["local_rank"] is not None else None,
+        basis=d.get("basis") or "own_error" if d["rank"] is not None or d["local_rank"] is not None else None,
         local_ranks=_local(d) if d["rank"] is None else [],
         evidence={"host_oom_killer": True, "confirmed": d["confirmed"], "signal": "SIGKILL", "exit_code": d["exit_code"],
                   "pid": d["pid"], "local_rank": d["local_rank"], "host": d["host"], "python_traceback": False,
@@ -691,7 +714,7 @@ def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]
     )
     ends = {(f, rk, h, lr): ln for f, rk, h, lr, ln in last.iter_rows()}
     return {(r["source_file"], r["line"]) for r in tbs
-            if ends.get((r["source_file"], r["rank"], r["host"], r["local_rank"])) == r["line"]}
+            if ends.get((r["source_file"], r.get("logged_rank", r["rank"]), r["host"], r["local_rank"])) == r["line"]}
 
 
 def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],
@@ -720,9 +743,23 @@ def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[
         who = _owner(r)
         if who in out or (who in first_oom and _key(first_oom[who]) <= _key(r)):
             continue
-        if (r["source_file"], r["line"]) in last or any(_key(e) > _key(r) for e in ends):
+        ended = any(_key(e) > _key(r) for e in ends)
+        if r["event"] == "TRACEBACK" and (r["source_file"], r["line"]) in last or ended:
+            out[who] = r
+        elif (r["source_file"], r["line"]) in last and _others_went_on(ctx, r, progress):
+            # an error event of another name, the last its rank wrote: fatal only when the run
+            # went on without it (a last ERROR line as every rank ends is not a death)
             out[who] = r
     return out
+
+
+def _others_went_on(ctx: Context, r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bool:
+    """Another rank logged progress clearly after this line (by SILENT_MARGIN_S, or two steps)."""
+    if r["timestamp"] is None:
+        return False
+    margin = dt.timedelta(seconds=max(SILENT_MARGIN_S, 2 * (ctx.median_step_ms or 0.0) / 1000))
+    return any(p["last_ts"] is not None and p["last_ts"] > r["timestamp"] + margin
+               for k, p in progress.items() if k != r.get("logged_rank", r["rank"]))
 
 
 def _gpu_errors(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
@@ -774,8 +811,13 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
     if frames:
         where = f" (at {frames[-1]})"
     who = _who(rank, r)
+    etype, emsg = facts.exception_of(r)
     if kind == "crash":
-        title = f"{who} crashed with a Python exception: {shorten(r['message'], 160)}{where}"
+        # an error event of any name: its exception's type and message, where the line has them
+        text = r["message"] or r["event"] or ""
+        if etype and etype not in text:
+            text = f"{etype}: {emsg}" if emsg and emsg not in text else (f"{etype} ({text})" if text else etype)
+        title = f"{who} crashed with a Python exception: {shorten(text, 160)}{where}"
         # the rank's own process failed (its code, its data loader): below the communication its
         # peers then lose, so the chain reads bottom-up from it, like an OOM
         layer = "resource"
@@ -788,8 +830,8 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
     return Finding(
         rule=pass_id("failures"), kind=kind, layer=layer, severity="ERROR",
         ranks=[] if rank is None else [rank], victims=later, title=title + delay + tail,
-        basis="own_error" if rank is not None or _local(r) else None, local_ranks=_local(r),
-        evidence={"message": shorten(r["message"], 300), "exception": x.get("exception"), "frames": frames[-3:] or None,
+        basis=_basis(r) if rank is not None or _local(r) else None, local_ranks=_local(r),
+        evidence={"message": shorten(r["message"], 300), "exception": etype or x.get("exception"), "frames": frames[-3:] or None,
                   "event": r["event"], "victims": later, "host": r.get("host"),
                   "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None},
         lines=cite([_ev_row(r)] + [_ev_row(first_to[k]) for k in later[:2]] + [_ev_row(c) for c in (kills[:1] + ex[:1])],
@@ -803,10 +845,16 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     elastic's "failed (exitcode: 1) local_rank: N", its ChildFailedError record) crashed, its
     own error being in output these logs do not hold (its stderr, its error_file). The earliest
     exit is the crash (ties: the one the agent calls the first observed failure); later ones are
-    its cascade. A negative code is a signal: -9 is a kill (_killed_without_traceback), SIGTERM
-    or SIGINT a teardown, never a crash."""
-    exits = sorted((r for r in rows if r["kind"] == "exit" and r["exit_code"] is not None and r["exit_code"] > 0
-                    and _owner(r) is not None), key=lambda r: (_key(r), not r["first_observed"]))
+    its cascade. A negative code (or 128+N from a shell) is a signal (failure_facts.signal_of):
+    SIGKILL is a kill (_killed_without_traceback), SIGTERM or SIGINT a teardown, never a crash;
+    SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE are the worker's own death in native code: a crash,
+    named by its signal."""
+    def crashed(r: dict[str, Any]) -> bool:
+        sig = facts.signal_of(r["exit_code"], r["signal"])
+        return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
+
+    exits = sorted((r for r in rows if r["kind"] == "exit" and r["exit_code"] is not None and crashed(r)
+                    and (_owner(r) is not None or r["by"] in REPORTERS)), key=lambda r: (_key(r), not r["first_observed"]))
     if not exits:
         return []
     r = exits[0]
@@ -816,15 +864,27 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     rank = None if r["rank"] is None else int(r["rank"])
     others = sorted({_who(None if o["rank"] is None else int(o["rank"]), o) for o in exits
                      if o not in same and _owner(o) != _owner(r)})
-    title = (f"{_who(rank, r)} exited with code {r['exit_code']} (the launcher's record); its own error is not in "
-             "these logs — its stderr or error_file has it") + (f"; then {', '.join(others)} exited too" if others else "")
+    sig = facts.signal_of(r["exit_code"], r["signal"])
+    # a traceback printed before the exit in the same output that names no rank (no [rankN]:
+    # prefix): most likely this worker's, said as such, never taken for a rank's own error
+    tb = max((t for t in rows if t["kind"] == "traceback" and t["event"] == "TRACEBACK" and _owner(t) is None
+              and t["source_file"] == r["source_file"] and (t["line"] or 0) < (r["line"] or 0)),
+             key=lambda t: t["line"] or 0, default=None)
+    seen = f"; the traceback printed before it names no rank: {shorten(tb['message'], 160)}" if tb else ""
+    if sig in facts.FAULT_SIGNALS:
+        title = (f"{_who(rank, r)} died of {sig} (exit code {r['exit_code']}, the launcher's record): "
+                 f"{facts.FAULT_SIGNALS[sig]}{seen}")
+    else:
+        title = (f"{_who(rank, r)} exited with {facts.code_phrase(r['exit_code'], r['signal'])} (the launcher's record)"
+                 + (seen or "; its own error is not in these logs — its stderr or error_file has it"))
+    title += f"; then {', '.join(others)} exited too" if others else ""
     return [Finding(
         rule=pass_id("failures"), kind="crash", layer="resource", severity="ERROR",
         ranks=[] if rank is None else [rank], title=title,
-        basis="own_error", local_ranks=_local(r),
-        evidence={"exit_code": r["exit_code"], "pid": r["pid"], "host": r.get("host"), "event": r["event"],
-                  "others": others or None},
-        lines=cite([_ev_row(o) for o in exits[:3]], text="text"),
+        basis=_basis(r) if _owner(r) is not None else None, local_ranks=_local(r),
+        evidence={"exit_code": r["exit_code"], "signal": sig, "pid": r["pid"], "host": r.get("host"), "event": r["event"],
+                  "others": others or None, **({"one_node": r["one_node"]} if r.get("one_node") else {})},
+        lines=cite([_ev_row(o) for o in exits[:3]] + ([_ev_row(tb)] if tb else []), text="text"),
         first_seen=iso(r["t_show"]), last_seen=iso(exits[-1]["t_show"]),
     )]
 
@@ -895,7 +955,7 @@ def find(ctx: Context) -> list[Finding]:
                                                           pl.col("t_order").alias("timestamp"))
     if fails_df.is_empty():
         return []
-    rows = sorted(fails_df.iter_rows(named=True), key=_key)
+    rows = _whose(ctx, sorted(fails_df.iter_rows(named=True), key=_key))
     ooms = [r for r in rows if r["kind"] == "oom"]
     tos = [r for r in rows if r["kind"] == "timeout"]
     statuses = [r for r in rows if r["kind"] in ("status", "timeout") and (r["enqueued"] is not None or r["completed"] is not None)]
@@ -1032,7 +1092,11 @@ def find(ctx: Context) -> list[Finding]:
         mine = all_oom.get(who_key, [])
         # one OOM is often reported by several sources (the JSONL event, the console traceback):
         # the occurrences are those of the file that reports the most of them
-        per_file = Counter(x["source_file"] for x in mine if x["event"] == "CUDA_OOM") or Counter(x["source_file"] for x in mine)
+        # (a JSON-lines file holding the event and the traceback written after it to stderr: the
+        # traceback's exception line is the same OOM, counted only where there is no event)
+        typed = [x for x in mine if x["event"] == "CUDA_OOM"]
+        typed = [x for x in typed if x.get("traceback_head") is None] or typed
+        per_file = Counter(x["source_file"] for x in typed) or Counter(x["source_file"] for x in mine)
         n = max(per_file.values(), default=1)
         # the failing process's pid, where the launcher's records of this rank give it
         own_pids = {int(q["pid"]) for q in rows if q["pid"] is not None and q["kind"] in ("oom", "exit", "kill")
@@ -1044,7 +1108,7 @@ def find(ctx: Context) -> list[Finding]:
         out.append(Finding(
             rule=pass_id("failures"), kind="oom", layer="resource", severity="ERROR",
             ranks=[] if rank is None else [rank], victims=later, title=title,
-            basis="own_error" if who_key is not None else None, local_ranks=_local(r),
+            basis=_basis(r) if who_key is not None else None, local_ranks=_local(r),
             evidence={"step": r["step"], "message": shorten(r["message"], 300), "victims": later, "occurrences": n,
                       **(shared or {}),
                       "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None},
@@ -1079,6 +1143,43 @@ def find(ctx: Context) -> list[Finding]:
                                      desync, tos, fail_seq, detail))
     _launcher_first_observed(out, rows)
     return out
+
+
+# the rows a rank named in their own text may be attributed to: a rank's own errors, never a
+# timeout or a status line (their text names the peer they wait on)
+_OWN_KINDS = ("oom", "gpu", "traceback")
+# the rows a one-node launch maps to a global rank: a process's own end (its error, its exit or
+# kill). Timeouts known by local rank stay so: a hang among them is judged by (host, local rank)
+# (_local_hang), from progress lines that carry no global rank either.
+_DEATH_KINDS = (*_OWN_KINDS, "exit", "kill")
+
+
+def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's rank where the line gave none (failure_facts): the rank its own text names
+    (`rank_basis` named_in_text), else, when the log shows a one-node launch, its local rank
+    (one_node). `logged_rank` keeps the rank as stored (what the events table is matched by)."""
+    node: dict[str, Any] | None | bool = False
+    for r in rows:
+        r["logged_rank"], r["rank_basis"] = r["rank"], None
+        if r["rank"] is not None:
+            continue
+        if r["kind"] in _OWN_KINDS and r.get("local_rank") is None:
+            named = facts.rank_in_text(r.get("message"))
+            if named is not None:
+                r["rank"], r["rank_basis"] = named, "named_in_text"
+                continue
+        if r.get("local_rank") is not None and r["kind"] in _DEATH_KINDS:
+            if node is False:
+                node = facts.one_node(ctx.events)
+            if node:
+                r["rank"], r["rank_basis"] = int(r["local_rank"]), "one_node"
+                r["one_node"] = node
+    return rows
+
+
+def _basis(r: dict[str, Any], default: str | None = "own_error") -> str | None:
+    """How a row's rank is known: named in its text, a one-node launch's local rank, else `default`."""
+    return r.get("rank_basis") or default
 
 
 def _local_hang(ctx: Context, rows: list[dict[str, Any]]) -> list[Finding]:
@@ -1209,6 +1310,8 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     first_note = (f"; rank {first_rank} timed out first, a victim like the others"
                   if first_rank is not None and first_rank not in culprits and culprits and len(first_to) > 1 else "")
     basis = MODE_BASIS.get(mode) if culprits or mode == "local" else None
+    if died and death.get("rank_basis"):
+        basis = death["rank_basis"]      # the dead rank is known from its text or a one-node launch
     mismatch = [r for r in tos if r["rank"] in culprits and (
         (detail.get("mismatch_seq") is not None and _seq_of(r) == detail["mismatch_seq"]) or mode == "lag_timeout")]
 
@@ -1314,7 +1417,7 @@ def _launcher_first_observed(out: list[Finding], rows: list[dict[str, Any]]) -> 
         "where": f"{fo['source_file']}:{fo['line']}",
     }
     if not agrees:
-        code = f" (exit code {fo['exit_code']})" if fo["exit_code"] is not None else ""
+        code = f" ({facts.code_phrase(fo['exit_code'], fo['signal'])})" if fo["exit_code"] is not None else ""
         what = {"oom": "CUDA OOM", "crash": "crash", "gpu_error": "GPU error", "host_oom": "kill"}.get(root.kind, "failure")
         root.title += (f"; torchrun's ChildFailedError names rank {rank}{code} as the \"first observed failure\": "
                        f"only the first exit the launcher saw, after rank "

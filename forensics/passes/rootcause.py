@@ -51,7 +51,7 @@ SEVERITY_ORDER = {"ERROR": 0, "WARN": 1, "INFO": 2}
 KIND_PRIORITY = [
     "no_data", "gpu_error", "thermal_throttling", "low_bandwidth", "job_cancelled", "oom", "host_oom", "crash", "unexplained_error",
     "data_load_skew", "straggler", "gpu_underutilized", "collective_mismatch",
-    "hang", "nccl_timeout", "gradient_skew", "comm_bound", "vanishing_grad", "grad_norm_spike",
+    "hang", "nccl_timeout", "gradient_skew", "comm_bound", "non_finite", "vanishing_grad", "grad_norm_spike",
     "loss_divergence", "loss_plateau", "rank_lag", "throughput_drop", "clock_skew", "log_hygiene",
 ]
 # Failures stop the run; they cascade in time (the first explains the later ones).
@@ -91,6 +91,10 @@ CAUSES: dict[str, set[str]] = {
     "nccl_timeout": {"rank_lag"} | _ENDS,
     "rank_lag": set(),
     "grad_norm_spike": {"loss_divergence"},
+    # a NaN/Inf in one rank's values reaches every rank through the all-reduce: the loss and the
+    # grad norm diverge, and a NaN check (Megatron's grad-norm assertion) kills the rank
+    "non_finite": {"loss_divergence", "grad_norm_spike", "loss_plateau", "crash", "nccl_timeout", "hang",
+                   "throughput_drop", "rank_lag"} | _ENDS,
     "loss_divergence": {"grad_norm_spike", "loss_plateau"},
     "vanishing_grad": {"loss_plateau"},
     "loss_plateau": set(),
@@ -107,6 +111,7 @@ LABELS = {
     "log_hygiene": "log hygiene", "crash": "crash (Python exception)", "host_oom": "host out of memory",
     "collective_mismatch": "collective mismatch", "job_cancelled": "job cancelled by the scheduler",
     "gpu_error": "GPU error", "unexplained_error": "unexplained error", "no_data": "no usable data",
+    "non_finite": "non-finite value (NaN/Inf)",
 }
 
 

@@ -27,6 +27,8 @@ KINDS = [
     # issue 27 (spec/report.md): the verdict accounts for every error, and never for no input
     "unexplained_error",     # ERROR lines, exits or signals no other finding explains (passes/unexplained.py)
     "no_data",               # no event a diagnosis can use: empty, all rejected, unreadable (passes/no_data.py)
+    # issue 27 (spec/report.md)
+    "non_finite",            # a NaN/Inf first appears in a rank's own values (or a message reporting one)
 ]
 
 # How a finding's rank(s) were established (spec/report.md `basis`); the phrase the text reports
@@ -40,6 +42,8 @@ BASES = {
     "telemetry": "telemetry",
     "outlier": "its own readings or messages stand apart from its peers'",
     "own_gap": "what it logged while its peers waited",
+    "named_in_text": "named in its error's own text",
+    "one_node": "local rank = rank (one-node launch)",
 }
 # The basis of a kind whose pass does not say: how that kind's rank is found by construction
 # (a straggler is a timing comparison among peers, a hot GPU a telemetry reading, an OOM the

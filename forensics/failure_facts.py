@@ -1,0 +1,216 @@
+"""Failure facts from any text, whatever the names: a rank's own error, the rank a text names,
+the signal an exit code means, and whether the log shows a one-node launch.
+
+Question: what does a failure line say, when the event names and fields are not the ones the
+readers type? Used by passes/failures.py (and passes/non_finite.py) on their candidate rows.
+
+Domain facts relied on:
+- An event of any name at level ERROR (CRITICAL, FATAL), or carrying an exception (fields such as
+  exc_type, exc_info, error, exception, traceback, stack, stack_trace: what structlog, loguru,
+  python-json-logger and hand-written loggers put there), is its rank's own error.
+- A line that carries no rank may name one in its own text: Megatron's
+  `Rank {global_rank}: found NaN in local grad norm ...`, c10d's `[Rank 3]`, "on rank 3",
+  "global rank 5", `RANK=2`, `rank=7`. That rank is used, with basis `named_in_text`; a rank the
+  text names as someone else (waiting on / for rank, from / to rank, peer rank, local rank) is
+  not the line's.
+- Exit codes: a negative code is death by the signal -code (torch elastic, DeepSpeed's launcher:
+  -9 SIGKILL, -11 SIGSEGV, -7 SIGBUS, -6 SIGABRT); a shell (srun, bash) reports death by signal N
+  as 128+N (137 = SIGKILL, 139 = SIGSEGV, 134 = SIGABRT, 135 = SIGBUS).
+- A one-node launch is a fact the log can show: one host (or the launcher saying nnodes 1 /
+  group_world_size 1), no node rank above 0, no global rank or world size beyond the node's
+  workers. Then local rank N is global rank N (basis `one_node`).
+"""
+from __future__ import annotations
+
+import re
+import signal as _signal
+from typing import Any
+
+import orjson
+import polars as pl
+
+# Keys that carry an exception (case-insensitive, in `extra` or in top-level `fields`).
+EXC_KEYS = ("exc_type", "exception_type", "error_type", "exc_info", "exc_text", "exception", "error",
+            "traceback", "stack", "stack_trace", "stacktrace", "exc")
+# The same as a polars regex over the JSON text: the key (or a flattened path ending in it,
+# `extra.exc_type`) with a non-empty string, object or list.
+EXC_FIELD_RE = r'(?i)"(?:[\w\-]+\.)*(?:' + "|".join(EXC_KEYS) + r')"\s*:\s*(?:"[^"]|\{|\[)'
+_TYPE_KEYS = ("exc_type", "exception_type", "error_type")
+# The exception line of a Python traceback: `ValueError: bad shape`, `torch.OutOfMemoryError: ...`
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Fault|Warning)|AssertionError)(?::\s*(.*))?$")
+
+# Faults a signal names (the process died of it; not a teardown, not the OOM killer's SIGKILL).
+FAULT_SIGNALS = {
+    "SIGSEGV": "a segmentation fault in native code (a CUDA/NCCL library, a C++ extension)",
+    "SIGBUS": "a bus error (often /dev/shm exhausted by DataLoader workers' shared memory)",
+    "SIGABRT": "an abort (a failed C++ check, std::terminate, a CUDA/NCCL abort)",
+    "SIGILL": "an illegal instruction",
+    "SIGFPE": "an arithmetic fault",
+}
+# Signals a launcher or a scheduler sends to stop workers: a teardown, never a crash of their own.
+TEARDOWN_SIGNALS = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGPIPE"}
+
+
+# Keys a record may carry its text under when it has no `message` (loguru/structlog/ECS spellings).
+TEXT_KEYS = ("text", "msg", "message", "log", "error", "err", "exception", "reason", "description", "detail")
+
+
+def text_of(col: str) -> list[pl.Expr]:
+    """The string values of TEXT_KEYS in a JSON-object column, in that order (for pl.coalesce)."""
+    return [pl.col(col).str.json_path_match(f"$.{k}") for k in TEXT_KEYS]
+
+
+def signal_name(n: int) -> str | None:
+    try:
+        return _signal.Signals(n).name
+    except ValueError:
+        return None
+
+
+def signal_of(code: int | None, sig: str | None = None) -> str | None:
+    """The signal an exit means: the one a line named, else -code, else code-128 (a shell's)."""
+    if sig:
+        return str(sig)
+    if code is None:
+        return None
+    if code < 0:
+        return signal_name(-code)
+    if 128 < code <= 128 + 64:
+        return signal_name(code - 128)
+    return None
+
+
+def code_phrase(code: int | None, sig: str | None) -> str:
+    """ "exit code -11 (SIGSEGV)", "exit code 137 (128+9: SIGKILL)", "SIGSEGV"."""
+    s = signal_of(code, sig)
+    if code is None:
+        return s or "an unknown exit"
+    if s is None:
+        return f"exit code {code}"
+    return f"exit code {code} ({s})" if code < 0 else f"exit code {code} (128+{code - 128}: {s})"
+
+
+def _json(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        x = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return x if isinstance(x, dict) else {}
+
+
+def exception_of(row: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(exception type, its message) a row carries: a typed field (exc_type), an exception
+    object ({"type": .., "message": ..}), or the exception line at the end of a traceback text
+    (exc_info, traceback, stack, ...); else the reader's (extra.exception) or the row's message
+    when it is an exception line itself."""
+    found: dict[str, Any] = {}
+    for src in (_json(row.get("extra")), _json(row.get("fields"))):
+        for k, v in src.items():
+            name = k.lower().rsplit(".", 1)[-1] if isinstance(k, str) else None   # `extra.exc_type`: flattened
+            if name in EXC_KEYS and v not in (None, "", [], {}):
+                found.setdefault(name, v)
+    etype: str | None = next((str(found[k]) for k in _TYPE_KEYS if isinstance(found.get(k), str)), None)
+    emsg: str | None = None
+    for k in ("exception", "error", "exc", "exc_info", "exc_text", "traceback", "stack_trace", "stacktrace", "stack"):
+        v = found.get(k)
+        if isinstance(v, dict):
+            etype = etype or next((str(v[x]) for x in ("type", "exc_type", "name", "class") if v.get(x)), None)
+            emsg = emsg or next((str(v[x]) for x in ("message", "msg", "value", "args") if v.get(x)), None)
+            v = v.get("traceback") or v.get("stack") or v.get("stacktrace")
+        if isinstance(v, list):
+            v = "\n".join(map(str, v))
+        if isinstance(v, str):
+            last = next((ln.strip() for ln in reversed(v.strip().splitlines()) if ln.strip()), "")
+            m = _EXC_LINE.match(last)
+            if m:
+                etype = etype or m.group(1)
+                emsg = emsg or (m.group(2) or None)
+            elif k in ("exception", "error", "exc") and "\n" not in v.strip():
+                emsg = emsg or v.strip()
+    if etype is None:
+        x = _json(row.get("extra"))
+        if isinstance(x.get("exception"), str) and "\n" not in x["exception"]:
+            etype = x["exception"]
+        m = _EXC_LINE.match((row.get("message") or "").strip())
+        if m:
+            etype = etype or m.group(1)
+            emsg = emsg or m.group(2)
+    return etype, emsg
+
+
+# -- a rank named in the line's own text ---------------------------------------------------------
+_RANK_TEXT = [
+    re.compile(r"\[\s*Rank\s+(\d+)\s*\]", re.I),                  # c10d / DeepSpeed `[Rank 3]`
+    re.compile(r"\bglobal[ _]rank\s*[=:]?\s*(\d+)", re.I),         # "global rank 5"
+    re.compile(r"(?<![\w.])Rank\s+(\d+)\s*:", re.I),                # Megatron `Rank 11: found NaN ...`
+    re.compile(r"(?<![\w.])rank\s*=\s*(\d+)", re.I),                # RANK=2, rank=7
+    re.compile(r"\bon rank\s+(\d+)\b", re.I),                      # "... on rank 3"
+]
+# what in front of "rank N" makes it somebody else's rank, not the line's
+_OTHERS = re.compile(r"(?i)(?:local|waiting(?: (?:on|for))?|wait(?:s|ed)?(?: (?:on|for))?|from|to|peer|src|dst|source|"
+                     r"destination|remote|with|and|than|by)[ _]*\[?\s*(?:global[ _])?$")
+
+
+def rank_in_text(text: str | None) -> int | None:
+    """The rank a line names as its own ("Rank 11: ...", "[Rank 3]", "on rank 3", "global rank 5",
+    "RANK=2"), or None — also when it names several different ranks."""
+    if not text:
+        return None
+    text = text[:2000]
+    for pat in _RANK_TEXT:
+        got = set()
+        for m in pat.finditer(text):
+            if _OTHERS.search(text[max(0, m.start() - 24):m.start()]):
+                continue
+            got.add(int(m.group(1)))
+        if len(got) == 1:
+            return got.pop()
+        if got:
+            return None
+    return None
+
+
+# -- one node ----------------------------------------------------------------------------------
+_NODE_RANK = r"(?i)\b(?:node_rank|group_rank|NODE_RANK|GROUP_RANK)\s*[=:]\s*(\d+)"
+_NNODES = r"(?i)\b(?:nnodes|num_nodes|max_nodes|group_world_size)\s*[=:]\s*(\d+)(?:\s*:\s*(\d+))?"
+_WORLD = r"(?i)\b(?:global_world_size|dist_world_size|world_size|WORLD_SIZE)\s*[=:]\s*(\d+)"
+_NPROC = r"(?i)\b(?:nproc_per_node|num_local_procs|local_world_size|LOCAL_WORLD_SIZE)\s*[=:]\s*(\d+)"
+
+
+def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
+    """The facts that show a one-node launch, or None when the log does not show one: at most one
+    host and a positive sign (that one host, or nnodes / group_world_size 1), no node rank above
+    0, no global rank or world size beyond the node's workers (local ranks 0..N-1, or the
+    launcher's nproc_per_node)."""
+    msg = pl.col("message")
+    f = events.select(
+        pl.col("host").drop_nulls().n_unique().alias("hosts"),
+        pl.col("host").drop_nulls().first().alias("host"),
+        pl.col("local_rank").max().alias("max_local"),
+        pl.col("rank").max().alias("max_rank"),
+        msg.str.extract(_NODE_RANK, 1).cast(pl.Int64, strict=False).max().alias("node_rank"),
+        pl.max_horizontal(msg.str.extract(_NNODES, 1).cast(pl.Int64, strict=False),
+                          msg.str.extract(_NNODES, 2).cast(pl.Int64, strict=False)).max().alias("nnodes"),
+        msg.str.extract(_WORLD, 1).cast(pl.Int64, strict=False).max().alias("world"),
+        msg.str.extract(_NPROC, 1).cast(pl.Int64, strict=False).max().alias("nproc"),
+    ).collect().row(0, named=True)
+    if f["max_local"] is None or f["hosts"] > 1:
+        return None
+    if (f["node_rank"] or 0) > 0 or (f["nnodes"] or 1) > 1:
+        return None
+    workers = max(int(f["max_local"]) + 1, f["nproc"] or 0)
+    if f["world"] is not None and f["world"] != workers and f["nproc"] is not None:
+        return None
+    if f["world"] is not None and f["world"] > workers:
+        return None
+    if f["max_rank"] is not None and f["max_rank"] >= workers:
+        return None
+    if f["hosts"] == 0 and f["nnodes"] != 1:
+        return None     # nothing shows where the workers ran
+    why = [f"one host ({f['host']})" if f["host"] else "the launcher's nnodes 1",
+           f"local ranks 0..{workers - 1}"]
+    if f["world"] is not None:
+        why.append(f"world size {f['world']}")
+    return {"host": f["host"], "workers": workers, "world_size": f["world"], "why": ", ".join(why)}
