@@ -5,6 +5,7 @@ Owns the "point it at a log folder" convenience of every query command. Must not
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -12,6 +13,24 @@ from typing import Callable
 
 from .errors import BAD_ARGUMENT, STORE_WRITE, ForensicsError
 from .store import Run, is_store, open_store
+
+
+@functools.lru_cache(maxsize=1)
+def _reader_digest() -> bytes:
+    """A digest of the code that decides what a store holds (the readers, the store and its
+    summaries): a cache written by other code is another entry, so an upgrade never serves the
+    old reading of the same logs. ~25 small files, read once per process."""
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.blake2b(digest_size=12)
+    files = sorted([*(pkg / "ingest").glob("*.py"), *(pkg / "ingest").glob("*.c")]) + [
+        pkg / n for n in ("schema.py", "store.py", "summaries.py", "failure_rows.py", "failure_facts.py", "topology.py",
+          "collective_text.py")]
+    for f in files:
+        try:
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        except OSError:
+            h.update(f.name.encode() + b"\0-")
+    return b"code " + h.hexdigest().encode() + b"\n"
 
 
 def cache_dir() -> Path:
@@ -49,6 +68,7 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
 
     h = hashlib.blake2b(digest_size=12)
     h.update(f"schema {SCHEMA_VERSION}\n".encode())  # a newer schema never reads an older cache
+    h.update(_reader_digest())                      # nor does newer reading code (a fix to a reader)
     if gmap:
         # the same logs read with another map are another run (ranks differ): another cache entry
         h.update(("gpu_map " + ";".join(f"{hst or ''}:{g}={r}" for hst, g, r in sorted(gmap, key=str)) + "\n").encode())

@@ -298,11 +298,12 @@ def test_numeric_levels_and_local_rank(tmp_path: Path) -> None:
 
 def test_diagnose_reads_the_schema_section_of_the_config(tmp_path: Path) -> None:
     """A `type` field that names the record type, not the event, is taken for the event (its
-    name says event); the config names the field that holds it."""
+    name says event; two values, so not a logger's one name on every line); the config names the
+    field that holds it."""
     def odd(rec: dict) -> dict:
         out = _logger_schema(rec)
         out["xq"] = out.pop("logger")
-        out["type"] = "trainer"
+        out["type"] = "trainer" if len(rec.get("message") or "") % 2 else "monitor"
         return out
 
     sample = REPO / "sample_logs" / "straggler"
@@ -367,3 +368,21 @@ def test_python_logging_asctime_with_a_comma_before_the_milliseconds_is_a_time(t
     ev = open_store(store).events().collect().sort("line")
     assert ev["timestamp"].null_count() == 0
     assert ev["timestamp"][1].isoformat().startswith("2026-12-04T16:59:11.007")
+
+
+def test_a_logger_name_on_every_line_is_not_the_event_when_a_field_tells_lines_apart(tmp_path: Path) -> None:
+    """loguru's serialised records: `record.name` is the module (one value on every line), and
+    `record.function` says which code logged it: the event is the latter."""
+    from forensics.ingest.roles import infer
+
+    lines = []
+    for step in range(8):
+        for fn, extra in (("data_load", {"data_load_ms": 1.2}), ("allreduce", {"comm_ms": 40.0, "wait_ms": 9.0}),
+                          ("train_step", {"step_time_ms": 700.0, "loss": 2.0})):
+            lines.append(json.dumps({"text": f"... | INFO | {fn}\n", "record": {
+                "time": {"repr": "2026-12-04 16:59:31.000000+00:00", "timestamp": 1796403571.0 + step},
+                "level": {"name": "INFO", "no": 20}, "message": f"{fn} done at step {step}", "name": "train",
+                "function": fn,
+                "extra": {"rank": 1, "step": step, **extra}}}))
+    sm = infer(("\n".join(lines) + "\n").encode())
+    assert sm is not None and sm.event == "record.function"

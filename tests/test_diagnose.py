@@ -74,3 +74,15 @@ def test_real_deepspeed_oom_console_log(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path))
     rc = diagnose([str(log)]).root_cause
     assert rc.kind == "oom" and rc.ranks == [0]
+
+
+def test_the_raw_log_cache_is_keyed_on_the_reading_code(tmp_path: Path, monkeypatch) -> None:
+    """An upgrade that reads the same logs differently never serves the old store from the cache."""
+    from forensics import run as run_mod
+
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))
+    logs = [str(REPO / "sample_logs" / "healthy")]
+    first = run_mod.open_run(logs).path
+    assert run_mod.open_run(logs).path == first            # the same code: the same entry
+    monkeypatch.setattr(run_mod, "_reader_digest", lambda: b"code another-reader\n")
+    assert run_mod.open_run(logs).path != first            # other reading code: another entry

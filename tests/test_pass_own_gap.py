@@ -75,3 +75,10 @@ def test_without_collective_times_the_step_times_name_the_rank() -> None:
             rows.add(t[r], r, "TRAIN_STEP", step=s, step_time_ms=(dur - (6.0 if stall and r == 2 else 0.0)) * 1000)
     [f] = own_gap.find(rows.ctx())
     assert f.ranks == [2] and "6.0 s in eval.run" in f.title
+
+
+def test_stalls_of_a_few_step_times_count_too() -> None:
+    """An evaluation of 2.5 s every few steps of 0.8 s (about three steps' time, twice) costs the
+    job as much as one long stall: a stall is >= 1 s and >= STALL_STEPS median steps, not 5."""
+    [f] = own_gap.find(_run(ms=2500.0, key="duration_ms").ctx())
+    assert f.ranks == [0] and "2.5 s in sample_generation" in f.title

@@ -498,6 +498,17 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
                 used.add(p)
                 chosen["event"] = p
                 break
+    ev = chosen["event"]
+    if ev is not None and len(stats[ev].values) == 1 and total >= 5:
+        # one value on every line is the logger's or module's name (loguru's `record.name`), not
+        # what happened: a field on (nearly) every line with three or more identifier values
+        # (loguru's `record.function`) tells the lines apart
+        alt = [(s.n, -p.count("."), p) for p, s in stats.items()
+               if p not in used and s.n / total >= 0.9 and s.ident / s.n >= 0.9 and len(s.values) >= 3 and not s.text]
+        if alt:
+            used.discard(ev)
+            chosen["event"] = max(alt)[2]
+            used.add(chosen["event"])
     pick("message", lambda s: s.str_, need=0.3, name_needed=True)
     pick("host", lambda s: s.n, need=0.3, name_needed=True)
     # a local rank is named as one: `rank` alone is the global rank

@@ -42,7 +42,7 @@ from .evidence import cite, iso, ms, num, pass_id, rank_ranges, shorten
 from .outlier import numbers
 
 STALL_MS = 1000.0
-STALL_STEPS = 5.0
+STALL_STEPS = 2.0
 SHARE = 0.5
 MIN_SECONDS = 2.0
 ROUTINE = 0.5
