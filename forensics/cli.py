@@ -734,6 +734,14 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as e:
+        from .store import damage_error   # a store whose parts changed since written: not a bug
+
+        damaged = damage_error(e)
+        if damaged is None:
+            raise
+        err.print(damaged.render(), markup=False, highlight=False, emoji=False)
+        sys.exit(1)
     finally:
         if saved is not None:
             app.registered_commands, app.registered_groups = saved

@@ -231,6 +231,13 @@ def _schema_map(head: bytes, fmt: str, schema: dict[str, Any] | None):
     return infer(head, schema)
 
 
+def _same_origin(src: dict[str, Any], rank: int | None, host: str | None) -> bool:
+    """Could a file whose path names `rank` and `host` be a copy of `src` (the same bytes)? Not
+    when both paths name a rank, or both a host, and they differ."""
+    r, h = src.get("rank_hint"), src.get("host_hint")
+    return not ((r is not None and rank is not None and r != rank) or (h is not None and host is not None and h != host))
+
+
 def _ranges(path: str, start: int, end: int, first_line: int) -> list[tuple[int, int, int]]:
     """Cut [start, end) of a plain file into pieces of at least ~RANGE_BYTES with line bases.
 
@@ -378,7 +385,8 @@ def _previous(target: Path):
         if e.code in (NOT_A_STORE, STORE_VERSION):
             return None
         raise
-    if run.manifest.get("sources_table", {}).get("path") in damaged_parts(target, run.manifest):
+    table = run.manifest.get("sources_table")
+    if table and damaged_parts(target, {"sources_table": table}, deep=True):
         return None  # the table of sources is damaged: nothing says which part holds what
     return run
 
@@ -446,7 +454,10 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                    gmap, progress: Progress | None, force: bool = False, cluster=None,
                    schema: dict[str, Any] | None = None) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
-    damaged = damaged_sources(previous) if previous else set()
+    # parts checked against their checksums (not sizes alone): a part overwritten with bytes of
+    # the same size was kept as it was, and every later query failed on it
+    bad_parts = damaged_parts(previous.path, previous.manifest, deep=True) if previous else {}
+    damaged = damaged_sources(previous, bad_parts) if previous else set()
     problems: list[dict[str, str]] = []
     sources: dict[str, dict[str, Any]] = {}
     if append:
@@ -462,7 +473,11 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                                                             "and the file is gone"})
                 continue
             sources[p] = s
-    by_fingerprint: dict[str, str] = {s["fingerprint"]: s["path"] for s in sources.values()}
+    # the files of each content: identical bytes under paths that name other ranks or hosts are
+    # two ranks' logs (both logged the same OOM line), not one file twice
+    by_fingerprint: dict[str, list[str]] = {}
+    for s in sources.values():
+        by_fingerprint.setdefault(s["fingerprint"], []).append(s["path"])
     duplicates: list[dict[str, str]] = []
     new = unchanged = appended = 0
     bytes_planned = 0
@@ -489,13 +504,14 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         old = prev_sources.get(info.path)
         if old and info.path in damaged:
             old, repaired = None, repaired + 1  # its parts are damaged: read it again, whole
-        if old and old["size"] == info.size and old["fingerprint"] == info.fingerprint:
+        if old and old["size"] == info.size and old["fingerprint"] == info.fingerprint and old.get("read_complete", True):
             sources[info.path] = old
-            by_fingerprint[info.fingerprint] = info.path
+            by_fingerprint.setdefault(info.fingerprint, []).append(info.path)
             unchanged += 1
             continue
-        dup = by_fingerprint.get(info.fingerprint)
-        if dup and dup != info.path:
+        dup = next((p for p in by_fingerprint.get(info.fingerprint, ())
+                    if p != info.path and _same_origin(sources[p], rank_hint, host_hint)), None)
+        if dup:
             duplicates.append({"path": info.path, "duplicate_of": dup})
             continue
         if looked is None:
@@ -514,12 +530,13 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             "lines_read": 0, "events": 0, "rejected": 0, "rejected_by_reason": {},
             "ranks": [], "hosts": [], "rank_sources": {}, "start": None, "end": None,
             "event_parts": [], "reject_parts": [], "complete_end": 0, "complete_lines": 0,
+            "bytes_read": 0, "read_complete": True,
         }
         start, first_line = 0, 1
         grown = (
             old is not None and info.compression == "none" and old.get("compression") == "none"
             and fmt != "kineto"   # one JSON document: a grown trace is read again whole
-            and info.size > old["size"] and old.get("complete_end", 0) > 0
+            and info.size > old["size"] and old.get("complete_end", 0) > 0 and old.get("read_complete", True)
             and prefix_hash(info.path, old["size"]) == old["head_hash"]
         )
         if grown:
@@ -529,6 +546,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                       "event_parts", "reject_parts", "rejected_by_reason", "rank_sources"):
                 src[k] = old[k].copy() if isinstance(old[k], (list, dict)) else old[k]
             grown_paths.add(info.path)
+            src["bytes_read"] = start   # read again from there
             # the old truncated tail line is read again now that the file has grown
             src["lines_read"] = old["complete_lines"]
             if old["rejected_by_reason"].get("truncated line (no newline at end of file)"):
@@ -537,7 +555,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         else:
             new += 1
         sources[info.path] = src
-        by_fingerprint[info.fingerprint] = info.path
+        by_fingerprint.setdefault(info.fingerprint, []).append(info.path)
         if fmt == "empty":
             if info.compression != "none":  # nothing decompressed: an empty stream, or a damaged one
                 bad = _stream_damage(info.path, info.compression)
@@ -584,7 +602,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                           summaries=summaries_on))
 
     kept = {p for p, src in sources.items() if src is prev_sources.get(p)} | grown_paths
-    parts = _carry_parts(writer, previous, prev_sources, sources, kept, drop_rejects_after)
+    parts = _carry_parts(writer, previous, prev_sources, sources, kept, drop_rejects_after, bad_parts)
 
     def absorb(u: Unit, res: UnitResult) -> None:
         """A finished unit's parts and counts into the part table and its sources (as units
@@ -647,7 +665,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
 
 def _carry_parts(writer: StoreWriter, previous, prev_sources: dict[str, dict[str, Any]],
                  sources: dict[str, dict[str, Any]], kept: set[str],
-                 drop_rejects_after: dict[str, int]) -> dict[str, dict[str, Any]]:
+                 drop_rejects_after: dict[str, int], damaged: dict[str, str]) -> dict[str, dict[str, Any]]:
     """The previous version's parts that the new one keeps, as its part table {rel: entry}.
 
     `kept`: the previous sources whose rows stay (unchanged, grown, or kept by --append). A part
@@ -659,7 +677,6 @@ def _carry_parts(writer: StoreWriter, previous, prev_sources: dict[str, dict[str
     if previous is None:
         return {}
     gone = set(prev_sources) - kept
-    damaged = damaged_parts(previous.path, previous.manifest)
     holders: dict[str, set[str]] = {}
     for p, s in prev_sources.items():
         for rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", []):
@@ -864,6 +881,10 @@ def _merge(s: dict[str, Any], r: PieceResult, events_part: str, rejects_part: st
         s["reject_parts"].append(rejects_part)
     if r.problem:
         s["problems"] = [*s.get("problems", []), r.problem]
+    # the bytes read (a plain file: the range read; compressed: the bytes its stream gave)
+    s["bytes_read"] = s.get("bytes_read", 0) + (r.end - r.start)
+    if not r.complete:
+        s["read_complete"] = False
 
 
 def _summarize(store: str, sources: list[dict[str, Any]], nbytes: int, new: int, unchanged: int, appended: int,

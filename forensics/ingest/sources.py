@@ -187,16 +187,21 @@ def open_binary(path: str, compression: str) -> BinaryIO:
 
 
 def read_head(path: str, compression: str, n: int = 64 * 1024) -> bytes:
-    """The first n decompressed bytes (fewer if the file is short or its stream is damaged)."""
+    """The first n decompressed bytes (fewer if the file is short or its stream is damaged:
+    then what decodes before the damage)."""
     try:
-        with open_binary(path, compression) as f:
-            return f.read(n)
+        g = GuardedStream(open_binary(path, compression), compression)
     except (OSError, EOFError, ValueError) as e:
         if compression == "none":
             raise ForensicsError(f"cannot read {path}", where=path, reason=str(e), code=UNREADABLE) from None
         return b""
-    except Exception:  # zstandard.ZstdError and friends: a damaged stream is data, not a crash
-        return b""
+    try:
+        head = g.read(n)
+    finally:
+        g.close()
+    if g.problem and compression == "none":
+        raise ForensicsError(f"cannot read {path}", where=path, reason=g.problem, code=UNREADABLE)
+    return head
 
 
 def rank_from_path(path: str) -> int | None:
@@ -422,48 +427,105 @@ class RangeReader(io.RawIOBase):
 class GuardedStream(io.RawIOBase):
     """A source stream whose read errors end the stream instead of the ingest.
 
-    A truncated gzip stream (EOFError), a bad CRC, a damaged zstd frame, an I/O error: what was
-    read before stays read, the stream reports its end, and `problem` says what happened -- the
-    ingest summary and the manifest carry it for that file. `bytes` counts what was read (a
-    plain file that shrank while read is found by comparing it with the listed size)."""
+    A truncated gzip stream (EOFError), a bad CRC, trailing garbage, a damaged zstd frame, an
+    I/O error: every byte decoded before the damage is handed on, the stream then reports its
+    end, and `problem` says what happened and where (the decompressed byte offset; the caller
+    adds the line) -- the ingest summary and the manifest carry it for that file. `bytes`
+    counts what was read (a plain file that shrank while read is found by comparing it with the
+    listed size). `transient`: the error was the file system's (an I/O error), not the bytes':
+    reading again may succeed.
 
-    def __init__(self, stream: BinaryIO, kind: str) -> None:
+    A compressed stream is read DECODE_STEP bytes at a time with read1 (one decompression call
+    each): an error raised inside a buffered read of a whole block lost every byte the block had
+    decoded (a half-truncated gzip of 970 lines kept none of them, a 50 MB one lost its last
+    2 MiB). A UTF-8 byte order mark at the start (`skip_bom`) is dropped: it is no part of the
+    first line (and turned a JSON-lines file into console text)."""
+
+    DECODE_STEP = 1 << 16
+
+    def __init__(self, stream: BinaryIO, kind: str, skip_bom: bool = False) -> None:
         self._s = stream
         self._kind = kind
         self.bytes = 0
         self.problem: str | None = None
+        self.transient = False
+        self._bom = skip_bom
+        self._pending = b""
 
     def readable(self) -> bool:
         return True
 
     def _fail(self, e: BaseException) -> None:
         what = {"gzip": "gzip stream", "zstd": "zstd stream"}.get(self._kind, "file")
+        at = f" after {self.bytes:,} decompressed bytes" if self._kind in ("gzip", "zstd") else f" at byte {self.bytes:,}"
         if isinstance(e, EOFError):
-            self.problem = f"{what} truncated: {e}"
+            self.problem = f"{what} truncated{at}: {e}"
         else:
-            self.problem = f"{what} damaged, read stopped: {type(e).__name__}: {e}"
+            self.problem = f"{what} damaged{at}, read stopped: {type(e).__name__}: {e}"
+        # an OS error of the file system (not gzip's BadGzipFile, an OSError too): reading
+        # again may succeed
+        self.transient = isinstance(e, OSError) and type(e).__name__ != "BadGzipFile"
+
+    def _raw_read(self, n: int) -> bytes:
+        if self._kind in ("gzip", "zstd"):
+            return self._s.read1(min(n, self.DECODE_STEP))
+        return self._s.read(n)
+
+    def _start(self) -> None:
+        """Drop a leading UTF-8 BOM (its 3 bytes still count as read)."""
+        self._bom = False
+        head = b""
+        while len(head) < 3:
+            b = self._raw_read(3 - len(head))
+            if not b:
+                break
+            head += b
+        if head == b"\xef\xbb\xbf":
+            self.bytes += 3
+        else:
+            self._pending = head
 
     def readinto(self, b) -> int:  # type: ignore[override]
         if self.problem:
             return 0
+        mv = memoryview(b).cast("B")
+        n = 0
         try:
-            n = self._s.readinto(b) or 0
+            if self._bom:
+                self._start()
+            if self._pending:
+                n = min(len(self._pending), len(mv))
+                mv[:n] = self._pending[:n]
+                self._pending = self._pending[n:]
+                self.bytes += n
+            if self._kind in ("gzip", "zstd"):
+                while n < len(mv):
+                    chunk = self._s.read1(min(len(mv) - n, self.DECODE_STEP))
+                    if not chunk:
+                        break
+                    mv[n:n + len(chunk)] = chunk
+                    n += len(chunk)
+                    self.bytes += len(chunk)
+            elif n < len(mv):
+                got = self._s.readinto(mv[n:]) or 0
+                n += got
+                self.bytes += got
         except Exception as e:  # noqa: BLE001 - gzip/zstd/OS errors of one source file
             self._fail(e)
-            return 0
-        self.bytes += n
         return n
 
     def read(self, n: int = -1) -> bytes:  # type: ignore[override]
-        if self.problem:
-            return b""
-        try:
-            b = self._s.read(n) if n is not None and n >= 0 else self._s.read()
-        except Exception as e:  # noqa: BLE001
-            self._fail(e)
-            return b""
-        self.bytes += len(b)
-        return b
+        if n is None or n < 0:
+            out = bytearray()
+            buf = bytearray(1 << 20)
+            while True:
+                got = self.readinto(buf)
+                if not got:
+                    return bytes(out)
+                out += buf[:got]
+        buf = bytearray(n)
+        got = self.readinto(buf)
+        return bytes(buf[:got])
 
     def close(self) -> None:
         try:
