@@ -251,3 +251,72 @@ def test_identical_files_of_different_ranks_are_both_kept(tmp_path: Path) -> Non
     p = subprocess.run([sys.executable, "-m", "forensics", "diagnose", str(tmp_path / "st"), "--format", "json"],
                        capture_output=True, text=True, timeout=120)
     assert json.loads(p.stdout)["root_cause"]["ranks"] == [0, 1], p.stderr
+
+
+# --- unreadable folders and files: one behaviour, and a choice to skip ------------------------------
+
+@pytest.fixture()
+def unreadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    """logs/ with a readable rank file, a folder that cannot be listed and a file that cannot be
+    opened. Permissions are simulated (the tests may run as root, who reads everything): the
+    folder's listing and the file's open raise PermissionError as they would."""
+    d = tmp_path / "logs"
+    (d / "locked").mkdir(parents=True)
+    (d / "locked" / "rank_9.jsonl").write_bytes(lines(3, rank=9))
+    (d / "rank_0.jsonl").write_bytes(lines(3))
+    (d / "rank_1.jsonl").write_bytes(lines(3, rank=1))
+    bad_dir, bad_file = str(d / "locked"), str(d / "rank_1.jsonl")
+    real_scandir, real_open = os.scandir, os.open
+
+    def scandir(path=".", *a):
+        if str(path) == bad_dir:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path, *a)
+
+    def os_open(path, flags, *a, **k):
+        if str(path) == bad_file:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "open", os_open)
+    return d, Path(bad_dir), Path(bad_file)
+
+
+def test_an_unreadable_folder_or_file_stops_the_ingest_the_same_way(tmp_path: Path, unreadable) -> None:
+    d, bad_dir, bad_file = unreadable
+    with pytest.raises(ForensicsError) as folder:
+        forensics.ingest([str(d)], tmp_path / "st")       # was: the folder skipped with no word
+    assert folder.value.code == "F101" and folder.value.what == f"cannot read {bad_dir}"
+    assert "--skip-unreadable" in (folder.value.help or "")
+    with pytest.raises(ForensicsError) as file:
+        forensics.ingest([str(d / "rank_0.jsonl"), str(bad_file)], tmp_path / "st")
+    assert file.value.code == "F101" and file.value.what == f"cannot read {bad_file}"
+    assert file.value.help == folder.value.help
+    assert not (tmp_path / "st").exists()
+
+
+def test_skip_unreadable_lists_what_it_skipped(tmp_path: Path, unreadable) -> None:
+    d, bad_dir, bad_file = unreadable
+    s = forensics.ingest([str(d)], tmp_path / "st", skip_unreadable=True)
+    assert s.files == 1 and s.events == 3
+    assert [(x["path"], "Permission denied" in x["reason"]) for x in s.skipped] == [(str(bad_dir), True), (str(bad_file), True)]
+    manifest = json.loads((tmp_path / "st" / "manifest.json").read_text())
+    assert manifest["skipped"] == s.skipped
+
+
+def test_skip_unreadable_on_the_command_line(tmp_path: Path) -> None:
+    """The CLI flag reaches the library, and the summary names the skipped path (an unreadable
+    path simulated in the child process: a folder whose listing fails)."""
+    d = tmp_path / "logs"
+    (d / "locked").mkdir(parents=True)
+    (d / "rank_0.jsonl").write_bytes(lines(3))
+    code = ("import os, sys\nreal = os.scandir\n"
+            f"def scandir(p='.', *a):\n    if str(p) == {str(d / 'locked')!r}: raise PermissionError(13, 'Permission denied', str(p))\n"
+            "    return real(p, *a)\nos.scandir = scandir\nfrom forensics.cli import main\nsys.argv = ['forensics', *sys.argv[1:]]\nmain()\n")
+    args = [sys.executable, "-c", code, "ingest", str(d), "-o", str(tmp_path / "st")]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and f"cannot read {d / 'locked'}" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([*args, "--skip-unreadable"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"skipped {d / 'locked'} (--skip-unreadable): folder cannot be listed: Permission denied" in r.stdout

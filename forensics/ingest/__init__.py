@@ -97,6 +97,8 @@ class IngestSummary:
     warnings: list[str] = field(default_factory=list)
     # JSON-lines files read in another schema: the map chosen (SchemaMap.describe) -> their paths
     schemas: dict[str, list[str]] = field(default_factory=dict)
+    # files and folders that could not be read, skipped (skip_unreadable): {"path", "reason"}
+    skipped: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def mb_per_s(self) -> float:
@@ -184,13 +186,21 @@ class _Looked:
     schema_map: Any = None      # roles.SchemaMap of a JSON-lines file in another schema (None: the seed's)
 
 
-def _infos(paths: list[str], schema: dict[str, Any] | None = None) -> list[tuple[FileInfo, _Looked | None, int | None, str | None] | str]:
+def _infos(paths: list[str], schema: dict[str, Any] | None = None,
+           skip: bool = False) -> list[tuple[FileInfo, _Looked | None, int | None, str | None] | str | ForensicsError]:
     """_file_info_or_gone of each path (one pool task per many files: a task per file cost more
-    in futures and locks than a small file's planning), with the path's rank and host hints."""
-    out: list[tuple[FileInfo, _Looked | None, int | None, str | None] | str] = []
+    in futures and locks than a small file's planning), with the path's rank and host hints.
+    `skip`: a file that cannot be read is returned as its error (else the error is raised)."""
+    out: list[tuple[FileInfo, _Looked | None, int | None, str | None] | str | ForensicsError] = []
     for path in paths:
         rank = rank_from_path(path)   # expand's paths are the sources' (resolved)
-        item = _file_info_or_gone(path, rank, schema)
+        try:
+            item = _file_info_or_gone(path, rank, schema)
+        except ForensicsError as e:
+            if not skip:
+                raise
+            out.append(e)
+            continue
         out.append(item if isinstance(item, str) else (*item, rank, host_from_path(path)))
     return out
 
@@ -285,6 +295,7 @@ def ingest(
     force: bool = False,
     dask: Any = None,
     schema: dict[str, Any] | None = None,
+    skip_unreadable: bool = False,
 ) -> IngestSummary:
     """Ingest log files into the store at `out` and return what is now in it.
 
@@ -296,6 +307,9 @@ def ingest(
     file system every worker mounts at the same path. The store is the same as a local ingest's.
     `schema`: the config's [schema] section (role = dotted path, and `metrics` = {column: path}),
     over the roles inferred per JSON-lines file (ingest.roles); the maps used are in the summary.
+    A file or folder that cannot be read stops the ingest (UNREADABLE) before anything is
+    written; with `skip_unreadable` it is skipped, listed in the summary's and the manifest's
+    `skipped`.
     """
     t0 = time.perf_counter()
     target = Path(out)
@@ -306,7 +320,8 @@ def ingest(
         cluster = DaskCluster(dask)  # before the lock: an unreachable scheduler writes nothing
         target = target.absolute()   # parts are written by workers whose working directory is not ours
     gmap = parse_gpu_map(gpu_map)
-    files = expand_names(inputs)
+    skipped: list[dict[str, str]] | None = [] if skip_unreadable else None
+    files = expand_names(inputs, skipped)
     try:
         with locked(target):
             recover(target)
@@ -328,7 +343,7 @@ def ingest(
                 gc.disable()
                 try:
                     summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force, cluster,
-                                             schema)
+                                             schema, skipped)
                 finally:
                     if gc_was:
                         gc.enable()
@@ -452,7 +467,8 @@ def _batches(pieces: list[tuple[Piece, int | None, int]], n_workers: int) -> lis
 
 def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool, workers: int | None,
                    gmap, progress: Progress | None, force: bool = False, cluster=None,
-                   schema: dict[str, Any] | None = None) -> IngestSummary:
+                   schema: dict[str, Any] | None = None,
+                   skipped: list[dict[str, str]] | None = None) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
     # parts checked against their checksums (not sizes alone): a part overwritten with bytes of
     # the same size was kept as it was, and every later query failed on it
@@ -490,11 +506,15 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     # Fingerprints read 1 MiB per file: on all cores (hashing and reads release the GIL).
     with ThreadPoolExecutor(max_workers=min(len(files), workers or os.cpu_count() or 1) or 1) as pool:
         chunks = [files[i : i + INFO_CHUNK] for i in range(0, len(files), INFO_CHUNK)]
-        listed = [item for chunk in pool.map(_infos, chunks, [schema] * len(chunks)) for item in chunk]
+        listed = [item for chunk in pool.map(_infos, chunks, [schema] * len(chunks),
+                                             [skipped is not None] * len(chunks)) for item in chunk]
     del chunks
     infos: list[tuple[FileInfo, _Looked | None, int | None, str | None]] = []
     for item in listed:
-        if isinstance(item, str):
+        if isinstance(item, ForensicsError):
+            assert skipped is not None
+            skipped.append({"path": item.where or "", "reason": item.reason or item.what})
+        elif isinstance(item, str):
             problems.append({"path": item, "problem": "file vanished between listing and reading: not read"})
         else:
             infos.append(item)
@@ -655,9 +675,11 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     summary.repaired_files = repaired
     summary.warnings = warnings
     summary.schemas = schemas
+    summary.skipped = list(skipped or [])
     if summaries_on:   # merged from the units' partials, published with the parts
         _assemble_summaries(writer, table)
-    writer.commit({"sources": ordered, "parts": table, "duplicates": duplicates, "problems": problems, "totals": {
+    writer.commit({"sources": ordered, "parts": table, "duplicates": duplicates, "problems": problems,
+                   **({"skipped": summary.skipped} if summary.skipped else {}), "totals": {
         k: summary.to_dict()[k] for k in ("files", "lines_read", "events", "rejected", "rejected_by_reason",
                                           "ranks", "hosts", "start", "end")}})
     return summary

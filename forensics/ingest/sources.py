@@ -44,6 +44,15 @@ def compression_of(head: bytes) -> str:
     return "none"
 
 
+SKIP_HELP = ("make it readable (permissions, mount), or pass --skip-unreadable to ingest without it "
+             "(the paths skipped are listed in the summary and kept in the store's manifest)")
+
+
+def unreadable(path: str, why: str) -> ForensicsError:
+    """The error of a file or folder that exists but cannot be read: the same for both."""
+    return ForensicsError(f"cannot read {path}", where=path, reason=why, help=SKIP_HELP, code=UNREADABLE)
+
+
 def expand(inputs: list[str]) -> list[Path]:
     """Files named by paths, directories (recursively) and globs, in a stable order, deduplicated,
     as resolved paths (absolute, no symlinks).
@@ -53,8 +62,11 @@ def expand(inputs: list[str]) -> list[Path]:
     return [Path(p) for p in expand_names(inputs)]
 
 
-def expand_names(inputs: list[str]) -> list[str]:
-    """expand's files as strings (ingest's: a Path costs ~4x its string, per file)."""
+def expand_names(inputs: list[str], skipped: list[dict[str, str]] | None = None) -> list[str]:
+    """expand's files as strings (ingest's: a Path costs ~4x its string, per file).
+
+    A folder that cannot be listed is an error (`unreadable`), as a file that cannot be read is;
+    with `skipped` (a list), it is added there ({"path", "reason"}) and the walk goes on."""
     out: dict[str, str] = {}
     missing: list[str] = []
     for item in inputs:
@@ -70,7 +82,7 @@ def expand_names(inputs: list[str]) -> list[str]:
                     help="pass the store to the query commands, or the raw logs to ingest",
                     code=NO_INPUT,
                 )
-            for fp in _walk(str(p.resolve())):
+            for fp in _walk(str(p.resolve()), skipped):
                 out.setdefault(fp, fp)
         else:
             hits = sorted(glob.glob(item, recursive=True))
@@ -88,20 +100,25 @@ def expand_names(inputs: list[str]) -> list[str]:
             code=NO_INPUT,
         )
     if not out:
-        raise ForensicsError("no log files found", where=", ".join(inputs), code=NO_INPUT)
+        raise ForensicsError("no log files found", where=", ".join(inputs), code=NO_INPUT,
+                             reason=f"{len(skipped)} unreadable path(s) skipped" if skipped else None)
     return list(out.values())
 
 
-def _walk(root: str) -> Iterator[str]:
+def _walk(root: str, skipped: list[dict[str, str]] | None = None) -> Iterator[str]:
     """The files under a resolved folder, as resolved paths, in os.walk's order (a folder's files
     by name, then its subfolders by name). One scandir per folder: the entry types come with the
     listing, and only a symlink is resolved (resolving every path cost one lstat per component
-    of every path: most of the listing of 100,000 small files)."""
+    of every path: most of the listing of 100,000 small files). A folder that cannot be listed:
+    `unreadable`, or (with `skipped`) recorded there (it was skipped with no word)."""
     files: list[tuple[str, str]] = []
     dirs: list[str] = []
     try:
         entries = list(os.scandir(root))
-    except OSError:
+    except OSError as e:
+        if skipped is None:
+            raise unreadable(root, f"the folder cannot be listed: {e.strerror or e}") from None
+        skipped.append({"path": root, "reason": f"folder cannot be listed: {e.strerror or e}"})
         return
     for e in entries:
         name = e.name
@@ -116,7 +133,7 @@ def _walk(root: str) -> Iterator[str]:
     for _, fp in sorted(files, key=lambda x: x[0]):
         yield fp
     for d in sorted(dirs):
-        yield from _walk(os.path.join(root, d))
+        yield from _walk(os.path.join(root, d), skipped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +169,7 @@ def file_info_and_head(path: str | Path, resolved: bool = False) -> tuple[FileIn
         finally:
             os.close(fd)
     except OSError as e:
-        raise ForensicsError(f"cannot read {path}", where=str(path), reason=e.strerror, code=UNREADABLE) from None
+        raise unreadable(str(path), e.strerror or str(e)) from None
     h = hashlib.blake2b(head, digest_size=16)
     hh = h.hexdigest()
     h.update(tail)                    # = the hash of head + tail + size: each byte hashed once
