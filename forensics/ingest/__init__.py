@@ -321,7 +321,7 @@ def ingest(
         target = target.absolute()   # parts are written by workers whose working directory is not ours
     gmap = parse_gpu_map(gpu_map)
     skipped: list[dict[str, str]] | None = [] if skip_unreadable else None
-    files = expand_names(inputs, skipped)
+    files = expand_names(inputs) if skipped is None else expand_names(inputs, skipped)
     try:
         with locked(target):
             recover(target)
