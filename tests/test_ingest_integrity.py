@@ -179,8 +179,15 @@ def test_damaged_zstd_keeps_the_frames_before_the_damage(tmp_path: Path) -> None
     c = zstandard.ZstdCompressor()
     good = b"".join(c.compress(lines(500, first=k * 500)) for k in range(3))
     (d / "rank_0.jsonl.zst").write_bytes(good + b"\x28\xb5\x2f\xfd" + os.urandom(3000))   # a damaged 4th frame
+    (d / "rank_1.jsonl.zst").write_bytes(good[: len(good) * 5 // 6])                          # cut short
     s = forensics.ingest([str(d)], tmp_path / "st")
-    assert s.events == 1500 and s.problems and "zstd stream" in s.problems[0]["problem"]
+    per = {f["path"].rsplit("/", 1)[-1]: f for f in s.per_file}
+    problems = {p["path"].rsplit("/", 1)[-1]: p["problem"] for p in s.problems}
+    assert per["rank_0.jsonl.zst"]["events"] == 1500 and "zstd stream" in problems["rank_0.jsonl.zst"]
+    assert "lines 1..1,500)" in problems["rank_0.jsonl.zst"]
+    n = per["rank_1.jsonl.zst"]["lines_read"]
+    assert n >= 1000 and problems["rank_1.jsonl.zst"].startswith("zstd stream truncated")
+    assert problems["rank_1.jsonl.zst"].endswith(f"lines 1..{n:,})")
 
 
 # --- the format of a file is decided by its lines -------------------------------------------------

@@ -488,11 +488,11 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: byte
     res.end_ts = tmax.isoformat() if tmax is not None else None
     res.problem = stream.problem
     res.complete = not stream.transient
-    if res.problem is not None:   # where: the lines before the damage are all read
-        res.problem += f"; {res.lines:,} line(s) read before it (lines {u.first_line:,}..{u.first_line + res.lines - 1:,})" \
-            if res.lines else "; no line read before it"
     if res.problem is None and u.compression == "zstd":
         res.problem = zstd_damage(u.path)
+    if res.problem is not None:   # where: the lines before the damage are all read
+        res.problem += (f"; {res.lines:,} line(s) read before it (lines {u.first_line:,}..{u.first_line + res.lines - 1:,})"
+                        if res.lines else "; no line read before it")
     if u.compression == "none":
         listed_end = u.end if u.end >= 0 else u.size
         if res.problem is None and listed_end >= 0 and u.start + stream.bytes < listed_end:
