@@ -474,11 +474,12 @@ class GuardedStream(io.RawIOBase):
 
     def _fail(self, e: BaseException) -> None:
         what = {"gzip": "gzip stream", "zstd": "zstd stream"}.get(self._kind, "file")
-        at = f" after {self.bytes:,} decompressed bytes" if self._kind in ("gzip", "zstd") else f" at byte {self.bytes:,}"
+        at = (f"after {self.bytes:,} decompressed bytes" if self._kind in ("gzip", "zstd")
+              else f"at byte {self.bytes:,}")
         if isinstance(e, EOFError):
-            self.problem = f"{what} truncated{at}: {e}"
+            self.problem = f"{what} truncated: {e} ({at})"
         else:
-            self.problem = f"{what} damaged{at}, read stopped: {type(e).__name__}: {e}"
+            self.problem = f"{what} damaged, read stopped: {type(e).__name__}: {e} ({at})"
         # an OS error of the file system (not gzip's BadGzipFile, an OSError too): reading
         # again may succeed
         self.transient = isinstance(e, OSError) and type(e).__name__ != "BadGzipFile"
