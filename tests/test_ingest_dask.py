@@ -393,6 +393,21 @@ def test_unsupported_scheduler_addresses_are_clear_errors(tmp_path: Path, addres
     assert list(tmp_path.iterdir()) == []
 
 
+def test_workers_of_an_older_forensics_whose_probe_differs_are_named(client, tmp_path: Path, monkeypatch) -> None:
+    """The probe runs the workers' own forensics: an older one takes other arguments (TypeError)."""
+    from forensics.ingest.distributed import DaskCluster
+
+    cluster = DaskCluster(client)
+
+    def old_probe(*a, **k):
+        raise TypeError("_probe() takes 2 positional arguments but 3 were given")
+
+    monkeypatch.setattr(cluster.client, "run", old_probe)
+    with pytest.raises(ForensicsError) as e:
+        cluster.check([((str(tmp_path / "x.jsonl"),), (str(tmp_path),))])
+    assert e.value.code == "F310" and "another version of forensics" in e.value.what
+
+
 def test_workers_that_keep_dying_fail_the_ingest_and_leave_the_old_store(client, tmp_path: Path, monkeypatch) -> None:
     """Last in the module: it leaves workers that die on every unit (the module's cluster is
     closed after it; restarting them waits on a loaded machine's process start-ups)."""

@@ -265,6 +265,13 @@ class DaskCluster:
                 help=f"install forensics {__version__} in the workers' Python environment",
                 code=CLUSTER,
             ) from None
+        except TypeError as e:   # an older forensics's probe takes other arguments
+            raise ForensicsError(
+                f"the Dask workers of {self.address} run another version of forensics than this client ({__version__})",
+                reason=str(e),
+                help=f"install forensics {__version__} in the workers' Python environment",
+                code=CLUSTER,
+            ) from None
         for worker, s in sorted(seen.items()):
             if s["version"] != __version__:
                 raise ForensicsError(
