@@ -258,16 +258,12 @@ class DaskCluster:
         read_files = sorted(first.values())
         try:
             seen = self.client.run(_probe, read_dirs, write_dirs, read_files)
-        except ImportError as e:  # the probe unpickles on the worker: forensics must be installed there
+        except (ImportError, TypeError) as e:
+            # the probe unpickles and runs on the worker: forensics must be installed there, and
+            # this version of it (an older one's probe takes other arguments: TypeError)
             raise ForensicsError(
-                f"forensics is not installed on the Dask workers of {self.address}",
-                reason=str(e),
-                help=f"install forensics {__version__} in the workers' Python environment",
-                code=CLUSTER,
-            ) from None
-        except TypeError as e:   # an older forensics's probe takes other arguments
-            raise ForensicsError(
-                f"the Dask workers of {self.address} run another version of forensics than this client ({__version__})",
+                f"forensics is not installed on the Dask workers of {self.address}" if isinstance(e, ImportError)
+                else f"the Dask workers of {self.address} run another version of forensics than this client ({__version__})",
                 reason=str(e),
                 help=f"install forensics {__version__} in the workers' Python environment",
                 code=CLUSTER,
