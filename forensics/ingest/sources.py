@@ -533,17 +533,26 @@ class GuardedStream(io.RawIOBase):
         return n
 
     def read(self, n: int = -1) -> bytes:  # type: ignore[override]
-        if n is None or n < 0:
-            out = bytearray()
-            buf = bytearray(1 << 20)
-            while True:
-                got = self.readinto(buf)
-                if not got:
-                    return bytes(out)
-                out += buf[:got]
-        buf = bytearray(n)
-        got = self.readinto(buf)
-        return bytes(buf[:got])
+        if self.problem:
+            return b""
+        if self._kind not in ("gzip", "zstd") and not self._bom and not self._pending:
+            try:   # a plain stream: one read, no buffer of n bytes (readers ask for up to 64 MiB)
+                b = self._s.read(n) if n is not None and n >= 0 else self._s.read()
+            except Exception as e:  # noqa: BLE001
+                self._fail(e)
+                return b""
+            self.bytes += len(b)
+            return b
+        out: list[bytes] = []
+        left = n if n is not None and n >= 0 else -1
+        buf = bytearray(self.DECODE_STEP)
+        while left:
+            got = self.readinto(buf if left < 0 or left >= len(buf) else memoryview(buf)[:left])
+            if not got:
+                break
+            out.append(bytes(buf[:got]))
+            left = left - got if left > 0 else left
+        return b"".join(out)
 
     def close(self) -> None:
         try:
