@@ -327,3 +327,17 @@ def test_skip_unreadable_on_the_command_line(tmp_path: Path) -> None:
     r = subprocess.run([*args, "--skip-unreadable"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"skipped {d / 'locked'} (--skip-unreadable): folder cannot be listed: Permission denied" in r.stdout
+
+
+def test_a_byte_order_mark_does_not_hide_another_schema(tmp_path: Path) -> None:
+    """The roles of a JSON-lines file in another schema are inferred from its head without the
+    BOM (with it, a one-line file's only line did not parse: read as the seed schema, rank null)."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    rec = json.dumps({"@timestamp": "2025-06-12T14:00:00Z", "log": {"level": "error"}, "labels": {"rank": 2},
+                      "message": "Watchdog caught collective operation timeout"}).encode() + b"\n"
+    (d / "plain.jsonl").write_bytes(rec)
+    (d / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + rec)
+    forensics.ingest([str(d)], tmp_path / "st")
+    ev = open_store(tmp_path / "st").events().collect().sort("source_file")
+    assert ev.select("rank", "level").rows() == [(2, "ERROR"), (2, "ERROR")]

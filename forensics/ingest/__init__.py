@@ -37,7 +37,7 @@ from ..store import (
     open_store,
     recover,
 )
-from .formats import reader_for, sniff
+from .formats import BOM, reader_for, sniff
 from .runs import mixed_runs
 from .sources import (
     TAIL_BYTES,
@@ -229,7 +229,7 @@ def _file_info_or_gone(path: str, rank_hint: int | None,
         end = None
     return info, _Looked(fmt, _rank_key(first, fmt, rank_hint), end,
                          head if len(head) == info.size <= CARRY_BYTES else None,
-                         _schema_map(first, fmt, schema))
+                         _schema_map(first.removeprefix(BOM), fmt, schema))   # (the readers skip a BOM)
 
 
 def _schema_map(head: bytes, fmt: str, schema: dict[str, Any] | None):
