@@ -38,8 +38,8 @@ def test_file_growing_during_ingest_is_read_once(tmp_path: Path, monkeypatch: py
     f.write_bytes(lines(300, pad=pad))
     orig = ing._file_info_or_gone
 
-    def listed_then_grows(path: str, rank: int | None):
-        out = orig(path, rank)
+    def listed_then_grows(path: str, *args):
+        out = orig(path, *args)
         with open(path, "ab") as fh:   # the writer appends after the listing, before the read
             fh.write(lines(50, first=300, pad=pad))
         return out
