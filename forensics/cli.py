@@ -143,6 +143,7 @@ def ingest(
     dask: Optional[str] = typer.Option(None, "--dask", envvar="FORENSICS_DASK", metavar="ADDRESS",
                                        help="Run the ingest on the workers of this Dask scheduler (tcp://HOST:8786; default: $FORENSICS_DASK). The logs and the store must be on a file system every worker mounts at the same path. Needs: pip install 'forensics[dask]'."),
     config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="Config file whose [schema] section names JSON-lines fields by role (see README 'Any schema'); default: the first forensics.toml found upward from the logs."),
+    skip_unreadable: bool = typer.Option(False, "--skip-unreadable", help="Skip files and folders that cannot be read (listed in the summary and the store) instead of stopping."),
 ) -> None:
     """Read logs into a store. Every line becomes an event, or a rejected line kept with its reason; a store is a folder of Parquet files."""
     from .config import load_config
@@ -156,7 +157,8 @@ def ingest(
     cb, stop = _progress()
     try:
         summary = run_ingest(paths, output, append=append, workers=workers, gpu_map=gpu_map, progress=cb, force=force,
-                             dask=dask or None, schema=schema)
+                             dask=dask or None, schema=schema,
+                             skip_unreadable=skip_unreadable)
     finally:
         stop()
     render_schemas(summary, err)
@@ -734,6 +736,14 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as e:
+        from .store import damage_error   # a store whose parts changed since written: not a bug
+
+        damaged = damage_error(e)
+        if damaged is None:
+            raise
+        err.print(damaged.render(), markup=False, highlight=False, emoji=False)
+        sys.exit(1)
     finally:
         if saved is not None:
             app.registered_commands, app.registered_groups = saved

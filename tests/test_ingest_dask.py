@@ -244,9 +244,9 @@ def test_small_units_travel_in_batches_and_every_unit_is_reported() -> None:
     assert batches([], threads=4) == []
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 def test_cli_dask_option_and_environment_variable(client, tmp_path: Path) -> None:
@@ -303,6 +303,109 @@ def test_without_dask_the_error_says_how_to_install_it(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", MISSING_DASK, "ingest", str(SAMPLES / "straggler"), "-o",
                         str(tmp_path / "s")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_worker_that_sees_the_folder_but_not_its_files_fails_before_any_commit(client, tmp_path: Path, monkeypatch) -> None:
+    """Issue 30: a worker that saw the folder but not the files in it marked every file
+    "vanished", exited 0 and committed 0 events (and a local re-ingest then said "unchanged").
+    The worker's files are hidden from it by moving them once planned; the client still 'sees'
+    them (os.path.isfile patched in this process only: the workers are other processes)."""
+    from forensics.ingest.distributed import DaskCluster
+
+    d = tmp_path / "logs"
+    d.mkdir()
+    for r in range(3):
+        (d / f"rank_{r}.jsonl").write_text(_line(r, 1, 1.0) + "\n")
+    hidden = {str(d / f"rank_{r}.jsonl") for r in range(3)}
+    real_isfile = os.path.isfile
+    monkeypatch.setattr(os.path, "isfile", lambda p: str(p) in hidden or real_isfile(p))
+    real = ingest_mod._dispatch
+
+    def hide_then_dispatch(*a, **k):
+        for p in hidden:
+            os.rename(p, p + ".elsewhere")
+        return real(*a, **k)
+
+    monkeypatch.setattr(ingest_mod, "_dispatch", hide_then_dispatch)
+    monkeypatch.setattr(ingest_mod, "CARRY_BYTES", 0)   # the units read the files (not planning's bytes)
+    for skip_probe in (False, True):   # caught by the probe; and, past it, by the unit's result
+        if skip_probe:
+            monkeypatch.setattr(DaskCluster, "check", lambda self, needs: None)
+        with pytest.raises(ForensicsError) as e:
+            forensics.ingest([str(d)], tmp_path / "st", dask=client)
+        assert e.value.code == "F310" and "cannot see" in e.value.what and str(d) in e.value.what
+        assert not (tmp_path / "st" / "manifest.json").exists()   # nothing committed
+        for p in hidden:
+            os.rename(p + ".elsewhere", p)
+
+
+def _silent_listener(reply: bytes | None) -> tuple[int, Any]:
+    """A loopback listener that accepts and never speaks (reply None), or answers every
+    connection with `reply` (an HTTP server's)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held = []
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            held.append(c)
+            if reply is not None:
+                c.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1], srv
+
+
+@pytest.mark.parametrize("reply", [None, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"])
+def test_a_listener_that_is_not_a_scheduler_times_out(tmp_path: Path, reply: bytes | None) -> None:
+    """Was: past 600 s (Client's handshake has no deadline)."""
+    port, srv = _silent_listener(reply)
+    try:
+        r = _cli("ingest", str(SAMPLES / "straggler"), "-o", str(tmp_path / "s"), "--dask", f"tcp://127.0.0.1:{port}",
+                 env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}, timeout=60)
+    finally:
+        srv.close()
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"error[F310]: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("address, says", [
+    ("tls://127.0.0.1:8786", "the tls:// scheme is not supported"),
+    ("ws://127.0.0.1:8786", "the ws:// scheme is not supported"),
+    ("notaurl", "'notaurl' is not a Dask scheduler address"),
+    ("tcp://127.0.0.1:99999", "is not a Dask scheduler address"),
+])
+def test_unsupported_scheduler_addresses_are_clear_errors(tmp_path: Path, address: str, says: str) -> None:
+    """Was: tracebacks (tls://, ws://), an ignored-exception traceback and 10 s (notaurl): refused
+    before any connection is tried."""
+    r = _cli("ingest", str(SAMPLES / "straggler"), "-o", str(tmp_path / "s"), "--dask", address, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
+    assert says in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_workers_of_an_older_forensics_whose_probe_differs_are_named(client, tmp_path: Path, monkeypatch) -> None:
+    """The probe runs the workers' own forensics: an older one takes other arguments (TypeError)."""
+    from forensics.ingest.distributed import DaskCluster
+
+    cluster = DaskCluster(client)
+
+    def old_probe(*a, **k):
+        raise TypeError("_probe() takes 2 positional arguments but 3 were given")
+
+    monkeypatch.setattr(cluster.client, "run", old_probe)
+    with pytest.raises(ForensicsError) as e:
+        cluster.check([((str(tmp_path / "x.jsonl"),), (str(tmp_path),))])
+    assert e.value.code == "F310" and "another version of forensics" in e.value.what
 
 
 def test_workers_that_keep_dying_fail_the_ingest_and_leave_the_old_store(client, tmp_path: Path, monkeypatch) -> None:

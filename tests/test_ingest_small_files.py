@@ -126,7 +126,9 @@ def test_many_files_path_gives_the_store_of_the_per_file_path(tmp_path: Path, mo
 def test_files_that_grew_after_planning_leave_their_neighbours_intact(tmp_path: Path, monkeypatch) -> None:
     """_read_files reads the files into one buffer, each asked for one byte more than listed: a
     file that grew since planning is left to its reader, and the next file's bytes are its own
-    (the grown file's extra byte is overwritten). Same store as the per-file path."""
+    (the grown file's extra byte is overwritten). Same store as the per-file path. The reader
+    reads no further than the size listed: the grown lines are the next --append's, read once
+    (issue 30: read now, they were read again as the grown tail)."""
     d = tmp_path / "logs"
     monkeypatch.setattr(ing, "CARRY_BYTES", 0)   # read by the unit, not carried from planning
     real = ing._dispatch
@@ -148,7 +150,13 @@ def test_files_that_grew_after_planning_leave_their_neighbours_intact(tmp_path: 
     assert_frame_equal(ev, ev2)
     assert_frame_equal(rj, rj2)
     assert srcs == srcs2
-    assert ev.filter(pl.col("event") == "LATE").height == 4
+    assert ev.filter(pl.col("event") == "LATE").height == 0
+    monkeypatch.setattr(ing, "_dispatch", real)
+    s = forensics.ingest([str(d)], tmp_path / "joined", append=True, workers=1)
+    assert s.appended_files == 4
+    late = store_tables(tmp_path / "joined")[0]
+    assert late.filter(pl.col("event") == "LATE").height == 4
+    assert late.select("source_file", "line").is_duplicated().sum() == 0
 
 
 def test_append_over_many_files_adds_up(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from ..store import (
     open_store,
     recover,
 )
-from .formats import reader_for, sniff
+from .formats import BOM, reader_for, sniff
 from .runs import mixed_runs
 from .sources import (
     TAIL_BYTES,
@@ -97,6 +97,8 @@ class IngestSummary:
     warnings: list[str] = field(default_factory=list)
     # JSON-lines files read in another schema: the map chosen (SchemaMap.describe) -> their paths
     schemas: dict[str, list[str]] = field(default_factory=dict)
+    # files and folders that could not be read, skipped (skip_unreadable): {"path", "reason"}
+    skipped: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def mb_per_s(self) -> float:
@@ -184,13 +186,21 @@ class _Looked:
     schema_map: Any = None      # roles.SchemaMap of a JSON-lines file in another schema (None: the seed's)
 
 
-def _infos(paths: list[str], schema: dict[str, Any] | None = None) -> list[tuple[FileInfo, _Looked | None, int | None, str | None] | str]:
+def _infos(paths: list[str], schema: dict[str, Any] | None = None,
+           skip: bool = False) -> list[tuple[FileInfo, _Looked | None, int | None, str | None] | str | ForensicsError]:
     """_file_info_or_gone of each path (one pool task per many files: a task per file cost more
-    in futures and locks than a small file's planning), with the path's rank and host hints."""
-    out: list[tuple[FileInfo, _Looked | None, int | None, str | None] | str] = []
+    in futures and locks than a small file's planning), with the path's rank and host hints.
+    `skip`: a file that cannot be read is returned as its error (else the error is raised)."""
+    out: list[tuple[FileInfo, _Looked | None, int | None, str | None] | str | ForensicsError] = []
     for path in paths:
         rank = rank_from_path(path)   # expand's paths are the sources' (resolved)
-        item = _file_info_or_gone(path, rank, schema)
+        try:
+            item = _file_info_or_gone(path, rank, schema)
+        except ForensicsError as e:
+            if not skip:
+                raise
+            out.append(e)
+            continue
         out.append(item if isinstance(item, str) else (*item, rank, host_from_path(path)))
     return out
 
@@ -219,7 +229,7 @@ def _file_info_or_gone(path: str, rank_hint: int | None,
         end = None
     return info, _Looked(fmt, _rank_key(first, fmt, rank_hint), end,
                          head if len(head) == info.size <= CARRY_BYTES else None,
-                         _schema_map(first, fmt, schema))
+                         _schema_map(first.removeprefix(BOM), fmt, schema))   # (the readers skip a BOM)
 
 
 def _schema_map(head: bytes, fmt: str, schema: dict[str, Any] | None):
@@ -229,6 +239,13 @@ def _schema_map(head: bytes, fmt: str, schema: dict[str, Any] | None):
     from .roles import infer
 
     return infer(head, schema)
+
+
+def _same_origin(src: dict[str, Any], rank: int | None, host: str | None) -> bool:
+    """Could a file whose path names `rank` and `host` be a copy of `src` (the same bytes)? Not
+    when both paths name a rank, or both a host, and they differ."""
+    r, h = src.get("rank_hint"), src.get("host_hint")
+    return not ((r is not None and rank is not None and r != rank) or (h is not None and host is not None and h != host))
 
 
 def _ranges(path: str, start: int, end: int, first_line: int) -> list[tuple[int, int, int]]:
@@ -278,6 +295,7 @@ def ingest(
     force: bool = False,
     dask: Any = None,
     schema: dict[str, Any] | None = None,
+    skip_unreadable: bool = False,
 ) -> IngestSummary:
     """Ingest log files into the store at `out` and return what is now in it.
 
@@ -289,6 +307,9 @@ def ingest(
     file system every worker mounts at the same path. The store is the same as a local ingest's.
     `schema`: the config's [schema] section (role = dotted path, and `metrics` = {column: path}),
     over the roles inferred per JSON-lines file (ingest.roles); the maps used are in the summary.
+    A file or folder that cannot be read stops the ingest (UNREADABLE) before anything is
+    written; with `skip_unreadable` it is skipped, listed in the summary's and the manifest's
+    `skipped`.
     """
     t0 = time.perf_counter()
     target = Path(out)
@@ -299,7 +320,8 @@ def ingest(
         cluster = DaskCluster(dask)  # before the lock: an unreachable scheduler writes nothing
         target = target.absolute()   # parts are written by workers whose working directory is not ours
     gmap = parse_gpu_map(gpu_map)
-    files = expand_names(inputs)
+    skipped: list[dict[str, str]] | None = [] if skip_unreadable else None
+    files = expand_names(inputs) if skipped is None else expand_names(inputs, skipped)
     try:
         with locked(target):
             recover(target)
@@ -321,7 +343,7 @@ def ingest(
                 gc.disable()
                 try:
                     summary = _ingest_locked(files, writer, previous, append, workers, gmap, progress, force, cluster,
-                                             schema)
+                                             schema, skipped)
                 finally:
                     if gc_was:
                         gc.enable()
@@ -378,7 +400,8 @@ def _previous(target: Path):
         if e.code in (NOT_A_STORE, STORE_VERSION):
             return None
         raise
-    if run.manifest.get("sources_table", {}).get("path") in damaged_parts(target, run.manifest):
+    table = run.manifest.get("sources_table")
+    if table and damaged_parts(target, {"sources_table": table}, deep=True):
         return None  # the table of sources is damaged: nothing says which part holds what
     return run
 
@@ -444,9 +467,13 @@ def _batches(pieces: list[tuple[Piece, int | None, int]], n_workers: int) -> lis
 
 def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool, workers: int | None,
                    gmap, progress: Progress | None, force: bool = False, cluster=None,
-                   schema: dict[str, Any] | None = None) -> IngestSummary:
+                   schema: dict[str, Any] | None = None,
+                   skipped: list[dict[str, str]] | None = None) -> IngestSummary:
     prev_sources: dict[str, dict[str, Any]] = {s["path"]: s for s in (previous.sources if previous else [])}
-    damaged = damaged_sources(previous) if previous else set()
+    # parts checked against their checksums (not sizes alone): a part overwritten with bytes of
+    # the same size was kept as it was, and every later query failed on it
+    bad_parts = damaged_parts(previous.path, previous.manifest, deep=True) if previous else {}
+    damaged = damaged_sources(previous, bad_parts) if previous else set()
     problems: list[dict[str, str]] = []
     sources: dict[str, dict[str, Any]] = {}
     if append:
@@ -462,7 +489,11 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                                                             "and the file is gone"})
                 continue
             sources[p] = s
-    by_fingerprint: dict[str, str] = {s["fingerprint"]: s["path"] for s in sources.values()}
+    # the files of each content: identical bytes under paths that name other ranks or hosts are
+    # two ranks' logs (both logged the same OOM line), not one file twice
+    by_fingerprint: dict[str, list[str]] = {}
+    for s in sources.values():
+        by_fingerprint.setdefault(s["fingerprint"], []).append(s["path"])
     duplicates: list[dict[str, str]] = []
     new = unchanged = appended = 0
     bytes_planned = 0
@@ -475,11 +506,15 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     # Fingerprints read 1 MiB per file: on all cores (hashing and reads release the GIL).
     with ThreadPoolExecutor(max_workers=min(len(files), workers or os.cpu_count() or 1) or 1) as pool:
         chunks = [files[i : i + INFO_CHUNK] for i in range(0, len(files), INFO_CHUNK)]
-        listed = [item for chunk in pool.map(_infos, chunks, [schema] * len(chunks)) for item in chunk]
+        listed = [item for chunk in pool.map(_infos, chunks, [schema] * len(chunks),
+                                             [skipped is not None] * len(chunks)) for item in chunk]
     del chunks
     infos: list[tuple[FileInfo, _Looked | None, int | None, str | None]] = []
     for item in listed:
-        if isinstance(item, str):
+        if isinstance(item, ForensicsError):
+            assert skipped is not None
+            skipped.append({"path": item.where or "", "reason": item.reason or item.what})
+        elif isinstance(item, str):
             problems.append({"path": item, "problem": "file vanished between listing and reading: not read"})
         else:
             infos.append(item)
@@ -489,13 +524,14 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         old = prev_sources.get(info.path)
         if old and info.path in damaged:
             old, repaired = None, repaired + 1  # its parts are damaged: read it again, whole
-        if old and old["size"] == info.size and old["fingerprint"] == info.fingerprint:
+        if old and old["size"] == info.size and old["fingerprint"] == info.fingerprint and old.get("read_complete", True):
             sources[info.path] = old
-            by_fingerprint[info.fingerprint] = info.path
+            by_fingerprint.setdefault(info.fingerprint, []).append(info.path)
             unchanged += 1
             continue
-        dup = by_fingerprint.get(info.fingerprint)
-        if dup and dup != info.path:
+        dup = next((p for p in by_fingerprint.get(info.fingerprint, ())
+                    if p != info.path and _same_origin(sources[p], rank_hint, host_hint)), None)
+        if dup:
             duplicates.append({"path": info.path, "duplicate_of": dup})
             continue
         if looked is None:
@@ -514,12 +550,13 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             "lines_read": 0, "events": 0, "rejected": 0, "rejected_by_reason": {},
             "ranks": [], "hosts": [], "rank_sources": {}, "start": None, "end": None,
             "event_parts": [], "reject_parts": [], "complete_end": 0, "complete_lines": 0,
+            "bytes_read": 0, "read_complete": True,
         }
         start, first_line = 0, 1
         grown = (
             old is not None and info.compression == "none" and old.get("compression") == "none"
             and fmt != "kineto"   # one JSON document: a grown trace is read again whole
-            and info.size > old["size"] and old.get("complete_end", 0) > 0
+            and info.size > old["size"] and old.get("complete_end", 0) > 0 and old.get("read_complete", True)
             and prefix_hash(info.path, old["size"]) == old["head_hash"]
         )
         if grown:
@@ -529,6 +566,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                       "event_parts", "reject_parts", "rejected_by_reason", "rank_sources"):
                 src[k] = old[k].copy() if isinstance(old[k], (list, dict)) else old[k]
             grown_paths.add(info.path)
+            src["bytes_read"] = start   # read again from there
             # the old truncated tail line is read again now that the file has grown
             src["lines_read"] = old["complete_lines"]
             if old["rejected_by_reason"].get("truncated line (no newline at end of file)"):
@@ -537,7 +575,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         else:
             new += 1
         sources[info.path] = src
-        by_fingerprint[info.fingerprint] = info.path
+        by_fingerprint.setdefault(info.fingerprint, []).append(info.path)
         if fmt == "empty":
             if info.compression != "none":  # nothing decompressed: an empty stream, or a damaged one
                 bad = _stream_damage(info.path, info.compression)
@@ -584,7 +622,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                           summaries=summaries_on))
 
     kept = {p for p, src in sources.items() if src is prev_sources.get(p)} | grown_paths
-    parts = _carry_parts(writer, previous, prev_sources, sources, kept, drop_rejects_after)
+    parts = _carry_parts(writer, previous, prev_sources, sources, kept, drop_rejects_after, bad_parts)
 
     def absorb(u: Unit, res: UnitResult) -> None:
         """A finished unit's parts and counts into the part table and its sources (as units
@@ -637,9 +675,11 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     summary.repaired_files = repaired
     summary.warnings = warnings
     summary.schemas = schemas
+    summary.skipped = list(skipped or [])
     if summaries_on:   # merged from the units' partials, published with the parts
         _assemble_summaries(writer, table)
-    writer.commit({"sources": ordered, "parts": table, "duplicates": duplicates, "problems": problems, "totals": {
+    writer.commit({"sources": ordered, "parts": table, "duplicates": duplicates, "problems": problems,
+                   **({"skipped": summary.skipped} if summary.skipped else {}), "totals": {
         k: summary.to_dict()[k] for k in ("files", "lines_read", "events", "rejected", "rejected_by_reason",
                                           "ranks", "hosts", "start", "end")}})
     return summary
@@ -647,7 +687,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
 
 def _carry_parts(writer: StoreWriter, previous, prev_sources: dict[str, dict[str, Any]],
                  sources: dict[str, dict[str, Any]], kept: set[str],
-                 drop_rejects_after: dict[str, int]) -> dict[str, dict[str, Any]]:
+                 drop_rejects_after: dict[str, int], damaged: dict[str, str]) -> dict[str, dict[str, Any]]:
     """The previous version's parts that the new one keeps, as its part table {rel: entry}.
 
     `kept`: the previous sources whose rows stay (unchanged, grown, or kept by --append). A part
@@ -659,7 +699,6 @@ def _carry_parts(writer: StoreWriter, previous, prev_sources: dict[str, dict[str
     if previous is None:
         return {}
     gone = set(prev_sources) - kept
-    damaged = damaged_parts(previous.path, previous.manifest)
     holders: dict[str, set[str]] = {}
     for p, s in prev_sources.items():
         for rel in s.get("event_parts", []) + s.get("reject_parts", []) + s.get("kernel_parts", []):
@@ -864,6 +903,10 @@ def _merge(s: dict[str, Any], r: PieceResult, events_part: str, rejects_part: st
         s["reject_parts"].append(rejects_part)
     if r.problem:
         s["problems"] = [*s.get("problems", []), r.problem]
+    # the bytes read (a plain file: the range read; compressed: the bytes its stream gave)
+    s["bytes_read"] = s.get("bytes_read", 0) + (r.end - r.start)
+    if not r.complete:
+        s["read_complete"] = False
 
 
 def _summarize(store: str, sources: list[dict[str, Any]], nbytes: int, new: int, unchanged: int, appended: int,

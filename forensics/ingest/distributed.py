@@ -14,6 +14,7 @@ imported only here, and only when a cluster is asked for.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from typing import Any, Callable, Sequence
@@ -50,11 +51,13 @@ def _distributed() -> Any:
     return distributed
 
 
-def _probe(read_dirs: list[str], write_dirs: list[str]) -> dict[str, Any]:
-    """Runs on each worker: which folders it cannot see or write, and its forensics version."""
+def _probe(read_dirs: list[str], write_dirs: list[str], read_files: Sequence[str] = ()) -> dict[str, Any]:
+    """Runs on each worker: which folders (and files: one per folder) it cannot see or write,
+    and its forensics version. A folder seen without its files (another file system mounted at
+    the path, a stale NFS handle) read as every file "vanished": 0 events, exit 0."""
     from .. import __version__
 
-    missing = [d for d in read_dirs if not os.path.isdir(d)]
+    missing = [d for d in read_dirs if not os.path.isdir(d)] + [f for f in read_files if not os.path.isfile(f)]
     unwritable: list[str] = []
     for d in write_dirs:
         probe = os.path.join(d, f".probe-{uuid.uuid4().hex}")
@@ -81,7 +84,92 @@ def _work(fn: Callable[[Any], Any], units: list[Any], reads: Sequence[str], writ
             raise NotVisible(d, "write", socket.gethostname())
     results = [fn(u) for u in units]
     _failpoint("dask-unit-done")  # crash tests: the parts are written, the results never arrive
-    return results
+    return socket.gethostname(), results
+
+
+def _unseen(result: Any) -> str | None:
+    """A file a unit's result says vanished that the client still sees: the worker cannot see it."""
+    for piece in getattr(result, "pieces", None) or ():
+        if not getattr(piece, "complete", True) and "vanished" in (piece.problem or "") and os.path.isfile(piece.path):
+            return piece.path
+    return None
+
+
+# Schemes a scheduler address may name: plain TCP (tls:// needs certificates forensics does not
+# configure, ws:// and ucx:// other stacks)
+SCHEMES = ("tcp",)
+_ADDRESS = re.compile(r"^(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\s\[\]]+):(?P<port>\d{1,5})/?$")
+
+
+def scheduler_address(address: str) -> str:
+    """`address` as tcp://HOST:PORT (a bare HOST:PORT is TCP), or a ForensicsError saying why not."""
+    m = _ADDRESS.match(address)
+    if m is None or not 0 < int(m["port"]) < 65536:
+        raise ForensicsError(
+            f"{address!r} is not a Dask scheduler address",
+            reason="expected tcp://HOST:PORT",
+            help="pass the address the scheduler prints (tcp://HOST:8786, or cluster.scheduler_address); nothing was written",
+            code=BAD_ARGUMENT,
+        )
+    scheme = (m["scheme"] or "tcp").lower()
+    if scheme not in SCHEMES:
+        raise ForensicsError(
+            f"Dask scheduler address {address}: the {scheme}:// scheme is not supported",
+            reason="forensics connects to a scheduler over plain TCP only",
+            help="start the scheduler with a tcp:// address (dask scheduler --protocol tcp) and pass tcp://HOST:PORT; "
+                 "nothing was written",
+            code=BAD_ARGUMENT,
+        )
+    return f"tcp://{m['host']}:{m['port']}"
+
+
+def connect_timeout() -> float:
+    """Dask's distributed.comm.timeouts.connect, in seconds (30 s by default; env
+    DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT)."""
+    import dask.config
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect", 30), default="s") or 30)
+
+
+def handshake(address: str, timeout: float) -> None:
+    """Connect to `address` and ask it who it is, all within `timeout` seconds; a ForensicsError
+    unless a Dask scheduler answers. distributed's Client has no deadline on its handshake: a
+    listener that accepts and never speaks (or an HTTP server) kept it waiting past 600 s."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm import connect
+
+    async def ask() -> Any:
+        comm = await connect(address, timeout=timeout)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    def run() -> Any:
+        return asyncio.run(asyncio.wait_for(ask(), timeout))
+
+    why: str | None = None
+    with ThreadPoolExecutor(1) as pool:   # its own event loop, whatever the caller runs
+        try:
+            who = pool.submit(run).result()
+            if not (isinstance(who, dict) and who.get("type") == "Scheduler"):
+                why = f"it answered, but not as a Dask scheduler ({str(who)[:120]!r})"
+        except (asyncio.TimeoutError, TimeoutError):
+            why = f"no Dask handshake within {timeout:g} s (distributed.comm.timeouts.connect)"
+        except Exception as e:  # noqa: BLE001 - refused, reset, garbage on the wire: all "not reachable"
+            why = f"{type(e).__name__}: {e}"
+    if why is not None:
+        raise ForensicsError(
+            f"cannot reach the Dask scheduler at {address}",
+            reason=why,
+            help=("check the address (tcp://HOST:8786, as the scheduler or cluster.scheduler_address prints it) and "
+                  "that the scheduler is running; nothing was written"),
+            code=CLUSTER,
+        )
 
 
 def batches(weights: list[int], threads: int) -> list[list[int]]:
@@ -118,11 +206,14 @@ class DaskCluster:
     """A connection to a scheduler for one ingest; `close()` closes it only if we opened it."""
 
     def __init__(self, cluster: Any, timeout: float | None = None) -> None:
+        if isinstance(cluster, str):   # a bad address is refused before dask is imported (~2 s)
+            cluster = scheduler_address(cluster.strip())
         dd = _distributed()
         if isinstance(cluster, dd.Client):
             self.client, self._own = cluster, False
         else:
-            address = str(cluster).strip()
+            address = scheduler_address(str(cluster).strip())   # (an object whose str is an address)
+            handshake(address, timeout if timeout is not None else connect_timeout())
             try:
                 # timeout None: Dask's own distributed.comm.timeouts.connect (30 s; env
                 # DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT)
@@ -159,11 +250,20 @@ class DaskCluster:
             ) from None
         read_dirs = sorted({os.path.dirname(p) for r, _ in needs for p in r})
         write_dirs = sorted({d for _, w in needs for d in w})
+        # one file per folder: a worker that sees the folder must see its files
+        first: dict[str, str] = {}
+        for r, _ in needs:
+            for p in r:
+                first.setdefault(os.path.dirname(p), p)
+        read_files = sorted(first.values())
         try:
-            seen = self.client.run(_probe, read_dirs, write_dirs)
-        except ImportError as e:  # the probe unpickles on the worker: forensics must be installed there
+            seen = self.client.run(_probe, read_dirs, write_dirs, read_files)
+        except (ImportError, TypeError) as e:
+            # the probe unpickles and runs on the worker: forensics must be installed there, and
+            # this version of it (an older one's probe takes other arguments: TypeError)
             raise ForensicsError(
-                f"forensics is not installed on the Dask workers of {self.address}",
+                f"forensics is not installed on the Dask workers of {self.address}" if isinstance(e, ImportError)
+                else f"the Dask workers of {self.address} run another version of forensics than this client ({__version__})",
                 reason=str(e),
                 help=f"install forensics {__version__} in the workers' Python environment",
                 code=CLUSTER,
@@ -175,8 +275,10 @@ class DaskCluster:
                     help=f"install forensics {__version__} in the workers' Python environment",
                     code=CLUSTER,
                 )
-            if s["missing"]:
-                raise _not_visible(worker, s["host"], s["missing"][0], "read")
+            # (a file gone here too vanished since planning: its unit says so, as a local ingest would)
+            missing = [p for p in s["missing"] if p not in first.values() or os.path.isfile(p)]
+            if missing:
+                raise _not_visible(worker, s["host"], missing[0], "read")
             if s["unwritable"]:
                 raise _not_visible(worker, s["host"], s["unwritable"][0], "write")
 
@@ -200,7 +302,7 @@ class DaskCluster:
                 g = index[f.key]
                 i = g[0]
                 try:
-                    results = f.result()
+                    host, results = f.result()
                 except dd.KilledWorker as e:
                     raise ForensicsError(
                         "a Dask worker died while ingesting; the store is unchanged",
@@ -214,6 +316,9 @@ class DaskCluster:
                     path, access, host = e.args
                     raise _not_visible(None, host, path, access) from None
                 for j, result in zip(g, results):
+                    unseen = _unseen(result)
+                    if unseen is not None:   # before anything is committed
+                        raise _not_visible(None, host, unseen, "read")
                     on_result(j, result)
         except BaseException:
             self.client.cancel(futures)

@@ -47,9 +47,19 @@ def sniff(head: bytes, path: str) -> str:
     """Name of the format of a file from its first (decompressed) bytes.
 
     jsonl | hf_state | kineto | flight_recorder | nvidia_smi | dcgm | console | empty
+
+    A UTF-8 byte order mark is skipped (the readers skip it too). Only a file of no bytes is
+    "empty": one of blank lines is read (console), each blank line a reject, as anywhere else.
+    Two or more lines that are each a whole JSON object are JSON lines, whatever keys they hold:
+    a record with a "traceEvents" or "log_history" key made a log a profiler trace or a trainer
+    state (one document: 5 lines read as 1).
     """
-    if not head or head.isspace():   # (not head.strip(): that copies a head that ends in a newline)
+    if head.startswith(BOM):
+        head = head[3:]
+    if not head:
         return "empty"
+    if head.isspace():   # (not head.strip(): that copies a head that ends in a newline)
+        return "console"
     if PICKLE_MAGIC.match(head):
         return "flight_recorder"
     s = head.lstrip()
@@ -63,6 +73,8 @@ def sniff(head: bytes, path: str) -> str:
         first = (s[:nl] if nl >= 0 else s).strip()   # slicing, not split: that copied the rest of the head
         if first.startswith(b'{"log":') and b'"stream":' in first:
             return "console"  # Docker json-file: console text in a JSON envelope (console.py unwraps it)
+        if nl >= 0 and first.endswith(b"}") and _next_line(s, nl).startswith(b"{"):
+            return "jsonl"    # whole objects, one per line: records, not one document
         # the two searches of the whole head: native.find (most of sniff's time, per file)
         if native.find(head, b'"traceEvents"', 65536) >= 0 or b'"schemaVersion"' in first:
             return "kineto"
@@ -79,6 +91,20 @@ def sniff(head: bytes, path: str) -> str:
                                (b"index" in first_line and b"timestamp" in first_line)):
         return "nvidia_smi"
     return "console"
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def _next_line(s: bytes, nl: int) -> bytes:
+    """The first non-blank line after offset `nl` (a newline) of `s`, stripped (b"": none)."""
+    while nl >= 0:
+        end = s.find(b"\n", nl + 1)
+        line = (s[nl + 1:end] if end >= 0 else s[nl + 1:]).strip()
+        if line:
+            return line
+        nl = end
+    return b""
 
 
 # Each format's reader module. Besides JSON lines, readers for what real runs leave behind

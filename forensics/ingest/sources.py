@@ -44,6 +44,15 @@ def compression_of(head: bytes) -> str:
     return "none"
 
 
+SKIP_HELP = ("make it readable (permissions, mount), or pass --skip-unreadable to ingest without it "
+             "(the paths skipped are listed in the summary and kept in the store's manifest)")
+
+
+def unreadable(path: str, why: str) -> ForensicsError:
+    """The error of a file or folder that exists but cannot be read: the same for both."""
+    return ForensicsError(f"cannot read {path}", where=path, reason=why, help=SKIP_HELP, code=UNREADABLE)
+
+
 def expand(inputs: list[str]) -> list[Path]:
     """Files named by paths, directories (recursively) and globs, in a stable order, deduplicated,
     as resolved paths (absolute, no symlinks).
@@ -53,8 +62,11 @@ def expand(inputs: list[str]) -> list[Path]:
     return [Path(p) for p in expand_names(inputs)]
 
 
-def expand_names(inputs: list[str]) -> list[str]:
-    """expand's files as strings (ingest's: a Path costs ~4x its string, per file)."""
+def expand_names(inputs: list[str], skipped: list[dict[str, str]] | None = None) -> list[str]:
+    """expand's files as strings (ingest's: a Path costs ~4x its string, per file).
+
+    A folder that cannot be listed is an error (`unreadable`), as a file that cannot be read is;
+    with `skipped` (a list), it is added there ({"path", "reason"}) and the walk goes on."""
     out: dict[str, str] = {}
     missing: list[str] = []
     for item in inputs:
@@ -70,7 +82,7 @@ def expand_names(inputs: list[str]) -> list[str]:
                     help="pass the store to the query commands, or the raw logs to ingest",
                     code=NO_INPUT,
                 )
-            for fp in _walk(str(p.resolve())):
+            for fp in _walk(str(p.resolve()), skipped):
                 out.setdefault(fp, fp)
         else:
             hits = sorted(glob.glob(item, recursive=True))
@@ -88,20 +100,25 @@ def expand_names(inputs: list[str]) -> list[str]:
             code=NO_INPUT,
         )
     if not out:
-        raise ForensicsError("no log files found", where=", ".join(inputs), code=NO_INPUT)
+        raise ForensicsError("no log files found", where=", ".join(inputs), code=NO_INPUT,
+                             reason=f"{len(skipped)} unreadable path(s) skipped" if skipped else None)
     return list(out.values())
 
 
-def _walk(root: str) -> Iterator[str]:
+def _walk(root: str, skipped: list[dict[str, str]] | None = None) -> Iterator[str]:
     """The files under a resolved folder, as resolved paths, in os.walk's order (a folder's files
     by name, then its subfolders by name). One scandir per folder: the entry types come with the
     listing, and only a symlink is resolved (resolving every path cost one lstat per component
-    of every path: most of the listing of 100,000 small files)."""
+    of every path: most of the listing of 100,000 small files). A folder that cannot be listed:
+    `unreadable`, or (with `skipped`) recorded there (it was skipped with no word)."""
     files: list[tuple[str, str]] = []
     dirs: list[str] = []
     try:
         entries = list(os.scandir(root))
-    except OSError:
+    except OSError as e:
+        if skipped is None:
+            raise unreadable(root, f"the folder cannot be listed: {e.strerror or e}") from None
+        skipped.append({"path": root, "reason": f"folder cannot be listed: {e.strerror or e}"})
         return
     for e in entries:
         name = e.name
@@ -116,7 +133,7 @@ def _walk(root: str) -> Iterator[str]:
     for _, fp in sorted(files, key=lambda x: x[0]):
         yield fp
     for d in sorted(dirs):
-        yield from _walk(os.path.join(root, d))
+        yield from _walk(os.path.join(root, d), skipped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +169,7 @@ def file_info_and_head(path: str | Path, resolved: bool = False) -> tuple[FileIn
         finally:
             os.close(fd)
     except OSError as e:
-        raise ForensicsError(f"cannot read {path}", where=str(path), reason=e.strerror, code=UNREADABLE) from None
+        raise unreadable(str(path), e.strerror or str(e)) from None
     h = hashlib.blake2b(head, digest_size=16)
     hh = h.hexdigest()
     h.update(tail)                    # = the hash of head + tail + size: each byte hashed once
@@ -187,16 +204,21 @@ def open_binary(path: str, compression: str) -> BinaryIO:
 
 
 def read_head(path: str, compression: str, n: int = 64 * 1024) -> bytes:
-    """The first n decompressed bytes (fewer if the file is short or its stream is damaged)."""
+    """The first n decompressed bytes (fewer if the file is short or its stream is damaged:
+    then what decodes before the damage)."""
     try:
-        with open_binary(path, compression) as f:
-            return f.read(n)
+        g = GuardedStream(open_binary(path, compression), compression)
     except (OSError, EOFError, ValueError) as e:
         if compression == "none":
             raise ForensicsError(f"cannot read {path}", where=path, reason=str(e), code=UNREADABLE) from None
         return b""
-    except Exception:  # zstandard.ZstdError and friends: a damaged stream is data, not a crash
-        return b""
+    try:
+        head = g.read(n)
+    finally:
+        g.close()
+    if g.problem and compression == "none":
+        raise ForensicsError(f"cannot read {path}", where=path, reason=g.problem, code=UNREADABLE)
+    return head
 
 
 def rank_from_path(path: str) -> int | None:
@@ -422,48 +444,115 @@ class RangeReader(io.RawIOBase):
 class GuardedStream(io.RawIOBase):
     """A source stream whose read errors end the stream instead of the ingest.
 
-    A truncated gzip stream (EOFError), a bad CRC, a damaged zstd frame, an I/O error: what was
-    read before stays read, the stream reports its end, and `problem` says what happened -- the
-    ingest summary and the manifest carry it for that file. `bytes` counts what was read (a
-    plain file that shrank while read is found by comparing it with the listed size)."""
+    A truncated gzip stream (EOFError), a bad CRC, trailing garbage, a damaged zstd frame, an
+    I/O error: every byte decoded before the damage is handed on, the stream then reports its
+    end, and `problem` says what happened and where (the decompressed byte offset; the caller
+    adds the line) -- the ingest summary and the manifest carry it for that file. `bytes`
+    counts what was read (a plain file that shrank while read is found by comparing it with the
+    listed size). `transient`: the error was the file system's (an I/O error), not the bytes':
+    reading again may succeed.
 
-    def __init__(self, stream: BinaryIO, kind: str) -> None:
+    A compressed stream is read DECODE_STEP bytes at a time with read1 (one decompression call
+    each): an error raised inside a buffered read of a whole block lost every byte the block had
+    decoded (a half-truncated gzip of 970 lines kept none of them, a 50 MB one lost its last
+    2 MiB). A UTF-8 byte order mark at the start (`skip_bom`) is dropped: it is no part of the
+    first line (and turned a JSON-lines file into console text)."""
+
+    DECODE_STEP = 1 << 16
+
+    def __init__(self, stream: BinaryIO, kind: str, skip_bom: bool = False) -> None:
         self._s = stream
         self._kind = kind
         self.bytes = 0
         self.problem: str | None = None
+        self.transient = False
+        self._bom = skip_bom
+        self._pending = b""
 
     def readable(self) -> bool:
         return True
 
     def _fail(self, e: BaseException) -> None:
         what = {"gzip": "gzip stream", "zstd": "zstd stream"}.get(self._kind, "file")
+        at = (f"after {self.bytes:,} decompressed bytes" if self._kind in ("gzip", "zstd")
+              else f"at byte {self.bytes:,}")
         if isinstance(e, EOFError):
-            self.problem = f"{what} truncated: {e}"
+            self.problem = f"{what} truncated: {e} ({at})"
         else:
-            self.problem = f"{what} damaged, read stopped: {type(e).__name__}: {e}"
+            self.problem = f"{what} damaged, read stopped: {type(e).__name__}: {e} ({at})"
+        # an OS error of the file system (not gzip's BadGzipFile, an OSError too): reading
+        # again may succeed
+        self.transient = isinstance(e, OSError) and type(e).__name__ != "BadGzipFile"
+
+    def _raw_read(self, n: int) -> bytes:
+        if self._kind in ("gzip", "zstd"):
+            return self._s.read1(min(n, self.DECODE_STEP))
+        return self._s.read(n)
+
+    def _start(self) -> None:
+        """Drop a leading UTF-8 BOM (its 3 bytes still count as read)."""
+        self._bom = False
+        head = b""
+        while len(head) < 3:
+            b = self._raw_read(3 - len(head))
+            if not b:
+                break
+            head += b
+        if head == b"\xef\xbb\xbf":
+            self.bytes += 3
+        else:
+            self._pending = head
 
     def readinto(self, b) -> int:  # type: ignore[override]
         if self.problem:
             return 0
+        mv = memoryview(b).cast("B")
+        n = 0
         try:
-            n = self._s.readinto(b) or 0
+            if self._bom:
+                self._start()
+            if self._pending:
+                n = min(len(self._pending), len(mv))
+                mv[:n] = self._pending[:n]
+                self._pending = self._pending[n:]
+                self.bytes += n
+            if self._kind in ("gzip", "zstd"):
+                while n < len(mv):
+                    chunk = self._s.read1(min(len(mv) - n, self.DECODE_STEP))
+                    if not chunk:
+                        break
+                    mv[n:n + len(chunk)] = chunk
+                    n += len(chunk)
+                    self.bytes += len(chunk)
+            elif n < len(mv):
+                got = self._s.readinto(mv[n:]) or 0
+                n += got
+                self.bytes += got
         except Exception as e:  # noqa: BLE001 - gzip/zstd/OS errors of one source file
             self._fail(e)
-            return 0
-        self.bytes += n
         return n
 
     def read(self, n: int = -1) -> bytes:  # type: ignore[override]
         if self.problem:
             return b""
-        try:
-            b = self._s.read(n) if n is not None and n >= 0 else self._s.read()
-        except Exception as e:  # noqa: BLE001
-            self._fail(e)
-            return b""
-        self.bytes += len(b)
-        return b
+        if self._kind not in ("gzip", "zstd") and not self._bom and not self._pending:
+            try:   # a plain stream: one read, no buffer of n bytes (readers ask for up to 64 MiB)
+                b = self._s.read(n) if n is not None and n >= 0 else self._s.read()
+            except Exception as e:  # noqa: BLE001
+                self._fail(e)
+                return b""
+            self.bytes += len(b)
+            return b
+        out: list[bytes] = []
+        left = n if n is not None and n >= 0 else -1
+        buf = bytearray(self.DECODE_STEP)
+        while left:
+            got = self.readinto(buf if left < 0 or left >= len(buf) else memoryview(buf)[:left])
+            if not got:
+                break
+            out.append(bytes(buf[:got]))
+            left = left - got if left > 0 else left
+        return b"".join(out)
 
     def close(self) -> None:
         try:

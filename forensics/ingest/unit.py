@@ -26,7 +26,7 @@ from ..store import _EPOCH, COMPRESSION, ROW_GROUP, PartWriter, arrow_array, min
 from ..summaries import Partial
 from . import native
 from .bounds import TS_REASON, lines_at, split_out_of_range
-from .formats import BLOCK_BYTES, ReaderContext, reader_for
+from .formats import BLOCK_BYTES, BOM, ReaderContext, reader_for
 from .jsonl import scan_files
 from .sources import GuardedStream, RangeReader, max_line_bytes, open_binary, zstd_damage
 
@@ -80,6 +80,10 @@ class PieceResult:
     kernel_rows: int = 0      # GPU activities written to the piece's kernels part (profiler traces)
     unterminated_tail: bool = False
     problem: str | None = None  # the file could not be read to its end: truncated, shrank, vanished
+    # False: the read stopped for a reason outside the file's bytes (it vanished, could not be
+    # opened, shrank, an I/O error): the same bytes may read whole next time, so the source is
+    # never taken as "unchanged" (a damaged gzip stays damaged: that read is complete)
+    complete: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,7 +245,8 @@ def _read_files(pieces: tuple[Piece, ...], ew: PartWriter,
                 n = _read_into(p.path, mv[pos:pos + p.size + 1])
             except OSError:
                 continue
-        if n == p.size and buf[pos + n - 1] == 10:   # ends with a newline
+        if n == p.size and buf[pos + n - 1] == 10 and buf[pos:pos + 3] != BOM:   # ends with a newline
+            # (a file that starts with a byte order mark goes to its reader, which skips it)
             idx.append(k)
             pos += n
             ends.append(pos)
@@ -411,18 +416,24 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: byte
     try:
         if data is not None:
             raw: Any = io.BytesIO(data)
-        elif u.compression == "none" and (u.start or u.end >= 0):
-            end = u.end if u.end >= 0 else os.path.getsize(u.path)
+        elif u.compression == "none":
+            # never past the size listed (and fingerprinted): a file that grows while it is read
+            # has its new lines read by the next ingest --append, from where this one stopped
+            # (read to the end, they were read twice: once here, once as the grown tail)
+            end = u.end if u.end >= 0 else (u.size if u.size >= 0 else os.path.getsize(u.path))
             raw = RangeReader(u.path, u.start, end)
         else:
             raw = open_binary(u.path, u.compression)
     except FileNotFoundError:
-        res.problem = "file vanished between listing and reading: not read"
+        res.problem = ("file vanished between listing and reading: not read" if not (u.start or u.end >= 0) else
+                       f"file vanished while read: bytes {u.start:,}..{u.end if u.end >= 0 else u.size:,} not read")
+        res.complete = False
         return res
     except OSError as e:
         res.problem = f"file could not be opened: {e.strerror or e}"
+        res.complete = False
         return res
-    stream = GuardedStream(raw, u.compression)
+    stream = GuardedStream(raw, u.compression, skip_bom=u.start == 0)
     ranks: set[int] = set()
     hosts: set[str] = set()
     srcs: dict[str, int] = {}
@@ -476,13 +487,20 @@ def _read_piece(u: Piece, unit: Unit, ew: PartWriter, rw: PartWriter, data: byte
     res.start_ts = tmin.isoformat() if tmin is not None else None
     res.end_ts = tmax.isoformat() if tmax is not None else None
     res.problem = stream.problem
+    res.complete = not stream.transient
     if res.problem is None and u.compression == "zstd":
         res.problem = zstd_damage(u.path)
+    if res.problem is not None:   # where: the lines before the damage are all read
+        res.problem += (f"; {res.lines:,} line(s) read before it (lines {u.first_line:,}..{u.first_line + res.lines - 1:,})"
+                        if res.lines else "; no line read before it")
     if u.compression == "none":
         listed_end = u.end if u.end >= 0 else u.size
         if res.problem is None and listed_end >= 0 and u.start + stream.bytes < listed_end:
             res.problem = (f"file shrank while read: {u.start + stream.bytes:,} bytes read, "
                            f"{listed_end:,} listed")
+            res.complete = False
         consumed = u.start + stream.bytes
+    else:
+        consumed = stream.bytes   # a compressed file: the bytes its stream gave
     res.end = consumed
     return res

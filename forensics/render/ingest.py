@@ -95,6 +95,8 @@ def render_summary(s: IngestSummary, console: Console, verbose: bool = False) ->
         console.print(f"warning: {w}")
     for d in s.duplicate_files[:5]:
         console.print(f"note: skipped {d['path']}: same content as {d['duplicate_of']}")
+    for sk in s.skipped:
+        console.print(f"warning: skipped {sk['path']} (--skip-unreadable): {sk['reason']}")
     if s.rejected:
         console.print(f"see the rejected lines with: forensics rejects {s.store}")
 
