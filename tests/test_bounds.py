@@ -105,7 +105,7 @@ def test_sql_stops_a_query_past_its_time_limit(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "jsonl", "table"])
 def test_sql_results_of_any_type_print_in_every_format(tmp_path: Path, fmt: str) -> None:
-    st = _store(tmp_path, b"garbage \xff\xfe line\n")
+    st = _store(tmp_path, b"\x00\x01 garbage \xff\xfe line\n")   # control bytes: a reject, not console text
     q = ("SELECT 'a'::BLOB AS b, INTERVAL 1 DAY AS i, union_value(k := 1) AS u, MAP {'a': 1} AS m, {'a': 1} AS s, "
          "[{'b': 2}] AS l, (SELECT raw FROM rejects LIMIT 1) AS raw, (SELECT typed_value FROM duckdb_settings() LIMIT 1) AS v")
     r = CliRunner().invoke(app, ["sql", str(st), q, "--format", fmt])
@@ -123,7 +123,7 @@ def test_a_count_beyond_any_integer_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_lint_reads_a_rejected_line_that_is_not_utf8(tmp_path: Path) -> None:
-    st = _store(tmp_path, b"garbage \xff\xfe line\nTraceback (most recent call last) \xff\n")
+    st = _store(tmp_path, b"\x00\x01 garbage \xff\xfe line\n\x00Traceback (most recent call last) \xff\n")
     r = CliRunner().invoke(app, ["lint", str(st)])
     assert r.exit_code in (0, 3) and "traceback (rejected line)" in r.output, r.output
 

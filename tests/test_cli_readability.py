@@ -179,7 +179,7 @@ def test_help_names_values_as_users_do() -> None:
 def test_usage_errors_in_one_sentence() -> None:
     cases = [(("ranks", "x", "--format", "xml"), "--format must be one of: table, jsonl, csv, json (got 'xml')"),
              (("last-10s", "x", "-f", "csv"), "--format must be one of: table, json (got 'csv')"),
-             (("events", "x", "--limit", "-1"), "--limit must be at least 0 (got -1)"),
+             (("events", "x", "--limit", "-1"), "--limit must be 0 to 2147483647 (got -1)"),
              (("events", "x", "--rank", "1", "--rank", "two"), "--rank takes a whole number (got 'two')"),
              (("diagnose", "x", "--fail-on", "LOUD"), "level 'LOUD' is not one of INFO, WARN, ERROR")]
     for args, said in cases:

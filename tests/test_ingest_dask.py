@@ -67,6 +67,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _inputs(logs: Path) -> list[str]:
+    # three sample runs of the same ranks and steps in one store, on purpose (force=True: not one run)
     return [str(SAMPLES / "straggler"), str(SAMPLES / "hang"), str(SAMPLES / "oom_cascade"), str(logs)]
 
 
@@ -119,9 +120,9 @@ def assert_same_store(a: Path, b: Path) -> None:
 def test_dask_ingest_builds_the_same_store_as_a_local_one(client, logs: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(ingest_mod, "RANGE_BYTES", 60_000)  # the big file becomes several units
     seen: list[dict[str, Any]] = []
-    d = forensics.ingest(_inputs(logs), tmp_path / "dask", dask=client,
+    d = forensics.ingest(_inputs(logs), tmp_path / "dask", dask=client, force=True,
                          progress=lambda kind, info: seen.append({"kind": kind, **info}))
-    loc = forensics.ingest(_inputs(logs), tmp_path / "local")
+    loc = forensics.ingest(_inputs(logs), tmp_path / "local", force=True)
     assert _summary(d) == _summary(loc)
     assert d.events > 3000 + 50 + 2 and d.rejected >= 3  # the sample runs, the big file, the hostile lines
     assert_same_store(tmp_path / "dask", tmp_path / "local")
@@ -177,12 +178,12 @@ def test_a_worker_dying_mid_unit_has_its_unit_run_again(client, logs: Path, tmp_
     doomed = sorted(client.scheduler_info()["workers"])[0]
     _set_failpoint(client, "dask-unit-done", workers=[doomed])  # dies after writing a unit's parts
     try:
-        forensics.ingest(_inputs(logs), tmp_path / "dask", dask=client)
+        forensics.ingest(_inputs(logs), tmp_path / "dask", dask=client, force=True)
     finally:
         _set_failpoint(client, None)
     # it did die (its restarted process has another address), and its unit was run again
     assert doomed not in client.scheduler_info()["workers"]
-    forensics.ingest(_inputs(logs), tmp_path / "local")
+    forensics.ingest(_inputs(logs), tmp_path / "local", force=True)
     assert_same_store(tmp_path / "dask", tmp_path / "local")
     client.wait_for_workers(1, timeout=600)  # a loaded machine restarts slowly
 

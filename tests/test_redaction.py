@@ -330,7 +330,7 @@ def test_sql_over_rejects_masks_the_rejected_lines(tmp_path: Path) -> None:
     d = tmp_path / "logs"
     d.mkdir()
     (d / "rank_0.jsonl").write_bytes(b'{"timestamp": "2025-06-12T14:00:00Z", "rank": 0, "message": "step=1"}\n'
-                                     b"\xff\xfe login hf_AbC123xyzQ9 password=Rej3cted9 done\n")
+                                     b"\x00\xff\xfe login hf_AbC123xyzQ9 password=Rej3cted9 done\n")   # control bytes: a reject
     forensics.ingest([str(d)], tmp_path / "st")
     for fmt in ("table", "csv", "json", "jsonl"):
         r = CliRunner().invoke(app, ["sql", str(tmp_path / "st"), "SELECT raw FROM rejects", "--format", fmt],
