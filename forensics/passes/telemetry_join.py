@@ -47,6 +47,24 @@ def gpu_map_hint(gpus: list[tuple[str | None, int]]) -> str:
     return " ".join(opts) + (" …" if len(gpus) > SHOWN else "")
 
 
+def _logs_arg(ctx: Context) -> str:
+    """The logs to name in the command, shell-quoted: the paths the user gave, else (a store, whose
+    map was fixed at ingest) its source files, else their folder, else LOGS. `--gpu-map` applies
+    when raw logs are read, so the command names logs, never the store."""
+    import os
+    import shlex
+
+    run = ctx.run
+    if run is None:
+        return "LOGS"
+    paths = list(run.inputs or [])
+    if not paths:
+        paths = [p for p in run.source_columns("path").get("path", []) if p]
+        if len(paths) > 4:
+            paths = [os.path.commonpath(paths)]   # their folder: a long list of files is not a command to copy
+    return " ".join(shlex.quote(str(p)) for p in paths) if paths else "LOGS"
+
+
 def find(ctx: Context) -> list[Finding]:
     df = _unjoined(ctx).collect()
     if df.is_empty():
@@ -60,13 +78,14 @@ def find(ctx: Context) -> list[Finding]:
     all_hosts = ctx.events.select(pl.col("host").drop_nulls().unique()).collect().to_series().to_list()
     one_node = len(set(all_hosts) | set(hosts)) <= 1
     identity = ""
+    logs = _logs_arg(ctx)
     if one_node:
         # only true when the launcher put rank i on GPU i of a single node: offered, never assumed
-        identity = (" (on a one-node job with rank i on GPU i: "
-                    + " ".join(f"--gpu-map {hosts[0] + ':' if hosts else ''}{g}={g}" for _, g in gpus[:SHOWN]) + ")")
+        identity = (f" (on a one-node job with rank i on GPU i: `forensics diagnose {logs} "
+                    + " ".join(f"--gpu-map {hosts[0] + ':' if hosts else ''}{g}={g}" for _, g in gpus[:SHOWN]) + "`)")
     title = (f"{n:,} GPU telemetry row{'s' if n != 1 else ''} from {where} could not be joined to ranks: nothing maps "
-             f"a GPU to the rank that ran on it, so no per-rank pass read them. Re-run with "
-             f"`forensics diagnose … {gpu_map_hint(gpus)}`{identity}")
+             f"a GPU to the rank that ran on it, so no per-rank pass read them. Re-run on the logs (the map is applied "
+             f"when they are read) with `forensics diagnose {logs} {gpu_map_hint(gpus)}`{identity}")
     first = df.sort("first", nulls_last=True).row(0, named=True)
     return [Finding(
         rule=pass_id("telemetry_join"), kind="log_hygiene", layer="physical", severity="WARN", ranks=[], title=title,
