@@ -110,8 +110,9 @@ def test_every_sentence_reads_without_gaps_when_the_logs_say_nothing() -> None:
             text = f.next or ""
             assert text and text[0].isupper(), kind
             assert not re.search(r"\{|\}|None|\bnan\b", text), (kind, text)
+            assert "the host of" not in text, (kind, text)      # an unknown host is never made a location
             if ranks and "{rank}" in template:
-                assert "rank 3" in text or "rank 1" in text
+                assert "rank 3" in text.lower() or "rank 1" in text.lower()
 
 
 def test_root_cause_takes_its_finding_sentence_or_its_kind() -> None:
@@ -146,3 +147,60 @@ def test_next_is_shown_under_the_root_cause_in_every_format(sample: str, must: l
     assert "## Next\n\n" + report.root_cause.next in md        # type: ignore[union-attr]
     html = render(report, "html")
     assert '<p class="next"><b>Next:</b> ' in html and html.count('<div class="next">next: ') >= 1
+
+
+# -- next steps from the facts the finding holds (issue 28 item 4) --------------------------------
+
+def _one(kind: str, **kw) -> Finding:
+    f = Finding("r", kind, "resource", "ERROR", kw.pop("ranks", [0]), "t", **kw)
+    attach_next([f], None, pl.LazyFrame(schema={"rank": pl.Int32, "timestamp": pl.Int64}), load_next_steps())
+    return f
+
+
+def test_an_oom_on_a_shared_gpu_names_the_other_processes_not_the_peers() -> None:
+    shared = {"shared_gpu": True, "other_processes": 2, "failing_pid": 10, "device": 0,
+              "listed_processes": [{"pid": 10, "mb": 9000.0}, {"pid": 11, "mb": 20380.0}, {"pid": 12, "mb": 512.0}]}
+    f = _one("oom", evidence=shared, lines=[Evidence("/l/train.log", 185, 0)])
+    assert "2 other processes (pid 11 (19.9 GiB), pid 12 (512 MiB)) held memory on GPU 0 (rank 0)" in f.next
+    assert "pid 10" not in f.next and "peers'" not in f.next and "host" not in f.next
+    alone = _one("oom", evidence={"shared_gpu": False}, lines=[Evidence("/l/train.log", 185, 0)])
+    assert "against its peers'" in alone.next and "other processes" not in alone.next
+
+
+def test_a_known_host_is_named_and_an_unknown_one_is_left_out() -> None:
+    f = _one("straggler", evidence={"host": "gpu-node-7"})
+    assert f.next.startswith("Rank 0 on gpu-node-7 computes slowest") and "CPU load of gpu-node-7" in f.next
+    g = _one("straggler")
+    assert g.next.startswith("Rank 0 computes slowest") and "the host of" not in g.next
+
+
+def test_a_scheduler_end_uses_the_job_id_and_reason_of_the_finding() -> None:
+    f = _one("job_cancelled", ranks=[], evidence={"job": "4471", "reason": "TIME LIMIT"})
+    assert "job 4471 (time limit)" in f.next and "sacct -j 4471 " in f.next and "JOBID" not in f.next
+    g = _one("job_cancelled", ranks=[], evidence={"job": "4471"})
+    assert "Ask the scheduler why job 4471 ended (`sacct -j 4471 " in g.next
+
+
+def test_a_timeout_names_its_collective_and_sequence_from_the_watchdog_line() -> None:
+    line = ("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE, "
+            "NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600032 milliseconds before timing out.")
+    f = _one("nccl_timeout", ranks=[], lines=[Evidence("/l/rank_3.log", 88, 3, text=line)])
+    assert f.next.startswith("The ranks that timed out in allreduce (seq 41) waited")
+    g = _one("nccl_timeout", ranks=[])
+    assert g.next.startswith("The ranks that timed out waited") and "unknown" not in g.next
+
+
+def test_optional_segments_are_validated() -> None:
+    assert next_step_error("[On {host}, i|I]nspect {gpu}.") is None
+    assert "optional segment" in next_step_error("[a [b] c].")
+    assert "optional segment" in next_step_error("On {host}].")
+
+
+def test_the_real_deepspeed_oom_names_the_three_processes_on_its_gpu() -> None:
+    log = REPO.parent / "shared" / "realdata" / "console" / "deepspeed_2rank_oom.log"
+    if not log.exists():
+        pytest.skip("../shared/realdata not present")
+    r = CliRunner().invoke(app, ["diagnose", str(log), "--format", "json"])
+    nxt = json.loads(r.stdout)["root_cause"]["next"]
+    assert "3 other processes (pid 1605762 (19.9 GiB), pid 1612264 (4.7 GiB), pid 1612549 (3.5 GiB))" in nxt
+    assert "the host of" not in nxt and "peers'" not in nxt

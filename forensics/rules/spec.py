@@ -30,7 +30,8 @@ METADATA = ("id", "title", "level", "layer", "kind", "description", "references"
 SECTIONS = ("next", "ranks_are", "params", "match", "threshold", "join", "examples")
 # What to do next (optional in a rule file; rules/next_steps.toml holds one per kind): one
 # sentence, with {placeholders} filled from the finding by forensics.rules.next_steps.
-NEXT_PLACEHOLDERS = ("rank", "ranks", "rank_id", "host", "gpu", "path", "collective", "seq", "step", "pid", "where")
+NEXT_PLACEHOLDERS = ("rank", "ranks", "rank_id", "host", "gpu", "path", "collective", "seq", "step", "pid", "where",
+                     "job", "reason", "others")
 NEXT_STEPS_FILE = "next_steps.toml"
 # Whether the ranks a rule matches are the ones at fault (a hot GPU, an OOM), or only where a
 # symptom shows (every rank blocked in a hung collective times out): then they are victims.
@@ -672,6 +673,13 @@ def next_step_error(text: Any) -> str | None:
         return "must be a non-empty string: one sentence saying what to do next"
     if "\n" in text.strip():
         return "must be one sentence on one line"
+    depth = 0
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if depth not in (0, 1):
+            return "square brackets mark an optional segment: one level, each [ closed by a ]"
+    if depth:
+        return "square brackets mark an optional segment: one level, each [ closed by a ]"
     try:
         names = [f for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
     except ValueError as e:
