@@ -457,7 +457,8 @@ def _table_console() -> Console:
     (unless COLUMNS says how wide)."""
     import os
 
-    return out if sys.stdout.isatty() else make_console(color_mode, width=None if os.environ.get("COLUMNS") else 240)
+    return out if sys.stdout.isatty() else make_console(color_mode, width=None if os.environ.get("COLUMNS") else 240,
+                                                         unpadded=True)
 
 
 @app.command()

@@ -55,3 +55,20 @@ def test_the_gpu_map_command_of_a_telemetry_finding_runs_as_printed(tmp_path: Pa
         code, out = _run(cmd + " --format json")
         assert code == 0, (cmd, out)
         assert "error[" not in out and "could not be joined" not in out, cmd
+
+
+def _next_step_commands() -> list[str]:
+    from forensics.rules import load_next_steps
+
+    return sorted({c for t in load_next_steps().values() for c in _commands(t)})
+
+
+@pytest.mark.parametrize("command", _next_step_commands())
+def test_every_forensics_command_of_a_next_step_runs(command: str) -> None:
+    """The sentences of rules/next_steps.toml name forensics commands with LOGS, BASELINE and the
+    rank to fill in: filled with a sample run and one of its ranks, each runs."""
+    sample = str(Path(__file__).resolve().parents[1] / "sample_logs" / "straggler")
+    filled = command.replace("{rank_id}", "3").replace("LOGS", sample).replace("BASELINE", sample)
+    assert "{" not in filled, filled
+    code, out = _run(filled)
+    assert code == 0, (filled, out)

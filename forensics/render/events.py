@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..schema import EVENT_SCHEMA
-from .layout import Col, fit, print_fitted
+from .layout import COMFORTABLE, Col, fit, print_fitted
 from ..timeline import plain
 
 PIPE_FORMATS = ("jsonl", "csv", "json")
@@ -140,7 +140,7 @@ def print_events_table(console: Console, df: pl.DataFrame, title: str | None = N
     cols = [Col(f"{day} (UTC)" if day else "time (UTC)", key=True), Col("rank", "right", key=True)]
     if show_host:
         cols.append(Col("host", drop=9))
-    cols += [Col("level", key=True), Col("event", key=True), Col("message", wrap=10, cap=80, drop=1)]
+    cols += [Col("level", key=True), Col("event", key=True), Col("message", wrap=COMFORTABLE, cap=80, drop=1, below=True)]
     file_col = Col("file:line", key=True, path=True)
 
     def with_metrics(names: list[str], combined: bool) -> tuple[list[Col], list[list[Any]]]:

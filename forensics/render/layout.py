@@ -37,8 +37,9 @@ class Col:
     drop: int = 0
     wrap: int | None = None
     cap: int | None = None
-    path: bool = False        # file:line values: when too wide, break after a '/'
+    path: bool = False        # file:line values: never broken (a path cut in two cannot be copied)
     one_line: bool = False    # free text cut (with …) to one line when the column is wide enough
+    below: bool = False       # free text that, rather than be left out, is printed under its row
 
 
 def _text(v: Any) -> str:
@@ -74,9 +75,6 @@ def _widths(cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -> tuple[list[in
         natural = max(values if c.cap is None else min(values, c.cap), cell_len(c.head))
         if c.wrap is not None:
             least = max(min(c.wrap, natural), head_min)
-        elif c.path:
-            # a path may break after its last '/': the file name and line stay on one line
-            least = max(_longest([t.rsplit("/", 1)[-1] for t in texts]), head_min)
         else:
             least = max(values, head_min)
         nat.append(natural)
@@ -90,7 +88,7 @@ def fit(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tuple
     (the table is then wider than `width`: whole values beat a tidy edge)."""
     nat, low = _widths(cols, rows)
     shown = list(range(len(cols)))
-    is_flex = [c.wrap is not None or c.path for c in cols]
+    is_flex = [c.wrap is not None for c in cols]
     comfortable = [max(low[i], min(nat[i], COMFORTABLE)) if is_flex[i] else low[i] for i in range(len(cols))]
 
     def need(idx: list[int], w: Sequence[int]) -> int:
@@ -137,13 +135,18 @@ def _one_line(v: Any, width: int, cap: int | None) -> Any:
     return Text(s[:n - 1] + "…", style=v.style if isinstance(v, Text) else "")
 
 
-def _break_path(v: Any, width: int) -> Any:
-    s = _text(v)
-    if cell_len(s) <= width or "/" not in s:
-        return v
-    head, tail = s.rsplit("/", 1)
-    style = v.style if isinstance(v, Text) else ""
-    return Text(f"{head}/\n{tail}", style=style)
+def _build(cols: Sequence[Col], shown: list[int], widths: list[int], rows: Sequence[Sequence[Any]], *,
+           row_styles: Sequence[str] | None = None, title: str | None = None, header: bool = True) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, show_header=header)
+    for i, w in zip(shown, widths):
+        c = cols[i]
+        # values of a column without `wrap` fit its width: only its header wraps (at spaces)
+        t.add_column(c.head, justify=c.justify, width=w, overflow="fold")  # type: ignore[arg-type]
+    for n, r in enumerate(rows):
+        cells = [_one_line(r[i], w, cols[i].cap) if cols[i].one_line else r[i] for i, w in zip(shown, widths)]
+        t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells),
+                  style=row_styles[n] if row_styles else None)
+    return t
 
 
 def fitted_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int, *,
@@ -151,17 +154,47 @@ def fitted_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int,
     """A rich table of the columns that fit `width`, the heads left out, and the width it needs
     (print it at least that wide)."""
     shown, widths, dropped = fit(cols, rows, width)
-    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for i, w in zip(shown, widths):
-        c = cols[i]
-        # values of a column without `wrap` fit its width: only its header wraps (at spaces)
-        t.add_column(c.head, justify=c.justify, width=w, overflow="fold")  # type: ignore[arg-type]
-    for n, r in enumerate(rows):
-        cells = [_break_path(r[i], w) if cols[i].path else _one_line(r[i], w, cols[i].cap) if cols[i].one_line else r[i]
-                 for i, w in zip(shown, widths)]
-        t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells),
-                  style=row_styles[n] if row_styles else None)
+    t = _build(cols, shown, widths, rows, row_styles=row_styles, title=title)
     return t, dropped, sum(widths) + SEPARATOR * max(len(widths) - 1, 0)
+
+
+# Text printed under its row: indented past the first column's start, at most this many characters
+BELOW_INDENT = 4
+BELOW_CHARS = 2000
+
+
+def _print_wide(console: Console, renderable: Any, needed: int) -> None:
+    """Print at least `needed` cells wide: rich clamps `print(width=)` to the console's width and
+    would then squeeze whole-valued key columns (a path) to nothing; the terminal wraps instead."""
+    width = console.width
+    console.width = max(width, needed)
+    try:
+        console.print(renderable, crop=False)
+    finally:
+        console.width = width
+
+
+def _print_below(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], under: list[int], *,
+                 row_styles: Sequence[str] | None, title: str | None) -> None:
+    """The table without the `under` columns, each row followed by their text (wrapped to the
+    width, indented): a message too wide for a column of its own stays readable."""
+    from rich.padding import Padding
+
+    keep = [i for i in range(len(cols)) if i not in under]
+    cols2 = [cols[i] for i in keep]
+    rows2 = [[r[i] for i in keep] for r in rows]
+    shown, widths, _ = fit(cols2, rows2, console.width)
+    needed = sum(widths) + SEPARATOR * max(len(widths) - 1, 0)
+    for n, (r, r2) in enumerate(zip(rows, rows2)):
+        style = [row_styles[n]] if row_styles else None
+        _print_wide(console, _build(cols2, shown, widths, [r2], row_styles=style, title=title if n == 0 else None,
+                                    header=n == 0), needed)
+        for i in under:
+            text = _text(r[i]).strip()
+            if text:
+                if len(text) > BELOW_CHARS:
+                    text = text[:BELOW_CHARS - 1] + "…"
+                console.print(Padding(Text(text, style="dim"), (0, 0, 0, BELOW_INDENT)), width=console.width, soft_wrap=False)
 
 
 def _plain_column(values: list[Any], width: int, right: bool) -> list[str] | None:
@@ -227,14 +260,19 @@ def print_fitted(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[
     """Print the table fitted to the console; then, if columns were left out, one line naming
     them (and `hint`, where the rest can be seen)."""
     width = console.width
-    plain = plain_table(console, cols, rows, width) if title is None else None
-    if plain is not None:
+    under = [i for i, c in enumerate(cols) if c.below and c.head in fit(cols, rows, width)[2]] if rows else []
+    plain = plain_table(console, cols, rows, width) if title is None and not under else None
+    if under:
+        _print_below(console, cols, rows, under, row_styles=row_styles, title=title)
+        dropped = fit([c for i, c in enumerate(cols) if i not in under],
+                      [[x for i, x in enumerate(r) if i not in under] for r in rows], width)[2]
+    elif plain is not None:
         text, dropped = plain
         console.file.write(text)   # what rich would write (row styles need colours: there are none)
         console.file.flush()
     else:
         t, dropped, needed = fitted_table(cols, rows, width, row_styles=row_styles, title=title)
-        console.print(t, width=max(width, needed), crop=False)
+        _print_wide(console, t, needed)
     if dropped:
         names = ", ".join(dropped)
         console.print(f"not shown at {width} columns: {names}" + (f" ({hint})" if hint else ""),

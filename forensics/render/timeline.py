@@ -106,7 +106,7 @@ def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.Dat
         _say(console, f"no events at all from rank(s) {_ranks_text(missing)}: a file without lines, or no file "
                       "(ranks are numbered 0..world_size-1)")
     live = df.filter(pl.col("last_ts").is_not_null()).sort("silent_order")
-    if live.height > 1:
+    if live.height > 1 and _went_silent_early(live.row(0, named=True), live.row(1, named=True)):
         first = live.row(0, named=True)
         behind = f", {first['lag_steps']} step(s) behind" if first.get("lag_steps") else ""
         step = f" at step {first['last_step']}" if first.get("last_step") is not None else ""
@@ -118,10 +118,21 @@ def render_ranks(df: pl.DataFrame, fmt: str, console: Console, monotonic: pl.Dat
         _say(console, note + " (silence is compared on the aligned clock)")
     if monotonic is not None and monotonic.height:
         for r in monotonic.head(5).iter_rows(named=True):
-            _say(console, f"time goes backwards {r['backwards']} time(s) in {r['source_file']} (rank {r['rank']}), "
+            n, rank = r["backwards"], "" if r["rank"] is None else f" (rank {r['rank']})"
+            _say(console, f"time goes backwards {n} time{'s' if n != 1 else ''} in {r['source_file']}{rank}, "
                           f"first at {r['source_file']}:{r['first_line']}, up to {_ms(r['max_back_ms'])} ms")
         if monotonic.height > 5:
             _say(console, f"... and in {monotonic.height - 5} more file(s)")
+
+
+def _went_silent_early(first: dict, second: dict) -> bool:
+    """Whether the first rank to go silent did so before the others: behind in steps, or silent
+    for at least 10 ms and at least twice as long as the next one. Ranks that stop together (a
+    clean end: 0.00s, 0.02s vs 0.03s) have no "first to go silent" worth a line."""
+    if first.get("lag_steps"):
+        return True
+    a, b = first.get("silent_s") or 0.0, second.get("silent_s") or 0.0
+    return a >= 0.01 and a >= 2 * b
 
 
 # --- timeline ------------------------------------------------------------------------------------
@@ -283,7 +294,7 @@ def render_snapshot(s: Snapshot, fmt: str, console: Console) -> None:
     # one line per rank when there is room: the message is cut (JSON and the event list below
     # have it whole); on a narrow terminal it wraps
     spec = [Col(h, j, key=d is None, drop=d or 0, wrap=8 if h == "message" else None, path=h == "file:line",
-                cap=MESSAGE_CHARS if h == "message" else None, one_line=h == "message")
+                cap=MESSAGE_CHARS if h == "message" else None, one_line=h == "message", below=h == "message")
             for h, j, d in heads]
     if s.ranks.height > GROUP_ABOVE:
         _snapshot_groups(console, s, spec, show_host, day)

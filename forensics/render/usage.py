@@ -33,13 +33,49 @@ def colour_off(mode: str) -> bool:
     return mode == "never" or (mode == "auto" and bool(os.environ.get("NO_COLOR")))
 
 
-def console(mode: str = "auto", *, stderr: bool = False, width: int | None = None) -> Console:
-    """A rich console for stdout (or stderr) under the colour mode."""
+class Unpadded:
+    """A text stream that writes each line without its trailing blanks. Rich pads every table
+    row to the table's width; on a terminal that is invisible, in a pipe or a file it makes every
+    line as long as the widest (lint: 216 characters of which 120 spaces). Resolves sys.stdout /
+    sys.stderr at each write, as rich does (a test runner swaps them)."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr, self._pending = stderr, ""
+
+    @property
+    def _stream(self) -> Any:
+        import sys
+
+        return sys.stderr if self._stderr else sys.stdout
+
+    def write(self, text: str) -> int:
+        *done, self._pending = (self._pending + text).split("\n")
+        if done:
+            self._stream.write("".join(line.rstrip(" ") + "\n" for line in done))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._stream.write(self._pending.rstrip(" "))
+            self._pending = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+
+def console(mode: str = "auto", *, stderr: bool = False, width: int | None = None, unpadded: bool = False) -> Console:
+    """A rich console for stdout (or stderr) under the colour mode; `unpadded`: for a pipe or a
+    file, lines without trailing blanks (see Unpadded)."""
+    file = Unpadded(stderr) if unpadded else None
     if colour_off(mode):
-        return Console(stderr=stderr, soft_wrap=True, width=width, color_system=None, no_color=True)
+        return Console(file=file, stderr=stderr, soft_wrap=True, width=width, color_system=None, no_color=True)
     if mode == "always":
-        return Console(stderr=stderr, soft_wrap=True, width=width, force_terminal=True, color_system="standard")
-    return Console(stderr=stderr, soft_wrap=True, width=width)
+        return Console(file=file, stderr=stderr, soft_wrap=True, width=width, force_terminal=True, color_system="standard")
+    return Console(file=file, stderr=stderr, soft_wrap=True, width=width)
 
 
 def styled(c: Console) -> bool:
