@@ -204,7 +204,9 @@ def test_every_sample_scenario_renders(scenario: Path, tmp_path: Path) -> None:
     report = diagnose(run)
     out = render_html(report, run)
     d = Doc(out)
-    assert [t for t, _ in d.tags].count("script") == 2 and set(FIGURES) <= d.ids()
+    assert [t for t, _ in d.tags].count("script") == 2
+    drawn = set(FIGURES) & d.ids()         # a panel with nothing to draw is left out and named in one note
+    assert drawn and (drawn == set(FIGURES) or out.count("Not drawn, nothing in the logs for them: ") == 1)
     assert len(out.encode()) < 300_000
     if report.root_cause is not None:
         # the page shows the verdict, then the summary's sentence after "(... layer): "

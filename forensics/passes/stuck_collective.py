@@ -100,10 +100,10 @@ def _from_table(line) -> Finding:
 def _attach(f: Finding, table) -> None:
     """The table's first mismatch, cited first, and the table itself for the report."""
     from ..fr_table import dumps_summary, ranks_text
-    from ..render.fr_table import text_block
+    from ..render.fr_table import table_rows, text_block
 
     head = table.first_stalled()
-    ev: dict = {"table": text_block(table), "dumps": dumps_summary(table), "no_dump": table.no_dump}
+    ev: dict = {"table": text_block(table), "rows": table_rows(table), "dumps": dumps_summary(table), "no_dump": table.no_dump}
     if head is not None:
         lead = head.lead()
         ev["first_mismatch"] = {"pg": head.pg, "desc": head.desc, "seq": head.seq, "problem": head.problem,

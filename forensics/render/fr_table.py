@@ -131,6 +131,27 @@ def report_block(report: Any) -> str | None:
     return None
 
 
+def report_rows(report: Any) -> dict[str, Any] | None:
+    """The Flight Recorder table's rows a diagnosis carries (`table_rows`), for the HTML report."""
+    for f in report.findings:
+        fr = f.evidence.get("flight_recorder") if isinstance(f.evidence, dict) else None
+        if isinstance(fr, dict) and isinstance(fr.get("rows"), dict):
+            return fr["rows"]
+    return None
+
+
+def table_rows(table: FrTable, limit: int = 12) -> dict[str, Any]:
+    """The rows `text_block` prints (the problem lines, at most `limit`), every column, and the
+    notes: the same table for a page that has no column limit."""
+    lines = [ln for ln in table.lines if ln.problem]
+    rows, styles = _rows(lines[:limit])
+    extra = [f"... {len(lines) - limit} more line(s): forensics fr-table"] if len(lines) > limit else []
+    if not lines and table.lines:
+        extra = [f"no mismatch: {len(table.lines)} line(s) in {len(table.groups)} process group(s) agree, every member present"]
+    return {"columns": [c.head for c in COLUMNS], "rows": [[str(v) for v in r] for r in rows], "styles": styles,
+            "notes": extra + notes(table)}
+
+
 def text_block(table: FrTable, width: int = 80, limit: int = 12) -> str:
     """The table as plain text (for `diagnose`): the problem lines, at most `limit`, and the notes."""
     console = Console(width=width, record=True, file=open(os.devnull, "w"), color_system=None)
@@ -180,4 +201,4 @@ def render(table: FrTable, lines: list[Line], fmt: str, console: Console, *, all
         render_text(table, lines, console, all_lines=all_lines)
 
 
-__all__ = ["render", "render_text", "render_json", "render_csv", "text_block", "report_block", "notes", "csv_rows", "COLUMNS"]
+__all__ = ["render", "render_text", "render_json", "render_csv", "text_block", "report_block", "report_rows", "table_rows", "notes", "csv_rows", "COLUMNS"]

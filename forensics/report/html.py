@@ -168,6 +168,7 @@ svg.colorbar{margin-top:2px}
 .sw{display:inline-block;width:16px;height:3px} .sw.band{height:10px;opacity:.35} .sw.dash{height:0;border-top:2px dashed}
 .note{color:var(--muted);font-size:12.5px;margin:2px 0}
 .next{font-size:13px;margin:6px 0 0}
+table.fr tr.fr-problem td{font-weight:600} table.fr tr.fr-odd td{color:var(--err)}
 .strip td{padding:0 6px} .strip svg{margin:0}
 #tip{position:fixed;display:none;pointer-events:none;background:#1d2430;color:#fff;font-size:12px;padding:3px 7px;border-radius:4px;z-index:9}
 footer{margin-top:30px;color:var(--muted);font-size:12px}
@@ -217,14 +218,19 @@ def render_html(report: Report, run: "Run | None" = None, *, redact: bool = True
     parts.append(_chain(report, o, paths))
     parts.append(_findings(report, o, paths))
     if run is not None:
+        drawn, note = _left_out(figures)
         parts.append('<h2 id="plots">Plots</h2>')
-        parts.extend(figures)
+        parts.extend(drawn)
+        if note:
+            parts.append(note)
     else:
         parts.append('<p class="note">Plots need the run\'s events: render with the store (forensics diagnose STORE --format html).</p>')
-    from ..render.fr_table import report_block
+    from ..render.fr_table import report_block, report_rows
 
-    if fr := report_block(report):     # the Flight Recorder table (forensics fr-table), when dumps were read
-        parts.append(f'<h2 id="flight-recorder">Flight Recorder</h2><pre>{esc(fr)}</pre>')
+    if fr := report_rows(report):      # the Flight Recorder table (forensics fr-table), when dumps were read
+        parts.append('<h2 id="flight-recorder">Flight Recorder</h2>' + _fr_table(fr))
+    elif fr_text := report_block(report):   # a report written before the table carried its rows
+        parts.append(f'<h2 id="flight-recorder">Flight Recorder</h2><pre>{esc(fr_text)}</pre>')
     parts.append(_per_rank(o, highlight))
     parts.append(_evidence_section(report, logged, paths))
     parts.append(f'<footer>forensics {esc(__version__)} · generated {esc(dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))}'
@@ -235,6 +241,17 @@ def render_html(report: Report, run: "Run | None" = None, *, redact: bool = True
 
 
 # --- text parts -------------------------------------------------------------------------------
+
+
+def _fr_table(fr: dict[str, Any]) -> str:
+    """The Flight Recorder table as an HTML table: every column (a page has no 80-column limit),
+    the problem lines bold, a rank's odd entry in red; then the notes."""
+    head = "".join(f"<th>{esc(c)}</th>" for c in fr["columns"])
+    body = "".join(
+        f'<tr{" class=" + chr(34) + style + chr(34) if style else ""}>' + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>"
+        for row, style in zip(fr["rows"], [{"bold": "fr-problem", "red": "fr-odd"}.get(s, "") for s in fr["styles"]]))
+    table = f'<table class="fr"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>' if fr["rows"] else ""
+    return table + "".join(f'<p class="note">{esc(n)}</p>' for n in fr["notes"])
 
 
 class _PathNames:
@@ -411,8 +428,23 @@ def _figure(title: str, sub: str, body: str, fid: str = "") -> str:
             f"{body}</figure>")
 
 
+class _Left(str):
+    """A panel with nothing to draw: left out of the page, named in one note under the plots."""
+
+    def __new__(cls, title: str, why: str) -> "_Left":
+        obj = super().__new__(cls, f"{title} ({why.removesuffix(' (nothing to draw)')})")
+        return obj
+
+
 def _empty(title: str, why: str, fid: str = "") -> str:
-    return _figure(title, "", f'<p class="note">{esc(why)}</p>', fid)
+    return _Left(title, why)
+
+
+def _left_out(figures: list[str]) -> tuple[list[str], str]:
+    """The panels that drew something, and one note naming those left out (and why)."""
+    drawn = [f for f in figures if not isinstance(f, _Left)]
+    left = [str(f) for f in figures if isinstance(f, _Left)]
+    return drawn, (f'<p class="note">Not drawn, nothing in the logs for them: {esc("; ".join(left))}.</p>' if left else "")
 
 
 def _figures(run: "Run", highlight: list[int], scrub, paths: _PathNames) -> list[str]:
@@ -638,6 +670,20 @@ def _snapshot_bins(table: pl.DataFrame, highlight: list[int]) -> tuple[pl.DataFr
             dict(zip(ranked["rank"].to_list(), members.tolist())))
 
 
+def snapshot_info(r: dict[str, Any]) -> str:
+    """A row of the last-10s panel in words, from the fields `last-10s` prints and its JSON holds
+    (in_window, last_event, last_level, step, silent_s, last_ts): one truth in every format."""
+    n = r.get("in_window") or 0
+    if not n and r.get("last_event") is None:
+        return "no events at all"
+    last = f'{r["last_event"] or "-"}' + (f' step {r["step"]}' if r.get("step") is not None else "")
+    timed = "" if r.get("last_ts") is not None else " (no time of its own)"
+    silent = r.get("silent_s")
+    quiet = f"silent {silent:.1f} s · " if silent is not None and silent >= 1.0 else ""
+    count = f"{n} event{'s' if n != 1 else ''} in the window" if n else "no events in the window"
+    return f"{count} · {quiet}last {last}{timed}"
+
+
 def _snapshot(run: "Run", ranks: list[int], highlight: list[int], scrub, paths: _PathNames) -> str:
     from .. import timeline
 
@@ -697,14 +743,10 @@ def _snapshot(run: "Run", ranks: list[int], highlight: list[int], scrub, paths: 
             color = "#c62828" if lvl == "ERROR" else "#e08a00"
             body.append(f'<circle cx="{e["x"]:.1f}" cy="{y + row_h / 2:.1f}" r="{row_h / 3:.1f}" fill="{color}" '
                         f'stroke="#fff" stroke-width="0.8"><title>{esc(tip)}</title></circle>')
-        silent = r["silent_s"]
-        last = f'{r["last_event"] or "-"}' + (f' step {r["step"]}' if r["step"] is not None else "")
-        info = (f"silent {silent:.1f} s · last {last}" if silent is not None and silent >= 1.0 else f"last {last}")
-        if r["last_ts"] is None:
-            info = "no events at all"
+        info = snapshot_info(r)
         if bins and name != f"rank {rank}":
             info = f"rank {rank}: {info}"
-        color = "#c62828" if (silent or 0) >= 1.0 or r["last_ts"] is None else "#5f6b7a"
+        color = "#c62828" if (r["silent_s"] or 0) >= 1.0 or not r["in_window"] else "#5f6b7a"
         body.append(f'<text class="tick" x="{label_w + pw + 8}" y="{y + row_h - 4}" fill="{color}" style="fill:{color}">'
                     f'{esc(info)}<title>{esc(scrub(r["last_message"] or ""))} ({esc(r["last_where"] or "")})</title></text>')
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {h}" width="{width}" height="{h}" role="img" '
