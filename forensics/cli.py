@@ -330,6 +330,7 @@ def compare(
     fail_on_new: Optional[str] = typer.Option(None, "--fail-on-new", metavar="LEVEL", help="Fail on a new finding at this level or above: INFO, WARN (default), ERROR or off."),
     no_findings: bool = typer.Option(False, "--no-findings", help="Skip diagnosing both runs (faster; no new/resolved findings)."),
     width: Optional[int] = typer.Option(None, "--width", min=40, metavar="N", help="Text width (default: the terminal's; 100 when not a terminal)."),
+    summary: Optional[str] = typer.Option(None, "--summary", metavar="FILE", help=_SUMMARY_HELP),
     config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help=_CONFIG_HELP),
 ) -> None:
     """Compare a run with its baseline: step time, throughput, data load, communication, GPU, loss; new findings; exit 3 on a regression, 4 when the runs cannot be compared."""
@@ -365,6 +366,10 @@ def compare(
     tty = output is None and sys.stdout.isatty()
     text = render_compare(result, fmt.value, width=width or (out.width if tty else 100))
     _write(text, output, f": {result.verdict}")
+    if summary:
+        from .report.summary import append_summary, render_compare_summary
+
+        append_summary(summary, render_compare_summary(result))
     if not result.comparable:
         raise typer.Exit(NOT_COMPARABLE_EXIT)
     if not result.passed:
@@ -589,6 +594,7 @@ class LintFormat(str, Enum):
 def lint(
     paths: list[str] = typer.Argument(..., metavar="PATH...", help=_STORE_OR_LOGS),
     fmt: LintFormat = typer.Option(LintFormat.text, "--format", "-f", case_sensitive=False, metavar="FORMAT", help="text, json or junit (CI test report)"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", metavar="FILE", help="Write the checklist to this file instead of stdout."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", callback=_fail_on_option("lint"), metavar="LEVEL[:CHECK,...]",
                                           help="Exit 3 when a check is at least WARN or FAIL (CI): LEVEL or LEVEL:CHECK,CHECK (-CHECK leaves one out)."),
     summary: Optional[str] = typer.Option(None, "--summary", metavar="FILE", help=_SUMMARY_HELP),
@@ -609,11 +615,19 @@ def lint(
     result = redact_obj(result) if redact else result
     policy = fail_policy(fail_on, cfg, "lint", names=[c.id for c in result.checks])
     if fmt is LintFormat.json:
-        sys.stdout.write(render_lint_json(result))
+        _write(render_lint_json(result), output)
     elif fmt is LintFormat.junit:
         from .report.junit import lint_junit
 
-        sys.stdout.write(lint_junit(result, policy))
+        _write(lint_junit(result, policy), output)
+    elif output:
+        import io
+
+        from rich.console import Console
+
+        buf = io.StringIO()
+        render_lint(result, Console(file=buf, width=100, color_system=None, no_color=True, highlight=False))
+        _write("\n".join(line.rstrip() for line in buf.getvalue().split("\n")), output)
     else:
         render_lint(result, _table_console())
     if summary:

@@ -118,6 +118,17 @@ def render_lint_summary(result: "LintResult", policy: "FailOn | None" = None) ->
     return "\n".join(md) + "\n\n"
 
 
+def render_compare_summary(result: Any) -> str:
+    """The job summary of `forensics compare`: both runs, the verdict, one row per check."""
+    from .compare_render import _check_status, _side
+
+    md = ["### forensics compare", "", f"- {_cell(_side('baseline', result.baseline))}",
+          f"- {_cell(_side('candidate', result.candidate))}", "", f"**{_cell(result.verdict)}**", "",
+          "| | check | result |", "|---|---|---|"]
+    md += [f"| {_check_status(c)} | {c.label} | {_cell(c.text)} |" for c in result.checks]
+    return "\n".join(md) + "\n\n"
+
+
 def append_summary(path: str, text: str) -> None:
     """Append `text` to `path` ($GITHUB_STEP_SUMMARY is shared by every step of the job)."""
     try:
