@@ -62,3 +62,17 @@ def test_compare_appends_a_job_summary(tmp_path: Path) -> None:
     md = s.read_text()
     assert md.startswith("earlier step\n### forensics compare") and "**FAIL: median step time +" in md
     assert "| FAIL | median step time |" in md
+
+
+def test_the_summary_lists_the_root_cause_fault_once() -> None:
+    """The real DeepSpeed OOM: the pass's finding ("4 times") and the cuda_oom rule's ("8 events")
+    are one fault; the full report says so, the job summary listed it twice."""
+    from forensics.passes import diagnose
+    from forensics.report.summary import render_summary
+
+    log = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "console" / "deepspeed_2rank_oom.log"
+    if not log.exists():
+        pytest.skip("../shared/realdata not present")
+    md = render_summary(diagnose([str(log)]))
+    top = md[md.index("Top findings:"):]
+    assert top.count("CUDA OOM · rank 0") == 1 and "4 times" in top and "8 events" not in top

@@ -89,7 +89,12 @@ def render_summary(report: Report, policy: "FailOn | None" = None, title: str = 
                + (f" ({len(tripped)} finding{'s' if len(tripped) != 1 else ''})" if tripped else ""), ""]
     elif tripped:   # no input to diagnose fails CI without --fail-on (config.ALWAYS_FAILS)
         md += [f"CI: **failed** ({', '.join(sorted({f.kind for f in tripped}))})", ""]
-    shown = [f for f in report.findings if f.severity != "INFO" and f.kind != "log_hygiene"] or report.findings
+    # a rule and a pass that saw the root cause's own fault are one finding, as the full report says
+    # ("the same fault, also reported by"): listed once (the DeepSpeed OOM: "4 times" and "8 events")
+    dup = [x for x in o.explained if " the same fault, also reported by" in x.line]
+    same = {id(f) for x in dup for f in report.findings if f is x.finding or (f.rule in x.also and f.kind == x.finding.kind)}
+    shown = [f for f in report.findings if f.severity != "INFO" and f.kind != "log_hygiene" and id(f) not in same] \
+        or report.findings
     top = sorted(shown, key=lambda f: -SEVERITIES.index(f.severity))[:TOP_FINDINGS]
     if top:
         md += ["Top findings:", "", *(_finding_line(f) for f in top)]
