@@ -73,3 +73,16 @@ def test_time_going_backwards_has_no_none_rank_and_counts_in_words() -> None:
     out = run("ranks", str(OOM_LOG))
     assert "(rank None)" not in out and "time(s)" not in out
     assert "time goes backwards 3 times in " in out
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_diagnose_never_breaks_an_evidence_path(tmp_path: Path, width: int) -> None:
+    """A cited file:line too long for the evidence column used to be folded mid-name."""
+    import shutil
+
+    logs = tmp_path / ("a_very_long_directory_name_for_the_training_run_of_2025_06_12" * (1 if width == 80 else 3))
+    shutil.copytree(SAMPLES / "oom_cascade", logs)
+    out = run("diagnose", str(logs), "--width", str(width))
+    cited = [ln for ln in out.splitlines() if "rank_3.jsonl:129" in ln]
+    assert cited and all(f"{logs.name}/rank_3.jsonl:129" in ln for ln in cited)
+    assert not [ln for ln in out.splitlines() if ln.strip().startswith("/rank_")]

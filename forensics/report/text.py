@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import os
+from typing import Any, Callable
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -33,16 +35,63 @@ def _where(e: Evidence) -> str:
     return f"{path}:{e.line}"
 
 
-def _evidence(e: Evidence) -> Text:
-    t = Text("↳ ", style="dim")
-    t.append(_where(e), style="cyan")
+def _evidence(e: Evidence, where: bool = True) -> Text:
+    t = Text("↳ ", style="dim") if where else Text("")
+    if where:
+        t.append(_where(e), style="cyan")
     if e.rank is not None:
         t.append(f"  rank {e.rank}")
     if e.timestamp:
         t.append(f"  {cited_clock(e.timestamp, e.aligned_timestamp)}", style="dim")
     if e.text:
         t.append(f"  {e.text}")
-    return t
+    return t if where else t[len(t.plain) - len(t.plain.lstrip()):]
+
+
+class _Block:
+    """Rows of a two-column grid whose evidence paths are never cut: a file:line too long for the
+    second column is printed on a line of its own, whole (past the width if it must: a path
+    broken in two cannot be copied), and the grid goes on below it."""
+
+    def __init__(self, con: Console, make: Callable[[], Table], avail: int) -> None:
+        self.con, self.make, self.avail = con, make, avail
+        self.t, self.n = make(), 0
+
+    def row(self, *cells: Any) -> None:
+        self.t.add_row(*cells)
+        self.n += 1
+
+    def evidence(self, e: Evidence) -> None:
+        where = _where(e)
+        if cell_len(where) + 2 <= self.avail:
+            self.row("", _evidence(e))
+            return
+        self.flush()
+        self.con.print(Text.assemble(("↳ ", "dim"), (where, "cyan")), soft_wrap=True)
+        rest = _evidence(e, where=False)
+        if rest.plain.strip():
+            self.row("", rest)
+
+    def prose(self, first: Text | str, text: str, style: str = "") -> None:
+        """A sentence in the second column; wrapped at spaces only when one of its words (a path)
+        is longer than the column, so that word stays whole."""
+        if max((cell_len(w) for w in text.split()), default=0) <= self.avail:
+            self.row(first, Text(text, style=style))
+            return
+        import textwrap
+
+        self.flush()
+        indent = self.con.width - self.avail
+        head = first if isinstance(first, Text) else Text(first)
+        for n, line in enumerate(textwrap.wrap(text, self.avail, break_long_words=False, break_on_hyphens=False)):
+            lead = head.copy() if n == 0 else Text("")
+            lead.pad_right(max(indent - cell_len(lead.plain), 0))
+            self.con.print(Text.assemble(lead, (line, style)), soft_wrap=True)
+
+    def flush(self) -> None:
+        if self.n:
+            self.con.print(self.t)
+        self.t, self.n = self.make(), 0
 
 
 def _grid(first_width: int) -> Table:
@@ -53,7 +102,7 @@ def _grid(first_width: int) -> Table:
     return t
 
 
-def _add_finding(t: Table, f: Finding) -> None:
+def _add_finding(t: "_Block", f: Finding) -> None:
     head = Text()
     head.append(f"{f.layer} · {f.kind} · ", style="dim")
     if phrase := basis_phrase(f.basis, f.basis_weak):
@@ -61,11 +110,11 @@ def _add_finding(t: Table, f: Finding) -> None:
     head.append(f.title)
     if f.cost:
         head.append(f"  ({cost_text(f.cost, short=True)})", style="dim")
-    t.add_row(Text(f.severity, style={"ERROR": "bold red", "WARN": "yellow"}.get(f.severity, "")), head)
+    t.row(Text(f.severity, style={"ERROR": "bold red", "WARN": "yellow"}.get(f.severity, "")), head)
     for e in f.lines[:EVIDENCE_PER_CLAIM]:
-        t.add_row("", _evidence(e))
+        t.evidence(e)
     if f.next:
-        t.add_row("", Text(f"next: {f.next}", style="dim"))
+        t.prose("", f"next: {f.next}", style="dim")
 
 
 def _column_groups(columns: list[str], rows: list[list[str]], width: int, key: int | None) -> list[list[int]]:
@@ -133,41 +182,51 @@ def render_text(report: Report, *, width: int = 100, color: bool = False) -> str
     if o.chain:
         con.print()
         con.print(Text("Chain, bottom-up", style="bold"))
-        t = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False, expand=False)
-        t.add_column(no_wrap=True, min_width=13, style="magenta")
-        t.add_column(overflow="fold")
+        def chain_table() -> Table:
+            t = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False, expand=False)
+            t.add_column(no_wrap=True, min_width=13, style="magenta")
+            t.add_column(overflow="fold")
+            return t
+
+        b = _Block(con, chain_table, width - 14)
         for c in o.chain:
-            t.add_row(c.layer, Text(c.finding))
+            b.row(c.layer, Text(c.finding))
             for e in c.lines[:EVIDENCE_PER_CLAIM]:
-                t.add_row("", _evidence(e))
-        con.print(t)
+                b.evidence(e)
+        b.flush()
     elif o.root is not None:
         con.print()
-        t = _grid(5)
-        _add_finding(t, o.root)
-        con.print(t)
+        b = _Block(con, lambda: _grid(5), width - 5 - GAP)
+        _add_finding(b, o.root)
+        b.flush()
     if report.root_cause is not None and report.root_cause.next:
         con.print()
-        nxt = _grid(5)
-        nxt.add_row(Text("Next", style="bold"), Text(report.root_cause.next))
-        con.print(nxt)
+        nxt = _Block(con, lambda: _grid(5), width - 5 - GAP)
+        nxt.prose(Text("Next", style="bold"), report.root_cause.next)
+        nxt.flush()
     if o.explained:
         con.print()
         con.print(Text("Explained by the root cause", style="bold"))
-        t = _grid(0)
+        b = _Block(con, lambda: _grid(0), width - GAP)
         for x in o.explained:
             line = Text(x.line)
-            if x.finding.lines:
-                line.append(f"  [{_where(x.finding.lines[0])}]", style="cyan")
-            t.add_row("", line)
-        con.print(t)
+            wh = _where(x.finding.lines[0]) if x.finding.lines else None
+            # the citation on the sentence's line when the sentence leaves room for it whole
+            if wh and cell_len(x.line) + cell_len(wh) + 4 <= width - GAP:
+                line.append(f"  [{wh}]", style="cyan")
+                wh = None
+            b.row("", line)
+            if wh:
+                b.flush()
+                con.print(Text.assemble(" " * GAP, (f"[{wh}]", "cyan")), soft_wrap=True)
+        b.flush()
     if o.others:
         con.print()
         con.print(Text(o.others_title, style="bold"))
-        t = _grid(5)
+        b = _Block(con, lambda: _grid(5), width - 5 - GAP)
         for f in o.others:
-            _add_finding(t, f)
-        con.print(t)
+            _add_finding(b, f)
+        b.flush()
     from ..render.fr_table import report_block
 
     if fr := report_block(report):     # the Flight Recorder table (forensics fr-table), when dumps were read
