@@ -86,3 +86,15 @@ def test_diagnose_never_breaks_an_evidence_path(tmp_path: Path, width: int) -> N
     cited = [ln for ln in out.splitlines() if "rank_3.jsonl:129" in ln]
     assert cited and all(f"{logs.name}/rank_3.jsonl:129" in ln for ln in cited)
     assert not [ln for ln in out.splitlines() if ln.strip().startswith("/rank_")]
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_trace_stats_keeps_host_wait_leaves_out_zero_columns_and_says_waits_are_summed(columns: int) -> None:
+    dlrm = REPO.parent / "shared" / "realdata" / "kineto" / "dlrm_8rank"
+    if not dlrm.is_dir():
+        pytest.skip("../shared/realdata not present")
+    out = run("trace-stats", str(dlrm), columns=columns)
+    table = out[:out.index("━")]
+    assert "host" in table and "other" not in table          # host wait (22.2 ms on rank 0) kept; other wait 0 everywhere
+    assert "0 on every row, not shown: other wait ms" in out
+    assert "summed over a rank's CUDA streams" in out and "can exceed the span" in out

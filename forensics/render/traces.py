@@ -22,7 +22,7 @@ BREAKDOWN = [  # key, head, format, drop order (None: key column)
     ("rank", "rank", "{}", None), ("step", "step", "{}", None), ("kernels", "kernels", "{:,}", 5),
     ("span_us", "span ms", "ms", None), ("compute_pct", "compute %", "pct", None),
     ("non_compute_pct", "non-compute %", "pct", None), ("idle_pct", "idle %", "pct", None),
-    ("host_wait_us", "host wait ms", "ms", 3), ("kernel_wait_us", "kernel wait ms", "ms", 2),
+    ("host_wait_us", "host wait ms", "ms", 2), ("kernel_wait_us", "kernel wait ms", "ms", 3),
     ("other_wait_us", "other wait ms", "ms", 1), ("comm_us", "comm ms", "ms", 4),
     ("overlap_pct", "comm/compute overlap %", "pct", None),
 ]
@@ -48,15 +48,25 @@ def render_trace_stats(s: TraceStats, fmt: str, console: Console) -> None:
     say = lambda t: console.print(t, markup=False, highlight=False)  # noqa: E731
     say(f"{len(s.traces)} trace(s), {sum(t.gpu_activities for t in s.traces):,} GPU activities; "
         "step 'all' = the whole trace as HTA counts it (with 2+ profiler steps, the last is left out)")
-    cols = [Col(h, "right", key=d is None, drop=d or 0) for _, h, _, d in BREAKDOWN]
     shown = s.breakdown
     per_step = shown.filter(pl.col("step").is_not_null())
     many = per_step.height > MAX_STEP_ROWS
     if many:   # thousands of profiled steps: the whole-trace rows here, every step in csv/json
         shown = shown.filter(pl.col("step").is_null())
-    rows = [[Text(_fmt(r[k], f)) for k, _, f, _ in BREAKDOWN] for r in shown.iter_rows(named=True)]
+    # an optional column that is zero (or empty) on every row says nothing: left out, and said so,
+    # before a column with numbers gives way to the width
+    zero = [h for k, h, _, d in BREAKDOWN if d is not None and k in shown.columns and shown.height
+            and not shown[k].fill_null(0).cast(pl.Float64).abs().sum()]
+    spec = [(k, h, f, d) for k, h, f, d in BREAKDOWN if h not in zero]
+    cols = [Col(h, "right", key=d is None, drop=d or 0) for _, h, _, d in spec]
+    rows = [[Text(_fmt(r[k], f)) for k, _, f, _ in spec] for r in shown.iter_rows(named=True)]
     print_fitted(console, cols, rows, title="GPU time per rank" + ("" if many else " and profiler step"),
                  hint="--format csv has every column")
+    if zero:
+        say(f"0 on every row, not shown: {', '.join(zero)}")
+    if any(h.endswith("wait ms") for _, h, _, _ in spec):
+        say("the wait columns are summed over a rank's CUDA streams (each gap before an activity on its own stream), "
+            "so together they can exceed the span")
     if many:
         say(f"{per_step.height:,} per-step rows are not shown: --format csv or json has them")
     if s.top_kernels.height:
