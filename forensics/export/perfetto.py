@@ -363,6 +363,7 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
                 continue
             who = f"rank {rank}" if rank is not None else NO_RANK
             out.append({"ph": "C", "name": f"{who} {c}", "ts": ts, "pid": pid, "tid": tid, "args": {"value": v}})
+    out += _kernel_events(run, ranks, steps, t0, max(max_events - len(out), 0))
     if len(out) == sum(e["ph"] == "M" for e in out):
         raise ForensicsError("nothing to export: no step, counter or WARN/ERROR event in the selection",
                              reason="the run (or the --steps/--ranks chosen) has no event a timeline can show",
@@ -381,6 +382,51 @@ def trace_events(run: "Run", *, steps: tuple[int | None, int | None] | None = No
         },
     }
     return trace, cut
+
+
+# Profiler-trace GPU activities get processes of their own, after every host's: pid KERNEL_PID + rank
+KERNEL_PID = 1_000_000
+
+
+def _kernel_events(run: "Run", ranks: list[int] | None, steps: tuple[int | None, int | None] | None,
+                   t0: dt.datetime, room: int) -> list[dict[str, Any]]:
+    """The GPU activities of the run's profiler traces (kernels, memcpys, memsets) as complete
+    events: a process per rank ("rank N GPU (profiler trace)"), a thread per CUDA stream, on the
+    traces' own clock (epoch ns; not shifted by the log clock offsets). At most `room` of them,
+    the longest first, so a cut keeps what dominates the GPU time."""
+    k = run.kernels()
+    if ranks is not None:
+        k = k.filter(pl.col("rank").is_in(ranks))
+    if steps is not None:
+        lo, hi = steps
+        k = k.filter(pl.col("step").is_null() | (pl.col("step") >= (lo if lo is not None else -(2**31)))
+                     & (pl.col("step") <= (hi if hi is not None else 2**31 - 1)))
+    t0_ns = int(t0.timestamp() * 1e9)
+    df = (k.select("rank", "step", "stream", "category", "name", "collective", "start_ns", "dur_ns", "source_file", "line")
+          .filter(pl.col("start_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+          .sort("dur_ns", descending=True).head(room).sort("rank", "stream", "start_ns").collect())
+    if df.is_empty():
+        return []
+    out: list[dict[str, Any]] = []
+    for rank in df["rank"].unique(maintain_order=True).to_list():
+        pid = KERNEL_PID + (rank if rank is not None else -1)
+        label = f"rank {rank} GPU (profiler trace)" if rank is not None else f"{NO_RANK} GPU (profiler trace)"
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0, "args": {"name": label}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": pid}})
+        for stream in df.filter(pl.col("rank").eq_missing(rank))["stream"].unique(maintain_order=True).to_list():
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": stream if stream is not None else 0, "ts": 0,
+                        "args": {"name": f"stream {stream}"}})
+    for r in df.iter_rows(named=True):
+        args = {"category": r["category"], "where": f"{r['source_file']}:{r['line']}"}
+        if r["step"] is not None:
+            args["step"] = r["step"]
+        if r["collective"]:
+            args["collective"] = r["collective"]
+        out.append({"ph": "X", "name": r["name"] or "?", "cat": f"gpu_{r['category'] or 'other'}",
+                    "ts": (r["start_ns"] - t0_ns) / 1000, "dur": r["dur_ns"] / 1000,
+                    "pid": KERNEL_PID + (r["rank"] if r["rank"] is not None else -1),
+                    "tid": r["stream"] if r["stream"] is not None else 0, "args": args})
+    return out
 
 
 def export_perfetto(run: "Run", path: str | os.PathLike[str], *, steps: tuple[int | None, int | None] | None = None,
