@@ -915,31 +915,41 @@ CANCEL_REASONS = {"TIME LIMIT": "its time limit", "NODE FAILURE": "a node failur
 CANCEL_ERRORS = {"NODE FAILURE"}
 
 
-def _cancel_finding(cancels: list[dict[str, Any]], rows: list[dict[str, Any]]) -> Finding:
+def _cancel_finding(cancels: list[dict[str, Any]], rows: list[dict[str, Any]], alone: bool = False) -> Finding:
     """The scheduler ended the job (scancel, time limit, node failure, preemption). Every worker
-    it killed afterwards (srun "Killed"/"Terminated", the launcher's exits) is its cascade."""
+    it killed afterwards (srun "Killed"/"Terminated", the launcher's exits) is its cascade.
+    `alone`: no failure of the job's own was found; then a kill line without a time of its own is
+    the cancel's cascade wherever it sits (torch.distributed.launch's sigkill_handler prints
+    "Killing subprocess PID" per worker, then "Main process received SIGTERM, exiting": those
+    lines, untimed, are often printed before the slurmstepd line), and a process that received
+    the signal without a pid is the launcher itself, not a worker."""
     first = cancels[0]
     xs = [_extra(c) for c in cancels]
     # Slurm prints the step's line ("STEP 12.0") and the job's ("JOB 12"); the job id is before the dot
     job = next((x.get("job") for x in xs if x.get("kind") == "job"), None) or (str(xs[0].get("job") or "").split(".")[0] or None)
     reason = next(((x.get("reason") or "").strip() for x in xs if (x.get("reason") or "").strip()), None)
     why = CANCEL_REASONS.get((reason or "").upper(), reason.lower() if reason else "a cancellation (scancel)")
-    after = [r for r in rows if r["kind"] in ("kill", "exit") and (_key(r) >= _key(first) or r["by"] == "slurm")]
+    after = [r for r in rows if r["kind"] in ("kill", "exit")
+             and (_key(r) >= _key(first) or r["by"] == "slurm" or (alone and not r["exact"]))]
     tasks: set[int] = set()
     for r in after:
         if r["by"] == "slurm":
             tasks |= _tasks(_extra(r).get("tasks"))
-    others = _processes([r for r in after if r["by"] != "slurm"])
+    signalled = [r for r in after if alone and r["kind"] == "kill" and r["by"] is None and r["pid"] is None]
+    others = _processes([r for r in after if r["by"] != "slurm" and not any(r is x for x in signalled)])
     n = len(tasks) + len(others)
     host = f" on {first['host']}" if first.get("host") else ""
     title = (f"the scheduler ended job {job or '?'}{host} by {why}"
-             + (f"; the {n} worker process{'es' if n != 1 else ''} killed after it are its cascade, not faults of their own"
-                if n else ""))
+             + (f"; the {n} worker process{'es' if n != 1 else ''} killed after it" if n else "")
+             + (f"{' and' if n else ';'} the {len(signalled)} launcher process{'es' if len(signalled) != 1 else ''} "
+                "that received its signal" if signalled else "")
+             + (" are its cascade, not faults of their own" if n or signalled else ""))
     return Finding(
         rule=pass_id("failures"), kind="job_cancelled", layer="resource",
         severity="ERROR" if (reason or "").upper() in CANCEL_ERRORS else "WARN", ranks=[], title=title,
         evidence={"job": job, "reason": reason, "host": first.get("host"), "cancellations": len(cancels),
-                  "cascade": {"killed_processes": n, "slurm_tasks": len(tasks)} if n else None},
+                  "cascade": {"killed_processes": n, "slurm_tasks": len(tasks), "launchers_signalled": len(signalled)}
+                  if n or signalled else None},
         lines=cite([_ev_row(first)] + [_ev_row(r) for r in after[:2]], text="text"),
         first_seen=iso(first["t_show"]), last_seen=iso(max((r["t_show"] for r in [*cancels, *after] if r["t_show"]),
                                                            default=first["t_show"])),
@@ -1134,7 +1144,7 @@ def find(ctx: Context) -> list[Finding]:
 
     # -- the scheduler ended the job -------------------------------------------------------------
     if cancels:
-        out.append(_cancel_finding(cancels, rows))
+        out.append(_cancel_finding(cancels, rows, alone=first_fail is None and not killed))
 
     if not first_to and not first_oom and not crashes and not gpus and not killed and not cancels:
         out += _local_hang(ctx, rows)
