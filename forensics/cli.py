@@ -682,8 +682,10 @@ def export_perfetto(
     if summary.message:
         err.print(f"note: {summary.message}", markup=False, highlight=False)
     span = f"steps {summary.steps[0]}–{summary.steps[1]}" if summary.steps else "no steps"
-    err.print(f"wrote {summary.path}: {summary.events:,} events, {len(summary.ranks)} ranks on {len(summary.hosts)} "
-              f"host track(s), {span}, {summary.bytes / 1e6:.1f} MB", markup=False, highlight=False)
+    from .report.fmt import counted
+
+    err.print(f"wrote {summary.path}: {counted(summary.events, 'event')}, {counted(len(summary.ranks), 'rank')} on "
+              f"{counted(len(summary.hosts), 'host track')}, {span}, {summary.bytes / 1e6:.1f} MB", markup=False, highlight=False)
 
 
 @app.command("fr-table")

@@ -253,7 +253,7 @@ def _rank_filter(res: dict[str, pl.DataFrame]) -> Check:
     if total and unranked / total > 0.01:
         return Check("rank_filter", q, "warn", f"{unranked:,} of {total:,} events ({_pct(unranked, total)}) have no rank: "
                      "filtering by rank misses them", nums)
-    how = "every event is attributed to one rank" + (f" ({ranks} ranks with hosts)" if ranks else "")
+    how = "every event is attributed to one rank" + (f" ({ranks} rank{'s' if ranks != 1 else ''} with hosts)" if ranks else "")
     return Check("rank_filter", q, "pass", how + f"; {unranked:,} events without a rank", nums)
 
 
@@ -312,7 +312,7 @@ def _sampling(res: dict[str, pl.DataFrame], finding) -> Check:
     if finding is not None:
         return Check("sampling", q, "warn" if finding.severity != "ERROR" else "fail", finding.title, nums,
                      list(finding.lines[:1]))
-    return Check("sampling", q, "pass", f"resource metrics every {med:.3g} s (median over {s.height} ranks)", nums,
+    return Check("sampling", q, "pass", f"resource metrics every {med:.3g} s (median over {s.height} rank{'s' if s.height != 1 else ''})", nums,
                  _ev(_first(res["sample_ex"]), "a resource sample"))
 
 

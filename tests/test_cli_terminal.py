@@ -98,3 +98,16 @@ def test_trace_stats_keeps_host_wait_leaves_out_zero_columns_and_says_waits_are_
     assert "host" in table and "other" not in table          # host wait (22.2 ms on rank 0) kept; other wait 0 everywhere
     assert "0 on every row, not shown: other wait ms" in out
     assert "summed over a rank's CUDA streams" in out and "can exceed the span" in out
+
+
+def test_counts_agree_with_their_nouns(tmp_path: Path) -> None:
+    """'1 ranks' in the healthy verdict of a one-rank run and in export's summary."""
+    logs = tmp_path / "one"
+    logs.mkdir()
+    (logs / "rank_0.jsonl").write_text("".join(
+        json.dumps({"timestamp": f"2025-06-12T14:00:0{i}Z", "rank": 0, "event": "TRAIN_STEP", "step": i, "level": "INFO",
+                    "step_time_ms": 1000.0, "message": f"step {i}"}) + "\n" for i in range(5)))
+    out = run("diagnose", str(logs))
+    assert "nothing wrong found in 1 rank and 5 events" in out and "1 ranks" not in out
+    r = CliRunner().invoke(app, ["export", "perfetto", str(logs), "-o", str(tmp_path / "t.json")])
+    assert r.exit_code == 0 and "1 rank on 1 host track," in r.output and "(s)" not in r.output

@@ -149,3 +149,8 @@ KIND_LABELS = {
 
 def kind_label(kind: str) -> str:
     return KIND_LABELS.get(kind, kind.replace("_", " "))
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 rank', '3 ranks', '1,024 host tracks': the number and its noun in agreement."""
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fmt import clock, cost_text, duration, is_iso, kind_label, num, rank_phrase, seconds_between
+from .fmt import clock, cost_text, counted, duration, is_iso, kind_label, num, rank_phrase, seconds_between
 from .model import LAYERS, SEVERITIES, ChainLink, Finding, Report, local_ranks_phrase
 
 
@@ -254,7 +254,7 @@ def outline(report: Report) -> Outline:
         healthy = not report.run.crashed
         verdict = (f"The run crashed, but no finding explains it ({report.run.events:,} events read)."
                    if report.run.crashed else
-                   f"Healthy: nothing wrong found in {report.run.ranks} ranks and {report.run.events:,} events.")
+                   f"Healthy: nothing wrong found in {counted(report.run.ranks, 'rank')} and {counted(report.run.events, 'event')}.")
         if notes:
             verdict += f" {notes} note{'s' if notes != 1 else ''} below."
     else:
