@@ -78,7 +78,7 @@ class Config:
 
 def _bad(path: Path, key: str, reason: str, help: str | None = None) -> ForensicsError:
     return ForensicsError(f"bad config: {key}" if key else "bad config file", where=str(path), reason=reason,
-                          help=help or "see `forensics.config` or the README section 'Config file'", code=BAD_CONFIG)
+                          help=help or "see `forensics.config` or docs/ci.md, 'Config file'", code=BAD_CONFIG)
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
-"""CI use (README "In CI"): --fail-on selectors, log hygiene that never fails a run unless named,
+"""CI use (docs/ci.md): --fail-on selectors, log hygiene that never fails a run unless named,
 healthy runs passing --fail-on WARN with the default config, the appended job summary, and the
-forensics commands of the README's GitHub Actions and GitLab CI snippets run as written."""
+forensics commands of docs/ci.md's GitHub Actions and GitLab CI snippets run as written."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,8 @@ from forensics.report.model import Finding
 etree = pytest.importorskip("lxml.etree")
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+CI_DOC = REPO / "docs" / "ci.md"
+DIAGNOSE_DOC = REPO / "docs" / "diagnose.md"
 SAMPLES = REPO / "sample_logs"
 REALRUN = REPO / "tests" / "fixtures" / "realrun"
 SCHEMA = etree.XMLSchema(etree.parse(str(REPO / "tests" / "data" / "junit.xsd")))
@@ -157,10 +158,10 @@ def test_summary_shows_a_cost_when_the_report_has_one() -> None:
     assert "cost" not in render_summary(rep)
 
 
-# --- the README snippets, run as written -------------------------------------------------------------
+# --- the docs/ci.md snippets, run as written -------------------------------------------------------------
 
 def ci_commands() -> list[str]:
-    section = README.read_text().split("\n## In CI\n", 1)[1].split("\n## ", 1)[0]
+    section = CI_DOC.read_text().split("\n## ", 1)[0]
     blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 2, "a GitHub Actions and a GitLab CI snippet"
     cmds = [m.group(1).strip() for b in blocks for m in re.finditer(r"(?:run:|- )\s*(forensics [^\n#]+)", b)]
@@ -189,7 +190,7 @@ def test_readme_ci_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def test_readme_next_step_example_is_what_the_tool_says() -> None:
-    text = README.read_text()
+    text = DIAGNOSE_DOC.read_text()
     shown = text.split("jq -r .root_cause.next\n", 1)[1].splitlines()[0].strip()
     code, out = run("diagnose", str(SAMPLES / "thermal_throttling"), "--format", "json")
     assert json.loads(out)["root_cause"]["next"] == shown

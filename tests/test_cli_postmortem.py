@@ -132,14 +132,13 @@ def test_raw_log_paths_errors_and_usage(store: tuple[Path, Path], tmp_path: Path
     assert r.returncode == 1 and "error[" in r.stderr
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-REPO = README.parent
+REPO = Path(__file__).resolve().parents[1]
+POSTMORTEM_DOC = REPO / "docs" / "post-mortem.md"
 
 
 def readme_postmortem_blocks() -> list[tuple[str, list[str]]]:
-    """(command line, printed lines) for each `$ forensics ...` shown in the README's post-mortem
-    section."""
-    text = README.read_text().split("## Post-mortem", 1)[1].split("\n## ", 1)[0]
+    """(command line, printed lines) for each `$ forensics ...` shown in docs/post-mortem.md."""
+    text = POSTMORTEM_DOC.read_text()
     blocks: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         if line.startswith("    $ forensics "):

@@ -167,7 +167,7 @@ def test_text_block_is_plain_and_bounded(tmp_path: Path) -> None:
 
 
 def test_readme_example_is_what_the_command_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "fr-table.md").read_text()
     block = readme.split("    $ COLUMNS=80 forensics fr-table frdemo\n", 1)[1].split("\n\n", 1)[0]
     shown = [x[4:].rstrip() for x in block.splitlines()]
     monkeypatch.chdir(tmp_path)

@@ -17,7 +17,7 @@ from forensics.ingest.console import read_console
 from forensics.ingest.formats import ReaderContext, sniff
 from forensics.ingest.templates import COLLECTORS, TEMPLATES, inventory_markdown
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "ingest.md"
 TIMESTAMPED = {"iso", "pylog", "cri", "docker", "journal_iso", "journal_iso_precise"}
 
 
