@@ -72,3 +72,52 @@ def test_every_forensics_command_of_a_next_step_runs(command: str) -> None:
     assert "{" not in filled, filled
     code, out = _run(filled)
     assert code == 0, (filled, out)
+
+
+def _suggested_commands() -> list[tuple[str, str]]:
+    """Every `forensics SUBCOMMAND ...` the package's own strings suggest (error help lines,
+    finding titles, notes): (module, command text up to the end of the command)."""
+    import ast
+
+    pkg = Path(__file__).resolve().parents[1] / "forensics"
+    found = []
+    for py in sorted(pkg.rglob("*.py")):
+        tree = ast.parse(py.read_text())
+        for node in ast.walk(tree):
+            parts: list[str] = []
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                parts = [node.value]
+            elif isinstance(node, ast.JoinedStr):
+                parts = ["".join(v.value if isinstance(v, ast.Constant) else "X" for v in node.values)]
+            for s in parts:
+                for m in re.finditer(r"(?:`|with: |run: |, or |\(|^)(forensics [a-z][a-z0-9-]*(?: [^`'\"()\n;]*)?)", s):
+                    found.append((str(py.relative_to(pkg.parent)), m.group(1).strip()))
+    return sorted(set(found))
+
+
+def test_every_suggested_command_names_a_real_command_and_its_options() -> None:
+    """A help line or a finding that says "forensics ranks STORE --foo" must name a command that
+    exists and options that command takes."""
+    from typer.main import get_command
+
+    root = get_command(app)
+    cmds = _suggested_commands()
+    assert len(cmds) > 20
+    bad = []
+    for where, text in cmds:
+        words = text.split()
+        cmd = root.commands.get(words[1]) if hasattr(root, "commands") else None
+        if cmd is None:
+            if words[1] not in ("diagnosis", "is"):      # prose ("forensics diagnosis of", "forensics is not installed")
+                bad.append((where, text, "no such command"))
+            continue
+        rest = words[2:]
+        if hasattr(cmd, "commands") and rest and rest[0] in cmd.commands:
+            cmd, rest = cmd.commands[rest[0]], rest[1:]
+        opts = {o for p in cmd.params for o in getattr(p, "opts", [])} | {"--help"}
+        for w in rest:
+            if w.startswith("--"):
+                name = w.split("=", 1)[0].rstrip(",.:…")
+                if name not in opts:
+                    bad.append((where, text, f"{name} is not an option of {words[1]}"))
+    assert bad == []
