@@ -111,3 +111,20 @@ def test_counts_agree_with_their_nouns(tmp_path: Path) -> None:
     assert "nothing wrong found in 1 rank and 5 events" in out and "1 ranks" not in out
     r = CliRunner().invoke(app, ["export", "perfetto", str(logs), "-o", str(tmp_path / "t.json")])
     assert r.exit_code == 0 and "1 rank on 1 host track," in r.output and "(s)" not in r.output
+
+
+def test_a_line_without_a_time_of_its_own_is_not_used_to_measure_an_interval() -> None:
+    """An OOM traceback without a timestamp is placed after its file's last timed line (…:52.000001):
+    "explained by rank 0 CUDA OOM 3.8 s earlier" measured from that placement was made up."""
+    from forensics.report.model import Finding
+    from forensics.report.outline import compress
+
+    oom = Finding("pass.failures", "oom", "resource", "ERROR", [0], "rank 0 ran out of GPU memory",
+                  evidence={"time_of_its_own": False}, first_seen="2025-12-23T12:36:52.000001+00:00")
+    timed = Finding("pass.failures", "oom", "resource", "ERROR", [0], "rank 0 ran out of GPU memory",
+                    first_seen="2025-12-23T12:36:52.000001+00:00")
+    to = Finding("pass.failures", "nccl_timeout", "communication", "ERROR", [1], "rank 1 timed out",
+                 first_seen="2025-12-23T12:36:55.800000+00:00")
+    assert "3.8 s earlier" in compress(to, timed)
+    line = compress(to, oom)
+    assert "earlier" not in line and "no time of its own" in line

@@ -172,8 +172,13 @@ def compress(f: Finding, by: Finding | None) -> str:
         return f"{line} — the same fault, also reported by"
     by_who = rank_phrase(by.ranks) if by.ranks else local_ranks_phrase(by.local_ranks) if by.local_ranks else "the run"
     line += f" — explained by {by_who} {kind_label(by.kind)}"
-    dt = seconds_between(by.first_seen, f.first_seen)
-    if dt is not None:
+    # a line without a time of its own is only placed after its file's last timed line: no interval
+    # is measured from it ("3.8 s earlier" from an OOM traceback placed at :52.000001)
+    untimed = any((x.evidence or {}).get("time_of_its_own") is False for x in (by, f))
+    dt = None if untimed else seconds_between(by.first_seen, f.first_seen)
+    if untimed:
+        line += " (no time of its own to measure between them)"
+    elif dt is not None:
         line += " at the same time" if abs(dt) < 0.05 else f" {duration(abs(dt))} {'earlier' if dt > 0 else 'later'}"
     return line
 
