@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shlex
 from pathlib import Path
 from typing import Callable
 
@@ -40,6 +41,16 @@ def cache_dir() -> Path:
     return Path(base)
 
 
+def source_args(run: Run) -> str:
+    """The logs a run was read from, shell-quoted, for a command to copy: the paths the user gave
+    (a cache), else the store's source files, or their common folder when there are more than 4;
+    LOGS when the store names none."""
+    paths = list(run.inputs or []) or [p for p in run.source_columns("path").get("path", []) if p]
+    if len(paths) > 4:
+        paths = [os.path.commonpath(paths)]   # a long list of files is not a command to copy
+    return " ".join(shlex.quote(str(p)) for p in paths) if paths else "LOGS"
+
+
 def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | None = None,
              gpu_map: list[str] | None = None, schema: dict | None = None) -> Run:
     """A store path opens directly; anything else is ingested (once) into the cache.
@@ -55,10 +66,13 @@ def open_run(paths: str | os.PathLike[str] | list[str], progress: Callable | Non
     gmap = parse_gpu_map(gpu_map)
     if len(items) == 1 and is_store(items[0]):
         if gmap:
+            store = open_store(items[0])
+            opts = " ".join(f"--gpu-map {shlex.quote(g)}" for g in gpu_map or [])
             raise ForensicsError(
                 f"--gpu-map cannot change the store {items[0]}", where=items[0],
                 reason="a store was already ingested; the map is applied when raw logs are read",
-                help="ingest the logs again with `forensics ingest --gpu-map …`, or pass the log files instead of the store",
+                help=f"pass the log files instead of the store ({source_args(store)} {opts}), or ingest them again with "
+                     f"the map: `forensics ingest {source_args(store)} -o {shlex.quote(items[0].rstrip('/') + '-mapped')} {opts}`",
                 code=BAD_ARGUMENT)
         return open_store(items[0])
     from .ingest.sources import expand, file_info

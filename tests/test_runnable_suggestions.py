@@ -121,3 +121,19 @@ def test_every_suggested_command_names_a_real_command_and_its_options() -> None:
                 if name not in opts:
                     bad.append((where, text, f"{name} is not an option of {words[1]}"))
     assert bad == []
+
+
+def test_the_help_of_gpu_map_on_a_store_is_a_command_that_runs(tmp_path: Path) -> None:
+    """`diagnose STORE --gpu-map` is refused (F300); its help used to say `forensics ingest
+    --gpu-map …` (no logs, no store): it now is the whole command, and it runs."""
+    _smi(tmp_path / "logs" / "smi.csv")
+    ingest([str(tmp_path / "logs")], tmp_path / "st")
+    r = CliRunner().invoke(app, ["diagnose", str(tmp_path / "st"), "--gpu-map", "0=4", "--gpu-map", "1=5"])
+    assert r.exit_code == 1 and getattr(r.exception, "code", None) == "F300"
+    [cmd] = _commands(r.exception.help)
+    assert "…" not in cmd and "--gpu-map 0=4 --gpu-map 1=5" in cmd
+    code, out = _run(cmd)
+    assert code == 0, out
+    mapped = cmd.split(" -o ", 1)[1].split()[0]
+    code, out = _run(f"forensics ranks {mapped} --format json")
+    assert code == 0 and {r["rank"] for r in __import__("json").loads(out)} >= {4, 5}

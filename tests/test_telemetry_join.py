@@ -110,4 +110,5 @@ def test_cli_diagnose_gpu_map_errors_are_one_block(tmp_path: Path) -> None:
     store = tmp_path / "run.forensics"
     assert cli("ingest", str(csv), "-o", str(store)).returncode == 0
     on_store = cli("diagnose", str(store), "--gpu-map", "0=0")
-    assert on_store.returncode == 1 and "error[F300]" in on_store.stderr and "forensics ingest --gpu-map" in on_store.stderr
+    assert on_store.returncode == 1 and "error[F300]" in on_store.stderr and "forensics ingest " in on_store.stderr \
+        and "--gpu-map 0=0" in on_store.stderr

@@ -48,21 +48,11 @@ def gpu_map_hint(gpus: list[tuple[str | None, int]]) -> str:
 
 
 def _logs_arg(ctx: Context) -> str:
-    """The logs to name in the command, shell-quoted: the paths the user gave, else (a store, whose
-    map was fixed at ingest) its source files, else their folder, else LOGS. `--gpu-map` applies
-    when raw logs are read, so the command names logs, never the store."""
-    import os
-    import shlex
+    """The logs to name in the command (`--gpu-map` applies when raw logs are read, so the command
+    names logs, never the store)."""
+    from ..run import source_args
 
-    run = ctx.run
-    if run is None:
-        return "LOGS"
-    paths = list(run.inputs or [])
-    if not paths:
-        paths = [p for p in run.source_columns("path").get("path", []) if p]
-        if len(paths) > 4:
-            paths = [os.path.commonpath(paths)]   # their folder: a long list of files is not a command to copy
-    return " ".join(shlex.quote(str(p)) for p in paths) if paths else "LOGS"
+    return source_args(ctx.run) if ctx.run is not None else "LOGS"
 
 
 def find(ctx: Context) -> list[Finding]:
