@@ -685,7 +685,10 @@ def export_perfetto(
     from .report.fmt import counted
 
     err.print(f"wrote {summary.path}: {counted(summary.events, 'event')}, {counted(len(summary.ranks), 'rank')} on "
-              f"{counted(len(summary.hosts), 'host track')}, {span}, {summary.bytes / 1e6:.1f} MB", markup=False, highlight=False)
+              f"{counted(len(summary.hosts), 'host track')}, {span}"
+              + (f", {counted(summary.gpu_activities, 'GPU activity', 'GPU activities')} of profiler traces"
+                 if summary.gpu_activities else "")
+              + f", {summary.bytes / 1e6:.1f} MB", markup=False, highlight=False)
 
 
 @app.command("fr-table")

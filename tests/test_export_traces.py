@@ -24,7 +24,7 @@ def test_a_store_of_profiler_traces_exports_its_gpu_activities(tmp_path: Path) -
     xs = [e for e in evs if e["ph"] == "X"]
     stats = CliRunner().invoke(app, ["trace-stats", str(tmp_path / "st"), "--format", "json"])
     total = sum(t["gpu_activities"] for t in json.loads(stats.stdout)["traces"])
-    assert len(xs) == total == 2244
+    assert len(xs) == total == 2244 and "2,244 GPU activities of profiler traces" in r.output
     names = {e["args"]["name"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"}
     assert {f"rank {r} GPU (profiler trace)" for r in range(8)} <= names
     assert all(e["dur"] >= 0 and e["args"]["where"].startswith(str(DLRM.resolve())) for e in xs)

@@ -66,6 +66,7 @@ class ExportSummary:
     steps: tuple[int, int] | None
     cut: dict[str, Any] | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    gpu_activities: int = 0       # complete events of profiler-trace GPU activities (_kernel_events)
 
     @property
     def message(self) -> str | None:
@@ -452,6 +453,7 @@ def export_perfetto(run: "Run", path: str | os.PathLike[str], *, steps: tuple[in
     for e in evs:
         counts[e["ph"]] = counts.get(e["ph"], 0) + 1
     od = trace["otherData"]
-    hosts = [e["args"]["name"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"]
-    return ExportSummary(path=str(p), events=len(evs), bytes=p.stat().st_size, ranks=od["ranks"], hosts=hosts,
+    hosts = [e["args"]["name"] for e in evs if e["ph"] == "M" and e["name"] == "process_name" and e["pid"] < KERNEL_PID]
+    gpu = sum(1 for e in evs if e["ph"] == "X" and e["pid"] >= KERNEL_PID)
+    return ExportSummary(path=str(p), events=len(evs), bytes=p.stat().st_size, ranks=od["ranks"], hosts=hosts, gpu_activities=gpu,
                          steps=tuple(od["steps"]) if od["steps"] else None, cut=cut, counts=counts)
