@@ -101,3 +101,15 @@ def test_empty_panels_are_left_out_and_named_once(tmp_path: Path) -> None:
     assert html.count("Not drawn, nothing in the logs for them: ") == 1 and "Step time per rank" in html
     for fig in re.findall(r"<figure.*?</figure>", html, flags=re.S):
         assert "<svg" in fig or "<table" in fig or "<img" in fig, fig[:200]
+
+
+def test_the_no_rank_row_says_what_last_10s_says(tmp_path: Path) -> None:
+    """The DeepSpeed OOM log has lines without a rank: their row plotted dots and said "no events at all"."""
+    log = REPO.parent / "shared" / "realdata" / "console" / "deepspeed_2rank_oom.log"
+    if not log.exists():
+        pytest.skip("../shared/realdata not present")
+    snap = _last10s(log)
+    assert any(r["rank"] is None and r["in_window"] for r in snap["ranks"])
+    html = _html(log, tmp_path)
+    _check(html, snap)
+    assert "no events at all" not in html
