@@ -137,3 +137,24 @@ def test_the_help_of_gpu_map_on_a_store_is_a_command_that_runs(tmp_path: Path) -
     mapped = cmd.split(" -o ", 1)[1].split()[0]
     code, out = _run(f"forensics ranks {mapped} --format json")
     assert code == 0 and {r["rank"] for r in __import__("json").loads(out)} >= {4, 5}
+
+
+@pytest.mark.parametrize("argv", [
+    ["events", "{run}", "--rank", "99"],
+    ["timeline", "{run}", "--rank", "99"],
+    ["export", "perfetto", "{run}", "-o", "{tmp}/t.json", "--steps", "9000:9001"],
+    ["sql", "{run}", "SELECT * FROM nope"],
+    ["compare", "{run}"],
+])
+def test_the_command_of_an_error_help_line_runs(argv: list[str], tmp_path: Path) -> None:
+    """An error's `help:` names a command with STORE (or BASELINE CANDIDATE) to fill in: filled
+    with the run the failing command was given, it runs."""
+    run = str(Path(__file__).resolve().parents[1] / "sample_logs" / "straggler")
+    r = CliRunner().invoke(app, [a.format(run=run, tmp=tmp_path) for a in argv])
+    assert r.exit_code == 1, r.output
+    help_ = r.exception.help
+    m = re.search(r"(forensics [a-z][a-z0-9-]*(?: (?:[A-Z]+|\"[^\"]*\"|--?[a-z]+))*)", help_)
+    assert m, help_
+    cmd = m.group(1).replace("STORE", run).replace("BASELINE", run).replace("CANDIDATE", run)
+    code, out = _run(cmd)
+    assert code in (0, 3), (help_, cmd, out)
