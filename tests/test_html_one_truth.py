@@ -113,3 +113,12 @@ def test_the_no_rank_row_says_what_last_10s_says(tmp_path: Path) -> None:
     html = _html(log, tmp_path)
     _check(html, snap)
     assert "no events at all" not in html
+
+
+def test_a_finding_without_a_time_of_its_own_is_not_shown_at_its_placement(tmp_path: Path) -> None:
+    """The DeepSpeed OOM traceback has no timestamp; its card said "12:36:39.000" (its placement)."""
+    log = REPO.parent / "shared" / "realdata" / "console" / "deepspeed_2rank_oom.log"
+    if not log.exists():
+        pytest.skip("../shared/realdata not present")
+    html = _html(log, tmp_path)
+    assert "oom · rank 0 · named by its own error · no time of its own (after 12:36:39.000)" in html

@@ -311,7 +311,9 @@ def _finding_card(report: Report, f: Finding, paths: _PathNames, note: str = "")
                                                    f"victims {rank_phrase(f.victims)}" if f.victims else "all ranks")
     if phrase := basis_phrase(f.basis, f.basis_weak):
         ranks += f" · {phrase}"
-    when = f" · {esc(clock(f.first_seen))}" if f.first_seen else ""
+    untimed = (f.evidence or {}).get("time_of_its_own") is False    # placed after its file's last timed line
+    when = (f" · no time of its own (after {esc(clock(f.first_seen))})" if untimed else f" · {esc(clock(f.first_seen))}") \
+        if f.first_seen else ""
     ev = (f'<a href="#ev{i}">{len(f.lines)} evidence line{"s" if len(f.lines) != 1 else ""} ↓</a>'
           if f.lines else '<span class="note">no log line cited</span>')
     return (f'<div class="finding" id="f{i}"><div class="head"><span class="sev {esc(f.severity)}">{esc(f.severity)}</span>'
