@@ -542,7 +542,9 @@ def compare_runs(baseline: Run | str | os.PathLike[str] | Sequence[str],
                "last": int(k.get_column("step").max()) if k.height else None, "after_warmup_step": after}
     rb, rc_ = set(fb.side.ranks), set(fc.side.ranks)
     if len(rb) != len(rc_):
-        notes.append(f"world sizes differ: {len(rb)} ranks in the baseline, {len(rc_)} in the candidate; "
+        from .report.fmt import counted
+
+        notes.append(f"world sizes differ: {counted(len(rb), 'rank')} in the baseline, {len(rc_)} in the candidate; "
                      "per-rank figures only for the ranks both have")
     for s, name in ((fb.side, "baseline"), (fc.side, "candidate")):
         if s.warmup_end is not None and s.compared_from is not None and s.compared_from <= s.warmup_end:
@@ -595,7 +597,9 @@ def _incomparable(b: Side, c: Side, metrics: list[Delta]) -> list[str]:
     that the candidate is as good."""
     why: list[str] = []
     if b.ranks and c.ranks and len(b.ranks) != len(c.ranks):
-        why.append(f"different world sizes ({len(b.ranks)} ranks in the baseline, {len(c.ranks)} in the candidate): "
+        from .report.fmt import counted
+
+        why.append(f"different world sizes ({counted(len(b.ranks), 'rank')} in the baseline, {len(c.ranks)} in the candidate): "
                    "step time and throughput differ by design")
     core = [m for m in metrics if m.name in ("step_time_median_ms", "throughput", "loss_matched")]
     if all(m.baseline is None or m.candidate is None for m in core):

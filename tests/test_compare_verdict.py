@@ -100,3 +100,17 @@ def test_runs_without_overlapping_steps_are_not_comparable(tmp_path: Path) -> No
     r = compare_runs(early, late, CompareThresholds(fail_on_new=None))
     assert not r.comparable and any("no overlapping steps (baseline 0–39, candidate 1000–1039)" in w
                                     for w in r.incomparable)
+
+
+def test_a_one_rank_run_is_one_rank_in_the_header(tmp_path: Path) -> None:
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    one = tmp_path / "one"
+    one.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "sample_logs" / "healthy" / "rank_0.jsonl", one / "rank_0.jsonl")
+    res = CliRunner().invoke(app, ["compare", str(one), str(one)])
+    assert "— 1 rank," in res.output and "1 ranks" not in res.output, res.output

@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BAD_ARGUMENT, ForensicsError
-from .fmt import cost_text, num
+from .fmt import cost_text, counted, num
 
 if TYPE_CHECKING:
     from ..compare import CompareResult, Delta
@@ -47,7 +47,7 @@ def _side(name: str, s: Any) -> str:
     warm = f", compared from step {s.compared_from}" if s.compared_from is not None else ""
     warm += f" (warmup to {s.warmup_end})" if s.warmup_end is not None else ""
     wall = f", {num(s.wall_s)} s" if s.wall_s is not None else ""
-    return f"{name}: {s.label or '?'} — {len(s.ranks)} ranks, {steps}{warm}{wall}"
+    return f"{name}: {s.label or '?'} — {counted(len(s.ranks), 'rank')}, {steps}{warm}{wall}"
 
 
 def _val(v: float | None, unit: str) -> str:
