@@ -34,7 +34,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import types
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +68,8 @@ def logs_for(shape: str, data: Path) -> Path:
 
 
 def duck_sql(store: Path, name: str) -> list[str]:
-    """The view and the queries bench/queries.py runs for `name`, captured rather than copied,
-    so this benchmark times exactly what that one compares."""
-    said: list[str] = []
-
-    class Con:
-        def execute(self, q: str) -> None:
-            said.append(q)
-
-        def sql(self, q: str) -> Any:
-            said.append(q)
-            return types.SimpleNamespace(to_arrow_table=lambda: None)
-
-    real = Q.duckdb
-    Q.duckdb = types.SimpleNamespace(connect=Con)  # type: ignore[assignment]
-    try:
-        Q.duck_queries(store, 0)[name]()
-    finally:
-        Q.duckdb = real
+    """The view and the queries bench/queries.py runs for `name` (bench/scale.py captures them)."""
+    said = S.duck_sql(store, name)
     return said[:1] + said[-2:] if name == "last-10s" else said[:1] + said[-1:]
 
 

@@ -80,9 +80,9 @@ print(n)
 """
 
 
-def duck_ranks_sql(store: Path) -> tuple[str, str]:
-    """The view and the query bench/queries.py runs for "ranks (same answer)" (captured, so this
-    benchmark times exactly that query, not a copy of it)."""
+def duck_sql(store: Path, name: str) -> list[str]:
+    """Every statement bench/queries.py runs for its DuckDB query `name`, the view first
+    (captured, so a benchmark times exactly that query, not a copy of it)."""
     said: list[str] = []
 
     class Con:
@@ -96,9 +96,15 @@ def duck_ranks_sql(store: Path) -> tuple[str, str]:
     real = Q.duckdb
     Q.duckdb = types.SimpleNamespace(connect=Con)  # type: ignore[assignment]
     try:
-        Q.duck_queries(store, 0)["ranks (same answer)"]()
+        Q.duck_queries(store, 0)[name]()
     finally:
         Q.duckdb = real
+    return said
+
+
+def duck_ranks_sql(store: Path) -> tuple[str, str]:
+    """The view and the query bench/queries.py runs for "ranks (same answer)"."""
+    said = duck_sql(store, "ranks (same answer)")
     return said[0], said[-1]
 
 
