@@ -85,6 +85,7 @@ from .. import failure_facts as facts
 from .. import failure_rows
 from ..collective_text import DESYNC_TEXT, FP_ASPECTS, MISMATCH_TEXT, desync_ranks, fingerprint_diff, mismatch_pairs
 from ..report.model import Finding, local_ranks_phrase
+from ..report.fmt import memory
 from .context import Context
 from .evidence import cite, iso, pass_id, rank_ranges, ranks_phrase, shorten
 
@@ -478,10 +479,6 @@ def _oom_detail(msg: str | None) -> str:
     return f" ({', '.join(bits)})" if bits else ""
 
 
-def _gib(mb: float) -> str:
-    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
-
-
 def _shared_gpu(rows: list[dict[str, Any]], own_pids: set[int]) -> dict[str, Any] | None:
     """Who else holds memory on the GPU of an OOM, from the allocator's message.
 
@@ -532,11 +529,11 @@ def _shared_phrase(shared: dict[str, Any] | None) -> str:
     listed = shared["listed_processes"]
     if shared["shared_gpu"]:
         n = shared["other_processes"]
-        total = f" of {_gib(shared['gpu_total_mb'])}" if shared["gpu_total_mb"] else ""
+        total = f" of {memory(shared['gpu_total_mb'])}" if shared["gpu_total_mb"] else ""
         return (f"; {gpu} is shared: {n} other process{'es' if n != 1 else ''} "
-                f"hold{'s' if n == 1 else ''} {_gib(shared['other_processes_mb'])}{total}")
+                f"hold{'s' if n == 1 else ''} {memory(shared['other_processes_mb'])}{total}")
     if shared["shared_gpu"] is None and listed:
-        pids = ", ".join(f"pid {o['pid']} {_gib(o['mb'])}" for o in listed[:4])
+        pids = ", ".join(f"pid {o['pid']} {memory(o['mb'])}" for o in listed[:4])
         if len(listed) == 1:
             return (f"; the allocator lists one process on {gpu} ({pids}): most likely the failing process "
                     f"itself (its own pid is not in the log), not another job")

@@ -151,6 +151,11 @@ def kind_label(kind: str) -> str:
     return KIND_LABELS.get(kind, kind.replace("_", " "))
 
 
+def memory(mb: float) -> str:
+    """A memory size given in MiB, as an allocator or nvidia-smi would say it: '19.9 GiB', '512 MiB'."""
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """'1 rank', '3 ranks', '1,024 host tracks': the number and its noun in agreement."""
     return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"

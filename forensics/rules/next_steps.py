@@ -23,6 +23,7 @@ import polars as pl
 
 from ..report.model import Finding, RootCause
 from ..report.text import _where
+from ..report.fmt import memory
 
 _FACT_COLUMNS = ("host", "local_rank", "path", "collective", "seq")
 
@@ -56,10 +57,6 @@ _WORK = re.compile(r"SeqNum=(\d+),\s*OpType=(\w+)")
 _OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
 
 
-def _gib(mb: float) -> str:
-    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
-
-
 def _others(ev: dict[str, Any]) -> str | None:
     """The other processes an OOM's allocator listed on its GPU (pid, memory), when the finding
     established that they are others (`shared_gpu`)."""
@@ -70,7 +67,7 @@ def _others(ev: dict[str, Any]) -> str | None:
     n = ev.get("other_processes") or len(listed)
     if not n:
         return None
-    shown = ", ".join(f"pid {o.get('pid')} ({_gib(float(o['mb']))})" for o in listed[:4] if o.get("mb") is not None)
+    shown = ", ".join(f"pid {o.get('pid')} ({memory(float(o['mb']))})" for o in listed[:4] if o.get("mb") is not None)
     more = f" and {n - 4} more" if n > 4 and shown else ""
     return f"{n} other process{'es' if n != 1 else ''}" + (f" ({shown}{more})" if shown else "")
 
