@@ -25,7 +25,7 @@ An ERROR line is *explained* when
      PROCESS_KILLED), a teardown exception (SignalException, KeyboardInterrupt ...) or a lost
      peer / timeout (the text passes.failures reads as a victim's error). When one rank dies
      the launcher kills the others and the survivors lose their peer: those lines follow
-     every failure (passes/failures.py's domain facts).
+     every failure (passes/failures/'s domain facts).
 
 What is left is grouped per process (the rank; else host and local rank; else the host), and
 the earliest process's own error (not a cascade line) explains the cascade lines after it on
@@ -49,7 +49,8 @@ import polars as pl
 from ..report.model import Finding, local_ranks_phrase
 from .context import Context
 from .evidence import cite, iso, parse_iso, pass_id, ranks_phrase, shorten
-from .failures import LAUNCHERS, TEARDOWN_RE, TIMEOUT_RE, _placed
+from .failures.classify import TEARDOWN_RE, TIMEOUT_RE, _placed
+from .failures.rows import LAUNCHERS
 from .rootcause import FAILURES, NON_CAUSAL
 
 KIND = "unexplained_error"
