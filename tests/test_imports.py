@@ -200,3 +200,17 @@ def test_the_rules_compiler_does_not_know_the_planner() -> None:
     assert "forensics.rules.compile" in g["forensics.rules.plan"]
     assert not _reaches(g, "forensics.rules.compile", "forensics.rules.plan")
     assert {"forensics.rules.compile", "forensics.rules.plan"} <= g["forensics.rules.evaluate"]
+
+
+def test_the_split_packages_have_no_cycle_among_their_modules() -> None:
+    """passes/failures/ and ingest/console/ (each one module per question): a module imports its
+    siblings, never its package's __init__ (the pass entry / the reader entry that imports them
+    all), and the modules of one package import one another without a circle."""
+    g = _graph(REPO / "forensics")
+    for pkg in ("forensics.passes.failures", "forensics.ingest.console"):
+        mods = {m for m in g if m.startswith(pkg + ".")}
+        assert len(mods) >= 5, pkg
+        inner = {m: g[m] & mods for m in mods}
+        for m in mods:
+            assert pkg not in g[m], m
+            assert not any(_reaches(inner, n, m) for n in inner[m]), m
