@@ -58,6 +58,12 @@ block so its head can be completed (bounded by _MAX_PENDING lines).
 glog lines (`E1218 20:27:21.426 ...`) carry no year: it is taken from the nearest full
 timestamp in the file (the last one seen, or the first one in the first block); without any,
 the timestamp stays null. Naive times are UTC, as everywhere in forensics.
+
+Modules (one per question): parser (the line-by-line state machine; its other methods are mixins
+of the modules below), prefixes (who wrote a line), timestamps (when, how severe), hints (the
+per-block polars scan), topology (which global rank a local rank is), tracebacks, typed (which
+event a line is), collectives, device, exits, progress (the text each kind of event is read
+from), row (the row a line becomes), frames (rows -> a Block).
 """
 from __future__ import annotations
 

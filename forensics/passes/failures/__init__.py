@@ -70,6 +70,12 @@ Console lines often carry no time (a Python traceback): such a line is placed at
 nearest timestamped line above it in its file (below it if none), and ties keep file order.
 
 Must not: decide the root cause across layers (rootcause.py).
+
+Modules (one per question): classify (which events are failures, of what kind, when), rows (whose
+a failure row is, its order and citation), progress (how far each rank got), culprit (which rank
+held up a collective), oom, host_oom, deaths (crash, gpu_error, a failed exit), cascade (what
+followed a failure), cancel (the scheduler ended the job), timeouts (hang, collective mismatch,
+the timeouts); `find` here puts them together.
 """
 from __future__ import annotations
 
