@@ -95,7 +95,9 @@ def main() -> None:
           f"cores: {os.cpu_count()}, load {os.getloadavg()[0]:.1f}")
     tools = args.tools.split(",")
     codes = {"forensics": FORENSICS, "duckdb": DUCKDB}
-    envs: dict[str, dict[str, str]] = {}
+    # the tool scripts run from a scratch folder: the forensics package is this tree's (not whatever
+    # an editable install points at), or the baseline's
+    envs: dict[str, dict[str, str]] = {"forensics": {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}}
     if args.baseline:
         tools.insert(tools.index("forensics") + 1 if "forensics" in tools else 0, "baseline")
         codes["baseline"] = FORENSICS
