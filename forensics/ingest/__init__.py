@@ -662,9 +662,11 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
                 parts[rel] = {"path": rel, "kind": "kernels", "rows": pr.kernel_rows,
                               "rank_min": None, "rank_max": None, "ts_min": None, "ts_max": None}
 
-    _dispatch(units, workers, bytes_planned, progress, cluster, absorb, work)
     # a file read in ranges lists its parts in file order, whatever order its units finished in
     unit_of = {os.path.relpath(p, writer.staging): i for i, u in enumerate(units) for p in (u.events_part, u.rejects_part)}
+    read_now = {p.path for u in units for p in u.pieces}
+    del small   # the units hold the pieces now, each let go once absorbed (with the bytes carried)
+    _dispatch(units, workers, bytes_planned, progress, cluster, absorb, work)
     for p in {p.path for p in big}:
         if p in sources:
             for k in ("event_parts", "reject_parts"):
@@ -696,12 +698,11 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             tail = 1 if s["rejected_by_reason"].get("truncated line (no newline at end of file)") else 0
             s["complete_lines"] = s["lines_read"] - tail
     ordered = sorted(sources.values(), key=lambda s: s["path"])
-    read_now = {p.path for u in units for p in u.pieces}
     # in path order (a file's own in the order found)
     problems += sorted([{"path": s["path"], "problem": p} for s in ordered for p in s.get("problems", [])
                         if s["path"] in read_now] + [p for p in ledger.problem_rows() if p["path"] in read_now],
                        key=lambda p: p["path"])
-    del units, read_now
+    del read_now
     from ..store import SOURCES_INLINE   # (read now: tests lower it)
 
     if len(ordered) + len(ledger) <= SOURCES_INLINE:   # inline in the manifest: dicts
@@ -894,10 +895,11 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
                   (os.path.dirname(u.events_part), os.path.dirname(u.rejects_part))) for u in units]
         cluster.map(run_unit, units, needs, done, [u.weight for u in units])
     elif n <= 1 or len(units) <= 1 or work < INLINE_BYTES:
-        for i, u in enumerate(units):
-            r = run_unit(u)
+        for i in range(len(units)):
+            r = run_unit(units[i])
             report(i, r)
-            absorb(u, r)
+            absorb(units[i], r)
+            units[i] = None   # type: ignore[call-overload]   # its pieces (and their bytes) go
     else:
         # Threads, not processes: the hot path is polars/numpy/pyarrow code that releases the GIL,
         # and one process keeps one copy of the libraries in memory (a process pool tripled the
@@ -917,6 +919,7 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
                     del futs[f]   # the result goes once absorbed
                     report(i, r)
                     absorb(units[i], r)
+                    units[i] = None   # type: ignore[call-overload]   # its pieces (and their bytes) go
         finally:
             if procs is not None:
                 procs.shutdown(cancel_futures=True)
