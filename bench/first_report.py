@@ -4,6 +4,7 @@ bare read_json -> Parquet of the same logs, same run, medians of --reps.
     python bench/first_report.py                         # the three shapes, 3 repetitions
     python bench/first_report.py --shapes r32 --reps 5   # one shape
     python bench/first_report.py --shapes r4096,r64 --data /tmp/fr-bench
+    python bench/first_report.py --store STORE          # only the questions on an existing store
 
 Shapes (logs generated once, seeded, kept under --data):
   r32    32 ranks, one file per rank, seed schema, ~225 MB (bench/_data.py: 5,500 steps a rank)
@@ -23,7 +24,9 @@ and on the store, each against a process that imports only duckdb and runs the s
   diagnose    vs a per-(rank, step) aggregation of every event (bench/queries.py's step table)
 Printed: median wall s, CPU s (user + sys of the process and its children: the steadier figure
 on a shared machine) and peak RSS, with ratios to DuckDB's. The machine is shared and has 2
-cores: quote medians and ratios, with the load printed beside them. Needs: pip install -e '.[bench]'.
+cores: quote medians and ratios, with the load printed beside them. The forensics package is
+byte-compiled first: with PYTHONDONTWRITEBYTECODE set, each forensics process would compile its
+modules from source, which DuckDB's installed package never pays. Needs: pip install -e '.[bench]'.
 """
 from __future__ import annotations
 
