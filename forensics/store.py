@@ -66,8 +66,13 @@ ROW_GROUP = 64 * 1024        # rows per row group at most; groups hold whole ran
 COMPACT_ROWS = 32 * 1024     # a part under this many rows is small: merged with others at commit
 MERGE_ROWS = 1 << 20         # rows of one part written by a merge of small parts, at most
 SORT_BUFFER = 192 << 20      # Arrow bytes a part writer holds to sort (~2.4x the JSON): past it, a run
-COMPRESSION = "zstd"
-COMPRESSION_LEVEL = 1
+# LZ4 (Parquet's LZ4): the codec that gives the first report soonest. Against zstd level 1 (the
+# codec before), ingest + diagnose as processes on bench/first_report.py's logs, CPU s, medians
+# of 3: 32 ranks 5.18 -> 4.78 (snappy 5.12), 4,096 one-rank files 12.11 -> 11.35 (snappy 11.74);
+# parts ~1.7x the size (29 vs 17.5 MB for 224 MB of logs). A part names its codec in its own
+# metadata: stores written with zstd are read (and appended to) as before.
+COMPRESSION = "lz4"
+COMPRESSION_LEVEL: int | None = None
 # Dictionary-encode only repeated strings (message/extra are mostly unique: dictionaries cost
 # time and size there); keep statistics where queries filter (rank/time pruning).
 DICTIONARY = ["rank_source", "event_source", "host", "level", "event", "collective", "stage", "param_group",

@@ -46,7 +46,7 @@ import polars as pl
 
 from . import failure_rows
 from ._lazy import lazy
-from .store import Run
+from .store import COMPRESSION, Run
 
 pa = lazy("pyarrow")   # the writing side's: reading a summary needs no pyarrow (~0.25 s to import)
 
@@ -711,11 +711,12 @@ def _write_groups(path: Path, states: pl.DataFrame, writer: Any = None) -> Any:
     `path` (`writer`: its open writer, or None to start it); returns the writer. One file for both:
     an Arrow IPC file of the states beside it cost ~1/5 of the partials' CPU (zstd), and a
     mostly null state column costs next to nothing in Parquet. The groups as the STEPS summary
-    reads them: zstd and dictionaries (without, -0.29 CPU s at ingest, +0.17 s at every diagnose
-    of the 64-rank store) but on the columns of a value per group (_UNIQUE: there a dictionary
-    only costs, the 64-rank store's STEPS summary read in 0.37 CPU s instead of 0.44-0.49, 58 MB
-    instead of 89), deltas on its integer columns (_DELTAS); statistics only on what readers filter
-    on (rank, step, times)."""
+    reads them: the parts' codec (store.COMPRESSION: LZ4 wrote the 32-rank bench's four files in
+    0.16 CPU s instead of zstd's 0.19-0.21, read as fast, 9.0 MB instead of 6.7) and dictionaries
+    (without, -0.29 CPU s at ingest, +0.17 s at every diagnose of the 64-rank store) but on the
+    columns of a value per group (_UNIQUE: there a dictionary only costs, the 64-rank store's
+    STEPS summary read in 0.37 CPU s instead of 0.44-0.49, 58 MB instead of 89), deltas on its
+    integer columns (_DELTAS); statistics only on what readers filter on (rank, step, times)."""
     import pyarrow.parquet as pq
 
     from .timeline.steptable import finish_group_states
@@ -724,7 +725,7 @@ def _write_groups(path: Path, states: pl.DataFrame, writer: Any = None) -> Any:
     g = finish_group_states(states.lazy(), evidence=True).collect(engine="in-memory")
     t = pl.concat([g, states.select(own)], how="horizontal").to_arrow()
     if writer is None:
-        writer = pq.ParquetWriter(path, t.schema, compression="zstd",
+        writer = pq.ParquetWriter(path, t.schema, compression=COMPRESSION,
                                   use_dictionary=[c for c in groups if c not in _UNIQUE],
                                   column_encoding=dict.fromkeys(_DELTAS, "DELTA_BINARY_PACKED"),
                                   write_statistics=["rank", "step", "t_start", "t_end"])

@@ -203,6 +203,31 @@ def test_store_is_readable_without_forensics(tmp_path: Path) -> None:
     assert pn == 4
 
 
+def test_parts_of_an_older_codec_are_read_and_kept_beside_new_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store written with zstd parts (the codec before LZ4): read, appended to (its parts kept as
+    they are, not merged), and the new parts written with the current codec read with them."""
+    import pyarrow.parquet as pq
+
+    from forensics import store, summaries
+
+    monkeypatch.setattr(store, "COMPACT_ROWS", 1)   # small parts are kept as written, not merged
+    with monkeypatch.context() as m:
+        m.setattr(store, "COMPRESSION", "zstd")
+        m.setattr(store, "COMPRESSION_LEVEL", 1)
+        write_run(tmp_path / "logs", ranks=2, steps=10)
+        forensics.ingest([str(tmp_path / "logs")], tmp_path / "st")
+    (tmp_path / "logs" / "rank_2.jsonl").write_bytes(b"".join(seed_line(2, s, s) for s in range(7)))
+    s = forensics.ingest([str(tmp_path / "logs" / "rank_2.jsonl")], tmp_path / "st", append=True)
+    assert s.files == 3 and s.new_files == 1
+    run = open_store(tmp_path / "st")
+    codecs = {pq.ParquetFile(p).metadata.row_group(0).column(0).compression for p in run.event_parts()}
+    assert codecs == {"ZSTD", store.COMPRESSION.upper()}
+    df = run.events().group_by("rank").len().sort("rank").collect()
+    assert df.rows() == [(0, 10), (1, 10), (2, 7)]
+    assert summaries.rank_table(run).equals(summaries.compute_rank_table(run))
+    check_accounting(tmp_path / "st")
+
+
 def test_big_file_is_cut_into_ranges_with_correct_line_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ing = importlib.import_module("forensics.ingest")
 
