@@ -538,6 +538,126 @@ def _():
     return {"console.log": torchrun_console(4, pr)}
 
 
+# ---- added (written after the wiring, to probe what it misses) ----
+BAD_ALLOC = "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc"
+CLIP_NONFINITE = ("RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot "
+                  "be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set "
+                  "`error_if_nonfinite=False`")
+C10D_CONNECT = ("[c10d] The client socket has failed to connect to [gpu-node-00]:29500 (errno: 111 - Connection refused).")
+
+
+@_c("a_oom_tee_one_node", "added", ("oom",), (2,), "CUDA OOM under torchrun --tee on one node, agent's table")
+def _():
+    pr = run_steps(4, 20, stop={2: 9})
+    pr[2].append(tb(9.5, OOM_NEW.format(dev=2)))
+    con = torchrun_console(4, pr, style="default", head=one_node_launch(4))
+    return {"console.log": con + "\n".join(child_failed([(2, 2, 1, "gpu-node-00")])) + "\n"}
+
+
+@_c("a_cpu_alloc_tee_one_node", "added", ("host_oom",), (1,), "DefaultCPUAllocator under --tee on one node")
+def _():
+    pr = run_steps(2, 12, stop={1: 6})
+    pr[1].append(tb(6.5, CPU_ALLOC))
+    return {"console.log": torchrun_console(2, pr, style="default", head=one_node_launch(2))}
+
+
+@_c("a_dataloader_killed_gloo_cascade", "added", ("host_oom",), (2,), "DataLoader worker killed on rank 2; peers lose it (gloo)")
+def _():
+    pr = run_steps(4, 15, stop={2: 8})
+    pr[2].append(tb(8.5, DL_KILLED.format(pid=9001)))
+    for r in (0, 1, 3):
+        pr[r].append(tb(9.0 + r * 0.01, GLOO_CLOSED.format(peer=2, port=42000 + r)))
+    return {"console.log": torchrun_console(4, pr)}
+
+
+@_c("a_heartbeat_two_of_eight", "added", ("hang",), (3, 5), "heartbeat monitor stuck on ranks 3 and 5 of 8")
+def _():
+    pr = run_steps(8, 20, stop={r: 14 for r in range(8)})
+    for r in (3, 5):
+        pr[r].append((494.0 + r, glog("E", 494.0 + r, 4700 + r, "ProcessGroupNCCL.cpp:1375", HEARTBEAT_STUCK.format(rank=r))))
+    return {"console.log": torchrun_console(8, pr)}
+
+
+@_c("a_heartbeat_everyone_after_timeouts", "added", HANG, (1,), "every rank's heartbeat fires after 0,2,3 time out; rank 1 went silent")
+def _():
+    pr = run_steps(4, 30, stop={1: 12})
+    for r in (0, 2, 3):
+        pr[r].append((612.0 + r, glog("E", 612.0 + r, 4700 + r, "ProcessGroupNCCL.cpp:616", watchdog(r, 50))))
+    for r in range(4):
+        pr[r].append((1100.0 + r, glog("E", 1100.0 + r, 4700 + r, "ProcessGroupNCCL.cpp:1375", HEARTBEAT_STUCK.format(rank=r))))
+    return {"console.log": torchrun_console(4, pr)}
+
+
+@_c("a_megatron_nan_rank_prefix", "added", ("non_finite",), (6,), "Megatron NaN assert on a [rank6]: line")
+def _():
+    pr = run_steps(8, 15, stop={r: 10 for r in range(8)})
+    pr[6].append(tb(10.5, MEGATRON_NAN.format(rank=6, dev=6, host="gpu-node-00")))
+    return {"console.log": torchrun_console(8, pr)}
+
+
+@_c("a_clip_grad_nonfinite", "added", ("non_finite",), (3,), "clip_grad_norm_ error_if_nonfinite on rank 3")
+def _():
+    pr = run_steps(4, 15, stop={3: 7})
+    pr[3].append(tb(7.5, CLIP_NONFINITE))
+    return {"console.log": torchrun_console(4, pr)}
+
+
+@_c("a_bad_alloc_terminate", "added", ("host_oom",), (1,), "terminate after std::bad_alloc on rank 1, SIGABRT exit")
+def _():
+    pr = run_steps(2, 12, stop={1: 5})
+    pr[1].append((5.5, BAD_ALLOC))
+    return {"console.log": torchrun_console(2, pr, tail=child_failed([(1, 1, -6, "gpu-node-00")]))}
+
+
+@_c("a_nccl_warn_oom_tee", "added", ("oom",), (0,), "only NCCL's WARN Cuda failure 'out of memory' (cudaDev 0) + agent exit, one node")
+def _():
+    pr = run_steps(2, 12, stop={0: 6})
+    pr[0].append((6.5, "gpu-node-00:4700:4790 [0] NCCL WARN Cuda failure 'out of memory'"))
+    con = torchrun_console(2, pr, style="default", head=one_node_launch(2))
+    con += f"[{DAY} 14:30:07,000] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1) local_rank: 0 (pid: 4700) of binary: /usr/bin/python3\n"
+    return {"console.log": con}
+
+
+@_c("a_nccl_system_error_peers_remote", "added", ("crash",), (2,), "ncclSystemError on rank 2, peers report ncclRemoteError")
+def _():
+    pr = run_steps(4, 12, stop={2: 6})
+    pr[2].append(tb(6.5, NCCL_SYSTEM))
+    for r in (0, 1, 3):
+        pr[r].append(tb(7.5, NCCL_REMOTE))
+    return {"console.log": torchrun_console(4, pr)}
+
+
+@_c("a_healthy_rendezvous_retries", "added", None, (), "healthy run whose workers retried the rendezvous (Connection refused warnings)")
+def _():
+    pr = run_steps(4, 20)
+    for r in (1, 2, 3):
+        pr[r].insert(0, (0.2, glog("W", 0.2, 4700 + r, "socket.cpp:752", C10D_CONNECT)))
+    return {"console.log": torchrun_console(4, pr)}
+
+
+@_c("a_cgroup_oom_killer_one_node", "added", ("host_oom",), (3,), "kernel 'Memory cgroup out of memory: Killed process' + exitcode -9 local_rank 3")
+def _():
+    pr = run_steps(4, 15, stop={3: 9})
+    con = torchrun_console(4, pr, style="default", head=one_node_launch(4))
+    con += f"[{DAY} 14:30:10,000] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 3 (pid: 4703) of binary: /usr/bin/python3\n"
+    kern = syslog(9.6, "gpu-node-00", "kernel", "Memory cgroup out of memory: Killed process 4703 (python3) total-vm:812345kB, anon-rss:801234kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:1800kB oom_score_adj:0") + "\n"
+    return {"console.log": con, "kern.log": kern}
+
+
+@_c("a_accelerate_no_batch_size", "added", ("oom",), (0,), "accelerate find_executable_batch_size reached zero on rank 0")
+def _():
+    pr = run_steps(2, 10, stop={0: 3, 1: 3})
+    pr[0].append(tb(3.5, "RuntimeError: No executable batch size found, reached zero."))
+    return {"console.log": torchrun_console(2, pr)}
+
+
+@_c("a_megatron_rerun_inf_unprefixed", "added", ("non_finite",), (7,), "Megatron rerun 'Unexpected result inf' naming rank 7, no prefixes")
+def _():
+    pr = run_steps(8, 12, stop={r: 9 for r in range(8)})
+    pr[7].append(tb(9.5, MEGATRON_RERUN.format(rank=7, host="gpu-node-00", dev=7, it=9).replace("result nan", "result inf")))
+    return {"console.log": torchrun_console(8, pr, style="none")}
+
+
 # ---- unseen (written with the seen part, scored at the end only) ----
 @_c("u_oom_mpirun_tag", "unseen", ("oom",), (6,), "CUDA OOM under mpirun --tag-output")
 def _():
