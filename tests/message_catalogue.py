@@ -478,11 +478,13 @@ def _():
     return {"console.log": torchrun_console(2, pr)}
 
 
-@_c("lightning_rank_prefix_crash", "seen", ("crash",), (1,), "Lightning's '[rank: N]' prefix names the rank")
+@_c("lightning_rank_prefix_crash", "seen", ("crash",), (1,),
+    "Lightning's own messages carry '[rank: N] ' (rank_prefixed_message); the failing rank's traceback torchrun's [rank1]:")
 def _():
     pr = run_steps(2, 15, stop={1: 6})
-    pr[1].append(tb(6.5, "RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x512 and 256x10)"))
-    return {"console.log": torchrun_console(2, pr, style="lightning")}
+    lines = torchrun_console(2, pr, style="lightning").splitlines()
+    lines += ["[rank1]:" + ln for ln in traceback(TRAIN_TB, "RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x512 and 256x10)")]
+    return {"console.log": "\n".join(lines) + "\n"}
 
 
 @_c("lightning_nonfinite_metric", "seen", ("non_finite",), (0,), "Lightning EarlyStopping check_finite: metric is not finite")
@@ -656,6 +658,11 @@ def _():
     pr = run_steps(8, 12, stop={r: 9 for r in range(8)})
     pr[7].append(tb(9.5, MEGATRON_RERUN.format(rank=7, host="gpu-node-00", dev=7, it=9).replace("result nan", "result inf")))
     return {"console.log": torchrun_console(8, pr, style="none")}
+
+
+@_c("a_fr_unequal_lag", "added", HANG, (2,), "Flight Recorder: rank 2 is 2 collectives behind, rank 6 one: only 2 never issued the first pending one")
+def _():
+    return _fr({2: 2, 6: 1})
 
 
 # ---- unseen (written with the seen part, scored at the end only) ----
