@@ -61,6 +61,10 @@ Domain facts relied on:
   exit the agent saw, not the first fault: a rank that OOMs and hangs in teardown exits after the
   victims its hang aborted. The root is the earliest real failure on any rank; where the
   launcher's "first observed" rank differs, the finding says so.
+- A message is read by what it means, whatever its wording (forensics/failure_messages.py): an
+  own failure (an OOM in any allocator's words, host memory, a fatal signal, ncclSystemError) is
+  never a victim's timeout; a rank whose heartbeat monitor says its watchdog got stuck is hung
+  and, before any inference from silence, the culprit of the others' timeouts [own_error].
 - An earlier root is never replaced by the later failures it caused: rootcause.py orders
   failures by time, and this pass attributes the cascade to the first failure.
 
@@ -71,7 +75,9 @@ nearest timestamped line above it in its file (below it if none), and ties keep 
 
 Must not: decide the root cause across layers (rootcause.py).
 
-Modules (one per question): classify (which events are failures, of what kind, when), rows (whose
+Modules (one per question): meaning (what a line's text means, by forensics/failure_messages.py's
+families, and the hang of a rank whose watchdog is stuck), classify (which events are failures,
+of what kind, when), rows (whose
 a failure row is, its order and citation), progress (how far each rank got), culprit (which rank
 held up a collective), oom, host_oom, deaths (crash, gpu_error, a failed exit), cascade (what
 followed a failure), cancel (the scheduler ended the job), timeouts (hang, collective mismatch,
