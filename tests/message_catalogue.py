@@ -665,6 +665,16 @@ def _():
     return _fr({2: 2, 6: 1})
 
 
+@_c("a_slurm_oom_kill_tee_exit", "added", ("host_oom",), (1,), "slurmstepd oom-kill event + torchrun 'failed (exitcode: -9) local_rank: 1' on one node")
+def _():
+    pr = run_steps(2, 12, stop={1: 7})
+    con = torchrun_console(2, pr, style="default", head=one_node_launch(2))
+    con += (f"[{DAY} 14:30:08,000] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process 4700 closing signal SIGTERM\n"
+            f"[{DAY} 14:30:08,100] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 4701) of binary: /usr/bin/python3\n"
+            "slurmstepd: error: Detected 1 oom_kill event in StepId=31.0. Some of your processes may have been killed by the cgroup out-of-memory handler.\n")
+    return {"slurm-31.out": con}
+
+
 # ---- unseen (written with the seen part, scored at the end only) ----
 @_c("u_oom_mpirun_tag", "unseen", ("oom",), (6,), "CUDA OOM under mpirun --tag-output")
 def _():

@@ -77,3 +77,14 @@ def test_meaning_columns_decide_over_wording() -> None:
     got = with_meaning(df).select("meaning", "meaning_role", "text_rank").rows()
     assert got == [("oom", "own", None), ("hang", "own", None), ("crash", "own", None), ("nccl_timeout", "victim", None),
                    ("non_finite", "own", 11), (None, None, None)]
+
+
+def test_slurm_oom_kill_event_confirms_the_sigkilled_worker(tmp_path: Path) -> None:
+    """Slurm's job-level "Detected 1 oom_kill event in StepId=.." names no process: it confirms the
+    worker the launcher saw die of SIGKILL (one host_oom finding on rank 1, confirmed), instead of a
+    second finding about "a worker process"."""
+    case = next(c for c in CASES if c.name == "a_slurm_oom_kill_tee_exit")
+    report = _root(case, tmp_path)
+    hosts = [f for f in report.findings if f.kind == "host_oom"]
+    assert len(hosts) == 1 and hosts[0].ranks == [1] and hosts[0].evidence["confirmed"] is True
+    assert any("oom_kill event" in (e.text or "") for e in hosts[0].lines)
