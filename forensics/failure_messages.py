@@ -64,10 +64,12 @@ FAMILIES: tuple[Family, ...] = (
            (" number of skipped iterations:   0 | number of nan iterations:   0 |",)),
 
     # ---- CUDA / device memory --------------------------------------------------------------------
-    Family("nccl_cuda_failure_oom", "oom", "own", r"Cuda failure '?out of memory'?", "line",
-           "nvidia nccl src/include/checks.h (CUDACHECK)", "WARN(\"Cuda failure '%s'\", cudaGetErrorString(err))",
+    Family("nccl_cuda_failure_oom", "oom", "own", r"Cuda failure (?:\d+ )?'?out of memory'?", "line",
+           "nvidia nccl src/include/checks.h (CUDACHECK: runtime API; CUCHECK: driver API, with the error number)",
+           "WARN(\"Cuda failure '%s'\", cudaGetErrorString(err))  /  WARN(\"Cuda failure %d '%s'\", err, errStr)",
            "a CUDA allocation inside NCCL failed: device memory is exhausted on this rank",
            ("gpu-node-00:4711:4790 [1] NCCL WARN Cuda failure 'out of memory'",
+            "gpu-node-00:4711:4790 [1] NCCL WARN Cuda failure 2 'out of memory'",
             "ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda failure 'out of memory'")),
     Family("c10_device_oom", "oom", "own",
            r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError: (?:CUDA|HIP|XPU)|CUDA error: out of memory"
@@ -80,6 +82,11 @@ FAMILIES: tuple[Family, ...] = (
             "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.21 GiB already allocated)",
             "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.50 GiB. GPU 3 has a total capacity of 191.98 GiB",
             "RuntimeError: CUDA error: out of memory")),
+    Family("cublas_alloc_failed", "oom", "own", r"CUBLAS_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED", "line",
+           "pytorch aten/src/ATen/cuda/Exceptions.h (TORCH_CUDABLAS_CHECK: cublasGetErrorString)",
+           '"CUDA error: ", at::cuda::blas::_cublasGetErrorEnum(__err), " when calling `" #EXPR "`"',
+           "cuBLAS could not allocate its workspace or handle: device memory is exhausted on this rank",
+           ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",)),
     Family("accelerate_no_batch_size", "oom", "own", r"No executable batch size found, reached zero", "line",
            "huggingface accelerate src/accelerate/utils/memory.py (find_executable_batch_size)",
            'raise RuntimeError("No executable batch size found, reached zero.")',

@@ -675,6 +675,15 @@ def _():
     return {"slurm-31.out": con}
 
 
+@_c("a_cublas_alloc_failed", "added", ("oom",), (2,), "CUBLAS_STATUS_ALLOC_FAILED on rank 2 (no 'out of memory' words); peers time out")
+def _():
+    pr = run_steps(4, 15, stop={2: 8})
+    pr[2].append(tb(8.5, "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    for r in (0, 1, 3):
+        pr[r].append((608.0, glog("E", 608.0, 4700 + r, "ProcessGroupNCCL.cpp:616", watchdog(r, 23))))
+    return {"console.log": torchrun_console(4, pr)}
+
+
 # ---- unseen (written with the seen part, scored at the end only) ----
 @_c("u_oom_mpirun_tag", "unseen", ("oom",), (6,), "CUDA OOM under mpirun --tag-output")
 def _():
