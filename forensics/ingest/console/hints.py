@@ -23,7 +23,8 @@ _TRIGGER_WORDS = [
 _TOPOLOGY_WORDS = ["Rendezvous complete", "launch configs:", "global_rank_mapping=", "num_local_procs=", "dist_world_size="]
 
 
-_ERROR_WORDS = ["Error", "ERROR", "FATAL", "Traceback", "error:"]
+# (libstdc++'s terminate handler and a shell's report of a segfault name a death without the word "Error")
+_ERROR_WORDS = ["Error", "ERROR", "FATAL", "Traceback", "error:", "terminate called after throwing", "Segmentation fault"]
 
 
 _WARN_WORDS = ["Warning", "WARN", "warning:"]

@@ -61,6 +61,10 @@ Domain facts relied on:
   exit the agent saw, not the first fault: a rank that OOMs and hangs in teardown exits after the
   victims its hang aborted. The root is the earliest real failure on any rank; where the
   launcher's "first observed" rank differs, the finding says so.
+- A message is read by what it means, whatever its wording (forensics/failure_messages.py): an
+  own failure (an OOM in any allocator's words, host memory, a fatal signal, ncclSystemError) is
+  never a victim's timeout; a rank whose heartbeat monitor says its watchdog got stuck is hung
+  and, before any inference from silence, the culprit of the others' timeouts [own_error].
 - An earlier root is never replaced by the later failures it caused: rootcause.py orders
   failures by time, and this pass attributes the cascade to the first failure.
 
@@ -71,7 +75,9 @@ nearest timestamped line above it in its file (below it if none), and ties keep 
 
 Must not: decide the root cause across layers (rootcause.py).
 
-Modules (one per question): classify (which events are failures, of what kind, when), rows (whose
+Modules (one per question): meaning (what a line's text means, by forensics/failure_messages.py's
+families, and the hang of a rank whose watchdog is stuck), classify (which events are failures,
+of what kind, when), rows (whose
 a failure row is, its order and citation), progress (how far each rank got), culprit (which rank
 held up a collective), oom, host_oom, deaths (crash, gpu_error, a failed exit), cascade (what
 followed a failure), cancel (the scheduler ended the job), timeouts (hang, collective mismatch,
@@ -95,6 +101,7 @@ from .culprit import (
 )
 from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors
 from .host_oom import _host_oom_finding, _killed_without_traceback
+from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
 from .rows import LAUNCHERS, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
@@ -137,11 +144,13 @@ def find(ctx: Context) -> list[Finding]:
     crashes = _crashes(ctx, rows, progress, first_oom)
     gpus = _gpu_errors(rows)
     cancels = [r for r in rows if r["kind"] == "cancel"]
+    # ranks whose own heartbeat monitor says their watchdog is stuck (meaning.py): hung
+    stuck_out, stuck = stuck_findings(rows, ctx.ranks, {k for k in [*first_oom, *crashes, *gpus] if isinstance(k, int)})
 
     out: list[Finding] = []
     to_sorted = sorted(first_to.values(), key=_key)
     t_first_to = to_sorted[0]["t_show"] if to_sorted else None
-    failed_ranks = set(first_to) | {k for k in [*first_oom, *crashes, *gpus] if isinstance(k, int)}
+    failed_ranks = set(first_to) | {k for k in [*first_oom, *crashes, *gpus] if isinstance(k, int)} | set(stuck)
     seqs = Counter(s for r in first_to.values() if (s := _seq_of(r)) is not None)
     fail_seq = seqs.most_common(1)[0][0] if seqs else None
 
@@ -172,6 +181,8 @@ def find(ctx: Context) -> list[Finding]:
             how = {"oom": "oom", "crash": "crashed with a Python exception", "gpu": "GPU error"}[mode]
         elif dead:
             culprits, how, mode = sorted({d["rank"] for d in dead}), "killed by SIGKILL (host OOM killer suspected)", "killed"
+        elif stuck and not set(stuck) & set(first_to):
+            culprits, how, mode = stuck, "its NCCL watchdog got stuck (heartbeat monitor)", "stuck"
         elif named:
             culprits, mode = named, named_src
             how = "desync report"
@@ -281,7 +292,10 @@ def find(ctx: Context) -> list[Finding]:
     for who_key, r in sorted(gpus.items(), key=lambda kv: _key(kv[1])):
         out.append(_death_finding("gpu_error", who_key, r, first_to, cascade, rows))
     for who_key, r in sorted(crashes.items(), key=lambda kv: _key(kv[1])):
-        out.append(_death_finding("crash", who_key, r, first_to, cascade, rows))
+        # an exception that means host memory (DefaultCPUAllocator, a DataLoader worker the OOM
+        # killer took, MemoryError) is a host OOM, not a plain crash
+        out.append(_death_finding("host_oom" if r.get("meaning") == "host_oom" and r.get("meaning_role") == "own" else "crash",
+                                  who_key, r, first_to, cascade, rows))
     if first_fail is None and not cancels:
         out += _failed_exit(rows)
 
@@ -292,11 +306,13 @@ def find(ctx: Context) -> list[Finding]:
             and (d["host"], d["local_rank"]) == (detail["local"]["host"], detail["local"]["local_rank"]))
         out.append(_host_oom_finding(d, t_first_to if is_culprit else None, victims if is_culprit else []))
 
+    out += stuck_out
+
     # -- the scheduler ended the job -------------------------------------------------------------
     if cancels:
         out.append(_cancel_finding(cancels, rows, alone=first_fail is None and not killed))
 
-    if not first_to and not first_oom and not crashes and not gpus and not killed and not cancels:
+    if not first_to and not first_oom and not crashes and not gpus and not killed and not cancels and not stuck:
         out += _local_hang(ctx, rows)
     if first_to:
         out.extend(_timeout_findings(first_to, to_sorted, culprits, how, mode, weak, victims, failed_ranks, progress,

@@ -11,6 +11,7 @@ import polars as pl
 from ... import failure_facts as facts, failure_rows
 from ...collective_text import DESYNC_TEXT, MISMATCH_TEXT
 from ..context import Context
+from .meaning import own, with_meaning
 
 
 OOM_RE = r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|\bCUDA_OOM\b"
@@ -97,7 +98,12 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
     """kind per candidate row: oom / gpu / timeout / status / exit / kill / cancel / traceback /
-    info, with the watchdog numbers (`completed`, `enqueued`) and the fields of typed events."""
+    info, with the watchdog numbers (`completed`, `enqueued`) and the fields of typed events.
+    What a line's text means (meaning.py: forensics/failure_messages.py's families) decides over
+    its wording: an own failure is never a victim's timeout, NCCL's "Cuda failure 'out of memory'"
+    is an OOM, a stuck watchdog (`stuck`) is its rank's hang, a crash or host-memory message on a
+    plain console line is its rank's own error."""
+    df = with_meaning(df)
     msg = pl.col("message").fill_null("")
     ev = pl.col("event").fill_null("")
     err = pl.col("level") == "ERROR"
@@ -107,19 +113,21 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     is_cancel = ev == "JOB_CANCELLED"
     is_status = ev == "NCCL_DUMP_SIGNAL"
     process = is_exit | is_kill | is_cancel
-    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE))
+    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE) | own(("oom",)))
+    is_stuck = ~process & ~is_oom & own(("hang",))
     is_desync = msg.str.contains(DESYNC_RE)
     # the device's own failure: typed by the reader, or the text of an error line / a traceback
-    is_gpu = ~process & ~is_oom & ((ev == "GPU_XID") | ((ev == "CUDA_ERROR") & ~msg.str.contains("(?i)device-side assert"))
+    is_gpu = ~process & ~is_oom & ~is_stuck & ~own(("crash", "host_oom")) & ((ev == "GPU_XID") | ((ev == "CUDA_ERROR") & ~msg.str.contains("(?i)device-side assert"))
                                    | (err & msg.str.contains(GPU_RE)))
     # a collective that fails (timeout, lost peer, or a mismatch caught by DETAIL debug checks)
-    is_timeout = ~is_oom & ~is_gpu & ~process & ~is_status & (
+    is_timeout = ~is_oom & ~is_gpu & ~process & ~is_status & ~is_stuck & ~own() & (
         ev.str.contains("(?i)TIMEOUT|WATCHDOG|MISMATCH") | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
     is_tb = (ev == "TRACEBACK") & (pl.col("rank").is_not_null() | pl.col("local_rank").is_not_null())
     # an event of any name at ERROR, or carrying an exception, is its rank's own error (a
     # console line is typed by its reader: its plain lines and a traceback's body are not)
     has_exc = (pl.col("extra").str.contains(facts.EXC_FIELD_RE) | pl.col("fields").str.contains(facts.EXC_FIELD_RE)).fill_null(False)
-    is_own = ~ev.is_in(OWN_ERROR_EXCLUDED) & ~ev.str.contains(failure_rows.NAMED_RE) & (err | has_exc)
+    is_own = (~ev.is_in(OWN_ERROR_EXCLUDED) & ~ev.str.contains(failure_rows.NAMED_RE) & (err | has_exc)) | (
+        (ev == "LOG") & err & own(("crash", "host_oom")))
     completed = pl.coalesce(j("$.last_completed").cast(pl.Int64, strict=False),
                             msg.str.extract(COMPLETED_RE, 1).cast(pl.Int64, strict=False))
     enqueued = pl.coalesce(j("$.last_enqueued").cast(pl.Int64, strict=False),
@@ -128,10 +136,11 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     # evaluates each once (eagerly each use ran its regex again: 0.074 -> 0.022 s on m64's rows)
     return (
         df.lazy().with_columns(completed.alias("completed"), enqueued.alias("enqueued"))
-        .filter(is_oom | is_gpu | is_desync | is_timeout | is_status | process | is_tb | is_own | pl.col("completed").is_not_null()
+        .filter(is_oom | is_stuck | is_gpu | is_desync | is_timeout | is_status | process | is_tb | is_own | pl.col("completed").is_not_null()
                 | pl.col("extra").str.contains("missing_ranks", literal=True).fill_null(False))
         .with_columns(
-            pl.when(is_oom).then(pl.lit("oom")).when(is_gpu).then(pl.lit("gpu")).when(is_timeout).then(pl.lit("timeout"))
+            pl.when(is_oom).then(pl.lit("oom")).when(is_stuck).then(pl.lit("stuck")).when(is_gpu).then(pl.lit("gpu"))
+            .when(is_timeout).then(pl.lit("timeout"))
             .when(is_status).then(pl.lit("status")).when(is_exit).then(pl.lit("exit"))
             .when(is_kill).then(pl.lit("kill")).when(is_cancel).then(pl.lit("cancel"))
             .when(is_tb).then(pl.lit("traceback")).when(is_desync).then(pl.lit("desync"))

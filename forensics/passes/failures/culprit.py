@@ -165,7 +165,7 @@ MODE_BASIS = {
     "report": "named_by_peers", "missing": "named_by_peers", "fingerprint": "named_by_peers", "peer": "named_by_peers",
     "odd": "own_error", "lag_timeout": "own_error",
     "lag_enqueued": "never_joined", "never_joined": "never_joined", "least_completed": "never_joined",
-    "silent": "last_to_log", "local": "own_error", "no_timeout": "never_joined",
+    "silent": "last_to_log", "local": "own_error", "no_timeout": "never_joined", "stuck": "own_error",
 }
 
 

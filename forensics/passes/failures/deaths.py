@@ -87,7 +87,8 @@ def _gpu_errors(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
 
 def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[int, dict[str, Any]],
                    cascade: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> Finding:
-    """A rank killed by its own Python exception (`crash`) or by its device (`gpu_error`)."""
+    """A rank killed by its own Python exception (`crash`; `host_oom` when the exception means
+    host memory: failure_messages.py) or by its device (`gpu_error`)."""
     rank = who_key if isinstance(who_key, int) else None
     later, delay = _later_phrase(r, first_to, rank)
     tail, kills, ex = _cascade_tail(cascade, r)
@@ -98,12 +99,13 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
         where = f" (at {frames[-1]})"
     who = _who(rank, r)
     etype, emsg = facts.exception_of(r)
-    if kind == "crash":
+    if kind in ("crash", "host_oom"):
         # an error event of any name: its exception's type and message, where the line has them
         text = r["message"] or r["event"] or ""
         if etype and etype not in text:
             text = f"{etype}: {emsg}" if emsg and emsg not in text else (f"{etype} ({text})" if text else etype)
-        title = f"{who} crashed with a Python exception: {shorten(text, 160)}{where}"
+        title = (f"{who} ran out of host memory (RAM, not GPU memory): {shorten(text, 160)}{where}" if kind == "host_oom"
+                 else f"{who} crashed with a Python exception: {shorten(text, 160)}{where}")
         # the rank's own process failed (its code, its data loader): below the communication its
         # peers then lose, so the chain reads bottom-up from it, like an OOM
         layer = "resource"

@@ -55,6 +55,16 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
                     "exit_code": next((r["exit_code"] for r in grp if r["exit_code"] is not None), None),
                     "rows": grp, "timestamp": first["t_show"]})
     out.sort(key=lambda d: _key(d["rows"][0]))
+    # a job-level report of the OOM killer (Slurm's "Detected N oom-kill event(s) in StepId=..":
+    # no pid, no rank, no local rank — failure_messages.slurm_oom_kill) says which processes the
+    # SIGKILLs of that job were: it confirms them, and is not another process of its own
+    job = [d for d in out if d["confirmed"] and d["pid"] is None and d["rank"] is None and d["local_rank"] is None]
+    named = [d for d in out if d not in job]
+    if job and named:
+        for d in named:
+            d["confirmed"] = True
+            d["rows"] = sorted(d["rows"] + [r for j in job for r in j["rows"]], key=_key)
+        out = named
     return out
 
 

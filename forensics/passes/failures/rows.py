@@ -91,7 +91,7 @@ def _extra(r: dict[str, Any]) -> dict[str, Any]:
 
 # the rows a rank named in their own text may be attributed to: a rank's own errors, never a
 # timeout or a status line (their text names the peer they wait on)
-_OWN_KINDS = ("oom", "gpu", "traceback")
+_OWN_KINDS = ("oom", "gpu", "traceback", "stuck")
 
 
 # the rows a one-node launch maps to a global rank: a process's own end (its error, its exit or
@@ -110,7 +110,7 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r["rank"] is not None:
             continue
         if r["kind"] in _OWN_KINDS and r.get("local_rank") is None:
-            named = facts.rank_in_text(r.get("message"))
+            named = r["text_rank"] if r.get("text_rank") is not None else facts.rank_in_text(r.get("message"))
             if named is not None:
                 r["rank"], r["rank_basis"] = named, "named_in_text"
                 continue
