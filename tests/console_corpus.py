@@ -330,9 +330,6 @@ def _elastic_agent_lines(w: World, f: Fault, node: int, glog: bool, script: str 
     """torch/distributed/elastic/multiprocessing/api.py (_poll) and errors/__init__.py (ChildFailedError)."""
     ranks = range(node * w.gpn, (node + 1) * w.gpn)
     first = _first_exit(f, ranks)
-    if first is None:
-        return []
-    r0, t0, c0 = first
     out: list[Line] = []
 
     def log(t: float, level: str, mod: str, msg: str) -> None:
@@ -342,6 +339,20 @@ def _elastic_agent_lines(w: World, f: Fault, node: int, glog: bool, script: str 
         else:
             out.append(Line(t, None, f"{level}:torch.distributed.elastic.{mod.split('.py')[0].replace('/', '.')}:{msg}",
                             node, err=True))
+    if first is None:
+        if f.cancelled:   # the job is stopped from outside (agent/server/api.py run(): SignalException)
+            t = f.t + 1800
+            log(t, "INFO", "agent/server/api.py:704", "Received Signals.SIGTERM death signal, shutting down workers")
+            for r in ranks:
+                log(t + 0.01, "WARNING", "multiprocessing/api.py:897", f"Sending process {w.pids[r]} closing signal SIGTERM")
+            tb = ["Traceback (most recent call last):", '  File "/usr/local/bin/torchrun", line 8, in <module>',
+                  "    sys.exit(main())",
+                  '  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/elastic/multiprocessing/api.py", line 79, in _terminate_process_handler',
+                  "    raise SignalException(f\"Process {os.getpid()} got signal: {sigval}\", sigval=sigval)",
+                  f"torch.distributed.elastic.multiprocessing.api.SignalException: Process {w.pids[0] - 50 + node} got signal: 15"]
+            out += [Line(t + 0.5 + i * 1e-4, None, tx, node, err=True) for i, tx in enumerate(tb)]
+        return out
+    r0, t0, c0 = first
     killed = []
     for r in ranks:
         if r != r0 and (r not in f.exits or f.exits[r][0] > t0):
@@ -606,6 +617,12 @@ def _deepspeed(w: World, f: Fault, lines: list[Line], rng: random.Random, unseen
                     out.append(ds(t0 + 0.2, "INFO", "launch.py:319:sigkill_handler", f"Killing subprocess {w.pids[r]}", n))
             out.append(ds(t0 + 0.4, "ERROR", "launch.py:325:sigkill_handler",
                           f"['/usr/bin/python3', '-u', 'train.py', '--local_rank={w.local(r0)}', '--deepspeed'] exits with return code = {c0}", n))
+
+    if f.cancelled:   # launch.py sigkill_handler on SIGTERM
+        for n in range(w.nodes):
+            for r in range(n * w.gpn, (n + 1) * w.gpn):
+                out.append(ds(f.t + 1800, "INFO", "launch.py:319:sigkill_handler", f"Killing subprocess {w.pids[r]}", n))
+            out.append(ds(f.t + 1800.2, "INFO", "launch.py:331:sigkill_handler", "Main process received SIGTERM, exiting", n))
 
     def text(ln: Line) -> str:
         s = ln.text if ln.rank is None or not (rankp and ln.err) else f"[rank{ln.rank}]:{ln.text}"
