@@ -41,6 +41,7 @@ class Line:
     text: str
     node: int = 0
     err: bool = False        # written on stderr
+    fd: bool = False         # written to fd 2 from a signal handler (faulthandler): no Python-level prefix
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Fault:
     exits: dict[int, tuple[float, int]] = field(default_factory=dict)   # rank -> (t, code; negative = signal)
     truth_kinds: list[str] = field(default_factory=list)
     cancelled: bool = False         # the job is ended from outside (time limit / user)
+    named: bool = True              # the log names the culprit's global rank (a launcher may not say whose exit it saw)
 
 
 _HOST_STYLES = [
@@ -270,7 +272,7 @@ def _worker_lines(rng: random.Random, w: World, f: Fault, style: str, all_log: b
     elif k == "segfault":
         c = f.culprits[0]
         for i, tx in enumerate(_segfault_lines(w)):
-            out.append(Line(tf + i * 1e-4, c, tx, w.node_of(c), err=True))
+            out.append(Line(tf + i * 1e-4, c, tx, w.node_of(c), err=True, fd=True))
         f.exits[c] = (tf + 0.1, -11)
     elif k == "host_oom":
         c = f.culprits[0]
@@ -447,7 +449,7 @@ def _order(lines: list[Line]) -> list[Line]:
 
 
 def _emit(files: dict[str, list[Line]], texts: dict[str, Callable[[Line], str]], coll: dict[str, Callable]) -> Files:
-    return {p: [coll[p](Line(ln.t, ln.rank, texts[p](ln), ln.node, ln.err)) for ln in _order(lines)]
+    return {p: [coll[p](Line(ln.t, ln.rank, texts[p](ln), ln.node, ln.err, ln.fd)) for ln in _order(lines)]
             for p, lines in files.items()}
 
 
@@ -476,7 +478,7 @@ def _torchrun(w: World, f: Fault, lines: list[Line], rng: random.Random, unseen:
         p = ""
         if tee:
             p += f"[default{w.local(ln.rank)}]:"
-        if rankp and ln.err:
+        if rankp and ln.err and not ln.fd:
             p += f"[rank{ln.rank}]:"
         return p + ln.text
     coll = {p: _collector(coll_name, w, p.split(".")[0]) for p in files}
@@ -612,11 +614,14 @@ def _deepspeed(w: World, f: Fault, lines: list[Line], rng: random.Random, unseen
         first = _first_exit(f, range(n * w.gpn, (n + 1) * w.gpn))
         if first:
             r0, t0, c0 = first
+            # sigkill_handler kills every process it spawned, then prints `cmd`: the spawn loop's
+            # variable, the command of the LAST process (local rank nproc-1), whoever failed
             for r in range(n * w.gpn, (n + 1) * w.gpn):
-                if r != r0:
-                    out.append(ds(t0 + 0.2, "INFO", "launch.py:319:sigkill_handler", f"Killing subprocess {w.pids[r]}", n))
+                out.append(ds(t0 + 0.2, "INFO", "launch.py:319:sigkill_handler", f"Killing subprocess {w.pids[r]}", n))
             out.append(ds(t0 + 0.4, "ERROR", "launch.py:325:sigkill_handler",
-                          f"['/usr/bin/python3', '-u', 'train.py', '--local_rank={w.local(r0)}', '--deepspeed'] exits with return code = {c0}", n))
+                          f"['/usr/bin/python3', '-u', 'train.py', '--local_rank={w.gpn - 1}', '--deepspeed'] exits with return code = {c0}", n))
+    # whose exit it was shows only in the culprit's own lines
+    f.named = f.kind in ("hang", "nccl_timeout", "non_finite") or (rankp and f.kind in ("crash", "oom", "gpu_error"))
 
     if f.cancelled:   # launch.py sigkill_handler on SIGTERM
         for n in range(w.nodes):
@@ -639,7 +644,7 @@ def _accelerate(w: World, f: Fault, lines: list[Line], rng: random.Random, unsee
     rankp = rng.random() < 0.7
 
     def text(ln: Line) -> str:
-        return f"[rank{ln.rank}]:{ln.text}" if (ln.rank is not None and rankp and ln.err) else ln.text
+        return f"[rank{ln.rank}]:{ln.text}" if (ln.rank is not None and rankp and ln.err and not ln.fd) else ln.text
     return _emit({"accelerate.log": out}, {"accelerate.log": text}, {"accelerate.log": _collector("plain", w, "")}), \
         f"accelerate{'+rank' if rankp else ''}"
 
@@ -653,16 +658,18 @@ def _legacy_launch(w: World, f: Fault, lines: list[Line], rng: random.Random, un
                             "in your application as needed. ", 0, True),
                        Line(0.012, None, "*" * 49, 0, True)] + list(lines)
     first = _first_exit(f, range(w.size))
+    # the script names its rank only in lines it prints itself (the tag); the launcher's cmd is the
+    # spawn loop's last one (local rank nproc-1), whoever failed
+    f.named = f.kind in ("hang", "nccl_timeout", "non_finite")
     if first:
         r0, t0, c0 = first
         for r in range(w.size):
-            if r != r0:
-                out.append(Line(t0 + 0.2 + r * 1e-3, None, f"Killing subprocess {w.pids[r]}", 0, True))
+            out.append(Line(t0 + 0.2 + r * 1e-3, None, f"Killing subprocess {w.pids[r]}", 0, True))
         tb = ["Traceback (most recent call last):", '  File "/usr/lib/python3.8/runpy.py", line 194, in _run_module_as_main',
               '    return _run_code(code, main_globals, None,',
               '  File "/usr/local/lib/python3.8/dist-packages/torch/distributed/launch.py", line 253, in main',
               "    raise subprocess.CalledProcessError(returncode=process.returncode,",
-              f"subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'train.py', '--local_rank={r0}']' "
+              f"subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'train.py', '--local_rank={w.gpn - 1}']' "
               + (f"died with <Signals.{_SIGNAMES[-c0]}: {-c0}>." if c0 < 0 else f"returned non-zero exit status {c0}.")]
         out += [Line(t0 + 0.5 + i * 1e-4, None, tx, 0, True) for i, tx in enumerate(tb)]
     return _emit({"launch.log": out}, {"launch.log": lambda ln: ln.text}, {"launch.log": _collector("plain", w, "")}), "legacy-launch"
@@ -682,7 +689,7 @@ def _kubectl(w: World, f: Fault, lines: list[Line], rng: random.Random, unseen: 
     def text(ln: Line) -> str:
         s = ln.text
         if ln.rank is not None:
-            s = (f"[default{w.local(ln.rank)}]:" if tee else "") + (f"[rank{ln.rank}]:" if ln.err else "") + s
+            s = (f"[default{w.local(ln.rank)}]:" if tee else "") + (f"[rank{ln.rank}]:" if ln.err and not ln.fd else "") + s
         return f"[pod/{pods[ln.node]}/pytorch] {s}"
     return _emit({"kubectl.log": out}, {"kubectl.log": text}, {"kubectl.log": _collector("plain", w, "")}), "kubectl-prefix"
 
@@ -750,7 +757,7 @@ def make_case(seed: int, unseen: bool) -> tuple[Files, dict]:
         t2, c2 = f.exits[culprits[1]]
         f.exits[culprits[1]] = (t2 + 0.3, c2)
     files, lname = _LAUNCHERS[launcher][0](w, f, lines, rng, unseen)
-    truth = {"failed": kind != "healthy", "ranks": sorted(f.culprits), "kinds": _TRUTH_KINDS[kind],
+    truth = {"failed": kind != "healthy", "ranks": sorted(f.culprits) if f.named else [], "kinds": _TRUTH_KINDS[kind],
              "fault": kind, "launcher": lname, "world": w.size, "nodes": w.nodes, "style": style, "seed": seed}
     return files, truth
 
