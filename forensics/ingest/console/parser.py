@@ -61,6 +61,7 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
         self.pid_rank: dict[tuple[Any, int], int] = {}  # (host, pid) -> global rank (NCCL init of a full-world comm)
         self.partial_head: dict[str, tuple[Any, ...]] = {}  # stream -> identity of a line cut by the collector
         self.last_binary: bool | None = None    # the previous block ended in binary garbage (None: no block yet)
+        self.proc_name: tuple[int, int] | None = None  # mpirun / horovodrun "Process name:" (rank, line) awaiting its exit code
 
     # -- block driver ---------------------------------------------------------------------------
     def feed(self, buf: bytes, first_line: int, final: bool) -> list[_Row]:

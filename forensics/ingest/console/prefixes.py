@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import re
 
+import datetime as _dt
+
+from .marks import FIRST as _MARK_FIRST, mark_at
 from .row import _MAX_PENDING, _Row, _int
 from .timestamps import _LEVEL_MAP, _MONTHS
 from .topology import _LAUNCH_FIELD, _RDZV_FIELD, _WORKER
@@ -156,6 +159,11 @@ class _Prefixes:
                 if rest[1:3] in ("19", "20") and self._lead_ts(rest, r):
                     rest = self._rest
                     continue
+                hit = mark_at(rest)
+                if hit:
+                    prefix_rank = self._mark(hit[1], r, prefix_rank)
+                    rest = rest[hit[1].end():]
+                    continue
                 break
             if c == "(":
                 m = _RAY.match(rest)
@@ -220,6 +228,12 @@ class _Prefixes:
                         r.host = m.group(1)
                         rest = rest[m.end():]
                         continue
+            if c in _MARK_FIRST:
+                hit = mark_at(rest)
+                if hit:
+                    prefix_rank = self._mark(hit[1], r, prefix_rank)
+                    rest = rest[hit[1].end():]
+                    continue
             break
 
         pg_rank: int | None = None
@@ -291,6 +305,22 @@ class _Prefixes:
         if r.host is None:
             r.host = ctx.host_hint
         return rest
+
+    def _mark(self, m: re.Match[str], r: _Row, prefix_rank: int | None) -> int | None:
+        """Fill r from a mark of marks.PREFIXES (its named groups); return the prefix rank."""
+        g = m.groupdict()
+        if g.get("rank") is not None:
+            prefix_rank = int(g["rank"])
+        if g.get("stream"):
+            r.x(stream=g["stream"])
+        if g.get("host"):
+            r.host = g["host"]
+        if g.get("container"):
+            r.x(container=g["container"])
+        if g.get("asctime") and r.ts is None:
+            # time.asctime(): local time, no zone (naive times are read as UTC everywhere)
+            r.ts = _dt.datetime.strptime(" ".join(g["asctime"].split()), "%a %b %d %H:%M:%S %Y").isoformat()
+        return prefix_rank
 
     def _partial(self, r: _Row) -> None:
         """Kubelet (`P`) and Docker (no trailing newline) cut long lines: the rest of a cut line
