@@ -444,6 +444,15 @@ def _collector(name: str, w: World, host: str) -> Callable[[Line], str]:
 Files = dict[str, list[str]]
 
 
+def _time_limit(w: World, f: Fault) -> list[Line]:
+    """A launcher run inside an sbatch script: the job's output file ends with slurmstepd's line when
+    the time limit stops a job that made no progress (slurm src/slurmd/slurmstepd/req.c)."""
+    if not f.cancelled:
+        return []
+    return [Line(f.t + 3000, None, f"slurmstepd: error: *** JOB 4815162 ON {w.hosts[0]} CANCELLED AT "
+                 f"{w.at(f.t + 3000).strftime('%Y-%m-%dT%H:%M:%S')} DUE TO TIME LIMIT ***", 0, True)]
+
+
 def _order(lines: list[Line]) -> list[Line]:
     return sorted(lines, key=lambda ln: ln.t)
 
@@ -548,7 +557,7 @@ def _mpirun(w: World, f: Fault, lines: list[Line], rng: random.Random, unseen: b
     """mpirun --tag-output: `[jobid,rank]<stream>:` (open-mpi orte/mca/iof); errmgr's help texts
     (help-errmgr-base.txt: proc-aborted-signal, normal-termination-but / non-zero-exit)."""
     job = rng.randint(1000, 65000)
-    out: list[Line] = list(lines)
+    out: list[Line] = list(lines) + _time_limit(w, f)
     first = _first_exit(f, range(w.size))
     dash = "-" * 74
     if first:
@@ -574,7 +583,7 @@ def _horovod(w: World, f: Fault, lines: list[Line], rng: random.Random, unseen: 
     (horovod/runner/common/util/safe_shell_exec.py prepend_context); a death by signal N is exit code 128+N
     (the middleman's); the driver's RuntimeError names the first process (horovod/runner/gloo_run.py)."""
     stamp = unseen or rng.random() < 0.4
-    out: list[Line] = list(lines)
+    out: list[Line] = list(lines) + _time_limit(w, f)
     first = _first_exit(f, range(w.size))
     if first:
         r0, t0, c0 = first
@@ -656,7 +665,7 @@ def _legacy_launch(w: World, f: Fault, lines: list[Line], rng: random.Random, un
                        Line(0.011, None, "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, "
                             "to avoid your system being overloaded, please further tune the variable for optimal performance "
                             "in your application as needed. ", 0, True),
-                       Line(0.012, None, "*" * 49, 0, True)] + list(lines)
+                       Line(0.012, None, "*" * 49, 0, True)] + list(lines) + _time_limit(w, f)
     first = _first_exit(f, range(w.size))
     # the script names its rank only in lines it prints itself (the tag); the launcher's cmd is the
     # spawn loop's last one (local rank nproc-1), whoever failed

@@ -174,12 +174,12 @@ class _Exits:
         Exit code:" record of mpirun and horovodrun): CHILD_FAILED, with the rank where the
         launcher names the worker, the exit code, and the signal (-N, 128+N, strsignal text)."""
         if "Process name:" in body:
-            m = PROCESS_NAME.match(body)
+            m = PROCESS_NAME.search(body)
             if m:
                 self.proc_name = (int(m.group(1) or m.group(2)), r.line)
             return False
         if "Exit code:" in body and self.proc_name is not None:
-            m = EXIT_CODE.match(body)
+            m = EXIT_CODE.search(body)
             rank, at = self.proc_name
             if m and r.line - at <= 3:
                 self.proc_name = None
@@ -246,6 +246,9 @@ class _Exits:
                 r.put(exit_code=-int(_signal.Signals[sig]))
                 r.x(signal=sig, by="slurm", core_dumped=True if m.group(5) else None)
             r.x(tasks=tasks, task_list=_task_list(tasks))
+            if self.srun and not self.srun_nodes and r.rank is None and _small_int(tasks):
+                # the file's --label task ids are the ranks (srun started them): this task is that rank
+                r.rank, r.rank_source = int(tasks), "record"
             return True
         m = _SLURM_OOM.search(body) if "oom" in body else None
         if m:

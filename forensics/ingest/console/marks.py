@@ -78,15 +78,15 @@ class ExitReport:
 EXITS: tuple[ExitReport, ...] = (
     ExitReport("mpirun_signal", "open-mpi orte/tools/orterun/help-orterun.txt, prrte help-prun.txt [proc-aborted-strsignal]",
                "noticed that process rank",
-               re.compile(r"noticed that process rank (?P<rank>\d+) with PID (?P<pid>\d+) on node (?P<host>\S+?) exited on "
-                          r"signal (?P<signum>\d+)(?: \((?P<strsignal>[^)]*)\))?\.?\s*$"),
+               re.compile(r"noticed that process rank (?P<rank>\d++) with PID (?P<pid>\d++) on node (?P<host>\S++) exited on "
+                          r"signal (?P<signum>\d++)(?: \((?P<strsignal>[^)]*+)\))?"),
                "mpirun noticed that process rank 5 with PID 4242 on node gpu-b exited on signal 9 (Killed).", "mpirun"),
     # Python's subprocess.CalledProcessError.__str__: the command is the launcher's loop variable
     # (torch.distributed.launch before 1.9: the LAST process it spawned), so it names nobody.
     ExitReport("called_process_error", "cpython Lib/subprocess.py (CalledProcessError.__str__)",
                "CalledProcessError: Command",
-               re.compile(r"CalledProcessError: Command .* (?:returned non-zero exit status (?P<code>-?\d+)|died with "
-                          r"<Signals\.(?P<signame>SIG[A-Z0-9]+): (?P<signum>\d+)>)\.\s*$"),
+               re.compile(r"(?:returned non-zero exit status (?P<code>-?\d++)|died with "
+                          r"<Signals\.(?P<signame>SIG[A-Z0-9]++): (?P<signum>\d++)>)\.[ \t]*+$"),
                "subprocess.CalledProcessError: Command '['python', 'train.py', '--local_rank=3']' died with <Signals.SIGKILL: 9>.",
                "launcher"),
 )
@@ -94,8 +94,8 @@ EXITS: tuple[ExitReport, ...] = (
 # The first-failure record of mpirun (help-orterun.txt [orterun:non-zero-exit]: "  Process name: %s"
 # = [[jobfamily,job],rank], then "  Exit code:    %d") and of horovodrun (gloo_run.py: "Process
 # name: {name}" = the worker's rank, then "Exit code: {code}"): two lines, read as one record.
-PROCESS_NAME = re.compile(r"\s*Process name: (?:\[\[\d+,\d+\],(\d+)\]|(\d+))\s*$")
-EXIT_CODE = re.compile(r"\s*Exit code:\s+(-?\d+)\s*$")
+PROCESS_NAME = re.compile(r"Process name: (?:\[\[\d++,\d++\],(\d++)\]|(\d++))[ \t]*+$")
+EXIT_CODE = re.compile(r"Exit code:[ \t]++(-?\d++)[ \t]*+$")
 PROCESS_NAME_SOURCE = "open-mpi help-orterun.txt [orterun:non-zero-exit]; horovod horovod/runner/gloo_run.py (launch_gloo)"
 
 # strsignal(3) descriptions (glibc string/siglist.h): what srun and mpirun print for a signal
