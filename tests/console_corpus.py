@@ -223,7 +223,10 @@ def _worker_lines(rng: random.Random, w: World, f: Fault, style: str, all_log: b
     total = rng.choice([500, 1000, 2000])
     every = rng.choice([10, 20, 50])
     dt_step = 0.4
-    fail_step = int(f.t / dt_step) if f.kind != "healthy" else total
+    # the fault comes right after a logged step (its step line is the last one the culprit wrote)
+    fail_step = min(-(-int(f.t / dt_step) // every) * every, total) if f.kind != "healthy" else total
+    if f.kind != "healthy":
+        f.t = 2 + fail_step * dt_step + 0.2
     loggers = range(w.size) if all_log else [0]
     for r in range(w.size):
         out.append(Line(0.5 + r * 0.003, r, f"Initialized process group: rank {r}, world size {w.size}"
@@ -309,6 +312,11 @@ def _worker_lines(rng: random.Random, w: World, f: Fault, style: str, all_log: b
             f.exits[c] = (tf + 602, -6)
         else:
             f.cancelled = True
+    # nobody logs progress after its own death, nor after the launcher tore the job down
+    if f.exits:
+        t_end = min(t for t, _ in f.exits.values()) + 2.0
+        out = [ln for ln in out if not (ln.t > t_end and ln.rank is not None and not ln.err)
+               and not (ln.rank in f.exits and ln.t > f.exits[ln.rank][0])]
     return out
 
 

@@ -216,6 +216,14 @@ class _Exits:
         if self._exit_report(body, r):
             return True
         m = _CANCELLED.search(body) if "CANCELLED" in body else None
+        if m and m.group(1) == "STEP" and not m.group(5) and self.task_failed:
+            # srun (--kill-on-bad-exit, the default for a task's failure) ends the step itself once
+            # a task failed: slurmstepd prints the step's CANCELLED line for srun's own teardown,
+            # not for the scheduler's: the other tasks are killed as that failure's cascade
+            r.event, r.level = "PROCESS_KILLED", "WARN"
+            r.host = m.group(3) or r.host
+            r.x(signal="SIGTERM", by="slurm", kind="step", job=m.group(2), after_task_failure=self.task_failed)
+            return True
         if m:
             r.event, r.level = "JOB_CANCELLED", "ERROR"
             r.host = m.group(3) or r.host
@@ -228,6 +236,12 @@ class _Exits:
         if m:
             r.host = m.group(1)
             tasks = m.group(2)
+            if self.task_failed and self.task_failed < r.line:
+                r.x(after_task_failure=self.task_failed)     # srun's teardown of the step's other tasks
+            if m.group(4) != "0":
+                # a task ended before any cancel line: srun's teardown follows (a scheduler's
+                # cancel prints its CANCELLED line first, the tasks' kills after it)
+                self.task_failed = self.task_failed or r.line
             if m.group(4) is not None:
                 r.event, r.level = "CHILD_FAILED", "ERROR"
                 r.put(exit_code=int(m.group(4)))

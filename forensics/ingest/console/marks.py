@@ -98,6 +98,19 @@ PROCESS_NAME = re.compile(r"Process name: (?:\[\[\d++,\d++\],(\d++)\]|(\d++))[ \
 EXIT_CODE = re.compile(r"Exit code:[ \t]++(-?\d++)[ \t]*+$")
 PROCESS_NAME_SOURCE = "open-mpi help-orterun.txt [orterun:non-zero-exit]; horovod horovod/runner/gloo_run.py (launch_gloo)"
 
+# torchrun --log-dir D (--redirects / --tee): each worker's output in D/<run_id>/attempt_<n>/<local
+# rank>/{stdout,stderr}.log (torch/distributed/elastic/multiprocessing/api.py DefaultLogsSpecs.reify):
+# the folder is the LOCAL rank, never the global one.
+LOG_DIR_LOCAL = re.compile(r"(?:^|[/\\])attempt_\d++[/\\](\d{1,6})[/\\](?:stdout|stderr)\.log(?:\.gz|\.zst)?$")
+LOG_DIR_SOURCE = "pytorch torch/distributed/elastic/multiprocessing/api.py (DefaultLogsSpecs.reify)"
+
+
+def local_rank_of_path(path: str) -> int | None:
+    """The local rank a torchrun --log-dir file's path names, or None."""
+    m = LOG_DIR_LOCAL.search(path or "")
+    return int(m.group(1)) if m else None
+
+
 # strsignal(3) descriptions (glibc string/siglist.h): what srun and mpirun print for a signal
 STRSIGNAL = {
     "Hangup": "SIGHUP", "Interrupt": "SIGINT", "Quit": "SIGQUIT", "Illegal instruction": "SIGILL",

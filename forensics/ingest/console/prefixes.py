@@ -280,6 +280,8 @@ class _Prefixes:
         if self.rdzv is not None and not _RDZV_FIELD.match(rest):
             self._install_rdzv(r)
 
+        if r.local_rank is None and prefix_rank is None and self.path_local is not None:
+            r.local_rank = self.path_local      # a torchrun --log-dir worker file (marks.LOG_DIR_LOCAL)
         if prefix_rank is not None:
             r.rank, r.rank_source = prefix_rank, "prefix"
         elif r.local_rank is not None and ctx.gpu_map:
