@@ -164,3 +164,67 @@ def test_a_log_that_just_ends_is_not_called_a_stopped_hang(tmp_path):
     fs = _diagnose(tmp_path, _srun_run(1, "0: done"))["findings"]
     assert not any(f["kind"] == "hang" and "stopped from outside" in f.get("title", "") for f in fs)
     assert not any("until the scheduler" in f.get("title", "") or "launcher received a signal" in f.get("title", "") for f in fs)
+
+
+def test_a_collectors_rfc3339_time_on_every_line_is_read_and_taken_off():
+    ev = _events("2024-11-20T14:37:16.123456789Z [rank2]:Traceback (most recent call last):",
+                 '2024-11-20T14:37:16.123456789Z [rank2]:  File "train.py", line 9, in <module>',
+                 "2024-11-20T14:37:16.223456789Z [rank2]:KeyError: 'input_ids'",
+                 "2024-11-20T14:37:17.000000000Z Traceback (most recent call last):",
+                 '2024-11-20T14:37:17.000000000Z   File "/usr/local/bin/torchrun", line 8, in <module>',
+                 "2024-11-20T14:37:17.000000000Z torch.distributed.elastic.multiprocessing.api.SignalException: Process 9 got signal: 15")
+    head, agent = ev.row(0, named=True), ev.row(3, named=True)
+    assert head["rank"] == 2 and head["message"] == "KeyError: 'input_ids'"
+    assert agent["event"] == "TRACEBACK" and agent["message"].startswith("torch.distributed.elastic")
+    assert str(agent["timestamp"]).startswith("2024-11-20 14:37:17")
+
+
+def test_a_program_that_timestamps_some_lines_keeps_them_whole():
+    ev = _events("2024-11-20T14:37:16Z starting", "loading data", "model ready", "2024-11-20T14:37:20Z step 1 loss 2.0")
+    assert ev.row(0, named=True)["message"] == "2024-11-20T14:37:16Z starting"
+
+
+def test_a_scripts_own_rank_tag_at_line_start():
+    row = _events("rank 3: step=40 loss=nan").row(0, named=True)
+    assert (row["rank"], row["step"]) == (3, 40)
+    assert _events("ranking 3: done").row(0, named=True)["rank"] is None
+
+
+def test_torchrun_log_dir_files_give_the_local_rank(tmp_path):
+    d = tmp_path / "logs" / "123_ab" / "attempt_0" / "3"
+    d.mkdir(parents=True)
+    p = d / "stderr.log"
+    p.write_text("step 5 loss 2.0\n")
+    with open(p, "rb") as s:
+        ev = pl.concat([b.events for b in read_console(str(p), s, ReaderContext(str(p), None, None))])
+    row = ev.row(0, named=True)
+    assert (row["local_rank"], row["rank"]) == (3, None)      # the folder is the LOCAL rank
+
+
+def test_srun_teardown_after_a_task_failed_is_not_a_cancel(tmp_path):
+    text = _srun_run(None, "\n".join([
+        "srun: error: gpu-a: task 2: Exited with exit code 1",
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+        "slurmstepd: error: *** STEP 7.0 ON gpu-a CANCELLED AT 2024-11-20T15:30:00 ***",
+        "srun: error: gpu-a: tasks 0-1,3: Killed"]))
+    rep = _diagnose(tmp_path, text)
+    assert rep["root_cause"]["kind"] == "crash" and rep["root_cause"]["ranks"] == [2]
+    assert not any(f["kind"] in ("job_cancelled", "host_oom") for f in rep["findings"])
+
+
+def test_a_scheduler_cancel_before_the_kills_stays_a_cancel(tmp_path):
+    text = _srun_run(None, "\n".join([
+        "slurmstepd: error: *** STEP 7.0 ON gpu-a CANCELLED AT 2024-11-20T15:30:00 ***",
+        "srun: error: gpu-a: tasks 0-3: Terminated"]))
+    assert _diagnose(tmp_path, text)["root_cause"]["kind"] == "job_cancelled"
+
+
+def test_a_stopped_hang_judged_by_hf_epochs(tmp_path):
+    lines = []
+    for i in range(1, 11):
+        for r in range(4):
+            if r == 1 and i > 8:
+                continue
+            lines.append(f"{r}: {{'loss': {2 - i / 20:.3f}, 'learning_rate': 0.0003, 'epoch': {i / 10:.2f}}}")
+    rc = _diagnose(tmp_path, "\n".join(lines + [_TIME_LIMIT]) + "\n")["root_cause"]
+    assert rc["kind"] == "hang" and rc["ranks"] == [1]

@@ -42,12 +42,17 @@ PREFIXES: tuple[Mark, ...] = (
     Mark("kubectl_prefix", "kubernetes staging/src/k8s.io/kubectl/pkg/cmd/logs/logs.go (addPrefixIfNeeded)",
          re.compile(r"\[pod/(?P<host>[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)/(?P<container>[-a-z0-9]{1,63})\] "),
          "[pod/llm-ft-worker-1/pytorch] [default2]:step 40 loss 2.1"),
+    # a script's own tag at the start of its line, "rank 3: ..." (print(f"rank {rank}: ...")): the
+    # rank the line names as its writer's, the form failure_facts.rank_in_text reads ("Rank 11:")
+    Mark("script_rank", "a training script's print / logging of its own rank (the line's own text)",
+         re.compile(r"[Rr]ank (?P<rank>\d{1,6}): "), "rank 3: step=40 loss=2.1"),
 )
 
 # the characters a mark may start with -> the marks to try (the parser tries none for other lines)
+_STARTS = {"horovod_tag": "MTWFS[", "script_rank": "rR"}
 FIRST: dict[str, tuple[Mark, ...]] = {}
 for _m in PREFIXES:
-    _starts = "MTWFS[" if _m.name == "horovod_tag" else "["
+    _starts = _STARTS.get(_m.name, "[")
     for _c in _starts:
         FIRST[_c] = (*FIRST.get(_c, ()), _m)
 
@@ -59,6 +64,19 @@ def mark_at(rest: str) -> tuple[Mark, re.Match[str]] | None:
         if m:
             return mk, m
     return None
+
+
+# A collector's RFC 3339 time in front of EVERY line (kubectl logs --timestamps, a log shipper, a
+# CI runner's log): "2024-11-20T14:37:16.123456789Z <line>". Read as a per-file mark: a file where
+# nearly every line starts with it (so a program's own timestamped lines are not taken for it).
+LEAD_RFC3339 = re.compile(r"((?:19|20)\d\d-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) (?!std(?:out|err) [FP] )")
+LEAD_RFC3339_SOURCE = "kubernetes kubectl logs --timestamps (RFC3339Nano); log shippers' time field written in front"
+
+
+def lead_rfc3339(lines: list[str]) -> bool:
+    """Nearly every non-blank line of this (first) block starts with a collector's RFC 3339 time."""
+    sample = [ln for ln in lines[:400] if ln.strip()]
+    return len(sample) >= 3 and sum(1 for ln in sample if LEAD_RFC3339.match(ln)) >= 0.9 * len(sample)
 
 
 @dataclass(frozen=True)

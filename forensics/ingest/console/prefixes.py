@@ -8,7 +8,7 @@ import re
 
 import datetime as _dt
 
-from .marks import FIRST as _MARK_FIRST, mark_at
+from .marks import FIRST as _MARK_FIRST, LEAD_RFC3339, mark_at
 from .row import _MAX_PENDING, _Row, _int
 from .timestamps import _LEVEL_MAP, _MONTHS
 from .topology import _LAUNCH_FIELD, _RDZV_FIELD, _WORKER
@@ -187,6 +187,12 @@ class _Prefixes:
                         r.ts = m.group(1)
                         r.host = m.group(2)
                         r.x(program=m.group(3), pid=_int(m.group(4)))
+                        rest = rest[m.end():]
+                        continue
+                if k == 0 and self.lead_ts:
+                    m = LEAD_RFC3339.match(rest)
+                    if m:
+                        r.ts = m.group(1)
                         rest = rest[m.end():]
                         continue
                 if rest[:2] in ("19", "20") and self._lead_ts(rest, r):

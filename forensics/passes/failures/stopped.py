@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import polars as pl
+
 from ...report.model import Finding
 from ..context import Context
 from ..evidence import cite, iso, pass_id, ranks_phrase
@@ -53,16 +55,41 @@ def _stop(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(found, key=_key) if found else None
 
 
+def _behind(last: dict[int, Any], what: str) -> tuple[list[int], str, bool] | None:
+    """The rank(s) whose last progress value is below the one every other rank reached."""
+    if len(last) < 2:
+        return None
+    top = max(last.values())
+    behind = {k: s for k, s in last.items() if s < top}
+    if not behind or not (len(behind) * 2 < len(last) or len(behind) == 1):
+        return None
+    low = min(behind.values())
+    ranks = sorted(k for k, s in behind.items() if s == low)
+    return ranks, f"its last {what} is {low:g} while {ranks_phrase(sorted(set(last) - set(behind)))} reached {what} {top:g}", False
+
+
+def _epochs(ctx: Context) -> dict[int, dict[str, Any]]:
+    """Per rank, the highest fractional epoch of its progress lines (HF Trainer's logged 'epoch')
+    and the line that logged it, for runs whose lines carry no step."""
+    if "epoch" not in ctx.events.collect_schema().names():
+        return {}
+    at = pl.col("epoch").arg_max()
+    df = (ctx.events.filter(pl.col("rank").is_not_null() & pl.col("epoch").is_not_null() & (pl.col("level") != "ERROR"))
+          .group_by("rank").agg(pl.col("epoch").max(), pl.col("source_file").get(at).alias("file"), pl.col("line").get(at),
+                                pl.col("timestamp").get(at).alias("last_ts"))
+          .collect())
+    return {int(r["rank"]): {**r, "last_step": None} for r in df.iter_rows(named=True)}
+
+
 def _first_stopped(ctx: Context, progress: dict[int, dict[str, Any]]) -> tuple[list[int], str, bool] | None:
     """The rank(s) that stopped progressing first: (ranks, how, weak), or None."""
     steps = {k: p["last_step"] for k, p in progress.items() if p["last_step"] is not None}
     if len(steps) >= 2 and len(steps) == len(progress):
-        top = max(steps.values())
-        behind = {k: s for k, s in steps.items() if s < top}
-        if behind and (len(behind) * 2 < len(steps) or len(behind) == 1):
-            low = min(behind.values())
-            ranks = sorted(k for k, s in behind.items() if s == low)
-            return ranks, f"its last step is {low} while {ranks_phrase(sorted(set(steps) - set(behind)))} reached step {top}", False
+        return _behind(steps, "step")
+    if not progress:
+        epochs = _epochs(ctx)
+        progress.update(epochs)       # what the finding cites: each rank's last epoch line
+        return _behind({k: e["epoch"] for k, e in epochs.items()}, "epoch")
     timed = {k: p["last_ts"] for k, p in progress.items() if p["last_ts"] is not None}
     if len(timed) < 2:
         return None
@@ -82,24 +109,25 @@ def stopped_hang(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, d
     stop = _stop(rows)
     if stop is None:
         return []
+    progress = dict(progress)     # _first_stopped may add the epoch lines it judged by
     got = _first_stopped(ctx, progress)
     if got is None:
         return []
     culprits, how, weak = got
-    victims = sorted(set(progress) - set(culprits))
+    victims = sorted((set(progress) or set(ctx.ranks)) - set(culprits))
     what = ("the scheduler ended it" if stop["kind"] == "cancel" else "the launcher received a signal and stopped it")
-    steps = ", ".join(str(progress[k]["last_step"]) for k in culprits if progress[k]["last_step"] is not None)
+    steps = ", ".join(str(progress[k]["last_step"]) for k in culprits if progress.get(k, {}).get("last_step") is not None)
     title = (f"{ranks_phrase(culprits)} stopped making progress" + (f" after step {steps}" if steps else "")
              + f" ({how}): the others waited for it in the next collective until {what}; a hang")
     lines = [_ev_row({"source_file": progress[k]["file"], "line": progress[k]["line"], "rank": k,
                       "timestamp": progress[k]["last_ts"]}, f"last progress line of rank {k}")
-             for k in culprits if progress[k].get("file")]
-    t_first = min((progress[k]["last_ts"] for k in culprits if progress[k]["last_ts"] is not None),
+             for k in culprits if progress.get(k, {}).get("file")]
+    t_first = min((progress[k]["last_ts"] for k in culprits if progress.get(k, {}).get("last_ts") is not None),
                   default=None) or stop["t_show"]
     return [Finding(
         rule=pass_id("failures"), kind="hang", layer="communication", severity="ERROR",
         ranks=culprits, victims=victims, basis="last_to_log", basis_weak=weak, title=title,
-        evidence={"how": how, "last_step": {str(k): progress[k]["last_step"] for k in culprits},
+        evidence={"how": how, "last_step": {str(k): progress.get(k, {}).get("last_step") for k in culprits},
                   "stopped_by": "scheduler" if stop["kind"] == "cancel" else "signal", "victims": victims},
         lines=cite(lines + [_ev_row(stop)], text="text"),
         first_seen=iso(t_first), last_seen=iso(stop["t_show"]),
