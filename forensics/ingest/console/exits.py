@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import signal as _signal
 
+from .marks import EXIT_CODE, EXITS, PROCESS_NAME, STRSIGNAL, signal_named
 from .row import _Row, _int, _small_int
 from .timestamps import _ISO
 
@@ -25,7 +26,10 @@ _BASH_KILLED = re.compile(r"\b(\d+) Killed\b")
 _RECEIVED_SIG = re.compile(r"received (SIG[A-Z]+)")
 
 
-_SRUN = re.compile(r"srun: error: ([\w.\-]+): tasks? ([\d\-,]+): (Killed|Terminated|Out Of Memory|Exited with exit code (\d+))")
+# slurm src/srun/launch.c (_task_finish): "%s: %s %s: Exited with exit code %d", ": Out Of Memory",
+# or the signal's strsignal(3) text with " (core dumped)" (marks.STRSIGNAL)
+_SRUN = re.compile(r"srun: error: ([\w.\-]+): tasks? ([\d\-,]+): (Out Of Memory|Exited with exit code (\d+)|"
+                   + "|".join(re.escape(t) for t in STRSIGNAL) + r")( \(core dumped\))?")
 
 
 _SLURM_OOM = re.compile(r"Detected (\d+) oom[-_]kill events?(?:\(s\))?(?: in (?:StepId=)?(\S+?))?[.\s]")
@@ -165,8 +169,61 @@ class _Exits:
             return False
         return False
 
+    def _exit_report(self, body: str, r: _Row) -> bool:
+        """A launcher's report of a worker's end (marks.EXITS, and the two-line "Process name: /
+        Exit code:" record of mpirun and horovodrun): CHILD_FAILED, with the rank where the
+        launcher names the worker, the exit code, and the signal (-N, 128+N, strsignal text)."""
+        if "Process name:" in body:
+            m = PROCESS_NAME.search(body)
+            if m:
+                self.proc_name = (int(m.group(1) or m.group(2)), r.line)
+            return False
+        if "Exit code:" in body and self.proc_name is not None:
+            m = EXIT_CODE.search(body)
+            rank, at = self.proc_name
+            if m and r.line - at <= 3:
+                self.proc_name = None
+                code = int(m.group(1))
+                r.event, r.level = "CHILD_FAILED", "ERROR"
+                if r.rank is None:
+                    r.rank, r.rank_source = rank, "record"
+                r.put(exit_code=code)
+                r.x(signal=signal_named(code), by="launcher", first_observed=True, process_line=at)
+                return True
+            return False
+        for rep in EXITS:
+            if rep.trigger not in body:
+                continue
+            m = rep.pattern.search(body)
+            if not m:
+                continue
+            g = m.groupdict()
+            signum = _int(g.get("signum"))
+            code = _int(g.get("code"))
+            sig = g.get("signame") or signal_named(code, signum, g.get("strsignal"))
+            r.event, r.level = "CHILD_FAILED", "ERROR"
+            if g.get("rank") is not None and r.rank is None:
+                r.rank, r.rank_source = int(g["rank"]), "record"
+            if g.get("host"):
+                r.host = g["host"]
+            # a death by signal N is exit code -N, as torch elastic and Python's subprocess write it
+            r.put(exit_code=code if code is not None else (-signum if signum is not None else None))
+            r.x(signal=sig, pid=_int(g.get("pid")), by=rep.by, report=rep.name)
+            return True
+        return False
+
     def _killed(self, body: str, r: _Row) -> bool:
+        if self._exit_report(body, r):
+            return True
         m = _CANCELLED.search(body) if "CANCELLED" in body else None
+        if m and m.group(1) == "STEP" and not m.group(5) and self.task_failed:
+            # srun (--kill-on-bad-exit, the default for a task's failure) ends the step itself once
+            # a task failed: slurmstepd prints the step's CANCELLED line for srun's own teardown,
+            # not for the scheduler's: the other tasks are killed as that failure's cascade
+            r.event, r.level = "PROCESS_KILLED", "WARN"
+            r.host = m.group(3) or r.host
+            r.x(signal="SIGTERM", by="slurm", kind="step", job=m.group(2), after_task_failure=self.task_failed)
+            return True
         if m:
             r.event, r.level = "JOB_CANCELLED", "ERROR"
             r.host = m.group(3) or r.host
@@ -179,6 +236,12 @@ class _Exits:
         if m:
             r.host = m.group(1)
             tasks = m.group(2)
+            if self.task_failed and self.task_failed < r.line:
+                r.x(after_task_failure=self.task_failed)     # srun's teardown of the step's other tasks
+            if m.group(4) != "0":
+                # a task ended before any cancel line: srun's teardown follows (a scheduler's
+                # cancel prints its CANCELLED line first, the tasks' kills after it)
+                self.task_failed = self.task_failed or r.line
             if m.group(4) is not None:
                 r.event, r.level = "CHILD_FAILED", "ERROR"
                 r.put(exit_code=int(m.group(4)))
@@ -187,10 +250,19 @@ class _Exits:
                 # slurmstepd saw the cgroup's OOM killer end these tasks: host memory
                 r.event, r.level = "PROCESS_KILLED", "ERROR"
                 r.x(signal="SIGKILL", by="oom_killer", reported_by="slurm")
-            else:
+            elif m.group(3) in ("Killed", "Terminated"):
                 r.event, r.level = "PROCESS_KILLED", "ERROR"
                 r.x(signal="SIGKILL" if m.group(3) == "Killed" else "SIGTERM", by="slurm")
+            else:
+                # a task that died of its own signal (SIGSEGV, SIGABRT, SIGBUS, ...): its exit
+                sig = STRSIGNAL[m.group(3)]
+                r.event, r.level = "CHILD_FAILED", "ERROR"
+                r.put(exit_code=-int(_signal.Signals[sig]))
+                r.x(signal=sig, by="slurm", core_dumped=True if m.group(5) else None)
             r.x(tasks=tasks, task_list=_task_list(tasks))
+            if self.srun and not self.srun_nodes and r.rank is None and _small_int(tasks):
+                # the file's --label task ids are the ranks (srun started them): this task is that rank
+                r.rank, r.rank_source = int(tasks), "record"
             return True
         m = _SLURM_OOM.search(body) if "oom" in body else None
         if m:

@@ -15,7 +15,8 @@ _TRIGGER_WORDS = [
     "flight recorder", "flight-recorder", "oom_kill", "oom-kill", "Out Of Memory", "Node failure", "mismatch between",
     "WorkNCCL", "watchdog", "Watchdog", "lagging", "desync", "dump signal", "CollectiveFingerPrint", "NCCL", "nccl",
     "out of memory", "OutOfMemory", "CUDA error", "Xid", "exitcode", "exit code", "return code", "SIG",
-    "Signal ", "Killed", "Killing", "killed", "CANCELLED", "iteration", "(MB)", "time (ms)", "step=", "{'", "loss",
+    "Signal ", "Killed", "Killing", "killed", "CANCELLED", "noticed that process", "CalledProcessError", "Process name",
+    "Exit code", "Segmentation fault", "Aborted", "Bus error", "iteration", "(MB)", "time (ms)", "step=", "{'", "loss",
 ]
 
 

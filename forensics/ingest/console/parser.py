@@ -14,6 +14,7 @@ from .collectives import _Collectives
 from .exits import _Exits
 from .hints import _Hints
 from .prefixes import _CRI, _Prefixes, _SRUN_LABEL, _TEE_LOCAL
+from .marks import lead_rfc3339, local_rank_of_path
 from .row import _MAX_FRAMES, _MAX_MESSAGE, _MAX_PENDING, _Row
 from .timestamps import _Times
 from .topology import _Topology
@@ -61,6 +62,10 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
         self.pid_rank: dict[tuple[Any, int], int] = {}  # (host, pid) -> global rank (NCCL init of a full-world comm)
         self.partial_head: dict[str, tuple[Any, ...]] = {}  # stream -> identity of a line cut by the collector
         self.last_binary: bool | None = None    # the previous block ended in binary garbage (None: no block yet)
+        self.path_local = local_rank_of_path(ctx.path)  # a torchrun --log-dir worker file: its local rank
+        self.lead_ts: bool | None = None        # every line starts with a collector's RFC 3339 time
+        self.task_failed: int | None = None     # line of srun's first report of a task's own failure
+        self.proc_name: tuple[int, int] | None = None  # mpirun / horovodrun "Process name:" (rank, line) awaiting its exit code
 
     # -- block driver ---------------------------------------------------------------------------
     def feed(self, buf: bytes, first_line: int, final: bool) -> list[_Row]:
@@ -70,6 +75,8 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
         if lines and lines[-1] == "":
             lines.pop()
         self._unwrap_docker(lines)
+        if self.lead_ts is None:
+            self.lead_ts = lead_rfc3339(lines)
         if self.srun is None:
             self._detect_srun(lines)
         hints = _Hints(lines, self.last_binary)

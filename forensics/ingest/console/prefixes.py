@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import re
 
+import datetime as _dt
+
+from .marks import FIRST as _MARK_FIRST, LEAD_RFC3339, mark_at
 from .row import _MAX_PENDING, _Row, _int
 from .timestamps import _LEVEL_MAP, _MONTHS
 from .topology import _LAUNCH_FIELD, _RDZV_FIELD, _WORKER
@@ -156,6 +159,11 @@ class _Prefixes:
                 if rest[1:3] in ("19", "20") and self._lead_ts(rest, r):
                     rest = self._rest
                     continue
+                hit = mark_at(rest)
+                if hit:
+                    prefix_rank = self._mark(hit[1], r, prefix_rank)
+                    rest = rest[hit[1].end():]
+                    continue
                 break
             if c == "(":
                 m = _RAY.match(rest)
@@ -179,6 +187,12 @@ class _Prefixes:
                         r.ts = m.group(1)
                         r.host = m.group(2)
                         r.x(program=m.group(3), pid=_int(m.group(4)))
+                        rest = rest[m.end():]
+                        continue
+                if k == 0 and self.lead_ts:
+                    m = LEAD_RFC3339.match(rest)
+                    if m:
+                        r.ts = m.group(1)
                         rest = rest[m.end():]
                         continue
                 if rest[:2] in ("19", "20") and self._lead_ts(rest, r):
@@ -220,6 +234,12 @@ class _Prefixes:
                         r.host = m.group(1)
                         rest = rest[m.end():]
                         continue
+            if c in _MARK_FIRST:
+                hit = mark_at(rest)
+                if hit:
+                    prefix_rank = self._mark(hit[1], r, prefix_rank)
+                    rest = rest[hit[1].end():]
+                    continue
             break
 
         pg_rank: int | None = None
@@ -266,6 +286,8 @@ class _Prefixes:
         if self.rdzv is not None and not _RDZV_FIELD.match(rest):
             self._install_rdzv(r)
 
+        if r.local_rank is None and prefix_rank is None and self.path_local is not None:
+            r.local_rank = self.path_local      # a torchrun --log-dir worker file (marks.LOG_DIR_LOCAL)
         if prefix_rank is not None:
             r.rank, r.rank_source = prefix_rank, "prefix"
         elif r.local_rank is not None and ctx.gpu_map:
@@ -291,6 +313,22 @@ class _Prefixes:
         if r.host is None:
             r.host = ctx.host_hint
         return rest
+
+    def _mark(self, m: re.Match[str], r: _Row, prefix_rank: int | None) -> int | None:
+        """Fill r from a mark of marks.PREFIXES (its named groups); return the prefix rank."""
+        g = m.groupdict()
+        if g.get("rank") is not None:
+            prefix_rank = int(g["rank"])
+        if g.get("stream"):
+            r.x(stream=g["stream"])
+        if g.get("host"):
+            r.host = g["host"]
+        if g.get("container"):
+            r.x(container=g["container"])
+        if g.get("asctime") and r.ts is None:
+            # time.asctime(): local time, no zone (naive times are read as UTC everywhere)
+            r.ts = _dt.datetime.strptime(" ".join(g["asctime"].split()), "%a %b %d %H:%M:%S %Y").isoformat()
+        return prefix_rank
 
     def _partial(self, r: _Row) -> None:
         """Kubelet (`P`) and Docker (no trailing newline) cut long lines: the rest of a cut line

@@ -45,9 +45,9 @@ _HF_DICT = re.compile(r"\{('[\w/.\-]+': [^{}]*)\}\s*$")
 
 
 # A training script's own progress line: "step 88 | loss 2.301 | 512.3 ms/step", "Step 88/1000, loss:
-# 2.3, lr: 1e-4". Both a step number and a loss are required (a line naming only a step is too
+# 2.3, lr: 1e-4", key=value logging "step=88 loss=2.301". Both a step number and a loss are required (a line naming only a step is too
 # common to mean progress).
-_FREE_STEP = re.compile(r"\b[Ss]tep[:\s]\s*(\d+)(?:\s*/\s*\d+)?\b")
+_FREE_STEP = re.compile(r"\b[Ss]tep(?:[:\s]\s*|=)(\d+)(?:\s*/\s*\d+)?\b")
 
 
 _FREE_LOSS = re.compile(r"\b[Ll]oss\s*[:=]?\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|nan|inf)\b")

@@ -105,6 +105,7 @@ from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
 from .rows import LAUNCHERS, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
+from .stopped import stopped_hang
 from .timeouts import _local_hang, _timeout_findings
 
 # what other modules (passes/unexplained.py) and the tests import from the package
@@ -311,6 +312,8 @@ def find(ctx: Context) -> list[Finding]:
     # -- the scheduler ended the job -------------------------------------------------------------
     if cancels:
         out.append(_cancel_finding(cancels, rows, alone=first_fail is None and not killed))
+    if first_fail is None and not killed:
+        out += stopped_hang(ctx, rows, progress)    # stopped from outside: was a rank already stuck?
 
     if not first_to and not first_oom and not crashes and not gpus and not killed and not cancels and not stuck:
         out += _local_hang(ctx, rows)

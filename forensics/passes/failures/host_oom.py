@@ -10,7 +10,7 @@ from typing import Any
 from ... import failure_facts as facts
 from ...report.model import Finding, local_ranks_phrase
 from ..evidence import cite, iso, pass_id, ranks_phrase
-from .rows import LAUNCHERS, _ev_row, _key, _local
+from .rows import LAUNCHERS, _ev_row, _extra, _key, _local
 
 
 def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -45,6 +45,8 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
                 # the scheduler cancelled the job (srun reports the tasks it killed, often printed
                 # before slurmstepd's CANCELLED line, and without a time of its own)
                 continue
+            if any(_extra(r).get("after_task_failure") for r in grp):
+                continue            # srun killed the step's other tasks after one task failed
             if rank is not None and any(r["rank"] == rank and r["kind"] in ("oom", "gpu", "traceback", "timeout")
                                         and _key(r) <= _key(first) for r in rows):
                 continue            # it died of its own error (or was torn down after it)
