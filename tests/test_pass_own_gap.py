@@ -109,3 +109,10 @@ def test_lateness_that_moves_between_ranks_names_nobody() -> None:
     rows = Rows()
     sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (100.0 if r == (s * 7) % 4 else 0.0))
     assert own_gap.find(rows.ctx()) == []
+
+
+def test_a_late_arrival_at_the_first_step_is_warm_up_not_a_stall() -> None:
+    # rank 3 reaches the first collective 3 s after its peers (its start-up), then keeps pace
+    rows = Rows()
+    sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (3000.0 if r == 3 and s == 0 else 0.0))
+    assert own_gap.find(rows.ctx()) == []

@@ -164,6 +164,12 @@ def find(ctx: Context) -> list[Finding]:
     per = caused(steps, ctx.peers(None))
     if per.is_empty():
         return []
+    # the run's first step is everyone's warm-up: its collective sets up the connections (a
+    # communicator is created lazily, at its first use), and ranks arrive from their start-up
+    # work at different times: no rank made the others wait there
+    per = per.filter(pl.col("step") > per.get_column("step").min())
+    if per.is_empty():
+        return []
     total = float(per.get_column("caused_ms").sum())
     # against the run's median step: a stall step's own step time holds the stall
     typical = per.get_column("step_ms").drop_nulls().median() or 0.0
