@@ -242,6 +242,11 @@ def test_event_names_as_other_code_bases_write_them() -> None:
     assert event_by_content("DATA_FETCH", frozenset({"data_load_ms", "step"})) == "DATA_LOAD_TIME"
     assert event_by_content("NVML", frozenset({"gpu_util", "temp_c"})) == "GPU_STATS"
     assert event_by_content("CHECKPOINT_SAVED", frozenset({"step"})) == "CHECKPOINT_SAVED"
+    # a step summary by its content: a step time with a training value, or a step in its name
+    assert event_by_content("OPTIMIZER_UPDATE", frozenset({"step_time_ms", "loss"})) == "TRAIN_STEP"
+    assert event_by_content("ITERATION", frozenset({"step_time_ms"})) == "TRAIN_STEP"
+    # a line of its own work with a duration alone (elapsed_s reads as a time) is not the step's
+    assert event_by_content("CHECKPOINT_UPLOAD", frozenset({"step_time_ms", "step"})) == "CHECKPOINT_UPLOAD"
 
 
 def test_remap_keeps_lines_rejects_and_non_finite_values(tmp_path: Path) -> None:

@@ -270,15 +270,22 @@ def event_by_name(raw: str, last_part: bool) -> str:
     return _SEED_SQUASHED.get(sing.replace("_", ""), norm)
 
 
+# what a step summary carries beside its time, or says in its name: a line of another name with
+# a duration alone (`checkpoint_upload` with elapsed_s) is that work's, not the step's
+_STEP_COMPANIONS = frozenset({"loss", "lr", "samples_per_s", "tokens_per_s", "grad_norm"})
+_STEP_WORDS = frozenset({"STEP", "ITER", "ITERATION", "TRAIN", "TRAINING", "BATCH"})
+
+
 def event_by_content(norm: str, metrics: frozenset[str]) -> str:
     """A renamed event that carries the metrics a seed event carries is that event: a step
-    summary carries the step's time, a data-load event the batch's fetch time, a GPU sample two
-    or more device readings, a gradient-ready event its ready time."""
+    summary carries the step's time (with a training value, or a step in its name), a data-load
+    event the batch's fetch time, a GPU sample two or more device readings, a gradient-ready
+    event its ready time."""
     if norm in SEED_EVENTS:
         return norm
     if "grad_ready_ts" in metrics:
         return "GRAD_READY"
-    if "step_time_ms" in metrics:
+    if "step_time_ms" in metrics and (metrics & _STEP_COMPANIONS or set(norm.split("_")) & _STEP_WORDS):
         return "TRAIN_STEP"
     if "data_load_ms" in metrics:
         return "DATA_LOAD_TIME"

@@ -250,6 +250,12 @@ def _spread(ctx: Context, steps: pl.DataFrame, per: pl.DataFrame, total: float, 
     if (r in named or caused_ms < SPREAD_SHARE * total or caused_ms < MIN_SECONDS * 1000.0
             or wall <= 0 or caused_ms < SPREAD_WALL * wall or k < SPREAD_STEPS * per.height):
         return []
+    # what the sustained passes name, they explain better (their episode, their basis): only
+    # a rank they miss is named here (asked only when a rank stands out this way: rare)
+    from . import data_load_skew, straggler
+
+    if any(r in f.ranks for f in straggler.find(ctx) + data_load_skew.find(ctx)):
+        return []
     at = per.filter(pl.col("rank") == r).get_column("step").implode()
     sel = steps.filter(pl.col("step").is_in(at))
     mine, others = sel.filter(pl.col("rank") == r), sel.filter(pl.col("rank") != r)
