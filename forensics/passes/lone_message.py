@@ -63,16 +63,27 @@ def find(ctx: Context) -> list[Finding]:
     if common is None:
         return []
     cols = ["rank", "host", "timestamp", "level", "event", "message", "source_file", "line"]
-    said = (ctx.aligned(ctx.events.select(cols).filter(pl.col("rank").is_not_null() & pl.col("message").is_not_null()
-                                                       & (pl.col("level").fill_null("INFO") != "ERROR")))
-            .with_columns(template("message").alias("tpl")))
-    tail = said.filter(pl.col("ts_aligned") >= common).collect()
+    said = ctx.aligned(ctx.events.select(cols).filter(pl.col("rank").is_not_null() & pl.col("message").is_not_null()
+                                                      & (pl.col("level").fill_null("INFO") != "ERROR")))
+    tail = said.filter(pl.col("ts_aligned") >= common).with_columns(template("message").alias("tpl")).collect()
     if tail.is_empty():
         return []
-    cand = set(tail.get_column("tpl").drop_nulls().unique().to_list())
-    # who says each candidate statement, with when each rank first says it
-    who = dict(said.filter(pl.col("tpl").is_in(list(cand))).group_by("tpl", "rank").agg(pl.col("ts_aligned").min())
+    cand = tail.get_column("tpl").drop_nulls().unique().to_list()
+    # who says each candidate statement, with when each rank first says it: one statement is
+    # logged under one event name, so only the lines of the tail's event names are templated
+    names = tail.get_column("event").unique().to_list()
+    same = pl.col("event").is_in([n for n in names if n is not None]) | (pl.col("event").is_null() if None in names else False)
+    who = dict(said.filter(same).with_columns(template("message").alias("tpl")).filter(pl.col("tpl").is_in(cand))
+               .group_by("tpl", "rank").agg(pl.col("ts_aligned").min())
                .group_by("tpl").agg(pl.struct("rank", "ts_aligned").alias("by")).collect().iter_rows())
+    # a statement two ranks made before any failure can have begun is nobody's own: only the
+    # first line of each (rank, statement) left is judged below
+    lo = ranked.get_column("t").min()
+    kept = [t for t, by in who.items() if sum(1 for x in by if x["ts_aligned"] < lo) <= 1]
+    tail = tail.filter(pl.col("tpl").is_in(kept)).sort("ts_aligned").unique(["rank", "tpl"], keep="first",
+                                                                            maintain_order=True)
+    if tail.is_empty():
+        return []
     last_line = _last_own_lines(ctx)
     out: list[Finding] = []
     done: set[int] = set()
