@@ -183,6 +183,19 @@ def test_seed_schema_is_not_remapped() -> None:
             assert infer(f.read_bytes()[:65536]) is None, f
 
 
+def test_waits_for_the_input_are_data_loading_and_a_barrier_is_a_wait() -> None:
+    # a wait named for what it waits on: the input pipeline (data loading), not a collective
+    assert metric_for("input_wait_ms") == ("data_load_ms", 1.0)
+    assert metric_for("data_wait_sec") == ("data_load_ms", 1000.0)
+    assert metric_for("m.io_wait_s") == ("data_load_ms", 1000.0)
+    assert metric_for("training.dataloaderWaitMs") == ("data_load_ms", 1.0)
+    # a barrier holds every rank until the last arrives: its time is a wait
+    assert metric_for("barrier_ms") == ("wait_ms", 1.0)
+    assert metric_for("Attributes.barrier_wait_ms") == ("wait_ms", 1.0)
+    assert metric_for("wait_ms") == ("wait_ms", 1.0)
+    assert metric_for("allreduce_wait_ms") == ("wait_ms", 1.0)
+
+
 def test_flat_metric_lines_stay_as_they_were() -> None:
     """HF Trainer / ms-swift lines (no event, a constant model name) are read as before."""
     head = b"".join(json.dumps({"step": i, "loss": 2.0, "learning_rate": 1e-4, "gpu_memory_mb": 1000,
@@ -229,6 +242,11 @@ def test_event_names_as_other_code_bases_write_them() -> None:
     assert event_by_content("DATA_FETCH", frozenset({"data_load_ms", "step"})) == "DATA_LOAD_TIME"
     assert event_by_content("NVML", frozenset({"gpu_util", "temp_c"})) == "GPU_STATS"
     assert event_by_content("CHECKPOINT_SAVED", frozenset({"step"})) == "CHECKPOINT_SAVED"
+    # a step summary by its content: a step time with a training value, or a step in its name
+    assert event_by_content("OPTIMIZER_UPDATE", frozenset({"step_time_ms", "loss"})) == "TRAIN_STEP"
+    assert event_by_content("ITERATION", frozenset({"step_time_ms"})) == "TRAIN_STEP"
+    # a line of its own work with a duration alone (elapsed_s reads as a time) is not the step's
+    assert event_by_content("CHECKPOINT_UPLOAD", frozenset({"step_time_ms", "step"})) == "CHECKPOINT_UPLOAD"
 
 
 def test_remap_keeps_lines_rejects_and_non_finite_values(tmp_path: Path) -> None:

@@ -79,13 +79,29 @@ def _reason(raw: bytes, is_last_unterminated: bool) -> str | None:
         return BINARY  # the rule every line reader shares (forensics/ingest/binary.py)
     if s.startswith(b"{"):
         return "truncated JSON object"
-    if s.startswith(b"[") or s.startswith(b'"'):
+    if (s.startswith(b"[") or s.startswith(b'"')) and _is_json(s):
         return "JSON value is not an object"
     if b"\x00" in s or sum(c < 9 or 13 < c < 32 for c in s[:256]) > 2:
         return "binary data"
-    if s.startswith(b"Traceback") or s.startswith(b"File ") or s.startswith(b'  File "'):
+    # a launcher's or the process's own prefix before the text (`[rank3]: Traceback ...`, what
+    # torch's worker stderr carries) is the console reader's to read: still text
+    body = _PREFIX.sub(b"", s, count=1)
+    if body.startswith(b"Traceback") or body.startswith(b"File ") or body.startswith(b'  File "'):
         return "not JSON: Python traceback"
     return "not JSON: text line"
+
+
+# `[rank3]:`, `[default0]:`, `[1,3]<stderr>:` -- a bracketed tag and a colon before a line
+_PREFIX = re.compile(rb"^\[[^\]\s]{1,40}\](?:<std(?:out|err)>)?:\s?")
+
+
+def _is_json(s: bytes) -> bool:
+    """Whether a line that starts like a JSON array or string is one ("[rank3]: Traceback" is not)."""
+    try:
+        orjson.loads(s)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _non_finite_object(raw: bytes) -> dict | None:

@@ -142,10 +142,15 @@ UNITS: dict[str, tuple[str, float]] = {
 # the unit of a canonical column (for a config override naming a path with another unit)
 _CANON_UNIT = {"ms": ("time", 1.0), "s": ("time", 1000.0), "MB": ("size", 1.0), "MHz": ("clock", 1.0), "C": ("temp", 1.0)}
 
+# waiting, and what is waited for: a barrier is a wait (every rank waits there for the last);
+# a wait for the input (`input_wait_ms`, `data_wait_ms`, `io_wait_s`) is data loading, not a
+# collective's wait (_data_wait)
+_WAIT = frozenset({"wait", "waiting", "waited", "blocked", "idle", "barrier", "barriers"})
+_DATA = frozenset({"data", "dataload", "dataloader", "loader", "load", "loading", "fetch", "input", "io", "batch_fetch"})
 # (words that name the role, canonical column, the dimension its unit must have or None)
 _METRIC_ROLES: list[tuple[frozenset[str], str, str | None]] = [
-    (frozenset({"wait", "waiting", "blocked", "idle"}), "wait_ms", "time"),
-    (frozenset({"data", "dataload", "dataloader", "loader", "load", "loading", "fetch", "input", "io"}), "data_load_ms", "time"),
+    (_WAIT, "wait_ms", "time"),
+    (_DATA, "data_load_ms", "time"),
     (frozenset({"comm", "communication", "allreduce", "collective", "nccl", "allgather", "reduce", "sync", "network"}), "comm_ms", "time"),
     (frozenset({"forward", "fwd"}), "fwd_ms", "time"),
     (frozenset({"backward", "bwd"}), "bwd_ms", "time"),
@@ -192,6 +197,8 @@ def metric_for(path: str) -> tuple[str, float] | None:
     base = set(w[:-1]) if unit else ws
     # a path's parents name the role when the leaf alone does not (`time.data_ms`, `gpu.temp`)
     parents = set(_words(path[: -len(name)])) if "." in path else set()
+    if base & _WAIT and base & _DATA:
+        base = base - _WAIT      # the input is what it waited for: data loading (input_wait_ms)
     for words, canon, dim in _METRIC_ROLES:
         if not base & words:
             continue
@@ -263,15 +270,22 @@ def event_by_name(raw: str, last_part: bool) -> str:
     return _SEED_SQUASHED.get(sing.replace("_", ""), norm)
 
 
+# what a step summary carries beside its time, or says in its name: a line of another name with
+# a duration alone (`checkpoint_upload` with elapsed_s) is that work's, not the step's
+_STEP_COMPANIONS = frozenset({"loss", "lr", "samples_per_s", "tokens_per_s", "grad_norm"})
+_STEP_WORDS = frozenset({"STEP", "ITER", "ITERATION", "TRAIN", "TRAINING", "BATCH"})
+
+
 def event_by_content(norm: str, metrics: frozenset[str]) -> str:
     """A renamed event that carries the metrics a seed event carries is that event: a step
-    summary carries the step's time, a data-load event the batch's fetch time, a GPU sample two
-    or more device readings, a gradient-ready event its ready time."""
+    summary carries the step's time (with a training value, or a step in its name), a data-load
+    event the batch's fetch time, a GPU sample two or more device readings, a gradient-ready
+    event its ready time."""
     if norm in SEED_EVENTS:
         return norm
     if "grad_ready_ts" in metrics:
         return "GRAD_READY"
-    if "step_time_ms" in metrics:
+    if "step_time_ms" in metrics and (metrics & _STEP_COMPANIONS or set(norm.split("_")) & _STEP_WORDS):
         return "TRAIN_STEP"
     if "data_load_ms" in metrics:
         return "DATA_LOAD_TIME"

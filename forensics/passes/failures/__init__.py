@@ -24,6 +24,10 @@ Domain facts relied on:
      issue the same op with the same size at each SeqNum, so the minority OpType (or NumelIn, for
      all-reduce/broadcast where every rank sends the same tensor) is the odd rank out [own_error;
      weak when the majority is two ranks];
+  4b. a rank the launcher saw exit with a code of its own (a fault signal such as SIGSEGV, or a
+     positive code; not its SIGTERM of the survivors) that has no error or timeout in the logs:
+     its death is what the others' lost connections report, though the agent records it after
+     them [own_error: its exit record]; a crash finding of its own (deaths._failed_exit);
   5. a rank whose sequence number lags: its own timeout is at a lower SeqNum [own_error], or its
      watchdog status ("Last enqueued NCCL work: 40" in the dump-signal report every rank prints)
      shows it never enqueued the collective the others time out in [never_joined];
@@ -90,6 +94,7 @@ from typing import Any
 
 import polars as pl
 
+from ... import failure_facts as facts
 from ...report.model import Finding
 from ..context import Context
 from ..evidence import cite, iso, pass_id, shorten
@@ -99,7 +104,7 @@ from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed
 from .culprit import (
     _desync_ranks, _fingerprint_how, _laggards, _least_completed, _missing_ranks, _odd_collective, _peer_of, _seq_of,
 )
-from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors
+from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, own_exit
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
@@ -166,6 +171,11 @@ def find(ctx: Context) -> list[Finding]:
         deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()
                   if isinstance(k, int) and _key(r) <= _key(to_sorted[0])]
         dead = [d for d in killed if d["rank"] is not None and d["rank"] not in failed_ranks]
+        # a rank the launcher saw exit with a code of its own (SIGSEGV, exit 3) and that has no
+        # error or timeout of its own here: a death, stronger than any inference from silence
+        exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks),
+                        key=lambda r: (facts.signal_of(r["exit_code"], r["signal"]) not in facts.FAULT_SIGNALS,
+                                       _key(r), not r["first_observed"]))
         named, named_src, reporters = _desync_ranks(desync)
         missing, missing_by = _missing_ranks(rows)
         odd, odd_how, odd_weak = _odd_collective(tos, fail_seq)
@@ -196,6 +206,13 @@ def find(ctx: Context) -> list[Finding]:
         elif odd:
             culprits, how, mode, weak = odd, odd_how, "odd", odd_weak
             detail["mismatch_seq"] = fail_seq
+        elif exited:
+            # its death is what the others' lost connection or timeout reports, whenever the
+            # launcher noticed it (the exit record comes after their errors)
+            r = exited[0]
+            culprits, mode = [int(_owner(r))], "exited"
+            how = f"exited with {facts.code_phrase(r['exit_code'], r['signal'])} (the launcher's record)"
+            detail["death"] = r
         if not culprits and local_deaths:
             # stronger than any inference from silence or lag: the process died of its own error
             r, who_key, what = min(local_deaths, key=lambda d: _key(d[0]))
@@ -299,6 +316,11 @@ def find(ctx: Context) -> list[Finding]:
                                   who_key, r, first_to, cascade, rows))
     if first_fail is None and not cancels:
         out += _failed_exit(rows)
+    elif mode == "exited":
+        # the culprit's own exit is the crash (its records only: the others' exits are the cascade)
+        pid = detail["death"]["pid"]
+        out += _failed_exit([r for r in rows if r["kind"] != "exit" or _owner(r) == culprits[0]
+                             or (pid is not None and r["pid"] == pid)])
 
     # -- processes killed from outside Python ----------------------------------------------------
     for d in killed:

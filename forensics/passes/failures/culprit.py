@@ -163,7 +163,7 @@ def _pg_scoped(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, An
 MODE_BASIS = {
     "oom": "own_error", "crash": "own_error", "gpu": "own_error", "killed": "own_error",
     "report": "named_by_peers", "missing": "named_by_peers", "fingerprint": "named_by_peers", "peer": "named_by_peers",
-    "odd": "own_error", "lag_timeout": "own_error",
+    "odd": "own_error", "lag_timeout": "own_error", "exited": "own_error",
     "lag_enqueued": "never_joined", "never_joined": "never_joined", "least_completed": "never_joined",
     "silent": "last_to_log", "local": "own_error", "no_timeout": "never_joined", "stuck": "own_error",
 }

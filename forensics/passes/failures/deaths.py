@@ -129,6 +129,15 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
     )
 
 
+def own_exit(r: dict[str, Any]) -> bool:
+    """A launcher's exit record with a code of the worker's own: a fault signal (SIGSEGV ...) or
+    a positive code; not SIGKILL (a kill: host_oom) nor a teardown signal (the launcher's SIGTERM)."""
+    if r["kind"] != "exit" or r["exit_code"] is None:
+        return False
+    sig = facts.signal_of(r["exit_code"], r["signal"])
+    return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
+
+
 def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     """When nothing else failed: a worker the launcher saw exit with a non-zero code (torch
     elastic's "failed (exitcode: 1) local_rank: N", its ChildFailedError record) crashed, its
@@ -138,12 +147,8 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     SIGKILL is a kill (_killed_without_traceback), SIGTERM or SIGINT a teardown, never a crash;
     SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE are the worker's own death in native code: a crash,
     named by its signal."""
-    def crashed(r: dict[str, Any]) -> bool:
-        sig = facts.signal_of(r["exit_code"], r["signal"])
-        return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
-
-    exits = sorted((r for r in rows if r["kind"] == "exit" and r["exit_code"] is not None and crashed(r)
-                    and (_owner(r) is not None or r["by"] in REPORTERS)), key=lambda r: (_key(r), not r["first_observed"]))
+    exits = sorted((r for r in rows if own_exit(r) and (_owner(r) is not None or r["by"] in REPORTERS)),
+                   key=lambda r: (_key(r), not r["first_observed"]))
     if not exits:
         return []
     r = exits[0]

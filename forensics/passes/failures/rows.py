@@ -25,7 +25,9 @@ REPORTERS = ("deepspeed launcher", "slurm")
 
 
 def _ev_row(r: dict[str, Any], text: str | None = None) -> dict[str, Any]:
-    return {"source_file": r["source_file"], "line": r["line"], "rank": r["rank"],
+    # a citation says the rank the line itself carries (`logged_rank`): one mapped from a
+    # one-node launch or named in the text is the finding's, not the line's
+    return {"source_file": r["source_file"], "line": r["line"], "rank": r.get("logged_rank", r["rank"]),
             "timestamp": r.get("logged_ts", r["timestamp"]), "text": text or shorten(r.get("message") or r.get("event"), 140)}
 
 

@@ -88,7 +88,7 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     t_first_to = to_sorted[0]["t_show"]
     died = mode in ("oom", "crash", "gpu") and culprits
     death = detail.get("death")
-    if died and death["t_show"] is not None and t_first_to is not None:
+    if (died or mode == "exited") and death["t_show"] is not None and t_first_to is not None:
         # the victims' errors follow the death that caused them (placed times are only bounds)
         t_first_to = max(t_first_to, death["t_show"])
     seq = fail_seq if fail_seq is not None else next((s for r in to_sorted if (s := _seq_of(r)) is not None), None)
@@ -105,7 +105,7 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
 
     # -- hang: a culprit that stopped without an error of its own --------------------------------
     silent_culprits = [c for c in culprits if c not in failed_ranks]
-    if not died and mode != "killed" and mode not in MISMATCH_MODES and silent_culprits:
+    if not died and mode not in ("killed", "exited") and mode not in MISMATCH_MODES and silent_culprits:
         lines = [_ev_row({**progress[c], "timestamp": progress[c]["last_ts"], "source_file": progress[c]["file"]},
                          f"last line of rank {c} (step {progress[c]['last_step']})")
                  for c in silent_culprits if c in progress]
@@ -163,6 +163,9 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
         title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
                  + (f" #{seq}" if seq is not None else "") + f" after {who} died ({loc['what']}); which global rank "
                  "it was, the logs do not say")
+    elif mode == "exited":
+        title = (f"{ranks_phrase(lost)}: lost {ranks_phrase(culprits)} in their collective"
+                 + (f" #{seq}" if seq is not None else "") + f" after it {how}")
     elif mode == "killed":
         title = (f"{ranks_phrase(lost)}: lost {ranks_phrase(culprits)} in their collective"
                  + (f" #{seq}" if seq is not None else "") + " after it was killed (SIGKILL)")
