@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path[:1]:
+    sys.path.insert(0, str(REPO))   # this tree's forensics, not an installed one
 RESCHEMA = REPO.parent / "shared" / "tools" / "reschema.py"
 RESCHEMA_FAMILIES = ("ecs", "structlog", "loguru", "pythonjson", "nested", "flat_seconds")
 
@@ -103,7 +105,49 @@ def bunyan_schema(rec: dict, msg: str) -> dict:
     return out
 
 
-INVENTED = {"logger": logger_schema, "otel": otel_schema, "bunyan": bunyan_schema}
+_SYSLOG = {"DEBUG": "7", "INFO": "6", "WARN": "4", "WARNING": "4", "ERROR": "3", "CRITICAL": "2", "FATAL": "2"}
+
+
+def journald_schema(rec: dict, msg: str) -> dict:
+    """systemd-journald's JSON export (`journalctl -o json`): every value a string;
+    `__REALTIME_TIMESTAMP` in epoch microseconds, `PRIORITY` a syslog number (6 info, 4 warning,
+    3 err), `MESSAGE`, `_HOSTNAME`, `SYSLOG_IDENTIFIER`, `_PID`; the caller's own fields in upper
+    case (`RANK`, `EVENT`, `STEP`, `STEP_TIME_MS`, ...)."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    t = _epoch(rec.get("timestamp"))
+    out = {"__REALTIME_TIMESTAMP": None if t is None else str(int(round(t * 1e6))),
+           "PRIORITY": _SYSLOG.get(str(rec.get("level", "INFO")).upper(), "6"), "MESSAGE": msg,
+           "_HOSTNAME": host or "localhost", "SYSLOG_IDENTIFIER": "trainer", "_PID": str(4000 + (rec.get("rank") or 0)),
+           "TRAINER_EVENT": rec.get("event"), "RANK": None if rec.get("rank") is None else str(rec["rank"])}
+    for k, v in extra.items():
+        out[k.upper()] = v if isinstance(v, str) else json.dumps(v)
+    return out
+
+
+def gcp_schema(rec: dict, msg: str) -> dict:
+    """A Google Cloud Logging LogEntry as exported (`gcloud logging read --format json`, one a
+    line): `timestamp` ISO with nanoseconds, `severity`, `jsonPayload` {message, event, step,
+    metrics in seconds}, `labels` {rank}, `resource.labels.node_id`, `logName`, `insertId`."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    t = rec.get("timestamp") or ""
+    payload: dict = {"message": msg, "event": str(rec.get("event", "")).lower()}
+    for k, v in extra.items():
+        if k.endswith("_ms") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            payload[k[:-3] + "_seconds"] = v / 1000
+        else:
+            payload[k] = v
+    return {"insertId": f"{abs(hash((t, msg))) % 10**12:012d}", "jsonPayload": payload,
+            "resource": {"type": "gce_instance", "labels": {"node_id": host, "zone": "us-central1-a"}},
+            "timestamp": t.replace("Z", "000000Z") if t.endswith("Z") else t,
+            "severity": {"WARN": "WARNING"}.get(str(rec.get("level", "INFO")).upper(), str(rec.get("level", "INFO")).upper()),
+            "labels": {"rank": None if rec.get("rank") is None else str(rec["rank"])},
+            "logName": "projects/p/logs/trainer"}
+
+
+INVENTED = {"logger": logger_schema, "bunyan": bunyan_schema, "journald": journald_schema, "gcp": gcp_schema,
+            "otel": otel_schema}
 ALL = RESCHEMA_FAMILIES + tuple(INVENTED)
 
 
