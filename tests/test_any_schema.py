@@ -404,3 +404,26 @@ def test_a_logger_name_on_every_line_is_not_the_event_when_a_field_tells_lines_a
                 "extra": {"rank": 1, "step": step, **extra}}}))
     sm = infer(("\n".join(lines) + "\n").encode())
     assert sm is not None and sm.event == "record.function"
+
+
+def test_journald_export_syslog_priority_and_a_namespaced_event_field(tmp_path: Path) -> None:
+    """`journalctl -o json`: every value a string, `__REALTIME_TIMESTAMP` in epoch us, `PRIORITY`
+    a syslog number (3 err, 6 info); the caller's `TRAINER_EVENT` names the event even with one
+    value on every line (its name says event: not a logger's one name)."""
+    lines = [json.dumps({"__REALTIME_TIMESTAMP": str(1749736800_000_000 + 1_000_000 * i), "PRIORITY": "3" if i == 5 else "6",
+                         "MESSAGE": f"step {i} done", "_HOSTNAME": "n7", "SYSLOG_IDENTIFIER": "trainer", "_PID": "4242",
+                         "TRAINER_EVENT": "TRAIN_STEP", "RANK": "2", "STEP": str(i), "STEP_TIME_MS": "700.5",
+                         "STAGE": ("warmup", "main", "cooldown")[i % 3]}) for i in range(6)]
+    f = tmp_path / "rank_2.log"
+    f.write_text("\n".join(lines) + "\n")
+    sm = infer(f.read_bytes())
+    assert sm is not None
+    assert (sm.time, sm.rank, sm.host, sm.level, sm.event, sm.message) == (
+        "__REALTIME_TIMESTAMP", "RANK", "_HOSTNAME", "PRIORITY", "TRAINER_EVENT", "MESSAGE")
+    assert "level=PRIORITY (numbers: 6 info)" in sm.describe()
+    forensics.ingest([str(f)], tmp_path / "s.forensics")
+    ev = open_store(tmp_path / "s.forensics").events().collect().sort("line")
+    assert ev["level"].cast(pl.String).to_list() == ["INFO"] * 5 + ["ERROR"]
+    assert ev["event"].unique().to_list() == ["TRAIN_STEP"] and ev["rank"].unique().to_list() == [2]
+    assert ev["timestamp"][1].isoformat().startswith("2025-06-12T14:00:01")
+    assert ev["step_time_ms"].to_list() == [700.5] * 6 and ev["step"].to_list() == list(range(6))

@@ -330,7 +330,8 @@ class SchemaMap:
                 tag = "*" if r in self.overridden else ""
                 note = " (last part)" if r == "event" and self.event_last_part else ""
                 if r == "level" and self.level_numbers:
-                    note = " (numbers: 30 info)" if (30, "INFO") in self.level_numbers else " (numbers: 20 info)"
+                    info = max(n for n, lv in self.level_numbers if lv == "INFO")
+                    note = f" (numbers: {info} info)"
                 parts.append(f"{r}={p}{note}{tag}")
         step = [p for p, c, _ in self.seen_metrics + self.metrics if c == "step"]
         if step:
@@ -465,6 +466,8 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
             return 0.0
         if lw in words:
             return 1.0 if words.index(lw) < 2 else 0.9
+        if lw.rsplit("_", 1)[-1] in words[:2] and role != "time":
+            return 0.9   # a namespace before the role's own name (`trainer_event`, `worker_rank`)
         return 0.5 if pw & set(words) else 0.0
 
     def pick(role: str, ok, need: float = 0.5, name_needed: bool = False) -> None:
@@ -513,7 +516,7 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
                 chosen["event"] = p
                 break
     ev = chosen["event"]
-    if ev is not None and len(stats[ev].values) == 1 and total >= 5:
+    if ev is not None and len(stats[ev].values) == 1 and total >= 5 and "event" not in _words(leaf(ev)):
         # one value on every line is the logger's or module's name (loguru's `record.name`), not
         # what happened: a field on (nearly) every line with three or more identifier values
         # (loguru's `record.function`) tells the lines apart
@@ -554,6 +557,7 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
 # Numeric levels: pino and bunyan write `level` 10..60 (30 info, 40 warn, 50 error, 60 fatal);
 # Python's logging writes `levelno` 10..50 (20 info, 30 warning, 40 error, 50 critical).
 _PINO = ((10, "DEBUG"), (20, "DEBUG"), (30, "INFO"), (40, "WARN"), (50, "ERROR"), (60, "ERROR"))
+_SYSLOG = ((0, "ERROR"), (1, "ERROR"), (2, "ERROR"), (3, "ERROR"), (4, "WARN"), (5, "INFO"), (6, "INFO"), (7, "DEBUG"))
 _PYTHON = ((10, "DEBUG"), (20, "INFO"), (30, "WARN"), (40, "ERROR"), (50, "ERROR"))
 
 
@@ -562,6 +566,11 @@ def _numeric_level(stats: dict[str, _Stats], used: set[str], chosen: dict, bonus
         if p in used or bonus("level", p) < 0.9 or s.int_ < s.n:
             continue
         vals = {int(float(v)) for v in s.values}
+        if vals and vals <= set(range(8)) and "priority" in _words(leaf(p)):
+            chosen["level"] = p   # syslog's priority (journald's PRIORITY): 3 err, 4 warning, 6 info
+            chosen["level_numbers"] = _SYSLOG
+            used.add(p)
+            return
         if vals and vals <= {10, 20, 30, 40, 50, 60}:
             chosen["level"] = p
             chosen["level_numbers"] = _PYTHON if "no" in _words(leaf(p)) or "levelno" == leaf(p).lower() else _PINO
