@@ -745,13 +745,14 @@ def main() -> None:
     # command that imports numpy (the thread's own CPU time in /proc), for no work: forensics does
     # no linear algebra. Read when numpy is first imported: no import above brings it in.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if _invoked(sys.argv[1:]) == "ingest":
+    import gc
+
+    gc_off = _invoked(sys.argv[1:]) == "ingest" and gc.isenabled()
+    if gc_off:
         # An ingest process runs without cyclic GC, from its imports (numpy, pyarrow, polars: ~110
         # collections, ~0.05 CPU s) to its exit: what it allocates holds no cycles to free, and the
-        # ingest itself turns GC off (`forensics.ingest.ingest`). Only the process: the command
-        # run in-process (tests) keeps the caller's GC.
-        import gc
-
+        # ingest itself turns GC off (`forensics.ingest.ingest`). The caller's GC is given back
+        # when `main` returns or raises (the command run in-process, as tests do).
         gc.disable()
     saved = _only_invoked(sys.argv[1:])
     try:
@@ -775,6 +776,8 @@ def main() -> None:
     finally:
         if saved is not None:
             app.registered_commands, app.registered_groups = saved
+        if gc_off:
+            gc.enable()
 
 
 if __name__ == "__main__":

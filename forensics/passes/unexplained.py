@@ -211,7 +211,7 @@ def _in_scope_after(e: pl.DataFrame, scopes: pl.DataFrame) -> pl.Series:
     by_local = (e.filter(pl.col("rank").is_null()).select("_i", local_key.alias("key"), "t_hi").drop_nulls("key")
                 .join(scopes.select("lo", pl.col("locals").alias("key")).explode("key"), on="key")
                 .filter(after).get_column("_i"))
-    return e.sort("_i").select(anyone | wide | pl.col("_i").is_in(by_rank) | pl.col("_i").is_in(by_local)).to_series()
+    return e.sort("_i").select(anyone | wide | pl.col("_i").is_in(by_rank.implode()) | pl.col("_i").is_in(by_local.implode())).to_series()
 
 
 def account(ctx: Context, findings: list[Finding]) -> Accounting:
