@@ -582,6 +582,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             sources[info.path] = src
         else:
             src = None
+            sources.pop(info.path, None)   # (--append: the store's row of a file changed since)
             ledger.add(info, fmt, rank_hint, host_hint)
             new += 1
         by_fingerprint.setdefault(info.fingerprint, []).append(info.path)
