@@ -155,3 +155,20 @@ def test_a_store_of_the_ledger_s_table_accounts_for_every_line_as_the_inline_one
     assert after["rank_7.jsonl"]["events"] == before["rank_7.jsonl"]["events"] + 1
     assert after["rank_7.jsonl"]["rejected"] == before["rank_7.jsonl"]["rejected"] - 1
     assert after["rank_99.jsonl"]["rejected"] == 1 and grown.rejected == table.rejected
+
+
+def test_append_over_a_file_rewritten_since_keeps_only_its_new_lines(tmp_path: Path) -> None:
+    """--append keeps the store's sources; one of them rewritten since (not grown: other bytes)
+    is read again whole, and only the new read is in the store: one row of sources, its rows."""
+    _logs(tmp_path / "logs", 6)
+    st = tmp_path / "st"
+    forensics.ingest([str(tmp_path / "logs")], st)
+    f = tmp_path / "logs" / "node1" / "rank_4.jsonl"
+    f.write_bytes(b'{"timestamp": "2025-06-12T14:00:30Z", "rank": 4, "event": "TRAIN_STEP", "extra": {"step": 30}}\n'
+                  b'{"rank": 4, "ev\n')
+    s = forensics.ingest([str(f)], st, append=True)
+    assert s.new_files == 1 and s.files == 7
+    mine = [x for x in _accounted(st) if x["path"] == str(f.resolve())]
+    assert len(mine) == 1 and (mine[0]["events"], mine[0]["rejected"]) == (1, 1)
+    rows = open_store(st).events().filter(pl.col("source_file") == str(f.resolve())).collect()
+    assert rows["step"].to_list() == [30]

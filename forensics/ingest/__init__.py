@@ -582,6 +582,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             sources[info.path] = src
         else:
             src = None
+            sources.pop(info.path, None)   # (--append: the store's row of a file changed since)
             ledger.add(info, fmt, rank_hint, host_hint)
             new += 1
         by_fingerprint.setdefault(info.fingerprint, []).append(info.path)
@@ -687,6 +688,9 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     if not force and (refusal := mixed_runs(read_now_sources + ledger.runs_view(), writer.staging)) is not None:
         raise refusal
     table, moved = writer.compact(list(parts.values()))
+    if summaries_on:   # merged from the units' partials, published with the parts (before the
+        # table of sources is made: the two at once were the ingest's peak of memory)
+        _assemble_summaries(writer, table)
     if moved:
         for s in sources.values():
             for k in ("event_parts", "reject_parts"):
@@ -711,20 +715,22 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         summary = _summarize(str(writer.target), ordered, bytes_planned, new, unchanged, appended, duplicates)
     else:   # the table of sources, from the ledger's columns (and those of the dicts)
         listed_sources = concat_columns([ledger.columns(list(range(len(ledger)))), source_columns(ordered)])
+        # the summary's per-file rows after the commit: not held while the summaries and the
+        # table are made (100,000 dicts, ~40 MB, at the ingest's peak)
         summary = _summarize(str(writer.target), _rows_of(listed_sources), bytes_planned, new, unchanged, appended,
-                             duplicates)
+                             duplicates, per_file=False)
     del ledger, ordered
     summary.problems = problems
     summary.repaired_files = repaired
     summary.warnings = warnings
     summary.schemas = schemas
     summary.skipped = list(skipped or [])
-    if summaries_on:   # merged from the units' partials, published with the parts
-        _assemble_summaries(writer, table)
     writer.commit({"sources": listed_sources, "parts": table, "duplicates": duplicates, "problems": problems,
                    **({"skipped": summary.skipped} if summary.skipped else {}), "totals": {
         k: summary.to_dict()[k] for k in ("files", "lines_read", "events", "rejected", "rejected_by_reason",
                                           "ranks", "hosts", "start", "end")}})
+    if isinstance(listed_sources, dict):
+        summary.per_file = [_file_entry(s) for s in _rows_of(listed_sources)]
     return summary
 
 
@@ -955,15 +961,16 @@ def _merge(s: dict[str, Any], r: PieceResult, events_part: str, rejects_part: st
 
 
 def _summarize(store: str, sources: Iterable[dict[str, Any]], nbytes: int, new: int, unchanged: int, appended: int,
-               duplicates: list[dict[str, str]]) -> IngestSummary:
-    """The summary of the store's sources (dicts, in path order: read once)."""
+               duplicates: list[dict[str, str]], per_file: bool = True) -> IngestSummary:
+    """The summary of the store's sources (dicts, in path order: read once); `per_file`: with
+    its row per file (`_file_entry`)."""
     by_reason: dict[str, int] = {}
     formats: dict[str, int] = {}
     files = lines = events = rejected = 0
     start = end = None
     ranks: set[int] = set()
     hosts: set[str] = set()
-    per_file: list[dict[str, Any]] = []
+    files_: list[dict[str, Any]] = []
     for s in sources:
         for k, v in s["rejected_by_reason"].items():
             by_reason[k] = by_reason.get(k, 0) + v
@@ -978,8 +985,8 @@ def _summarize(store: str, sources: Iterable[dict[str, Any]], nbytes: int, new: 
             end = s["end"]
         ranks.update(s["ranks"])
         hosts.update(s["hosts"])
-        per_file.append({"path": s["path"], "format": s["format"], "lines_read": s["lines_read"], "events": s["events"],
-                         "rejected": s["rejected"], "rank_from": _rank_from(s), "ranks": list(s["ranks"][:16])})
+        if per_file:
+            files_.append(_file_entry(s))
     return IngestSummary(
         store=store,
         files=files,
@@ -998,8 +1005,14 @@ def _summarize(store: str, sources: Iterable[dict[str, Any]], nbytes: int, new: 
         appended_files=appended,
         duplicate_files=duplicates,
         formats=formats,
-        per_file=per_file,
+        per_file=files_,
     )
+
+
+def _file_entry(s: dict[str, Any]) -> dict[str, Any]:
+    """A source's row in the summary's per_file."""
+    return {"path": s["path"], "format": s["format"], "lines_read": s["lines_read"], "events": s["events"],
+            "rejected": s["rejected"], "rank_from": _rank_from(s), "ranks": list(s["ranks"][:16])}
 
 
 def _rows_of(cols: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
