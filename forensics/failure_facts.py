@@ -9,7 +9,8 @@ Domain facts relied on:
   exc_type, exc_info, error, exception, traceback, stack, stack_trace: what structlog, loguru,
   python-json-logger and hand-written loggers put there), is its rank's own error.
 - A line that carries no rank may name one in its own text: Megatron's
-  `Rank {global_rank}: found NaN in local grad norm ...`, c10d's `[Rank 3]`, "on rank 3",
+  `Rank {global_rank}: found NaN in local grad norm ...`, c10d's `[Rank 3]`, Lightning's
+  `[rank: 3]` (rank_prefixed_message), "on rank 3",
   "global rank 5", `RANK=2`, `rank=7`. That rank is used, with basis `named_in_text`; a rank the
   text names as someone else (waiting on / for rank, from / to rank, peer rank, local rank) is
   not the line's.
@@ -143,6 +144,7 @@ def exception_of(row: dict[str, Any]) -> tuple[str | None, str | None]:
 # -- a rank named in the line's own text ---------------------------------------------------------
 _RANK_TEXT = [
     re.compile(r"\[\s*Rank\s+(\d+)\s*\]", re.I),                  # c10d / DeepSpeed `[Rank 3]`
+    re.compile(r"\[rank: (\d+)\]"),                              # Lightning's rank_prefixed_message
     re.compile(r"\bglobal[ _]rank\s*[=:]?\s*(\d+)", re.I),         # "global rank 5"
     re.compile(r"(?<![\w.])Rank\s+(\d+)\s*:", re.I),                # Megatron `Rank 11: found NaN ...`
     re.compile(r"(?<![\w.])rank\s*=\s*(\d+)", re.I),                # RANK=2, rank=7

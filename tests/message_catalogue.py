@@ -489,8 +489,10 @@ def _():
 
 @_c("lightning_nonfinite_metric", "seen", ("non_finite",), (0,), "Lightning EarlyStopping check_finite: metric is not finite")
 def _():
+    # Lightning's own logger has a bare StreamHandler (lightning/pytorch/__init__.py): the line is
+    # the message alone, `[rank: 0] ` in front (rank_prefixed_message)
     pr = run_steps(2, 15, stop={0: 9, 1: 9})
-    pr[0].append(stamped(9.5, LIGHTNING_NONFINITE))
+    pr[0].append((9.5, LIGHTNING_NONFINITE))
     return {"console.log": torchrun_console(2, pr, style="lightning")}
 
 

@@ -28,7 +28,9 @@ _TOPOLOGY_WORDS = ["Rendezvous complete", "launch configs:", "global_rank_mappin
 _ERROR_WORDS = ["Error", "ERROR", "FATAL", "Traceback", "error:", "terminate called after throwing", "Segmentation fault"]
 
 
-_WARN_WORDS = ["Warning", "WARN", "warning:"]
+# (Lightning's EarlyStopping reports a non-finite metric through its bare INFO handler:
+# "Monitored metric val_loss = nan is not finite. ..": a warning, whatever the handler's level)
+_WARN_WORDS = ["Warning", "WARN", "warning:", "is not finite"]
 
 
 # `[INFO]`, `[INFO|file.py:1]`, ` - INFO - `, `NCCL WARN`: one pattern, one pass per block.
