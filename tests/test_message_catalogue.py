@@ -86,3 +86,13 @@ def test_slurm_oom_kill_event_confirms_the_sigkilled_worker(tmp_path: Path) -> N
     hosts = [f for f in report.findings if f.kind == "host_oom"]
     assert len(hosts) == 1 and hosts[0].ranks == [1] and hosts[0].evidence["confirmed"] is True
     assert any("oom_kill event" in (e.text or "") for e in hosts[0].lines)
+
+
+def test_an_exception_message_over_several_lines_is_still_the_last_thing_its_rank_wrote(tmp_path: Path) -> None:
+    """NCCL's exception runs on after the traceback closes ("ncclSystemError: ..", "Last error:", the
+    socket error: untimed, no step): rank 3 wrote nothing else, so its exception killed it — a crash
+    on rank 3, and none of those lines is left unexplained."""
+    case = next(c for c in CASES if c.name == "nccl_system_error_one_rank")
+    report = _root(case, tmp_path)
+    assert (report.root_cause.kind, report.root_cause.ranks) == ("crash", [3])
+    assert not [f.title for f in report.findings if f.kind == "unexplained_error"]

@@ -20,13 +20,21 @@ from .rows import REPORTERS, _basis, _ev_row, _extra, _key, _local, _owner, _who
 
 def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]:
     """(file, line) of the tracebacks that are the last thing their process wrote in that file
-    (nothing but the traceback's own continuation lines after it). Only their files are read."""
+    (nothing but the traceback's own continuation lines after it). Only their files are read.
+
+    An exception's message may run over several lines after the traceback closed (NCCL's
+    "ncclSystemError: ..", "Last error:", the socket error): untimed lines that carry no step are
+    its rest, not the process writing on; only a line with a time or a step, another traceback,
+    or another candidate shows the process went on."""
     files = sorted({r["source_file"] for r in tbs if r["source_file"] is not None})
     if not files:
         return set()
+    mine = sorted({f"{r['source_file']}:{r['line']}" for r in tbs if r["source_file"] is not None})
+    went_on = (pl.col("timestamp").is_not_null() | pl.col("step").is_not_null() | (pl.col("event") == "TRACEBACK")
+               | pl.concat_str([pl.col("source_file"), pl.col("line").cast(pl.String)], separator=":").is_in(mine))
     last = (
-        ctx.events.select("rank", "host", "local_rank", "event", "source_file", "line")
-        .filter(pl.col("source_file").is_in(files) & (pl.col("event") != "TRACEBACK_CONT"))
+        ctx.events.select("rank", "host", "local_rank", "event", "source_file", "line", "timestamp", "step")
+        .filter(pl.col("source_file").is_in(files) & (pl.col("event") != "TRACEBACK_CONT") & went_on)
         .group_by("source_file", "rank", "host", "local_rank")
         .agg(pl.col("line").max())
         .collect()
