@@ -213,7 +213,8 @@ class _Exits:
         return False
 
     def _killed(self, body: str, r: _Row) -> bool:
-        if self._exit_report(body, r):
+        if ("Exit code:" in body or "Process name:" in body or "noticed that" in body or "CalledProcessError" in body) \
+                and self._exit_report(body, r):
             return True
         m = _CANCELLED.search(body) if "CANCELLED" in body else None
         if m and m.group(1) == "STEP" and not m.group(5) and self.task_failed:

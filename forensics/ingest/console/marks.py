@@ -24,6 +24,7 @@ class Mark:
     source: str
     pattern: re.Pattern[str]
     sample: str
+    needle: str          # a literal every line with the mark holds in its first 48 characters (checked first)
 
 
 _ASCTIME = (r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
@@ -34,18 +35,18 @@ PREFIXES: tuple[Mark, ...] = (
     # time.asctime() only with --prefix-output-with-timestamp; the index is the worker's rank.
     Mark("horovod_tag", "horovod horovod/runner/common/util/safe_shell_exec.py (forward_stream.prepend_context)",
          re.compile(rf"(?P<asctime>{_ASCTIME})?\[(?P<rank>\d{{1,6}})\]<(?P<stream>stdout|stderr)>:"),
-         "Sat Oct  5 12:56:20 2024[3]<stderr>:Traceback (most recent call last):"),
+         "Sat Oct  5 12:56:20 2024[3]<stderr>:Traceback (most recent call last):", "]<std"),
     # Lightning's own messages on every rank: f"[rank: {rank}] {message}" (the GLOBAL rank).
     Mark("lightning_rank", "lightning src/lightning/fabric/utilities/rank_zero.py (rank_prefixed_message)",
-         re.compile(r"\[rank: (?P<rank>\d{1,6})\] "), "[rank: 3] Seed set to 1234"),
+         re.compile(r"\[rank: (?P<rank>\d{1,6})\] "), "[rank: 3] Seed set to 1234", "[rank: "),
     # kubectl logs --prefix: "[pod/%s/%s] " (pod, container). A pod's hostname is its name.
     Mark("kubectl_prefix", "kubernetes staging/src/k8s.io/kubectl/pkg/cmd/logs/logs.go (addPrefixIfNeeded)",
          re.compile(r"\[pod/(?P<host>[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)/(?P<container>[-a-z0-9]{1,63})\] "),
-         "[pod/llm-ft-worker-1/pytorch] [default2]:step 40 loss 2.1"),
+         "[pod/llm-ft-worker-1/pytorch] [default2]:step 40 loss 2.1", "[pod/"),
     # a script's own tag at the start of its line, "rank 3: ..." (print(f"rank {rank}: ...")): the
     # rank the line names as its writer's, the form failure_facts.rank_in_text reads ("Rank 11:")
     Mark("script_rank", "a training script's print / logging of its own rank (the line's own text)",
-         re.compile(r"[Rr]ank (?P<rank>\d{1,6}): "), "rank 3: step=40 loss=2.1"),
+         re.compile(r"[Rr]ank (?P<rank>\d{1,6}): "), "rank 3: step=40 loss=2.1", "ank "),
 )
 
 # the characters a mark may start with -> the marks to try (the parser tries none for other lines)
@@ -59,10 +60,12 @@ for _m in PREFIXES:
 
 def mark_at(rest: str) -> tuple[Mark, re.Match[str]] | None:
     """The mark at the start of `rest`, with its match, or None."""
+    head = rest[:48]
     for mk in FIRST.get(rest[:1], ()):
-        m = mk.pattern.match(rest)
-        if m:
-            return mk, m
+        if mk.needle in head:
+            m = mk.pattern.match(rest)
+            if m:
+                return mk, m
     return None
 
 
