@@ -4,6 +4,7 @@ bare read_json -> Parquet of the same logs, same run, medians of --reps.
     python bench/first_report.py                         # the three shapes, 3 repetitions
     python bench/first_report.py --shapes r32 --reps 5   # one shape
     python bench/first_report.py --shapes r4096,r64 --data /tmp/fr-bench
+    python bench/first_report.py --store STORE          # only the questions on an existing store
 
 Shapes (logs generated once, seeded, kept under --data):
   r32    32 ranks, one file per rank, seed schema, ~225 MB (bench/_data.py: 5,500 steps a rank)
@@ -23,7 +24,9 @@ and on the store, each against a process that imports only duckdb and runs the s
   diagnose    vs a per-(rank, step) aggregation of every event (bench/queries.py's step table)
 Printed: median wall s, CPU s (user + sys of the process and its children: the steadier figure
 on a shared machine) and peak RSS, with ratios to DuckDB's. The machine is shared and has 2
-cores: quote medians and ratios, with the load printed beside them. Needs: pip install -e '.[bench]'.
+cores: quote medians and ratios, with the load printed beside them. The forensics package is
+byte-compiled first: with PYTHONDONTWRITEBYTECODE set, each forensics process would compile its
+modules from source, which DuckDB's installed package never pays. Needs: pip install -e '.[bench]'.
 """
 from __future__ import annotations
 
@@ -81,6 +84,17 @@ FROM ev GROUP BY rank, step
 """
 
 
+def compile_tree() -> None:
+    """Byte-compile the forensics package first: with PYTHONDONTWRITEBYTECODE set, every process
+    would otherwise compile its modules from source on start, which duckdb's installed package
+    (compiled by pip) never pays; this makes the start-up fair to both sides."""
+    import compileall
+
+    import forensics
+
+    compileall.compile_dir(Path(forensics.__file__).parent, quiet=1)
+
+
 def cli(args: list[str], cache: Path | None = None) -> M.Run:
     env = dict(os.environ)
     if cache is not None:
@@ -113,27 +127,33 @@ def run_shape(shape: str, a: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(cache, ignore_errors=True)
             print(f"  {shape} rep {rep + 1}: duckdb {runs['duckdb'][-1].wall:.2f} s, ingest {ing.wall:.2f} s + diagnose "
                   f"{dia.wall:.2f} s, one-shot {runs['one-shot'][-1].wall:.2f} s", file=sys.stderr, flush=True)
-        # the post-mortem questions on the last store, each against DuckDB asking the same
-        sqls = {"ranks": duck_sql(store, "ranks (same answer)"), "last-10s": duck_sql(store, "last-10s"),
-                "diagnose": duck_sql(store, "ranks")[:1] + [STEP_AGG]}
-        files: dict[str, list[str]] = {}
-        for k, qs in sqls.items():
-            files[k] = []
-            for i, q in enumerate(qs):
-                f = scratch / f"{k}-{i}.sql"
-                f.write_text(q)
-                files[k].append(str(f))
-        post: dict[str, list[M.Run]] = {}
-        for rep in range(a.reps):
-            for k, argv in (("ranks", ["ranks", str(store), "--format", "json"]),
-                            ("last-10s", ["last-10s", str(store), "--format", "json"]),
-                            ("diagnose", ["diagnose", str(store), "--format", "json"])):
-                post.setdefault(k, []).append(cli(argv))
-                post.setdefault("duck " + k, []).append(M.command([sys.executable, "-c", DUCK_SQL, *files[k]])[0])
+        post = post_mortem(store, scratch, a.reps)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     fig = {k: fig_of(v) for k, v in {**runs, **post}.items()}
     return {"shape": shape, "bytes": size, "files": sum(1 for _ in logs.rglob("*.jsonl")), "figures": fig}
+
+
+def post_mortem(store: Path, scratch: Path, reps: int) -> dict[str, list[M.Run]]:
+    """`ranks`, `last-10s` and `diagnose` on the store as processes, each against a process
+    running DuckDB's same question (interleaved, `reps` times)."""
+    sqls = {"ranks": duck_sql(store, "ranks (same answer)"), "last-10s": duck_sql(store, "last-10s"),
+            "diagnose": duck_sql(store, "ranks")[:1] + [STEP_AGG]}
+    files: dict[str, list[str]] = {}
+    for k, qs in sqls.items():
+        files[k] = []
+        for i, q in enumerate(qs):
+            f = scratch / f"{k}-{i}.sql"
+            f.write_text(q)
+            files[k].append(str(f))
+    post: dict[str, list[M.Run]] = {}
+    for _ in range(reps):
+        for k, argv in (("ranks", ["ranks", str(store), "--format", "json"]),
+                        ("last-10s", ["last-10s", str(store), "--format", "json"]),
+                        ("diagnose", ["diagnose", str(store), "--format", "json"])):
+            post.setdefault(k, []).append(cli(argv))
+            post.setdefault("duck " + k, []).append(M.command([sys.executable, "-c", DUCK_SQL, *files[k]])[0])
+    return post
 
 
 def fig_of(runs: list[M.Run]) -> dict[str, float]:
@@ -155,11 +175,18 @@ def table(r: dict[str, Any], reps: int) -> str:
                      f"{x['wall'] / du['wall']:>11.2f}x {x['rss_mb'] / du['rss_mb']:>9.2f}x")
     lines.append(f"{'ingest MB/s vs DuckDB':34s} {r['bytes'] / 1e6 / f['ingest']['wall']:>8.1f} "
                  f"{r['bytes'] / 1e6 / du['wall']:>8.1f} {'':>8s} {du['wall'] / f['ingest']['wall']:>11.2f}x")
-    lines.append(f"{'on the store, as processes':34s} {'ours s':>8s} {'DuckDB s':>8s} {'ratio':>8s}")
+    return "\n".join(lines + post_table(f))
+
+
+def post_table(f: dict[str, dict[str, float]]) -> list[str]:
+    lines = [f"{'on the store, as processes':34s} {'ours s':>8s} {'DuckDB s':>8s} {'ratio':>8s} "
+             f"{'ours CPU':>9s} {'Duck CPU':>9s} {'ratio':>8s} {'ours MB':>8s} {'Duck MB':>8s}"]
     for k in ("ranks", "last-10s", "diagnose"):
-        a, b = f[k]["wall"], f["duck " + k]["wall"]
-        lines.append(f"{k:34s} {a:>8.2f} {b:>8.2f} {a / b:>7.2f}x")
-    return "\n".join(lines)
+        a, b = f[k], f["duck " + k]
+        lines.append(f"{k:34s} {a['wall']:>8.2f} {b['wall']:>8.2f} {a['wall'] / b['wall']:>7.2f}x "
+                     f"{a['cpu']:>9.2f} {b['cpu']:>9.2f} {a['cpu'] / b['cpu']:>7.2f}x "
+                     f"{a['rss_mb']:>8.0f} {b['rss_mb']:>8.0f}")
+    return lines
 
 
 def main() -> None:
@@ -168,7 +195,20 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--data", default=str(Path(tempfile.gettempdir()) / "forensics-first-report"),
                     help="where the generated logs are kept")
+    ap.add_argument("--store", help="only the questions on the store, on this existing store (no ingest)")
     a = ap.parse_args()
+    compile_tree()
+    if a.store:
+        scratch = Path(tempfile.mkdtemp(prefix="fr-"))
+        try:
+            post = post_mortem(Path(a.store), scratch, a.reps)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        fig = {k: fig_of(v) for k, v in post.items()}
+        print("\n".join([f"{a.store}: medians of {a.reps}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+                         *post_table(fig)]), flush=True)
+        print(json.dumps(fig))
+        return
     Path(a.data).mkdir(parents=True, exist_ok=True)
     results = []
     for shape in a.shapes.split(","):

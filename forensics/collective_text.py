@@ -2,8 +2,8 @@
 report (TraceUtils.h) and the collective fingerprint mismatch (ProcessGroupWrapper.cpp), with the
 small functions that take the ranks and fingerprints out of it.
 
-Owns these patterns, the one place that knows this text: forensics/ingest/console.py types such
-lines, forensics/passes/failures.py reads the same text in messages of any source (and must not
+Owns these patterns, the one place that knows this text: forensics/ingest/console/ types such
+lines, forensics/passes/failures/ reads the same text in messages of any source (and must not
 load the ingest package to do so: this module imports nothing of forensics). Must not read files
 or build events; the samples of these templates live in forensics/ingest/templates.py.
 """

@@ -2,7 +2,7 @@
 the signal an exit code means, and whether the log shows a one-node launch.
 
 Question: what does a failure line say, when the event names and fields are not the ones the
-readers type? Used by passes/failures.py (and passes/non_finite.py) on their candidate rows.
+readers type? Used by passes/failures/ (and passes/non_finite.py) on their candidate rows.
 
 Domain facts relied on:
 - An event of any name at level ERROR (CRITICAL, FATAL), or carrying an exception (fields such as

@@ -16,21 +16,28 @@ from .errors import BAD_ARGUMENT, STORE_WRITE, ForensicsError
 from .store import Run, is_store, open_store
 
 
-@functools.lru_cache(maxsize=1)
-def _reader_digest() -> bytes:
-    """A digest of the code that decides what a store holds (the readers, the store and its
-    summaries): a cache written by other code is another entry, so an upgrade never serves the
-    old reading of the same logs. ~25 small files, read once per process."""
+def _reader_files() -> list[Path]:
+    """The code that decides what a store holds: the readers (the whole ingest package, its
+    subpackages such as the console reader, ingest/console/, included), the store and its summaries."""
     pkg = Path(__file__).resolve().parent
-    h = hashlib.blake2b(digest_size=12)
-    files = sorted([*(pkg / "ingest").glob("*.py"), *(pkg / "ingest").glob("*.c")]) + [
+    return sorted([*(pkg / "ingest").rglob("*.py"), *(pkg / "ingest").rglob("*.c")]) + [
         pkg / n for n in ("schema.py", "store.py", "summaries.py", "failure_rows.py", "failure_facts.py", "topology.py",
           "collective_text.py")]
-    for f in files:
+
+
+@functools.lru_cache(maxsize=1)
+def _reader_digest() -> bytes:
+    """A digest of the code that decides what a store holds (`_reader_files`): a cache written by
+    other code is another entry, so an upgrade never serves the old reading of the same logs.
+    ~40 small files, read once per process; each named by its path (two `__init__.py` are two)."""
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.blake2b(digest_size=12)
+    for f in _reader_files():
+        name = f.relative_to(pkg).as_posix().encode()
         try:
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
+            h.update(name + b"\0" + f.read_bytes())
         except OSError:
-            h.update(f.name.encode() + b"\0-")
+            h.update(name + b"\0-")
     return b"code " + h.hexdigest().encode() + b"\n"
 
 

@@ -344,6 +344,11 @@ _SCALARS = {"path": pl.String, "size": pl.Int64, "mtime": pl.Float64, "fingerpri
 def write_sources_table(sources: list[dict[str, Any]], path: Path) -> None:
     """The sources as one Parquet table (typed columns; dict fields as JSON text; any other key
     a reader added in `more`, JSON)."""
+    pq.write_table(sources_table(source_columns(sources)), path, compression="zstd")
+
+
+def source_columns(sources: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Source dicts as the columns `sources_table` takes."""
     known = set(_SCALARS) | set(_LIST_FIELDS) | set(_JSON_FIELDS)
     cols: dict[str, list[Any]] = {k: [s.get(k) for s in sources] for k in (*_SCALARS, *_LIST_FIELDS)}
     import orjson   # ~10x json.dumps: three JSON texts per source, 100,000 sources
@@ -354,13 +359,27 @@ def write_sources_table(sources: list[dict[str, Any]], path: Path) -> None:
     for k in _JSON_FIELDS:
         cols[k] = [text(s.get(k)) for s in sources]
     cols["more"] = ["{}" if known.issuperset(s) else text({k: v for k, v in s.items() if k not in known}) for s in sources]
-    cols["mtime"] = [float(x) if x is not None else None for x in cols["mtime"]]
+    return cols
+
+
+def sources_table(cols: dict[str, list[Any]]) -> pa.Table:
+    """The table of sources from its columns (lists: a value per source; None for null; the
+    dict fields as JSON text, `more` the JSON of any other keys)."""
+    cols = {**cols, "mtime": [float(x) if x is not None else None for x in cols["mtime"]]}
     schema = {**_SCALARS, **_LIST_FIELDS, **{k: pl.String for k in _JSON_FIELDS}, "more": pl.String}
     # built from the lists' buffers (polars' constructor took ~5x longer for 100,000 sources, and
     # pa.array imports pandas: ~0.5 s); the types are the ones polars writes, so the table reads
     # back as before
-    t = pa.table({k: arrow_array(v, pl.Series(k, [], dtype=schema[k]).to_arrow().type) for k, v in cols.items()})
-    pq.write_table(t, path, compression="zstd")
+    return pa.table({k: arrow_array(cols[k], pl.Series(k, [], dtype=schema[k]).to_arrow().type) for k in schema})
+
+
+def concat_columns(parts: list[dict[str, list[Any]]], key: str = "path") -> dict[str, list[Any]]:
+    """Columns of several sets of sources as one, its rows in order of `key`."""
+    cols = {k: [v for p in parts for v in p[k]] for k in parts[0]} if len(parts) > 1 else parts[0]
+    order = sorted(range(len(cols[key])), key=cols[key].__getitem__)
+    if order == list(range(len(order))):
+        return cols
+    return {k: [v[i] for i in order] for k, v in cols.items()}
 
 
 def _validity(values: list[Any]) -> tuple[Any, int]:
@@ -396,7 +415,12 @@ def arrow_array(values: list[Any], typ: Any) -> Any:
 
 
 def read_sources_table(path: Path) -> list[dict[str, Any]]:
-    df = pl.read_parquet(path)
+    return read_sources_rows(pl.read_parquet(path))
+
+
+def read_sources_rows(table: pl.DataFrame | pa.Table) -> list[dict[str, Any]]:
+    """The source dicts of a table of sources (`sources_table`)."""
+    df = table if isinstance(table, pl.DataFrame) else pl.from_arrow(table)
     out = []
     for row in df.iter_rows(named=True):
         more = json.loads(row.pop("more") or "{}")
@@ -868,10 +892,18 @@ class StoreWriter:
                                      "crc32": p.get("crc32") or part_crc(self.staging / p["path"])}
                                     for p in manifest.get("parts", [])), key=lambda p: (p["kind"], p["path"]))
         sources = manifest.get("sources", [])
-        if len(sources) > SOURCES_INLINE:
+        if isinstance(sources, dict):   # the columns of the sources (`sources_table`), in path order
+            rows = len(sources["path"])
+            if rows > SOURCES_INLINE:
+                pq.write_table(sources_table(sources), self.staging / SOURCES_TABLE, compression="zstd")
+            else:
+                manifest["sources"] = read_sources_rows(sources_table(sources))
+        elif len(sources) > SOURCES_INLINE:
             write_sources_table(sources, self.staging / SOURCES_TABLE)
+        rows = len(sources["path"]) if isinstance(sources, dict) else len(sources)
+        if rows > SOURCES_INLINE:
             del manifest["sources"]
-            manifest["sources_table"] = {"path": SOURCES_TABLE, "rows": len(sources),
+            manifest["sources_table"] = {"path": SOURCES_TABLE, "rows": rows,
                                          "bytes": os.stat(self.staging / SOURCES_TABLE).st_size,
                                          "crc32": part_crc(self.staging / SOURCES_TABLE)}
         _failpoint("before-manifest")

@@ -9,11 +9,11 @@ the events costs one scan of every part (seconds on a 4,096-rank store), reading
 milliseconds.
 
 - `step_groups`: one row per (rank, step) of the events, a null rank or step included (the
-  groups of `timeline.steps._step_groups` with the evidence columns and the per-rank counts):
+  groups of `timeline.steptable._step_groups` with the evidence columns and the per-rank counts):
   times, phases, waits, metrics, the lines to cite. Stored as a folder of Parquet files in
   rank order (the parts' step groups, linked: `_assemble_steps`). What needs the whole run
   (derived step times, `complete`, wait estimates, clock alignment) is done when the table is
-  read (`timeline.steps.finish_groups`, `passes.context`), never stored.
+  read (`timeline.steptable.finish_groups`, `passes.context`), never stored.
 - `rank_table`: one row per rank: events, errors, warnings, first/last seen, host (the first
   logged) and every host, median gpu_util, max temp_c, min sm_clock_mhz, last step, whether its
   rows are in line and time order.
@@ -148,7 +148,7 @@ def _by_slice(run: Run, query: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.Dat
 def compute_step_groups(run: Run) -> pl.DataFrame:
     """The (rank, step) groups of every event of `run`, read one slice of whole ranks at a time
     (`timeline.rank_slices`), sorted by (rank, step), nulls last."""
-    from .timeline.steps import group_rows
+    from .timeline.steptable import group_rows
 
     df = _by_slice(run, lambda s: group_rows(s))
     return (group_rows(run).collect() if df is None else df).sort("rank", "step", nulls_last=True)
@@ -278,13 +278,13 @@ READ_BATCH = 4
 
 def ranked_step_groups(run: Run, columns: list[str]) -> pl.DataFrame:
     """`step_groups(run, columns)`, only the groups with a rank and a step, in one chunk per column
-    (`timeline.steps.ranked_rows`: what the step table is finished from). The stored summary is
+    (`timeline.steptable.ranked_rows`: what the step table is finished from). The stored summary is
     decoded a few columns at a time, each batch's rows copied into one chunk before the next is
     decoded: the decoded chunks (one per row group) of every column and their copy are never in
     memory together, and the next batch's chunks reuse the last one's memory. Memory the process
     touches for the first time costs a page fault each 4 KB: on the 64-rank bench store (1.8 M
     groups) ~150k -> ~100k faults, the same CPU."""
-    from .timeline.steps import ranked_mask, ranked_rows
+    from .timeline.steptable import ranked_mask, ranked_rows
 
     p = path_of(run, STEPS)
     if p.is_dir():
@@ -292,10 +292,29 @@ def ranked_step_groups(run: Run, columns: list[str]) -> pl.DataFrame:
             lf = _scan(p)
             keep = ranked_mask(lf.select("rank", "step").collect())
             batches = [columns[i:i + READ_BATCH] for i in range(0, len(columns), READ_BATCH)]
-            return pl.DataFrame([c for b in batches for c in ranked_rows(lf.select(b).collect(), keep).get_columns()])
+            take = _ranked_taker(keep, ranked_rows)
+            return pl.DataFrame([c for b in batches for c in take(lf.select(b).collect()).get_columns()])
         except (OSError, pl.exceptions.PolarsError):
             pass    # missing, or damaged: read or computed again, as step_groups does
     return ranked_rows(step_groups(run, list(dict.fromkeys([*columns, "rank", "step"])))).select(columns)
+
+
+# Above this many runs of ranked rows, a batch's rows are taken by one filter, not run by run
+RUN_SLICES_MAX = 256
+
+
+def _ranked_taker(keep: Any, ranked_rows: Callable[..., pl.DataFrame]) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """`ranked_rows(df, keep)` for every batch of columns, the way chosen once: a summary has an
+    unstepped row per rank, so as many runs of ranked rows as ranks. A few runs are sliced and
+    concatenated (each column copied once); thousands (4,096 ranks: 4,096 slices per batch, 0.14
+    of the step table's 0.26 CPU s) are taken by one filter and a rechunk (0.04 s)."""
+    import numpy as np
+
+    runs = int(np.count_nonzero(np.diff(keep.astype(np.int8)) == 1)) + int(bool(len(keep)) and bool(keep[0]))
+    if runs <= RUN_SLICES_MAX:
+        return lambda df: ranked_rows(df, keep)
+    mask = pl.Series(keep)
+    return lambda df: df.filter(mask).rechunk()
 
 
 def scan_step_groups(run: Run) -> pl.LazyFrame:
@@ -554,7 +573,7 @@ def _merge_by_rank(name: str, frames: list[pl.DataFrame]) -> pl.DataFrame:
     not its thousands of others: merging them all cost 5 of the 10 s of the 64-rank store's
     states), the rank otherwise. The others (most: parts hold disjoint rank ranges) are
     concatenated as they are."""
-    from .timeline.steps import merge_group_states
+    from .timeline.steptable import merge_group_states
 
     keys = ["rank", "step"] if name == STEPS else ["rank"]
     # a frame's keys are unique but for GPU's (rank, gpu_util) rows
@@ -591,7 +610,7 @@ def _finish(name: str, df: pl.DataFrame, gpu: pl.DataFrame | None = None) -> pl.
 # --- the (rank, step) state of one chunk at ingest ---------------------------------------------
 #
 # `_step_groups(..., evidence=True, per_rank=True, state=True)` -- its expressions
-# (`timeline.steps.step_group_exprs`), so bit-equal states (tests/test_summaries.py compares
+# (`timeline.steptable.step_group_exprs`), so bit-equal states (tests/test_summaries.py compares
 # them) -- but with the event kinds made once per distinct name and given as columns:
 # `_step_groups` upper-cases every row's name three times and looks it up in three lists, a third
 # of its cost on the 64-rank bench. The expressions are built once (building them per chunk cost
@@ -601,12 +620,12 @@ _STEP_EXPRS: tuple[pl.Expr, list[pl.Expr], list[pl.Expr]] | None = None
 
 def _event_flags(df: pl.DataFrame) -> pl.DataFrame:
     """Per row: is the event the step summary (`_sum`), a per-op compute event (`_op`), a per-op
-    communication event (`_cop`) -- `timeline.steps`' tests on a null event's "" included."""
+    communication event (`_cop`) -- `timeline.steptable`' tests on a null event's "" included."""
     import numpy as np
     import pyarrow.compute as pc
 
     from .timeline.inputs import SUMMARY_EVENT
-    from .timeline.steps import COMM_OP_EVENTS, OP_EVENTS
+    from .timeline.steptable import COMM_OP_EVENTS, OP_EVENTS
 
     enc = pc.dictionary_encode(df.get_column("event").to_arrow(), null_encoding="encode")
     if isinstance(enc, pa.ChunkedArray):
@@ -624,12 +643,12 @@ def _event_flags(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _step_exprs() -> tuple[pl.Expr, list[pl.Expr], list[pl.Expr]]:
-    """`timeline.steps.step_group_exprs` of `_step_groups(..., evidence=True, per_rank=True,
+    """`timeline.steptable.step_group_exprs` of `_step_groups(..., evidence=True, per_rank=True,
     state=True)` on the flag columns of `_event_flags`. Built once per process (units' threads
     may both build them: one assignment, so either's is taken whole)."""
     global _STEP_EXPRS
     if _STEP_EXPRS is None:
-        from .timeline.steps import step_group_exprs
+        from .timeline.steptable import step_group_exprs
 
         _STEP_EXPRS = step_group_exprs((pl.col("_sum"), pl.col("_op"), pl.col("_cop")), pl.col("timestamp"),
                                        pl.col("grad_ready_ts"), evidence=True, per_rank=True, state=True)
@@ -664,12 +683,12 @@ def _rank_span(df: pl.DataFrame) -> tuple[float, float]:
 
 @functools.cache
 def _step_columns() -> tuple[pl.Schema, list[str], list[str]]:
-    """The (rank, step) state's schema (`_step_state`'s, as `timeline.steps._step_groups` gives it:
+    """The (rank, step) state's schema (`_step_state`'s, as `timeline.steptable._step_groups` gives it:
     no pyarrow needed to read a summary), the step groups' columns it finishes into
-    (`timeline.steps.finish_group_states`) and the state's columns those lack."""
+    (`timeline.steptable.finish_group_states`) and the state's columns those lack."""
     from .schema import EVENT_SCHEMA
     from .timeline.inputs import TS
-    from .timeline.steps import _step_groups, finish_group_states
+    from .timeline.steptable import _step_groups, finish_group_states
 
     events = pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in _NARROW_INPUT})
     state = _step_groups(events, TS, evidence=True, per_rank=True, state=True)
@@ -700,7 +719,7 @@ def _write_groups(path: Path, states: pl.DataFrame, writer: Any = None) -> Any:
     integer columns (_DELTAS); statistics only on what readers filter on (rank, step, times)."""
     import pyarrow.parquet as pq
 
-    from .timeline.steps import finish_group_states
+    from .timeline.steptable import finish_group_states
 
     _, groups, own = _step_columns()
     g = finish_group_states(states.lazy(), evidence=True).collect(engine="in-memory")

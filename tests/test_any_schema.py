@@ -183,6 +183,19 @@ def test_seed_schema_is_not_remapped() -> None:
             assert infer(f.read_bytes()[:65536]) is None, f
 
 
+def test_waits_for_the_input_are_data_loading_and_a_barrier_is_a_wait() -> None:
+    # a wait named for what it waits on: the input pipeline (data loading), not a collective
+    assert metric_for("input_wait_ms") == ("data_load_ms", 1.0)
+    assert metric_for("data_wait_sec") == ("data_load_ms", 1000.0)
+    assert metric_for("m.io_wait_s") == ("data_load_ms", 1000.0)
+    assert metric_for("training.dataloaderWaitMs") == ("data_load_ms", 1.0)
+    # a barrier holds every rank until the last arrives: its time is a wait
+    assert metric_for("barrier_ms") == ("wait_ms", 1.0)
+    assert metric_for("Attributes.barrier_wait_ms") == ("wait_ms", 1.0)
+    assert metric_for("wait_ms") == ("wait_ms", 1.0)
+    assert metric_for("allreduce_wait_ms") == ("wait_ms", 1.0)
+
+
 def test_flat_metric_lines_stay_as_they_were() -> None:
     """HF Trainer / ms-swift lines (no event, a constant model name) are read as before."""
     head = b"".join(json.dumps({"step": i, "loss": 2.0, "learning_rate": 1e-4, "gpu_memory_mb": 1000,
@@ -229,6 +242,11 @@ def test_event_names_as_other_code_bases_write_them() -> None:
     assert event_by_content("DATA_FETCH", frozenset({"data_load_ms", "step"})) == "DATA_LOAD_TIME"
     assert event_by_content("NVML", frozenset({"gpu_util", "temp_c"})) == "GPU_STATS"
     assert event_by_content("CHECKPOINT_SAVED", frozenset({"step"})) == "CHECKPOINT_SAVED"
+    # a step summary by its content: a step time with a training value, or a step in its name
+    assert event_by_content("OPTIMIZER_UPDATE", frozenset({"step_time_ms", "loss"})) == "TRAIN_STEP"
+    assert event_by_content("ITERATION", frozenset({"step_time_ms"})) == "TRAIN_STEP"
+    # a line of its own work with a duration alone (elapsed_s reads as a time) is not the step's
+    assert event_by_content("CHECKPOINT_UPLOAD", frozenset({"step_time_ms", "step"})) == "CHECKPOINT_UPLOAD"
 
 
 def test_remap_keeps_lines_rejects_and_non_finite_values(tmp_path: Path) -> None:
@@ -386,3 +404,26 @@ def test_a_logger_name_on_every_line_is_not_the_event_when_a_field_tells_lines_a
                 "extra": {"rank": 1, "step": step, **extra}}}))
     sm = infer(("\n".join(lines) + "\n").encode())
     assert sm is not None and sm.event == "record.function"
+
+
+def test_journald_export_syslog_priority_and_a_namespaced_event_field(tmp_path: Path) -> None:
+    """`journalctl -o json`: every value a string, `__REALTIME_TIMESTAMP` in epoch us, `PRIORITY`
+    a syslog number (3 err, 6 info); the caller's `TRAINER_EVENT` names the event even with one
+    value on every line (its name says event: not a logger's one name)."""
+    lines = [json.dumps({"__REALTIME_TIMESTAMP": str(1749736800_000_000 + 1_000_000 * i), "PRIORITY": "3" if i == 5 else "6",
+                         "MESSAGE": f"step {i} done", "_HOSTNAME": "n7", "SYSLOG_IDENTIFIER": "trainer", "_PID": "4242",
+                         "TRAINER_EVENT": "TRAIN_STEP", "RANK": "2", "STEP": str(i), "STEP_TIME_MS": "700.5",
+                         "STAGE": ("warmup", "main", "cooldown")[i % 3]}) for i in range(6)]
+    f = tmp_path / "rank_2.log"
+    f.write_text("\n".join(lines) + "\n")
+    sm = infer(f.read_bytes())
+    assert sm is not None
+    assert (sm.time, sm.rank, sm.host, sm.level, sm.event, sm.message) == (
+        "__REALTIME_TIMESTAMP", "RANK", "_HOSTNAME", "PRIORITY", "TRAINER_EVENT", "MESSAGE")
+    assert "level=PRIORITY (numbers: 6 info)" in sm.describe()
+    forensics.ingest([str(f)], tmp_path / "s.forensics")
+    ev = open_store(tmp_path / "s.forensics").events().collect().sort("line")
+    assert ev["level"].cast(pl.String).to_list() == ["INFO"] * 5 + ["ERROR"]
+    assert ev["event"].unique().to_list() == ["TRAIN_STEP"] and ev["rank"].unique().to_list() == [2]
+    assert ev["timestamp"][1].isoformat().startswith("2025-06-12T14:00:01")
+    assert ev["step_time_ms"].to_list() == [700.5] * 6 and ev["step"].to_list() == list(range(6))

@@ -39,7 +39,7 @@ def test_steps_in_rank_slices_are_the_same_table(tmp_path: Path, monkeypatch) ->
     run = _store(tmp_path, "straggler")
     whole = C.Context.from_run(run).steps
     report = diagnose(run).to_json()
-    monkeypatch.setattr(tl.steps, "SLICE_EVENTS", 50)      # a slice per rank or two
+    monkeypatch.setattr(tl.steptable, "SLICE_EVENTS", 50)      # a slice per rank or two
     assert len(tl.rank_slices(run)) >= 3
     assert C.Context.from_run(run).steps.equals(whole)
     assert diagnose(run).to_json() == report

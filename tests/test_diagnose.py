@@ -86,3 +86,19 @@ def test_the_raw_log_cache_is_keyed_on_the_reading_code(tmp_path: Path, monkeypa
     assert run_mod.open_run(logs).path == first            # the same code: the same entry
     monkeypatch.setattr(run_mod, "_reader_digest", lambda: b"code another-reader\n")
     assert run_mod.open_run(logs).path != first            # other reading code: another entry
+
+
+def test_the_cache_key_covers_every_module_of_the_readers_subpackages(monkeypatch) -> None:
+    """The console reader is a package (ingest/console/): a change in any of its modules is
+    another cache entry, as a change in a module of ingest/ itself."""
+    from forensics import run as run_mod
+
+    ingest = REPO / "forensics" / "ingest"
+    covered = set(run_mod._reader_files())
+    assert {p.resolve() for p in ingest.rglob("*.py")} <= covered
+    assert (ingest / "console" / "typed.py").resolve() in covered
+    before = run_mod._reader_digest.__wrapped__()
+    target = (ingest / "console" / "typed.py").resolve()
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: real(self) + b"# changed\n" if self == target else real(self))
+    assert run_mod._reader_digest.__wrapped__() != before

@@ -64,6 +64,25 @@ def test_crash_debris_is_rejected_with_reasons_and_nothing_good_is_lost() -> Non
     assert b.events.filter(pl.col("line") == 2)["event"].to_list() == ["TRACEBACK"]
 
 
+def test_a_prefixed_traceback_inside_json_lines_is_that_ranks_console_text() -> None:
+    # torch prefixes a worker's stderr with `[rankN]:`; redirected into the JSON-lines file, a
+    # line starting with `[` is not a JSON array: it is text, and the traceback is the rank's
+    buf = (
+        SEED[: SEED.index(b"\n") + 1]
+        + b"[rank3]: Traceback (most recent call last):\n"
+        + b'[rank3]:   File "/opt/train.py", line 97, in <module>\n'
+        + b'[rank3]:     raise ValueError("corrupt sample in shard 17")\n'
+        + b"[rank3]: ValueError: corrupt sample in shard 17\n"
+        + b"[1, 2]\n"
+    )
+    b = parse_block(buf, 1, True, None, None)
+    assert b.events.height + b.rejects.height == b.lines == 6
+    assert b.rejects["line"].to_list() == [6] and b.rejects["reason"].to_list() == ["JSON value is not an object"]
+    tb = b.events.filter(pl.col("line") == 2)
+    assert tb["event"].to_list() == ["TRACEBACK"] and tb["rank"].to_list() == [3]
+    assert "ValueError" in (tb["message"][0] or "") + (tb["exc_type"][0] or "" if "exc_type" in tb.columns else "")
+
+
 def test_wrong_types_are_coerced_not_fatal() -> None:
     buf = (
         b'{"timestamp": 1749737001.5, "rank": "3", "level": "warning", "event": "TRAIN_STEP", "message": "", '

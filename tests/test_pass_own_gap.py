@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from forensics.passes import diagnose_context, own_gap
+from forensics.passes import data_load_skew, diagnose_context, own_gap, straggler
 from pass_helpers import T0, Rows, sync_run
 
 STALLS = (12, 27)
@@ -82,3 +82,47 @@ def test_stalls_of_a_few_step_times_count_too() -> None:
     job as much as one long stall: a stall is >= 1 s and >= STALL_STEPS median steps, not 5."""
     [f] = own_gap.find(_run(ms=2500.0, key="duration_ms").ctx())
     assert f.ranks == [0] and "2.5 s in sample_generation" in f.title
+
+
+def test_a_rank_late_a_little_at_most_steps_is_judged_by_the_total_it_caused() -> None:
+    # 100 ms more compute on 800 ms steps (under the straggler pass's 20%), at every step: no
+    # stall of seconds, yet nearly all the run's waiting is for rank 1
+    rows = Rows()
+    sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (100.0 if r == 1 else 0.0))
+    assert straggler.find(rows.ctx()) == []
+    [f] = own_gap.find(rows.ctx())
+    assert f.kind == "straggler" and f.ranks == [1] and f.basis == "own_gap" and f.victims == [0, 2, 3]
+    assert f.evidence["field"] == "compute_ms" and f.evidence["share"] > 0.9
+    assert "computing per step" in f.title and "ranks 0,2,3" in f.title
+    assert f.lines and f.lines[0].rank == 1
+
+
+def test_a_rank_late_by_its_input_at_most_steps_is_data_load_skew() -> None:
+    # 220 ms loading vs 100 ms (2.2x: under data_load_skew's 2.5x), at every step
+    rows = Rows()
+    sync_run(rows, steps=40, data=lambda r, s: 100.0 + (120.0 if r == 2 else 0.0))
+    assert data_load_skew.find(rows.ctx()) == []
+    [f] = own_gap.find(rows.ctx())
+    assert f.kind == "data_load_skew" and f.ranks == [2] and f.evidence["field"] == "data_load_ms"
+    assert "loading its input" in f.title
+
+
+def test_lateness_that_moves_between_ranks_names_nobody() -> None:
+    # every step another rank is the last by 100 ms: the waiting is spread
+    rows = Rows()
+    sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (100.0 if r == (s * 7) % 4 else 0.0))
+    assert own_gap.find(rows.ctx()) == []
+
+
+def test_a_late_arrival_at_the_first_step_is_warm_up_not_a_stall() -> None:
+    # rank 3 reaches the first collective 3 s after its peers (its start-up), then keeps pace
+    rows = Rows()
+    sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (3000.0 if r == 3 and s == 0 else 0.0))
+    assert own_gap.find(rows.ctx()) == []
+
+
+def test_a_rank_the_straggler_pass_names_is_left_to_it() -> None:
+    rows = Rows()
+    sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (600.0 if r == 1 else 0.0))
+    assert [f.ranks for f in straggler.find(rows.ctx())] == [[1]]
+    assert own_gap.find(rows.ctx()) == []

@@ -11,6 +11,10 @@ took 5.9-21 s (_FREE_MS, _MEM) and a 1 MB one would take hours. The bound is gen
 loaded machine and still far below what a quadratic pattern needs."""
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
+import pkgutil
 import re
 import signal
 import time
@@ -27,8 +31,11 @@ BOUND_S = 2.0
 UNITS = ["1", " ", "\t", "a", "_", "1.", ".", "a.b-c_d", ":", "[", "=", "-", '"', 'a="']
 
 
-def _patterns(mod: ModuleType) -> dict[str, re.Pattern[str]]:
+def _patterns(mod: ModuleType, own: bool = False) -> dict[str, re.Pattern[str]]:
+    """`own`: only the names the module assigns (not those it imports from a sibling)."""
     out: dict[str, re.Pattern[str]] = {}
+    mine = {t.id for st in ast.parse(inspect.getsource(mod)).body if isinstance(st, (ast.Assign, ast.AnnAssign))
+            for t in (st.targets if isinstance(st, ast.Assign) else [st.target]) if isinstance(t, ast.Name)}
 
     def walk(name: str, v: object, depth: int) -> None:
         if isinstance(v, re.Pattern):
@@ -40,16 +47,21 @@ def _patterns(mod: ModuleType) -> dict[str, re.Pattern[str]]:
             for k, x in v.items():
                 walk(f"{name}[{k!r}]", x, depth + 1)
 
+    name = mod.__name__.removeprefix("forensics.ingest.").removeprefix("forensics.report.")
     for k, v in vars(mod).items():
-        walk(f"{mod.__name__.rsplit('.', 1)[-1]}.{k}", v, 0)
+        if not own or k in mine:
+            walk(f"{name}.{k}", v, 0)
     return out
 
 
-PATTERNS = {k: v for m in (console, telemetry, templates, redact) for k, v in _patterns(m).items() if isinstance(v.pattern, str)}
+# the console reader is a package: every module of it (prefixes, timestamps, exits, ...)
+CONSOLE = [importlib.import_module(f"{console.__name__}.{m.name}") for m in pkgutil.iter_modules(console.__path__)]
+PATTERNS = {k: v for m, own in [*((c, True) for c in CONSOLE), (telemetry, False), (templates, False), (redact, False)]
+            for k, v in _patterns(m, own).items() if isinstance(v.pattern, str)}
 
 
 def test_the_walk_finds_the_patterns() -> None:
-    assert len(PATTERNS) > 50 and "console._FREE_MS" in PATTERNS and "telemetry._LABEL" in PATTERNS
+    assert len(PATTERNS) > 50 and "console.progress._FREE_MS" in PATTERNS and "telemetry._LABEL" in PATTERNS
     assert "redact._PATTERNS[0][1]" in PATTERNS
 
 

@@ -129,3 +129,19 @@ def test_a_job_wide_slowdown_does_not_explain_the_host_that_stands_apart() -> No
     host.basis = "outlier"
     rc, ordered = rootcause.assign([job, host], EVERY)
     assert rc.ranks == [6, 7] and rc.basis == "outlier" and ordered[0].explains == [1]
+
+
+def test_what_a_rank_alone_said_outweighs_a_hairs_silence_on_another() -> None:
+    # the failures pass names rank 0 by a silence 8 ms earlier than rank 3's (basis_weak); rank
+    # 3 alone said "stopping: shard checksum differs" and exited with code 3 (lone_message)
+    silent = F("hang", "communication", [0], "00:28.079", victims=[1, 2, 3], sev="ERROR")
+    silent.basis, silent.basis_weak = "last_to_log", True
+    lone = F("crash", "resource", [3], "00:28.087", victims=[0, 1, 2], sev="ERROR", rule="pass.lone_message")
+    lone.basis = "lone_message"
+    rc, _ = rootcause.assign([silent, lone], [0, 1, 2, 3])
+    assert rc.kind == "crash" and rc.ranks == [3]
+    # on its own rank, the statement explains the silence that the timeouts name
+    same = F("nccl_timeout", "communication", [3], "00:28.080", victims=[0, 1, 2], sev="ERROR")
+    same.basis = "last_to_log"
+    rc, ordered = rootcause.assign([same, lone], [0, 1, 2, 3])
+    assert rc.kind == "crash" and rc.ranks == [3] and ordered[0].explains == [1]

@@ -1,4 +1,4 @@
-"""Every scenario with an expected.toml — sample_logs/*/, tests/fixtures/realrun/*/, realrun_moved/*/, realrun_varied/*/, realrun_torchrun/*/ and realrun_localise/*/ — diagnosed.
+"""Every scenario with an expected.toml — sample_logs/*/, tests/fixtures/realrun/*/, realrun_moved/*/, realrun_varied/*/, realrun_torchrun/*/, realrun_localise/*/ and realrun_heldout/*/ — diagnosed.
 
 What a scenario's `[expect]` means:
 - `root_cause`: the kind of the root cause ("none": root_cause must be null); `alternatives`:
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(
     p.parent for base in (REPO / "sample_logs", REPO / "tests" / "fixtures" / "realrun", REPO / "tests" / "fixtures" / "realrun_moved",
                           REPO / "tests" / "fixtures" / "realrun_varied", REPO / "tests" / "fixtures" / "realrun_torchrun",
-                          REPO / "tests" / "fixtures" / "realrun_localise")
+                          REPO / "tests" / "fixtures" / "realrun_localise", REPO / "tests" / "fixtures" / "realrun_heldout")
     for p in base.glob("*/expected.toml")
 )
 

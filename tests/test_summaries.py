@@ -584,3 +584,19 @@ def test_ranked_step_groups_read_in_batches_are_the_ranked_rows_of_the_step_grou
     assert got.equals(want)
     assert got.height < S.step_groups(run).height     # an unranked and an untimed event's groups left out
     assert all(c.n_chunks() == 1 for c in got.get_columns())
+
+
+def test_the_ranked_step_groups_are_the_same_taken_by_runs_or_by_one_filter(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A summary with many runs of ranked rows (an unstepped row per rank) is taken by one filter:
+    the same rows, in one chunk per column, as slicing it run by run."""
+    run = _store(tmp_path, REPO / "sample_logs" / "oom_cascade")
+    keep = S._scan(S.path_of(run, S.STEPS)).select(pl.col("rank").is_not_null() & pl.col("step").is_not_null()).collect()
+    assert not keep.to_series().all()     # the summary has unranked or unstepped rows to leave out
+    got = {}
+    for most in (10**9, 0):
+        monkeypatch.setattr(S, "RUN_SLICES_MAX", most)
+        got[most] = S.ranked_step_groups(run, C.GROUP_COLUMNS)
+        assert all(c.n_chunks() == 1 for c in got[most].get_columns())
+    assert got[0].height > 0 and got[0].equals(got[10**9])
+    assert got[0].select(pl.col("rank").is_null().any() | pl.col("step").is_null().any()).item() is False

@@ -442,7 +442,7 @@ def test_rank_slices_cover_every_rank_once_and_change_nothing(tmp_path: Path, mo
     assert tl.step_table(run, evidence=True, slices=slices).collect().equals(whole)
     # the Run's default slicing (and rank_summary's) follows SLICE_EVENTS
     summary = tl.rank_summary(run)
-    monkeypatch.setattr(tl.steps, "SLICE_EVENTS", 25)
+    monkeypatch.setattr(tl.steptable, "SLICE_EVENTS", 25)
     assert len(tl.rank_slices(run)) == len(slices)
     assert tl.step_table(run, evidence=True).collect().equals(whole)
     assert tl.rank_summary(run).equals(summary)

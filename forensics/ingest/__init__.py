@@ -17,7 +17,7 @@ import types
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -30,14 +30,17 @@ from ..store import (
     MANIFEST,
     REJECTS_DIR,
     StoreWriter,
+    concat_columns,
     damaged_parts,
     damaged_sources,
     is_store,
     locked,
     open_store,
     recover,
+    source_columns,
 )
 from .formats import BOM, reader_for, sniff
+from .ledger import Ledger
 from .runs import mixed_runs
 from .sources import (
     TAIL_BYTES,
@@ -475,7 +478,10 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     bad_parts = damaged_parts(previous.path, previous.manifest, deep=True) if previous else {}
     damaged = damaged_sources(previous, bad_parts) if previous else set()
     problems: list[dict[str, str]] = []
+    # the store's sources as dicts (kept from the previous version, or grown), and the files read
+    # whole now as the ledger's columns (a dict per file cost ~2 KB: 100,000 one-line files)
     sources: dict[str, dict[str, Any]] = {}
+    ledger = Ledger()
     if append:
         listed = set(files)   # expand's paths are resolved, as the sources' are
         for p, s in prev_sources.items():
@@ -530,7 +536,8 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             unchanged += 1
             continue
         dup = next((p for p in by_fingerprint.get(info.fingerprint, ())
-                    if p != info.path and _same_origin(sources[p], rank_hint, host_hint)), None)
+                    if p != info.path and _same_origin(sources[p] if p in sources else ledger.hints(p),
+                                                       rank_hint, host_hint)), None)
         if dup:
             duplicates.append({"path": info.path, "duplicate_of": dup})
             continue
@@ -543,15 +550,6 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             smap = looked.schema_map
         if fmt != "empty" and reader_for(fmt) is None:
             fmt = "console" if reader_for("console") else "jsonl"
-        src: dict[str, Any] = {
-            "path": info.path, "size": info.size, "mtime": info.mtime, "fingerprint": info.fingerprint,
-            "head_hash": info.head_hash, "compression": info.compression, "format": fmt,
-            "rank_hint": rank_hint, "host_hint": host_hint,
-            "lines_read": 0, "events": 0, "rejected": 0, "rejected_by_reason": {},
-            "ranks": [], "hosts": [], "rank_sources": {}, "start": None, "end": None,
-            "event_parts": [], "reject_parts": [], "complete_end": 0, "complete_lines": 0,
-            "bytes_read": 0, "read_complete": True,
-        }
         start, first_line = 0, 1
         grown = (
             old is not None and info.compression == "none" and old.get("compression") == "none"
@@ -561,6 +559,15 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         )
         if grown:
             assert old is not None
+            src: dict[str, Any] | None = {
+                "path": info.path, "size": info.size, "mtime": info.mtime, "fingerprint": info.fingerprint,
+                "head_hash": info.head_hash, "compression": info.compression, "format": fmt,
+                "rank_hint": rank_hint, "host_hint": host_hint,
+                "lines_read": 0, "events": 0, "rejected": 0, "rejected_by_reason": {},
+                "ranks": [], "hosts": [], "rank_sources": {}, "start": None, "end": None,
+                "event_parts": [], "reject_parts": [], "complete_end": 0, "complete_lines": 0,
+                "bytes_read": 0, "read_complete": True,
+            }
             start, first_line = old["complete_end"], old["complete_lines"] + 1
             for k in ("lines_read", "events", "rejected", "ranks", "hosts", "start", "end",
                       "event_parts", "reject_parts", "rejected_by_reason", "rank_sources"):
@@ -572,21 +579,30 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             if old["rejected_by_reason"].get("truncated line (no newline at end of file)"):
                 drop_rejects_after[info.path] = old["complete_lines"]
             appended += 1
+            sources[info.path] = src
         else:
+            src = None
+            ledger.add(info, fmt, rank_hint, host_hint)
             new += 1
-        sources[info.path] = src
         by_fingerprint.setdefault(info.fingerprint, []).append(info.path)
         if fmt == "empty":
             if info.compression != "none":  # nothing decompressed: an empty stream, or a damaged one
                 bad = _stream_damage(info.path, info.compression)
                 if bad:
-                    src["problems"] = [bad]
+                    if src is not None:
+                        src["problems"] = [bad]
+                    else:
+                        ledger.add_problem(info.path, bad)
                     problems.append({"path": info.path, "problem": bad})
             continue
         if info.compression == "none":
             end = info.size
-            src["complete_end"] = (looked.complete_end if looked is not None and looked.complete_end is not None
-                                   else _complete_end(info.path, info.size))
+            complete_end = (looked.complete_end if looked is not None and looked.complete_end is not None
+                            else _complete_end(info.path, info.size))
+            if src is not None:
+                src["complete_end"] = complete_end
+            else:
+                ledger.complete_end[ledger.row[info.path]] = complete_end
             pieces = _ranges(info.path, start, end, first_line) if fmt == "jsonl" and end - start > RANGE_BYTES else [(start, -1, first_line)]
         else:
             pieces = [(0, -1, 1)]
@@ -597,7 +613,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
         carried += len(data) if data is not None else 0
         for a, b, line in pieces:
             piece = Piece(path=info.path, fmt=fmt, compression=info.compression, start=a, end=b if b >= 0 else -1,
-                          first_line=line, rank_hint=src["rank_hint"], host_hint=src["host_hint"], size=info.size,
+                          first_line=line, rank_hint=rank_hint, host_hint=host_hint, size=info.size,
                           data=data,
                           # profiler traces: their GPU activities go to a kernels part of their own
                           kernels_part=str(writer.new_part(KERNELS_DIR)[0]) if fmt == "kineto" else "",
@@ -606,10 +622,10 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             if len(pieces) > 1 or weight >= BATCH_BYTES:
                 big.append(piece)
             else:
-                key = _rank_key(head, fmt, src["rank_hint"]) if looked is None else looked.rank_key
+                key = _rank_key(head, fmt, rank_hint) if looked is None else looked.rank_key
                 small.append((piece, key, weight))
 
-    del infos   # planning is done: what it kept of each file is in `sources` and the pieces
+    del infos   # planning is done: what it kept of each file is in `sources`, the ledger and the pieces
     units: list[Unit] = []
     n_workers = workers or os.cpu_count() or 1
     work = sum(w for _, _, w in small) + sum(_piece_bytes(p) for p in big)   # bytes, and files' fixed costs
@@ -632,45 +648,72 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
             if entry is not None:
                 parts[rel] = {"path": rel, **entry}
         for piece, pr in zip(u.pieces, res.pieces):
-            _merge(sources[piece.path], pr, ev_rel, rj_rel)
+            src = sources.get(piece.path)
+            if src is not None:
+                _merge(src, pr, ev_rel, rj_rel)
+            else:
+                ledger.merge(piece.path, pr, ev_rel, rj_rel)
             if pr.kernel_rows:   # a trace's GPU activities: one part, one source, no rank range
                 rel = os.path.relpath(piece.kernels_part, writer.staging)
-                sources[piece.path].setdefault("kernel_parts", []).append(rel)
+                if src is not None:
+                    src.setdefault("kernel_parts", []).append(rel)
+                else:
+                    ledger.add_kernel_part(piece.path, rel)
                 parts[rel] = {"path": rel, "kind": "kernels", "rows": pr.kernel_rows,
                               "rank_min": None, "rank_max": None, "ts_min": None, "ts_max": None}
 
-    _dispatch(units, workers, bytes_planned, progress, cluster, absorb, work)
     # a file read in ranges lists its parts in file order, whatever order its units finished in
     unit_of = {os.path.relpath(p, writer.staging): i for i, u in enumerate(units) for p in (u.events_part, u.rejects_part)}
+    read_now = {p.path for u in units for p in u.pieces}
+    del small   # the units hold the pieces now, each let go once absorbed (with the bytes carried)
+    _dispatch(units, workers, bytes_planned, progress, cluster, absorb, work)
     for p in {p.path for p in big}:
-        for k in ("event_parts", "reject_parts"):
-            sources[p][k].sort(key=lambda rel: unit_of.get(rel, -1))
+        if p in sources:
+            for k in ("event_parts", "reject_parts"):
+                sources[p][k].sort(key=lambda rel: unit_of.get(rel, -1))
+        else:
+            ledger.order_parts(p, lambda rel: unit_of.get(rel, -1))
     warnings: list[str] = []
     if append and previous is not None:
-        fresh = [s for p, s in sources.items() if p not in prev_sources or p in damaged]
+        fresh = [s for p, s in sources.items() if p not in prev_sources or p in damaged] + list(ledger.sources())
         kept = [s for p, s in sources.items() if p in prev_sources and p not in damaged]
         if fresh and kept:
             refusal, warnings = _other_run(kept, fresh, writer.staging)
             if refusal is not None and not force:
                 raise refusal
     # what was read now is one run, or the ingest says which two it holds (ingest/runs.py)
-    read_now_sources = [s for p, s in sources.items() if not append or p not in prev_sources or p in damaged]
-    if not force and (refusal := mixed_runs(read_now_sources, writer.staging)) is not None:
+    read_now_sources = [(p, s.get("ranks") or (), s.get("event_parts") or ()) for p, s in sources.items()
+                        if s.get("event_parts") and (not append or p not in prev_sources or p in damaged)]
+    if not force and (refusal := mixed_runs(read_now_sources + ledger.runs_view(), writer.staging)) is not None:
         raise refusal
     table, moved = writer.compact(list(parts.values()))
     if moved:
         for s in sources.values():
             for k in ("event_parts", "reject_parts"):
                 s[k] = list(dict.fromkeys(moved.get(rel, rel) for rel in s[k]))
+        ledger.rename_parts(moved)
+    ledger.finish()
     for s in sources.values():
         if s["format"] != "empty" and s["compression"] == "none" and s["complete_end"]:
             tail = 1 if s["rejected_by_reason"].get("truncated line (no newline at end of file)") else 0
             s["complete_lines"] = s["lines_read"] - tail
     ordered = sorted(sources.values(), key=lambda s: s["path"])
-    read_now = {p.path for u in units for p in u.pieces}
-    problems += [{"path": s["path"], "problem": p} for s in ordered for p in s.get("problems", [])
-                 if s["path"] in read_now]
-    summary = _summarize(str(writer.target), ordered, bytes_planned, new, unchanged, appended, duplicates)
+    # in path order (a file's own in the order found)
+    problems += sorted([{"path": s["path"], "problem": p} for s in ordered for p in s.get("problems", [])
+                        if s["path"] in read_now] + [p for p in ledger.problem_rows() if p["path"] in read_now],
+                       key=lambda p: p["path"])
+    del read_now
+    from ..store import SOURCES_INLINE   # (read now: tests lower it)
+
+    if len(ordered) + len(ledger) <= SOURCES_INLINE:   # inline in the manifest: dicts
+        ordered = sorted([*ordered, *ledger.sources()], key=lambda s: s["path"])
+        listed_sources: Any = ordered
+        summary = _summarize(str(writer.target), ordered, bytes_planned, new, unchanged, appended, duplicates)
+    else:   # the table of sources, from the ledger's columns (and those of the dicts)
+        listed_sources = concat_columns([ledger.columns(list(range(len(ledger)))), source_columns(ordered)])
+        summary = _summarize(str(writer.target), _rows_of(listed_sources), bytes_planned, new, unchanged, appended,
+                             duplicates)
+    del ledger, ordered
     summary.problems = problems
     summary.repaired_files = repaired
     summary.warnings = warnings
@@ -678,7 +721,7 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     summary.skipped = list(skipped or [])
     if summaries_on:   # merged from the units' partials, published with the parts
         _assemble_summaries(writer, table)
-    writer.commit({"sources": ordered, "parts": table, "duplicates": duplicates, "problems": problems,
+    writer.commit({"sources": listed_sources, "parts": table, "duplicates": duplicates, "problems": problems,
                    **({"skipped": summary.skipped} if summary.skipped else {}), "totals": {
         k: summary.to_dict()[k] for k in ("files", "lines_read", "events", "rejected", "rejected_by_reason",
                                           "ranks", "hosts", "start", "end")}})
@@ -852,10 +895,11 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
                   (os.path.dirname(u.events_part), os.path.dirname(u.rejects_part))) for u in units]
         cluster.map(run_unit, units, needs, done, [u.weight for u in units])
     elif n <= 1 or len(units) <= 1 or work < INLINE_BYTES:
-        for i, u in enumerate(units):
-            r = run_unit(u)
+        for i in range(len(units)):
+            r = run_unit(units[i])
             report(i, r)
-            absorb(u, r)
+            absorb(units[i], r)
+            units[i] = None   # type: ignore[call-overload]   # its pieces (and their bytes) go
     else:
         # Threads, not processes: the hot path is polars/numpy/pyarrow code that releases the GIL,
         # and one process keeps one copy of the libraries in memory (a process pool tripled the
@@ -875,6 +919,7 @@ def _dispatch(units: list[Unit], workers: int | None, total_bytes: int, progress
                     del futs[f]   # the result goes once absorbed
                     report(i, r)
                     absorb(units[i], r)
+                    units[i] = None   # type: ignore[call-overload]   # its pieces (and their bytes) go
         finally:
             if procs is not None:
                 procs.shutdown(cancel_futures=True)
@@ -909,27 +954,43 @@ def _merge(s: dict[str, Any], r: PieceResult, events_part: str, rejects_part: st
         s["read_complete"] = False
 
 
-def _summarize(store: str, sources: list[dict[str, Any]], nbytes: int, new: int, unchanged: int, appended: int,
+def _summarize(store: str, sources: Iterable[dict[str, Any]], nbytes: int, new: int, unchanged: int, appended: int,
                duplicates: list[dict[str, str]]) -> IngestSummary:
+    """The summary of the store's sources (dicts, in path order: read once)."""
     by_reason: dict[str, int] = {}
     formats: dict[str, int] = {}
+    files = lines = events = rejected = 0
+    start = end = None
+    ranks: set[int] = set()
+    hosts: set[str] = set()
+    per_file: list[dict[str, Any]] = []
     for s in sources:
         for k, v in s["rejected_by_reason"].items():
             by_reason[k] = by_reason.get(k, 0) + v
         formats[s["format"]] = formats.get(s["format"], 0) + 1
-    starts = [s["start"] for s in sources if s["start"]]
-    ends = [s["end"] for s in sources if s["end"]]
+        files += 1
+        lines += s["lines_read"]
+        events += s["events"]
+        rejected += s["rejected"]
+        if s["start"] and (start is None or s["start"] < start):
+            start = s["start"]
+        if s["end"] and (end is None or s["end"] > end):
+            end = s["end"]
+        ranks.update(s["ranks"])
+        hosts.update(s["hosts"])
+        per_file.append({"path": s["path"], "format": s["format"], "lines_read": s["lines_read"], "events": s["events"],
+                         "rejected": s["rejected"], "rank_from": _rank_from(s), "ranks": list(s["ranks"][:16])})
     return IngestSummary(
         store=store,
-        files=len(sources),
-        lines_read=sum(s["lines_read"] for s in sources),
-        events=sum(s["events"] for s in sources),
-        rejected=sum(s["rejected"] for s in sources),
+        files=files,
+        lines_read=lines,
+        events=events,
+        rejected=rejected,
         rejected_by_reason=dict(sorted(by_reason.items(), key=lambda kv: -kv[1])),
-        ranks=sorted({r for s in sources for r in s["ranks"]}),
-        hosts=sorted({h for s in sources for h in s["hosts"]}),
-        start=min(starts) if starts else None,
-        end=max(ends) if ends else None,
+        ranks=sorted(ranks),
+        hosts=sorted(hosts),
+        start=start,
+        end=end,
         seconds=0.0,
         bytes_read=nbytes,
         new_files=new,
@@ -937,12 +998,29 @@ def _summarize(store: str, sources: list[dict[str, Any]], nbytes: int, new: int,
         appended_files=appended,
         duplicate_files=duplicates,
         formats=formats,
-        per_file=[
-            {"path": s["path"], "format": s["format"], "lines_read": s["lines_read"], "events": s["events"],
-             "rejected": s["rejected"], "rank_from": _rank_from(s), "ranks": s["ranks"][:16]}
-            for s in sources
-        ],
+        per_file=per_file,
     )
+
+
+def _rows_of(cols: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    """The fields _summarize reads of each source, from the columns of the table of sources (a
+    dict at a time; the JSON texts of the count fields decoded once each)."""
+    import orjson
+
+    decoded: dict[str, dict[str, int]] = {}
+
+    def counts(text: str) -> dict[str, int]:
+        if text not in decoded:
+            decoded[text] = orjson.loads(text)
+        return decoded[text]
+
+    keys = ("path", "format", "lines_read", "events", "rejected", "start", "end", "ranks", "hosts")
+    for row in zip(*(cols[k] for k in keys), cols["rejected_by_reason"], cols["rank_sources"]):
+        d = dict(zip(keys, row))
+        d["ranks"] = d["ranks"] or ()
+        d["hosts"] = d["hosts"] or ()
+        d["rejected_by_reason"], d["rank_sources"] = counts(row[-2]), counts(row[-1])
+        yield d
 
 
 def _rank_from(s: dict[str, Any]) -> str:

@@ -72,7 +72,7 @@ def sniff(head: bytes, path: str) -> str:
         nl = s.find(b"\n")
         first = (s[:nl] if nl >= 0 else s).strip()   # slicing, not split: that copied the rest of the head
         if first.startswith(b'{"log":') and b'"stream":' in first:
-            return "console"  # Docker json-file: console text in a JSON envelope (console.py unwraps it)
+            return "console"  # Docker json-file: console text in a JSON envelope (console/parser.py unwraps it)
         if nl >= 0 and first.endswith(b"}") and _next_line(s, nl).startswith(b"{"):
             return "jsonl"    # whole objects, one per line: records, not one document
         # the two searches of the whole head: native.find (most of sniff's time, per file)

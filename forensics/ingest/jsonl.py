@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from ..schema import RAW_LIMIT, REJECT_SCHEMA, arrow_schema, conform
 from . import native, text_lines
 from .binary import BINARY, binary_runs, is_binary_text
-from .normalize import KEY_COLON, KNOWN_TOP, canonical
+from .normalize import KEY_COLON, KNOWN_TOP, canonical, stringify
 
 RAW_SCHEMA = {k: pl.String for k in KNOWN_TOP}
 _KNOWN = set(KNOWN_TOP)
@@ -79,13 +79,29 @@ def _reason(raw: bytes, is_last_unterminated: bool) -> str | None:
         return BINARY  # the rule every line reader shares (forensics/ingest/binary.py)
     if s.startswith(b"{"):
         return "truncated JSON object"
-    if s.startswith(b"[") or s.startswith(b'"'):
+    if (s.startswith(b"[") or s.startswith(b'"')) and _is_json(s):
         return "JSON value is not an object"
     if b"\x00" in s or sum(c < 9 or 13 < c < 32 for c in s[:256]) > 2:
         return "binary data"
-    if s.startswith(b"Traceback") or s.startswith(b"File ") or s.startswith(b'  File "'):
+    # a launcher's or the process's own prefix before the text (`[rank3]: Traceback ...`, what
+    # torch's worker stderr carries) is the console reader's to read: still text
+    body = _PREFIX.sub(b"", s, count=1)
+    if body.startswith(b"Traceback") or body.startswith(b"File ") or body.startswith(b'  File "'):
         return "not JSON: Python traceback"
     return "not JSON: text line"
+
+
+# `[rank3]:`, `[default0]:`, `[1,3]<stderr>:` -- a bracketed tag and a colon before a line
+_PREFIX = re.compile(rb"^\[[^\]\s]{1,40}\](?:<std(?:out|err)>)?:\s?")
+
+
+def _is_json(s: bytes) -> bool:
+    """Whether a line that starts like a JSON array or string is one ("[rank3]: Traceback" is not)."""
+    try:
+        orjson.loads(s)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _non_finite_object(raw: bytes) -> dict | None:
@@ -112,29 +128,11 @@ def _finite_strings(v: object) -> object:
     return v
 
 
-def _stringify(v: object) -> str | None:
-    """The same string polars' NDJSON reader yields for a value read as String."""
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return orjson.dumps(v).decode() if v == v else "NaN"
-    try:
-        return orjson.dumps(v).decode()
-    except TypeError:  # an integer beyond 64 bits inside a list or object
-        return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-
-
 def _rows_from_objects(objs: list[dict]) -> pl.DataFrame:
     cols: dict[str, list[str | None]] = {k: [] for k in KNOWN_TOP}
     for o in objs:
         for k in KNOWN_TOP:
-            cols[k].append(_stringify(o.get(k)))
+            cols[k].append(stringify(o.get(k)))
     return pl.DataFrame(cols, schema=RAW_SCHEMA)
 
 
@@ -553,7 +551,7 @@ def _repair_nested(df: pl.DataFrame, lines: pl.Series, idx: np.ndarray) -> pl.Da
             v = obj.get(k) if isinstance(obj, dict) else None
             if isinstance(v, (dict, list)):
                 col = cols.setdefault(k, df[k].to_list())
-                col[int(pos)] = _stringify(v)
+                col[int(pos)] = stringify(v)
     return df.with_columns([pl.Series(k, v, dtype=pl.String) for k, v in cols.items()]) if cols else df
 
 

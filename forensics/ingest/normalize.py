@@ -14,6 +14,7 @@ import json
 import threading
 
 import numpy as np
+import orjson
 import polars as pl
 
 from ..schema import ALIASES, ENVELOPE_ALIASES, FIELDS, LEVEL_ALIASES, EventSource, Level
@@ -30,6 +31,24 @@ KEY_COLON = r'"[ \t\r\n]*:'
 MESSAGE_KEYS: dict[str, tuple[str, float]] = {
     k: v for k, v in ALIASES.items() if FIELDS.get(v[0]) is not None and k.isidentifier() and k not in ("path", "file", "op", "pg", "phase", "util", "temp", "power", "duration", "iter")
 }
+
+
+def stringify(v: object) -> str | None:
+    """The same string polars' NDJSON reader yields for a value read as String."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return orjson.dumps(v).decode() if v == v else "NaN"
+    try:
+        return orjson.dumps(v).decode()
+    except TypeError:  # an integer beyond 64 bits inside a list or object
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
 
 def parse_timestamp(col: pl.Expr) -> pl.Expr:
@@ -167,8 +186,6 @@ def extract_object(obj: pl.Series, prefix: str, envelope: bool = False) -> pl.Da
 
 def _lenient_objects(obj: pl.Series, keys: list[str]) -> pl.DataFrame:
     """Row-by-row fallback for object strings the NDJSON parser refuses (raw control characters)."""
-    from .jsonl import _stringify
-
     cols: dict[str, list[str | None]] = {k: [] for k in keys}
     for s in obj.to_list():
         try:
@@ -178,7 +195,7 @@ def _lenient_objects(obj: pl.Series, keys: list[str]) -> pl.DataFrame:
         if not isinstance(o, dict):
             o = {}
         for k in keys:
-            cols[k].append(_stringify(o.get(k)))
+            cols[k].append(stringify(o.get(k)))
     return pl.DataFrame(cols, schema={k: pl.String for k in keys})
 
 

@@ -142,10 +142,15 @@ UNITS: dict[str, tuple[str, float]] = {
 # the unit of a canonical column (for a config override naming a path with another unit)
 _CANON_UNIT = {"ms": ("time", 1.0), "s": ("time", 1000.0), "MB": ("size", 1.0), "MHz": ("clock", 1.0), "C": ("temp", 1.0)}
 
+# waiting, and what is waited for: a barrier is a wait (every rank waits there for the last);
+# a wait for the input (`input_wait_ms`, `data_wait_ms`, `io_wait_s`) is data loading, not a
+# collective's wait (_data_wait)
+_WAIT = frozenset({"wait", "waiting", "waited", "blocked", "idle", "barrier", "barriers"})
+_DATA = frozenset({"data", "dataload", "dataloader", "loader", "load", "loading", "fetch", "input", "io", "batch_fetch"})
 # (words that name the role, canonical column, the dimension its unit must have or None)
 _METRIC_ROLES: list[tuple[frozenset[str], str, str | None]] = [
-    (frozenset({"wait", "waiting", "blocked", "idle"}), "wait_ms", "time"),
-    (frozenset({"data", "dataload", "dataloader", "loader", "load", "loading", "fetch", "input", "io"}), "data_load_ms", "time"),
+    (_WAIT, "wait_ms", "time"),
+    (_DATA, "data_load_ms", "time"),
     (frozenset({"comm", "communication", "allreduce", "collective", "nccl", "allgather", "reduce", "sync", "network"}), "comm_ms", "time"),
     (frozenset({"forward", "fwd"}), "fwd_ms", "time"),
     (frozenset({"backward", "bwd"}), "bwd_ms", "time"),
@@ -192,6 +197,8 @@ def metric_for(path: str) -> tuple[str, float] | None:
     base = set(w[:-1]) if unit else ws
     # a path's parents name the role when the leaf alone does not (`time.data_ms`, `gpu.temp`)
     parents = set(_words(path[: -len(name)])) if "." in path else set()
+    if base & _WAIT and base & _DATA:
+        base = base - _WAIT      # the input is what it waited for: data loading (input_wait_ms)
     for words, canon, dim in _METRIC_ROLES:
         if not base & words:
             continue
@@ -263,15 +270,22 @@ def event_by_name(raw: str, last_part: bool) -> str:
     return _SEED_SQUASHED.get(sing.replace("_", ""), norm)
 
 
+# what a step summary carries beside its time, or says in its name: a line of another name with
+# a duration alone (`checkpoint_upload` with elapsed_s) is that work's, not the step's
+_STEP_COMPANIONS = frozenset({"loss", "lr", "samples_per_s", "tokens_per_s", "grad_norm"})
+_STEP_WORDS = frozenset({"STEP", "ITER", "ITERATION", "TRAIN", "TRAINING", "BATCH"})
+
+
 def event_by_content(norm: str, metrics: frozenset[str]) -> str:
     """A renamed event that carries the metrics a seed event carries is that event: a step
-    summary carries the step's time, a data-load event the batch's fetch time, a GPU sample two
-    or more device readings, a gradient-ready event its ready time."""
+    summary carries the step's time (with a training value, or a step in its name), a data-load
+    event the batch's fetch time, a GPU sample two or more device readings, a gradient-ready
+    event its ready time."""
     if norm in SEED_EVENTS:
         return norm
     if "grad_ready_ts" in metrics:
         return "GRAD_READY"
-    if "step_time_ms" in metrics:
+    if "step_time_ms" in metrics and (metrics & _STEP_COMPANIONS or set(norm.split("_")) & _STEP_WORDS):
         return "TRAIN_STEP"
     if "data_load_ms" in metrics:
         return "DATA_LOAD_TIME"
@@ -316,7 +330,8 @@ class SchemaMap:
                 tag = "*" if r in self.overridden else ""
                 note = " (last part)" if r == "event" and self.event_last_part else ""
                 if r == "level" and self.level_numbers:
-                    note = " (numbers: 30 info)" if (30, "INFO") in self.level_numbers else " (numbers: 20 info)"
+                    info = max(n for n, lv in self.level_numbers if lv == "INFO")
+                    note = f" (numbers: {info} info)"
                 parts.append(f"{r}={p}{note}{tag}")
         step = [p for p, c, _ in self.seen_metrics + self.metrics if c == "step"]
         if step:
@@ -451,6 +466,8 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
             return 0.0
         if lw in words:
             return 1.0 if words.index(lw) < 2 else 0.9
+        if lw.rsplit("_", 1)[-1] in words[:2] and role != "time":
+            return 0.9   # a namespace before the role's own name (`trainer_event`, `worker_rank`)
         return 0.5 if pw & set(words) else 0.0
 
     def pick(role: str, ok, need: float = 0.5, name_needed: bool = False) -> None:
@@ -499,7 +516,7 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
                 chosen["event"] = p
                 break
     ev = chosen["event"]
-    if ev is not None and len(stats[ev].values) == 1 and total >= 5:
+    if ev is not None and len(stats[ev].values) == 1 and total >= 5 and "event" not in _words(leaf(ev)):
         # one value on every line is the logger's or module's name (loguru's `record.name`), not
         # what happened: a field on (nearly) every line with three or more identifier values
         # (loguru's `record.function`) tells the lines apart
@@ -540,6 +557,7 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
 # Numeric levels: pino and bunyan write `level` 10..60 (30 info, 40 warn, 50 error, 60 fatal);
 # Python's logging writes `levelno` 10..50 (20 info, 30 warning, 40 error, 50 critical).
 _PINO = ((10, "DEBUG"), (20, "DEBUG"), (30, "INFO"), (40, "WARN"), (50, "ERROR"), (60, "ERROR"))
+_SYSLOG = ((0, "ERROR"), (1, "ERROR"), (2, "ERROR"), (3, "ERROR"), (4, "WARN"), (5, "INFO"), (6, "INFO"), (7, "DEBUG"))
 _PYTHON = ((10, "DEBUG"), (20, "INFO"), (30, "WARN"), (40, "ERROR"), (50, "ERROR"))
 
 
@@ -548,6 +566,11 @@ def _numeric_level(stats: dict[str, _Stats], used: set[str], chosen: dict, bonus
         if p in used or bonus("level", p) < 0.9 or s.int_ < s.n:
             continue
         vals = {int(float(v)) for v in s.values}
+        if vals and vals <= set(range(8)) and "priority" in _words(leaf(p)):
+            chosen["level"] = p   # syslog's priority (journald's PRIORITY): 3 err, 4 warning, 6 info
+            chosen["level_numbers"] = _SYSLOG
+            used.add(p)
+            return
         if vals and vals <= {10, 20, 30, 40, 50, 60}:
             chosen["level"] = p
             chosen["level_numbers"] = _PYTHON if "no" in _words(leaf(p)) or "levelno" == leaf(p).lower() else _PINO

@@ -38,33 +38,50 @@ def origin(path: str) -> str:
     return str(Path(*[p for p in parts if not _ATTEMPT.match(p)])) if parts else "."
 
 
-def mixed_runs(sources: list[dict[str, Any]], staging: Path) -> ForensicsError | None:
+def mixed_runs(sources: list[tuple[str, Any, Any]], staging: Path) -> ForensicsError | None:
     """The refusal when `sources` (just read, their parts in `staging`) hold two runs: a rank's
-    step logged at different times in two folders. None when they are one run."""
+    step logged at different times in two folders. None when they are one run. A source is
+    (path, its ranks, its event parts), those without event parts left out or not."""
     import polars as pl
 
-    with_steps = [s for s in sources if s.get("event_parts")]
-    origins = {s["path"]: origin(s["path"]) for s in with_steps}
+    with_steps = [(p, r, e) for p, r, e in sources if e]
+    # a file's origin is its folder's: found once per folder (the folder as a path's text up to
+    # its last "/", as the query below cuts source_file), and mapped per folder, not per file (a
+    # map of 100,000 files' paths cost ~100 MB in the query)
+    origin_of: dict[str, str] = {}
+    origins = {}
+    for p, _, _ in with_steps:
+        folder = p.rsplit("/", 1)[0]
+        if folder not in origin_of:
+            origin_of[folder] = origin(p)
+        origins[p] = origin_of[folder]
     # only a rank found in two folders can be logged twice: the usual layouts (a folder per host,
     # a file per rank) have none, and nothing is scanned
     where: dict[int, set[str]] = {}
-    for s in with_steps:
-        for r in s.get("ranks") or ():
-            where.setdefault(int(r), set()).add(origins[s["path"]])
+    for p, ranks, _ in with_steps:
+        for r in ranks or ():
+            where.setdefault(int(r), set()).add(origins[p])
     shared = sorted(r for r, o in where.items() if len(o) > 1)
     if not shared:
         return None
-    parts = sorted({str(staging / rel) for s in with_steps if set(s.get("ranks") or ()) & set(shared)
-                    for rel in s["event_parts"]})
-    steps = (pl.scan_parquet(parts)
-             .filter((pl.col("event") == "TRAIN_STEP") & pl.col("rank").is_in(shared)
-                     & pl.col("step").is_not_null() & pl.col("timestamp").is_not_null())
-             .select("rank", "step", "timestamp", "host", "format", pl.col("source_file").cast(pl.String), "line")
-             .collect())
+    shared_set = set(shared)
+    parts = sorted({str(staging / rel) for _, ranks, e in with_steps if not shared_set.isdisjoint(ranks or ())
+                    for rel in e})
+    logged = (pl.scan_parquet(parts)
+              .filter((pl.col("event") == "TRAIN_STEP") & pl.col("rank").is_in(shared)
+                      & pl.col("step").is_not_null() & pl.col("timestamp").is_not_null()))
+    # two runs need a (rank, step) logged twice in one format: none (one-line files of distinct
+    # steps), and no row's file and time are read (100,000 rows of paths: ~60 MB)
+    if logged.group_by("rank", "step", "format").len().filter(pl.col("len") > 1).limit(1).collect().is_empty():
+        return None
+    steps = logged.select("rank", "step", "timestamp", "host", "format", pl.col("source_file").cast(pl.String),
+                          "line").collect()
     if steps.is_empty():
         return None
-    steps = (steps.with_columns(pl.col("source_file").replace_strict(origins, default=None).alias("origin"))
-             .filter(pl.col("origin").is_not_null()))   # a part may hold files not judged here
+    judged = pl.Series(list(origins), dtype=pl.String).implode()
+    steps = (steps.filter(pl.col("source_file").is_in(judged))   # a part may hold files not judged here
+             .with_columns(pl.col("source_file").str.replace(r"/[^/]*$", "")
+                           .replace_strict(origin_of, default=None, return_dtype=pl.String).alias("origin")))
     # Synchronous training keeps every rank within a step of the others: one rank number in two
     # folders at the same step a few ms apart is one run (local ranks logged as global on two
     # nodes, with or without host names); a step apart by more than two step times (and 1 s) is

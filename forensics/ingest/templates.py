@@ -5,7 +5,7 @@ lines written here in that format (like lnav format definitions that carry their
 Owns the table (`TEMPLATES`, `COLLECTORS`) and its README rendering (`inventory_markdown`); the
 text patterns of the templates that more than one module reads (the c10d desync report and the
 collective fingerprint mismatch) live in forensics/collective_text.py (re-exported here). Must not
-read files or build events: forensics/ingest/console.py does; tests/test_reader_console_templates.py runs
+read files or build events: forensics/ingest/console/ does; tests/test_reader_console_templates.py runs
 every sample of every template through it, bare and behind every collector the entry lists, and
 checks what it `expect`s. The `form` column quotes the upstream format string (%d / {} / c10::str
 pieces) as read in the source named by `source`; the sample lines are ours.

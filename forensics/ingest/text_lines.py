@@ -3,7 +3,7 @@
 Question: what does the text between a rank's JSON lines say? Fact (spec/log-formats.md §3): in
 a JSON-lines file such text is most often the process's stderr redirected into it — a Python
 traceback, NCCL's or the launcher's lines. It is that file's console text: read by the console
-reader (forensics/ingest/console.py, a traceback becomes the rank's TRACEBACK event), counted as
+reader (forensics/ingest/console/, a traceback becomes the rank's TRACEBACK event), counted as
 events; only what no reader can use (blank lines, binary garbage) stays a reject.
 
 Owns: taking the lines the JSON parser rejected as text, reading each run of consecutive ones
@@ -51,7 +51,8 @@ def read_text(rej: pl.DataFrame, rank_hint: int | None, host_hint: str | None,
         return None, rej
     # imported here: console imports jsonl (Block), and a JSON-lines ingest without text lines
     # does not pay for the console reader
-    from .console import _Parser, _to_block
+    from .console.frames import _to_block
+    from .console.parser import _Parser
     from .formats import ReaderContext
 
     text = rej.filter(is_text).sort("line")

@@ -29,6 +29,7 @@ from . import (
     gradient_skew,
     hot_gpu,
     hygiene,
+    lone_message,
     loss,
     no_data,
     outlier,
@@ -68,6 +69,7 @@ PASSES: list[Pass] = [
     straggler.find,          # resource: one rank computes longest, waits least
     trace_straggler.find,    # resource: one rank starts its NCCL kernels last (profiler traces)
     failures.find,           # resource/communication: OOM, timeouts, hangs, cascade
+    lone_message.find,       # communication: the rank that said something of its own, then went silent, before the others failed
     stuck_collective.find,   # communication: ranks behind in a stuck collective (Flight Recorder)
     gradient_skew.find,      # communication: spread of gradient-ready times
     comm_bound.find,         # communication: > 40% of step time in collectives

@@ -25,7 +25,7 @@ An ERROR line is *explained* when
      PROCESS_KILLED), a teardown exception (SignalException, KeyboardInterrupt ...) or a lost
      peer / timeout (the text passes.failures reads as a victim's error). When one rank dies
      the launcher kills the others and the survivors lose their peer: those lines follow
-     every failure (passes/failures.py's domain facts).
+     every failure (passes/failures/'s domain facts).
 
 What is left is grouped per process (the rank; else host and local rank; else the host), and
 the earliest process's own error (not a cascade line) explains the cascade lines after it on
@@ -34,8 +34,9 @@ masked: a bad config every rank reads) are one finding naming them all. Domain f
 grouping: a rank's first error is the one that says what happened; the later ones are its
 consequences, counted, not repeated.
 
-No per-event Python loop: the accounting is a join of the error rows with the findings'
-scopes (rows x findings, both small: ERROR lines are rare) and a group_by per process.
+No per-event Python loop: the accounting joins the error rows with the findings' scopes by
+rank and by local rank (a scope may name every rank: rows x scopes would hold a copy of its
+rank list per row) and groups per process.
 Must not: change the other findings, or pick the root cause (rootcause.py ranks these after
 real failures).
 """
@@ -49,7 +50,8 @@ import polars as pl
 from ..report.model import Finding, local_ranks_phrase
 from .context import Context
 from .evidence import cite, iso, parse_iso, pass_id, ranks_phrase, shorten
-from .failures import LAUNCHERS, TEARDOWN_RE, TIMEOUT_RE, _placed
+from .failures.classify import TEARDOWN_RE, TIMEOUT_RE, _placed
+from .failures.rows import LAUNCHERS
 from .rootcause import FAILURES, NON_CAUSAL
 
 KIND = "unexplained_error"
@@ -179,20 +181,37 @@ def explained(errors: pl.DataFrame, findings: list[Finding], everyone: frozenset
     scopes = _scopes(findings, everyone)
     if scopes.is_empty():
         return cited.rename("explained")
-    lo, hi = pl.col("t_lo"), pl.col("t_hi")
+    return (cited | _in_scope_after(with_cascade(e), scopes)).rename("explained")
+
+
+def _in_scope_after(e: pl.DataFrame, scopes: pl.DataFrame) -> pl.Series:
+    """For each row of `e` (in order), whether some scope (`_scopes`) covers it: the scope is the
+    whole job's, the line names no process or is a cascade line, its rank is one of the scope's
+    ranks, or (without a rank) its "host|local_rank" one of its locals — and the line can have
+    been written at or after the scope began (`lo`; null: unbounded on either side). Joined by
+    rank and by local rank, never rows x scopes: a scope may list every one of 10,000 ranks."""
+    hi = pl.col("t_hi")
+
+    def after_any(s: pl.DataFrame) -> pl.Expr:
+        """The line can have been written at or after one of the scopes `s` began."""
+        if s.is_empty():
+            return pl.lit(False)
+        if s.get_column("lo").null_count():
+            return pl.lit(True)
+        return hi.is_null() | (hi >= pl.lit(s.get_column("lo").min(), _TIME))
+
     no_proc = pl.col("rank").is_null() & pl.col("local_rank").is_null()
-    local_key = pl.concat_str([pl.col("host").fill_null("None"), pl.col("local_rank").cast(pl.String)], separator="|")
-    in_scope = (pl.col("wide") | no_proc
-                | pl.col("ranks").list.contains(pl.col("rank").cast(pl.Int64)).fill_null(False)
-                | (pl.col("rank").is_null() & pl.col("locals").list.contains(local_key).fill_null(False)))
-    # the line can have been written at or after the failure began (null: unbounded)
+    anyone = (pl.col("casc").fill_null(False) | no_proc) & after_any(scopes)
+    wide = after_any(scopes.filter(pl.col("wide")))
     after = hi.is_null() | pl.col("lo").is_null() | (hi >= pl.col("lo"))
-    by = (
-        with_cascade(e).join(scopes, how="cross")
-        .with_columns(((in_scope | pl.col("casc")) & after).alias("_x"))
-        .group_by("_i").agg(pl.col("_x").any()).sort("_i")
-    )
-    return (cited | by.get_column("_x")).rename("explained")
+    by_rank = (e.select("_i", pl.col("rank").cast(pl.Int64), "t_hi").drop_nulls("rank")
+               .join(scopes.select("lo", pl.col("ranks").alias("rank")).explode("rank"), on="rank")
+               .filter(after).get_column("_i"))
+    local_key = pl.concat_str([pl.col("host").fill_null("None"), pl.col("local_rank").cast(pl.String)], separator="|")
+    by_local = (e.filter(pl.col("rank").is_null()).select("_i", local_key.alias("key"), "t_hi").drop_nulls("key")
+                .join(scopes.select("lo", pl.col("locals").alias("key")).explode("key"), on="key")
+                .filter(after).get_column("_i"))
+    return e.sort("_i").select(anyone | wide | pl.col("_i").is_in(by_rank) | pl.col("_i").is_in(by_local)).to_series()
 
 
 def account(ctx: Context, findings: list[Finding]) -> Accounting:

@@ -4,7 +4,7 @@ Question: the logs state a world size (Megatron's `using world size: 32, ...`, p
 rank 0 from megatron/training/arguments.py; a `world_size` key on the events); were lines of
 that many ranks read? Ranks are found from every rank-bearing line, including the second of two
 memory reports printed onto one physical line and the ranks a launcher lists as started
-(DeepSpeed's `global_rank_mapping`, torchrun's rendezvous `global_ranks`: ingest/console.py).
+(DeepSpeed's `global_rank_mapping`, torchrun's rendezvous `global_ranks`: ingest/console/).
 
 Domain facts relied on: Megatron's per-rank lines are its memory reports, `[Rank r] (after k iterations)
 memory (MB) | ...` (report_memory in megatron/training/utils.py), printed only where

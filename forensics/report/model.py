@@ -5,7 +5,7 @@ add fields, never rename). Must not compute findings (passes do) or format text 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 LAYERS = ["physical", "resource", "communication", "training"]
@@ -44,6 +44,7 @@ BASES = {
     "own_gap": "what it logged while its peers waited",
     "named_in_text": "named in its error's own text",
     "one_node": "local rank = rank (one-node launch)",
+    "lone_message": "what it alone said before its peers failed",
 }
 # The basis of a kind whose pass does not say: how that kind's rank is found by construction
 # (a straggler is a timing comparison among peers, a hot GPU a telemetry reading, an OOM the
@@ -93,9 +94,10 @@ class Evidence:
 
     def to_json(self) -> dict[str, Any]:
         """The contract's fields; `aligned_timestamp` only where it differs from the own time."""
-        d = asdict(self)
-        if d["aligned_timestamp"] is None:
-            del d["aligned_timestamp"]
+        d = {"source_file": self.source_file, "line": self.line, "rank": self.rank, "timestamp": self.timestamp,
+             "text": self.text}
+        if self.aligned_timestamp is not None:
+            d["aligned_timestamp"] = self.aligned_timestamp
         return d
 
 
@@ -127,9 +129,20 @@ class Finding:
         return float((self.cost or {}).get("seconds") or 0.0)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["evidence"] = {**self.evidence, "lines": [e.to_json() for e in self.lines]}
-        del d["lines"]
+        # the fields in their order, without a deep copy (asdict's): the containers are new, the
+        # values shared; `lines` goes into the evidence
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "evidence":
+                v = {**v, "lines": [e.to_json() for e in self.lines]}
+            elif f.name == "lines":
+                continue
+            elif f.name == "local_ranks":
+                v = [dict(x) for x in v]
+            elif isinstance(v, (list, dict)):
+                v = v.copy()
+            d[f.name] = v
         return d
 
 

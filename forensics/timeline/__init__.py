@@ -7,7 +7,9 @@ One module per question; this package re-exports their public names, so callers 
 
 - inputs.py: the events, their bounds, the ranks a run should have (`known_ranks`, `check_ranks`);
 - timespec.py: times, durations and step ranges from the command line;
-- steps.py: the per-(rank, step) table (`step_table`, `step_rows`, `rank_slices`);
+- steps.py: the per-(rank, step) table (`step_table`, finished from the store's summary);
+- steptable.py: the (rank, step) aggregation the table and the summaries share (`step_rows`,
+  `group_rows`, `rank_slices`, partial states and their merge);
 - arrivals.py: who arrives last at each collective, and the `timeline` view (`build_timeline`);
 - progress.py: how far each rank got, who went silent first;
 - stoptime.py: when the run stopped;
@@ -31,7 +33,7 @@ Domain facts this package relies on (seed 000, sections 4.2-4.5):
 - ranks are numbered 0..world_size-1, so a gap in the rank numbers is a rank that never logged.
 
 Module constants (SLICE_EVENTS, FIRST_ERRORS_CHECKED ...) are read where they are defined:
-patch them on their module (`timeline.steps`, `timeline.stoptime`), not on this package.
+patch them on their module (`timeline.steptable`, `timeline.stoptime`), not on this package.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ _FROM = {
     "records": ("ISO_FORMAT", "iso", "plain", "records"),
     "steps": ("COMM_OP_EVENTS", "EVIDENCE_COLUMNS", "OP_EVENTS", "PHASES", "SLICE_EVENTS", "STEP_COLUMNS",
               "STEP_VALUES", "collect_sorted", "rank_slices", "step_rows", "step_table"),
+    "steptable": (),   # steps' aggregation (its names are steps'): a submodule to patch
     "stoptime": ("FIRST_ERRORS_CHECKED", "stop_time"),
     "timespec": ("clamp_window", "parse_duration", "parse_step_range", "parse_time_range", "parse_time_spec"),
     "windows": ("LAST_COLUMNS", "ORDER", "SNAPSHOT_COLUMNS", "Snapshot", "last_window", "untimed_files",

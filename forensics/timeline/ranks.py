@@ -14,7 +14,7 @@ from ..store import Run
 from .clocks import _offset_of, step_offsets
 from .inputs import TS, Events, _missing_rows, known_ranks, lazy
 from .progress import _progress
-from .steps import PHASES, _finish_steps, _step_groups, _with_gaps
+from .steptable import PHASES, _finish_steps, _step_groups, _with_gaps
 
 
 # --- the `ranks` table ---------------------------------------------------------------------------

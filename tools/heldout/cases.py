@@ -21,7 +21,9 @@ def run(name, c, root):
            "--fault-step", str(c["step"]), "--out", out, "--steps", str(c.get("steps", 30)), "--hosts", str(c.get("hosts", 1))]
     if c.get("stderr"): cmd.append("--stderr-into-log")
     if c.get("pattern"): cmd += ["--file-pattern", c["pattern"]]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("names", "timeout", "batch", "own_event", "own_seconds"):
+        if k in c: cmd += ["--" + k.replace("_", "-"), str(c[k])]
+    env = dict(os.environ, OMP_NUM_THREADS="1", **c.get("env", {}))
     t = time.time()
     with open(os.path.join(out, "console.log"), "w") as f:
         p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)

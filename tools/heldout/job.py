@@ -15,7 +15,27 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--stderr-into-log", action="store_true")
 ap.add_argument("--hosts", type=int, default=1)
 ap.add_argument("--file-pattern", default="rank_{rank}.jsonl")
+ap.add_argument("--names", default="default", help="event and metric names: default, alt1, alt2")
+ap.add_argument("--timeout", type=float, default=5.0, help="the training group's collective timeout (s)")
+ap.add_argument("--batch", type=int, default=1024)
+ap.add_argument("--own-event", default="evaluate", help="the event name of the own_long fault's work")
+ap.add_argument("--own-seconds", type=float, default=8.0)
 a = ap.parse_args()
+
+# renamed events and metrics (what other trainers call the same things)
+NAMES = {
+    "default": {},
+    "alt1": {"data_load": "input_wait", "data_load_ms": "input_wait_ms", "allreduce": "grad_sync", "comm_ms": "sync_ms",
+             "wait_ms": "barrier_ms", "train_step": "iteration", "step_time_ms": "iter_time_ms", "compute_ms": "fwd_bwd_ms",
+             "step": "global_step", "barrier": "barrier", "barrier_ms": "barrier_wait_ms"},
+    "alt2": {"data_load": "fetch_batch", "data_load_ms": "data_wait_ms", "allreduce": "sync", "comm_ms": "allreduce_time_ms",
+             "wait_ms": "barrier_wait_ms", "train_step": "optimizer_step", "step_time_ms": "step_duration_ms",
+             "compute_ms": "compute_time_ms", "step": "iter", "barrier": "rendezvous_barrier", "barrier_ms": "blocked_ms"},
+}[a.names]
+
+
+def nm(k):
+    return NAMES.get(k, k)
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 host = f"gpu-node-{(rank * a.hosts) // world:02d}"
@@ -30,6 +50,8 @@ if a.stderr_into_log:
 
 def emit(level, event, msg, **f):
     now = time.time()
+    event = nm(event)
+    f = {nm(k): v for k, v in f.items()}
     s = a.schema
     if s == "seed":
         rec = {"timestamp": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat().replace("+00:00", "Z"),
@@ -52,6 +74,13 @@ def emit(level, event, msg, **f):
                "log": {"level": level.lower(), "logger": "train"}, "message": msg,
                "event": {"action": event.lower(), "dataset": "training"},
                "host": {"name": host}, "labels": {"rank": str(rank)}, "training": f}
+    elif s == "bunyan":        # pino/bunyan: numeric level, epoch-ms time, msg, name
+        rec = {"level": {"DEBUG": 20, "INFO": 30, "WARN": 40, "ERROR": 50}.get(level, 30), "time": int(now * 1000),
+               "pid": os.getpid(), "hostname": host, "name": event.lower(), "msg": msg, "node_rank": 0, "rank": rank, **f}
+    elif s == "otel":          # OpenTelemetry log data model, as a JSON exporter writes it
+        rec = {"Timestamp": str(int(now * 1e9)), "SeverityText": level, "Body": msg,
+               "Resource": {"host.name": host, "service.name": "trainer"},
+               "Attributes": {"event.name": event.lower(), "rank": rank, **f}}
     elif s == "nested_ms":
         conv = {}
         for k, v in f.items():
@@ -67,7 +96,7 @@ def emit(level, event, msg, **f):
 
 
 dist.init_process_group("gloo", timeout=dt.timedelta(seconds=120))
-grp = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=5))
+grp = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=a.timeout))
 torch.manual_seed(1234 + rank)
 torch.set_num_threads(1)
 model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
@@ -82,8 +111,10 @@ emit("INFO", "run_start", f"starting world={world}", world_size=world, host=host
 t_run = time.time()
 for step in range(a.steps):
     t0 = time.perf_counter()
-    x = torch.randn(1024, 256)
+    x = torch.randn(a.batch, 256)
     y = teacher(x).argmax(1)
+    if a.fault == "data_slow" and rank == a.fault_rank:
+        time.sleep(float(os.environ.get("DATA_SLOW_S", "0.25")))   # a slow reader on this rank
     t_data = time.perf_counter()
     data_ms = (t_data - t0) * 1000
     if a.fault == "straggler" and rank == a.fault_rank:
@@ -92,6 +123,28 @@ for step in range(a.steps):
         te = time.perf_counter()
         time.sleep(2.5)
         emit("INFO", "evaluate", f"evaluation finished at step {step}", step=step, duration_ms=round((time.perf_counter() - te) * 1000, 1), val_acc=0.5)
+    if a.fault == "compute_slow" and rank == a.fault_rank:
+        w = torch.randn(1024, 1024)                                  # extra work of its own each step
+        for _ in range(int(os.environ.get("EXTRA_MATMULS", "6"))):
+            w = torch.tanh(w @ w / 32.0)
+    if a.fault == "own_long" and rank == a.fault_rank and step in (a.fault_step, a.fault_step + 6):
+        te = time.perf_counter()
+        time.sleep(a.own_seconds)
+        emit("INFO", a.own_event, f"{a.own_event} done at step {step}", step=step, elapsed_s=round(time.perf_counter() - te, 3))
+    if a.fault == "barrier_block" and step % 5 == 2:
+        if rank == a.fault_rank:
+            time.sleep(float(os.environ.get("BARRIER_HOLD_S", "2.0")))   # arrives late at the barrier
+        tb = time.perf_counter()
+        dist.barrier(group=grp)
+        emit("INFO", "barrier", f"barrier passed step={step}", step=step, barrier_ms=round((time.perf_counter() - tb) * 1000, 2))
+    if a.fault == "exc_plain" and rank == a.fault_rank and step == a.fault_step:
+        raise RuntimeError(f"CUDA-like failure simulated: index {step * 7} out of range in embedding lookup")
+    if a.fault == "hang" and rank == a.fault_rank and step == a.fault_step:
+        emit("INFO", "prefetch", "waiting for prefetch worker", step=step)
+        time.sleep(3600)
+    if a.fault == "exit0" and rank == a.fault_rank and step == a.fault_step:
+        log.flush()
+        os._exit(0)
     if a.fault == "exc_custom" and rank == a.fault_rank and step == a.fault_step:
         try:
             raise ValueError(f"corrupt sample in shard 17 at offset {step * 4096}")
@@ -133,6 +186,6 @@ for step in range(a.steps):
     emit("INFO", "allreduce", f"allreduce step={step}", step=step, comm_ms=round(comm_ms, 2), wait_ms=round(wait_ms, 2), collective="allreduce", tensor_size_mb=round(flat.numel() * 4 / 1e6, 3))
     emit("INFO", "train_step", f"step {step} loss {lv:.4f}", step=step, loss=lv,
          grad_norm=local_gn, step_time_ms=round(step_ms, 2),
-         compute_ms=round((t_comp - t_data) * 1000, 2), samples_per_s=round(1024 / (step_ms / 1000), 1), lr=opt.param_groups[0]["lr"])
+         compute_ms=round((t_comp - t_data) * 1000, 2), samples_per_s=round(a.batch / (step_ms / 1000), 1), lr=opt.param_groups[0]["lr"])
 emit("INFO", "run_end", f"done in {time.time() - t_run:.1f}s", steps=a.steps)
 dist.destroy_process_group()

@@ -1,0 +1,183 @@
+"""Which ranks died of their own error: a fatal Python exception (`crash`), a device error
+(`gpu_error`), or a non-zero exit the launcher saw when nothing else failed.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+
+from ... import failure_facts as facts
+from ...report.model import Finding
+from ..context import Context
+from ..evidence import cite, iso, pass_id, shorten
+from .cascade import _cascade_tail, _later_phrase
+from .classify import TEARDOWN_RE
+from .progress import _others_went_on, _trained_after
+from .rows import REPORTERS, _basis, _ev_row, _extra, _key, _local, _owner, _who
+
+
+def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    """(file, line) of the tracebacks that are the last thing their process wrote in that file
+    (nothing but the traceback's own continuation lines after it). Only their files are read."""
+    files = sorted({r["source_file"] for r in tbs if r["source_file"] is not None})
+    if not files:
+        return set()
+    last = (
+        ctx.events.select("rank", "host", "local_rank", "event", "source_file", "line")
+        .filter(pl.col("source_file").is_in(files) & (pl.col("event") != "TRACEBACK_CONT"))
+        .group_by("source_file", "rank", "host", "local_rank")
+        .agg(pl.col("line").max())
+        .collect()
+    )
+    ends = {(f, rk, h, lr): ln for f, rk, h, lr, ln in last.iter_rows()}
+    return {(r["source_file"], r["line"]) for r in tbs
+            if ends.get((r["source_file"], r.get("logged_rank", r["rank"]), r["host"], r["local_rank"])) == r["line"]}
+
+
+def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],
+             first_oom: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """First fatal plain Python exception per process (rank, or host + local rank): a traceback
+    that is not an OOM, a GPU error, a lost peer / timeout (classified before) nor a teardown
+    signal, from a rank with no OOM of its own before it.
+
+    Fatal: the rank did not train after it, and something shows the process ended — a process
+    exit or kill after it, its peers' failed collectives after it, or it is the last thing the
+    process wrote. (Programs print tracebacks of exceptions they survive: at start-up, a skipped
+    sample; those are not crashes.)"""
+    # a traceback whose exception line the reader typed as a failure of its own (a barrier or
+    # collective timeout, an OOM: extra.traceback points back at the head) is that failure
+    typed = {(r["source_file"], r["traceback_head"]) for r in rows
+             if r.get("traceback_head") is not None and r["kind"] in ("timeout", "oom", "gpu", "desync")}
+    tbs = [r for r in rows if r["kind"] == "traceback" and not re.search(TEARDOWN_RE, r["message"] or "")
+           and (r["source_file"], r["line"]) not in typed
+           and _owner(r) is not None and not _trained_after(r, progress)]
+    if not tbs:
+        return {}
+    ends = [r for r in rows if r["kind"] in ("exit", "kill", "timeout")]
+    last = _last_lines(ctx, tbs)
+    out: dict[Any, dict[str, Any]] = {}
+    for r in tbs:
+        who = _owner(r)
+        if who in out or (who in first_oom and _key(first_oom[who]) <= _key(r)):
+            continue
+        ended = any(_key(e) > _key(r) for e in ends)
+        if r["event"] == "TRACEBACK" and (r["source_file"], r["line"]) in last or ended:
+            out[who] = r
+        elif (r["source_file"], r["line"]) in last and _others_went_on(ctx, r, progress):
+            # an error event of another name, the last its rank wrote: fatal only when the run
+            # went on without it (a last ERROR line as every rank ends is not a death)
+            out[who] = r
+    return out
+
+
+def _gpu_errors(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """First device error per process; a kernel Xid line (no rank) per host and PCI address."""
+    out: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        if r["kind"] != "gpu":
+            continue
+        who = _owner(r)
+        if who is None:
+            who = ("device", r.get("host"), r["message"][:40] if r["event"] == "GPU_XID" and r["message"] else r["line"])
+        out.setdefault(who, r)
+    return out
+
+
+def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[int, dict[str, Any]],
+                   cascade: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> Finding:
+    """A rank killed by its own Python exception (`crash`; `host_oom` when the exception means
+    host memory: failure_messages.py) or by its device (`gpu_error`)."""
+    rank = who_key if isinstance(who_key, int) else None
+    later, delay = _later_phrase(r, first_to, rank)
+    tail, kills, ex = _cascade_tail(cascade, r)
+    x = _extra(r)
+    where = ""
+    frames = x.get("frames") or []
+    if frames:
+        where = f" (at {frames[-1]})"
+    who = _who(rank, r)
+    etype, emsg = facts.exception_of(r)
+    if kind in ("crash", "host_oom"):
+        # an error event of any name: its exception's type and message, where the line has them
+        text = r["message"] or r["event"] or ""
+        if etype and etype not in text:
+            text = f"{etype}: {emsg}" if emsg and emsg not in text else (f"{etype} ({text})" if text else etype)
+        title = (f"{who} ran out of host memory (RAM, not GPU memory): {shorten(text, 160)}{where}" if kind == "host_oom"
+                 else f"{who} crashed with a Python exception: {shorten(text, 160)}{where}")
+        # the rank's own process failed (its code, its data loader): below the communication its
+        # peers then lose, so the chain reads bottom-up from it, like an OOM
+        layer = "resource"
+    else:
+        host = f" on host {r['host']}" if r.get("host") and rank is None and not _local(r) else ""
+        subject = who if rank is not None or _local(r) else f"a GPU{host}"
+        title = f"{subject}: the GPU failed ({shorten(r['message'], 160)})"
+        layer = "physical"
+    mine = [q for q in all_rows if q["kind"] == r["kind"] and _owner(q) == who_key]
+    return Finding(
+        rule=pass_id("failures"), kind=kind, layer=layer, severity="ERROR",
+        ranks=[] if rank is None else [rank], victims=later, title=title + delay + tail,
+        basis=_basis(r) if rank is not None or _local(r) else None, local_ranks=_local(r),
+        evidence={"message": shorten(r["message"], 300), "exception": etype or x.get("exception"), "frames": frames[-3:] or None,
+                  **({} if r["exact"] else {"time_of_its_own": False}),
+                  "event": r["event"], "victims": later, "host": r.get("host"),
+                  "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None},
+        lines=cite([_ev_row(r)] + [_ev_row(first_to[k]) for k in later[:2]] + [_ev_row(c) for c in (kills[:1] + ex[:1])],
+                   text="text"),
+        first_seen=iso(r["t_show"]), last_seen=iso(mine[-1]["t_show"] if mine else r["t_show"]),
+    )
+
+
+def own_exit(r: dict[str, Any]) -> bool:
+    """A launcher's exit record with a code of the worker's own: a fault signal (SIGSEGV ...) or
+    a positive code; not SIGKILL (a kill: host_oom) nor a teardown signal (the launcher's SIGTERM)."""
+    if r["kind"] != "exit" or r["exit_code"] is None:
+        return False
+    sig = facts.signal_of(r["exit_code"], r["signal"])
+    return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
+
+
+def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
+    """When nothing else failed: a worker the launcher saw exit with a non-zero code (torch
+    elastic's "failed (exitcode: 1) local_rank: N", its ChildFailedError record) crashed, its
+    own error being in output these logs do not hold (its stderr, its error_file). The earliest
+    exit is the crash (ties: the one the agent calls the first observed failure); later ones are
+    its cascade. A negative code (or 128+N from a shell) is a signal (failure_facts.signal_of):
+    SIGKILL is a kill (_killed_without_traceback), SIGTERM or SIGINT a teardown, never a crash;
+    SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE are the worker's own death in native code: a crash,
+    named by its signal."""
+    exits = sorted((r for r in rows if own_exit(r) and (_owner(r) is not None or r["by"] in REPORTERS)),
+                   key=lambda r: (_key(r), not r["first_observed"]))
+    if not exits:
+        return []
+    r = exits[0]
+    # the agent's line names the local rank, the ChildFailedError record the global one: one pid
+    same = [o for o in exits if r["pid"] is not None and o["pid"] == r["pid"]] or [r]
+    r = next((o for o in same if o["rank"] is not None), r)
+    rank = None if r["rank"] is None else int(r["rank"])
+    others = sorted({_who(None if o["rank"] is None else int(o["rank"]), o) for o in exits
+                     if o not in same and _owner(o) != _owner(r)})
+    sig = facts.signal_of(r["exit_code"], r["signal"])
+    # a traceback printed before the exit in the same output that names no rank (no [rankN]:
+    # prefix): most likely this worker's, said as such, never taken for a rank's own error
+    tb = max((t for t in rows if t["kind"] == "traceback" and t["event"] == "TRACEBACK" and _owner(t) is None
+              and t["source_file"] == r["source_file"] and (t["line"] or 0) < (r["line"] or 0)),
+             key=lambda t: t["line"] or 0, default=None)
+    seen = f"; the traceback printed before it names no rank: {shorten(tb['message'], 160)}" if tb else ""
+    if sig in facts.FAULT_SIGNALS:
+        title = (f"{_who(rank, r)} died of {sig} (exit code {r['exit_code']}, the launcher's record): "
+                 f"{facts.FAULT_SIGNALS[sig]}{seen}")
+    else:
+        title = (f"{_who(rank, r)} exited with {facts.code_phrase(r['exit_code'], r['signal'])} (the launcher's record)"
+                 + (seen or "; its own error is not in these logs — its stderr or error_file has it"))
+    title += f"; then {', '.join(others)} exited too" if others else ""
+    return [Finding(
+        rule=pass_id("failures"), kind="crash", layer="resource", severity="ERROR",
+        ranks=[] if rank is None else [rank], title=title,
+        basis=_basis(r) if _owner(r) is not None else None, local_ranks=_local(r),
+        evidence={"exit_code": r["exit_code"], "signal": sig, "pid": r["pid"], "host": r.get("host"), "event": r["event"],
+                  "others": others or None, **({"one_node": r["one_node"]} if r.get("one_node") else {})},
+        lines=cite([_ev_row(o) for o in exits[:3]] + ([_ev_row(tb)] if tb else []), text="text"),
+        first_seen=iso(r["t_show"]), last_seen=iso(exits[-1]["t_show"]),
+    )]

@@ -1,0 +1,130 @@
+"""One failure row: whose it is (rank, or host + local rank), how it is ordered and cited.
+
+The helpers every part of the failures pass shares (forensics/passes/failures/__init__.py holds
+the pass and its domain facts).
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import orjson
+
+from ... import failure_facts as facts
+from ...report.model import local_ranks_phrase
+from ..context import Context
+from ..evidence import shorten
+
+
+LAUNCHERS = ("launcher", "deepspeed launcher")
+
+
+# Launchers whose exit record names no rank (DeepSpeed's line quotes the LAST spawned command;
+# srun names a task): the exit is still a worker's, reported as "a rank the log does not name".
+REPORTERS = ("deepspeed launcher", "slurm")
+
+
+def _ev_row(r: dict[str, Any], text: str | None = None) -> dict[str, Any]:
+    # a citation says the rank the line itself carries (`logged_rank`): one mapped from a
+    # one-node launch or named in the text is the finding's, not the line's
+    return {"source_file": r["source_file"], "line": r["line"], "rank": r.get("logged_rank", r["rank"]),
+            "timestamp": r.get("logged_ts", r["timestamp"]), "text": text or shorten(r.get("message") or r.get("event"), 140)}
+
+
+def _key(r: dict[str, Any]) -> tuple:
+    """Order of failure rows: time on the common clock (placed), then file order."""
+    t = r["timestamp"]
+    return (t is None, t or dt.datetime.min.replace(tzinfo=dt.timezone.utc), r["source_file"] or "", r["line"] or 0)
+
+
+def _processes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per process: the agent's line, the table record and the signal of one exit name the
+    same pid (rows without a pid count each)."""
+    seen: set[int] = set()
+    out = []
+    for r in rows:
+        if r["pid"] is not None:
+            if r["pid"] in seen:
+                continue
+            seen.add(r["pid"])
+        out.append(r)
+    return out
+
+
+def _first(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first of one rank's reports of a failure: the earliest that carried its own time,
+    else the earliest placed one (a placed time is only a bound)."""
+    exact = [r for r in rows if r["exact"]]
+    return min(exact or rows, key=_key)
+
+
+def _local(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """[{"host", "local_rank"}] for a row known only by its local rank (spec/report.md)."""
+    if r.get("rank") is None and r.get("local_rank") is not None:
+        return [{"host": r.get("host"), "local_rank": int(r["local_rank"])}]
+    return []
+
+
+def _who(rank: int | None, row: dict[str, Any]) -> str:
+    if rank is not None:
+        return f"rank {rank}"
+    loc = _local(row)
+    return local_ranks_phrase(loc) if loc else "a rank the log does not name"
+
+
+def _owner(r: dict[str, Any]) -> Any:
+    """One process's identity for grouping its errors: the rank, else (host, local rank)."""
+    if r["rank"] is not None:
+        return int(r["rank"])
+    if r.get("local_rank") is not None:
+        return ("local", r.get("host"), int(r["local_rank"]))
+    return None
+
+
+def _extra(r: dict[str, Any]) -> dict[str, Any]:
+    if not r.get("extra"):
+        return {}
+    try:
+        x = orjson.loads(r["extra"])
+    except orjson.JSONDecodeError:
+        return {}
+    return x if isinstance(x, dict) else {}
+
+
+# the rows a rank named in their own text may be attributed to: a rank's own errors, never a
+# timeout or a status line (their text names the peer they wait on)
+_OWN_KINDS = ("oom", "gpu", "traceback", "stuck")
+
+
+# the rows a one-node launch maps to a global rank: a process's own end (its error, its exit or
+# kill). Timeouts known by local rank stay so: a hang among them is judged by (host, local rank)
+# (_local_hang), from progress lines that carry no global rank either.
+_DEATH_KINDS = (*_OWN_KINDS, "exit", "kill")
+
+
+def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's rank where the line gave none (failure_facts): the rank its own text names
+    (`rank_basis` named_in_text), else, when the log shows a one-node launch, its local rank
+    (one_node). `logged_rank` keeps the rank as stored (what the events table is matched by)."""
+    node: dict[str, Any] | None | bool = False
+    for r in rows:
+        r["logged_rank"], r["rank_basis"] = r["rank"], None
+        if r["rank"] is not None:
+            continue
+        if r["kind"] in _OWN_KINDS and r.get("local_rank") is None:
+            named = r["text_rank"] if r.get("text_rank") is not None else facts.rank_in_text(r.get("message"))
+            if named is not None:
+                r["rank"], r["rank_basis"] = named, "named_in_text"
+                continue
+        if r.get("local_rank") is not None and r["kind"] in _DEATH_KINDS:
+            if node is False:
+                node = facts.one_node(ctx.events)
+            if node:
+                r["rank"], r["rank_basis"] = int(r["local_rank"]), "one_node"
+                r["one_node"] = node
+    return rows
+
+
+def _basis(r: dict[str, Any], default: str | None = "own_error") -> str | None:
+    """How a row's rank is known: named in its text, a one-node launch's local rank, else `default`."""
+    return r.get("rank_basis") or default

@@ -1,0 +1,134 @@
+"""A job stopped from outside with no failure of its own: did one rank stop progressing first (a hang)?
+
+Question: the run ended because something outside it stopped it — the scheduler (a cancel or a
+time limit: not a node failure, which is a fault of its own) or a signal to the launcher (torch
+elastic's SignalException "got signal: 15" after "Received Signals.SIGTERM death signal",
+DeepSpeed's "Main process received SIGTERM", a KeyboardInterrupt) — and no rank failed on its own
+(no OOM, crash, device error, timeout or kill). Was a rank already stuck?
+
+Domain facts relied on:
+- In synchronous training every rank joins every step's collectives: a rank that stops (a
+  deadlock, a stuck read, an endless loop) blocks the others in the next collective, so they
+  stop within a step of it, and nothing more is printed when the collectives have no timeout or
+  a longer one. The job then waits until the scheduler's limit or a person stops it. The stop
+  is the consequence; the rank that stopped first is the hang's culprit.
+- Which rank stopped first: the one whose highest logged step is below the step every other
+  rank reached (the others agree: they are blocked at the same collective); without steps,
+  the one whose last progress line is earlier than the others' by more than the silent margin
+  (progress.SILENT_MARGIN_S, or half a step) [last_to_log]. A minority only: when most ranks
+  are behind, the ones ahead are not a hang's victims and nothing is named.
+
+Must not: fire when the job failed on its own (passes/failures/ reads that failure), or when no
+outside stop is in the logs (a log that simply ends is judged by rank_lag / silent_rank).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+
+from ...report.model import Finding
+from ..context import Context
+from ..evidence import cite, iso, pass_id, ranks_phrase
+from .progress import SILENT_MARGIN_S
+from .rows import _ev_row, _extra, _key
+
+# A signal that reached the launcher or the job from outside (torch/distributed/elastic/
+# multiprocessing/api.py _terminate_process_handler: "Process %d got signal: %d"; deepspeed
+# launcher/launch.py sigkill_handler: "Main process received %s, exiting"; Python's Ctrl-C).
+STOP_RE = re.compile(r"SignalException: Process \d+ got signal: (\d+)|Main process received (SIG[A-Z]+)|"
+                     r"\bKeyboardInterrupt\b|Received Signals\.(SIG[A-Z]+) death signal")
+
+
+def _stop(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first outside stop among the failure rows: a scheduler's cancel (not a node failure)
+    or a signal the launcher received."""
+    found = []
+    for r in rows:
+        if r["kind"] == "cancel":
+            reason = (_extra(r).get("reason") or "").strip().upper()
+            if reason != "NODE FAILURE":
+                found.append(r)
+        elif r.get("message") and STOP_RE.search(r["message"]):
+            found.append(r)
+    return min(found, key=_key) if found else None
+
+
+def _behind(last: dict[int, Any], what: str) -> tuple[list[int], str, bool] | None:
+    """The rank(s) whose last progress value is below the one every other rank reached."""
+    if len(last) < 2:
+        return None
+    top = max(last.values())
+    behind = {k: s for k, s in last.items() if s < top}
+    if not behind or not (len(behind) * 2 < len(last) or len(behind) == 1):
+        return None
+    low = min(behind.values())
+    ranks = sorted(k for k, s in behind.items() if s == low)
+    return ranks, f"its last {what} is {low:g} while {ranks_phrase(sorted(set(last) - set(behind)))} reached {what} {top:g}", False
+
+
+def _epochs(ctx: Context) -> dict[int, dict[str, Any]]:
+    """Per rank, the highest fractional epoch of its progress lines (HF Trainer's logged 'epoch')
+    and the line that logged it, for runs whose lines carry no step."""
+    if "epoch" not in ctx.events.collect_schema().names():
+        return {}
+    at = pl.col("epoch").arg_max()
+    df = (ctx.events.filter(pl.col("rank").is_not_null() & pl.col("epoch").is_not_null() & (pl.col("level") != "ERROR"))
+          .group_by("rank").agg(pl.col("epoch").max(), pl.col("source_file").get(at).alias("file"), pl.col("line").get(at),
+                                pl.col("timestamp").get(at).alias("last_ts"))
+          .collect())
+    return {int(r["rank"]): {**r, "last_step": None} for r in df.iter_rows(named=True)}
+
+
+def _first_stopped(ctx: Context, progress: dict[int, dict[str, Any]]) -> tuple[list[int], str, bool] | None:
+    """The rank(s) that stopped progressing first: (ranks, how, weak), or None."""
+    steps = {k: p["last_step"] for k, p in progress.items() if p["last_step"] is not None}
+    if len(steps) >= 2 and len(steps) == len(progress):
+        return _behind(steps, "step")
+    if not progress:
+        epochs = _epochs(ctx)
+        progress.update(epochs)       # what the finding cites: each rank's last epoch line
+        return _behind({k: e["epoch"] for k, e in epochs.items()}, "epoch")
+    timed = {k: p["last_ts"] for k, p in progress.items() if p["last_ts"] is not None}
+    if len(timed) < 2:
+        return None
+    t_min = min(timed.values())
+    ranks = sorted(k for k, t in timed.items() if t == t_min)
+    rest = [t for t in timed.values() if t != t_min]
+    if not rest or len(ranks) * 2 >= len(timed):
+        return None
+    gap = (min(rest) - t_min).total_seconds()
+    if gap < max(SILENT_MARGIN_S, (ctx.median_step_ms or 0.0) / 2000):
+        return None
+    return ranks, f"its progress stopped {gap:.1f} s before the others'", False
+
+
+def stopped_hang(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]]) -> list[Finding]:
+    """The `hang` finding of a job stopped from outside, or nothing."""
+    stop = _stop(rows)
+    if stop is None:
+        return []
+    progress = dict(progress)     # _first_stopped may add the epoch lines it judged by
+    got = _first_stopped(ctx, progress)
+    if got is None:
+        return []
+    culprits, how, weak = got
+    victims = sorted((set(progress) or set(ctx.ranks)) - set(culprits))
+    what = ("the scheduler ended it" if stop["kind"] == "cancel" else "the launcher received a signal and stopped it")
+    steps = ", ".join(str(progress[k]["last_step"]) for k in culprits if progress.get(k, {}).get("last_step") is not None)
+    title = (f"{ranks_phrase(culprits)} stopped making progress" + (f" after step {steps}" if steps else "")
+             + f" ({how}): the others waited for it in the next collective until {what}; a hang")
+    lines = [_ev_row({"source_file": progress[k]["file"], "line": progress[k]["line"], "rank": k,
+                      "timestamp": progress[k]["last_ts"]}, f"last progress line of rank {k}")
+             for k in culprits if progress.get(k, {}).get("file")]
+    t_first = min((progress[k]["last_ts"] for k in culprits if progress.get(k, {}).get("last_ts") is not None),
+                  default=None) or stop["t_show"]
+    return [Finding(
+        rule=pass_id("failures"), kind="hang", layer="communication", severity="ERROR",
+        ranks=culprits, victims=victims, basis="last_to_log", basis_weak=weak, title=title,
+        evidence={"how": how, "last_step": {str(k): progress.get(k, {}).get("last_step") for k in culprits},
+                  "stopped_by": "scheduler" if stop["kind"] == "cancel" else "signal", "victims": victims},
+        lines=cite(lines + [_ev_row(stop)], text="text"),
+        first_seen=iso(t_first), last_seen=iso(stop["t_show"]),
+    )]

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Same run, other schema, same diagnosis? Agreement of every sample rewritten into other schemas.
+
+For every dir of sample_logs/ with an expected.toml, every schema and every message mode, the
+seed-schema logs are rewritten line for line and diagnosed (`diagnose DIR --format json`, through
+the CLI in this process); the root cause kind, its ranks and the sorted list of finding kinds are
+compared with the seed-schema diagnosis of the same dir. Prints agreed/total and each disagreement.
+
+    python tools/schema_agreement.py [--schemas ecs,structlog,...|all] [--messages keep,prose]
+                                     [--samples straggler,hang,...] [--keep DIR]
+
+Schemas: the six families of ../shared/tools/reschema.py, and three written here from loggers'
+own conventions (issue 27's example `logger`, OpenTelemetry log records `otel`, Bunyan `bunyan`).
+The invented ones take no --messages (they keep the seed's message text; `prose` mode drops
+key=value pairs the same way reschema does).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import importlib.util
+import io
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path[:1]:
+    sys.path.insert(0, str(REPO))   # this tree's forensics, not an installed one
+RESCHEMA = REPO.parent / "shared" / "tools" / "reschema.py"
+RESCHEMA_FAMILIES = ("ecs", "structlog", "loguru", "pythonjson", "nested", "flat_seconds")
+
+_LEVEL_NUM = {"TRACE": 10, "DEBUG": 20, "INFO": 30, "WARN": 40, "WARNING": 40, "ERROR": 50, "CRITICAL": 60, "FATAL": 60}
+_OTEL_SEV = {"TRACE": 1, "DEBUG": 5, "INFO": 9, "WARN": 13, "WARNING": 13, "ERROR": 17, "CRITICAL": 21, "FATAL": 21}
+_KV = re.compile(r"\s*\b[A-Za-z_][\w.]*=\S+")
+
+
+def prose(msg: str) -> str:
+    """The message without its key=value pairs (only the fields carry the numbers)."""
+    return re.sub(r"\s{2,}", " ", _KV.sub("", msg or "")).strip(" ,;:")
+
+
+def _epoch(ts: str | None) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _host(extra: dict, rec: dict) -> str | None:
+    return extra.pop("host", None) or rec.get("host")
+
+
+def logger_schema(rec: dict, msg: str) -> dict:
+    """Issue 27's example: epoch-ms `@timestamp_ms`, `severity`, the event as a logger name,
+    `text`, `proc` {rank, node}, `payload` {iter, values {...}} with durations as `*_ms` words."""
+    extra = dict(rec.get("extra") or {})
+    step = extra.pop("step", None)
+    node = _host(extra, rec)
+    values = {{"step_time_ms": "iter_ms", "data_load_ms": "data_load_time_ms", "comm_ms": "allreduce_time_ms",
+               "wait_ms": "wait_time_ms", "mem_alloc_mb": "mem_allocated_mb"}.get(k, k): v for k, v in extra.items()}
+    t = _epoch(rec.get("timestamp"))
+    return {"@timestamp_ms": None if t is None else int(round(t * 1000)), "severity": str(rec.get("level", "")).lower(),
+            "logger": f"trainer.{str(rec.get('event', '')).lower()}", "text": msg,
+            "proc": {"rank": rec.get("rank"), "node": node}, "payload": {"iter": step, "values": values}}
+
+
+def otel_schema(rec: dict, msg: str) -> dict:
+    """An OpenTelemetry log record as the OTLP JSON exporter writes it (flattened attributes):
+    `timeUnixNano` (a string of integer ns), `severityText`/`severityNumber`, `body`, the event as
+    `attributes["event.name"]`, rank and host as resource-ish attributes, metrics as attributes
+    with their units in seconds (`*.duration_s`)."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    t = _epoch(rec.get("timestamp"))
+    attrs: dict = {"event.name": str(rec.get("event", "")).lower()}
+    if rec.get("rank") is not None:
+        attrs["process.rank"] = rec["rank"]
+    for k, v in extra.items():
+        if k.endswith("_ms") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            attrs[f"train.{k[:-3]}.duration_s"] = v / 1000
+        else:
+            attrs[f"train.{k}"] = v
+    lvl = str(rec.get("level", "INFO")).upper()
+    out = {"timeUnixNano": None if t is None else str(int(round(t * 1e6)) * 1000),
+           "severityText": lvl, "severityNumber": _OTEL_SEV.get(lvl, 9), "body": msg, "attributes": attrs,
+           "resource": {"host.name": host, "service.name": "trainer"}}
+    return out
+
+
+def bunyan_schema(rec: dict, msg: str) -> dict:
+    """Bunyan (node-bunyan's core fields): `v`, numeric `level` (30 info, 40 warn, 50 error),
+    `name` (the app, one value), `hostname`, `pid`, `time` (ISO), `msg`; the rest is the caller's
+    own fields: here `evt`, `rank` under `ctx`, and the metrics at the top level."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    rank = rec.get("rank")
+    out = {"v": 0, "level": _LEVEL_NUM.get(str(rec.get("level", "INFO")).upper(), 30), "name": "trainer",
+           "hostname": host or "localhost", "pid": 4000 + (rank or 0), "time": rec.get("timestamp"), "msg": msg,
+           "evt": rec.get("event"), "ctx": {"worker_rank": rank}}
+    out.update(extra)
+    return out
+
+
+_SYSLOG = {"DEBUG": "7", "INFO": "6", "WARN": "4", "WARNING": "4", "ERROR": "3", "CRITICAL": "2", "FATAL": "2"}
+
+
+def journald_schema(rec: dict, msg: str) -> dict:
+    """systemd-journald's JSON export (`journalctl -o json`): every value a string;
+    `__REALTIME_TIMESTAMP` in epoch microseconds, `PRIORITY` a syslog number (6 info, 4 warning,
+    3 err), `MESSAGE`, `_HOSTNAME`, `SYSLOG_IDENTIFIER`, `_PID`; the caller's own fields in upper
+    case (`RANK`, `EVENT`, `STEP`, `STEP_TIME_MS`, ...)."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    t = _epoch(rec.get("timestamp"))
+    out = {"__REALTIME_TIMESTAMP": None if t is None else str(int(round(t * 1e6))),
+           "PRIORITY": _SYSLOG.get(str(rec.get("level", "INFO")).upper(), "6"), "MESSAGE": msg,
+           "_HOSTNAME": host or "localhost", "SYSLOG_IDENTIFIER": "trainer", "_PID": str(4000 + (rec.get("rank") or 0)),
+           "TRAINER_EVENT": rec.get("event"), "RANK": None if rec.get("rank") is None else str(rec["rank"])}
+    for k, v in extra.items():
+        out[k.upper()] = v if isinstance(v, str) else json.dumps(v)
+    return out
+
+
+def gcp_schema(rec: dict, msg: str) -> dict:
+    """A Google Cloud Logging LogEntry as exported (`gcloud logging read --format json`, one a
+    line): `timestamp` ISO with nanoseconds, `severity`, `jsonPayload` {message, event, step,
+    metrics in seconds}, `labels` {rank}, `resource.labels.node_id`, `logName`, `insertId`."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    t = rec.get("timestamp") or ""
+    payload: dict = {"message": msg, "event": str(rec.get("event", "")).lower()}
+    for k, v in extra.items():
+        if k.endswith("_ms") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            payload[k[:-3] + "_seconds"] = v / 1000
+        else:
+            payload[k] = v
+    return {"insertId": f"{abs(hash((t, msg))) % 10**12:012d}", "jsonPayload": payload,
+            "resource": {"type": "gce_instance", "labels": {"node_id": host, "zone": "us-central1-a"}},
+            "timestamp": t.replace("Z", "000000Z") if t.endswith("Z") else t,
+            "severity": {"WARN": "WARNING"}.get(str(rec.get("level", "INFO")).upper(), str(rec.get("level", "INFO")).upper()),
+            "labels": {"rank": None if rec.get("rank") is None else str(rec["rank"])},
+            "logName": "projects/p/logs/trainer"}
+
+
+INVENTED = {"logger": logger_schema, "bunyan": bunyan_schema, "journald": journald_schema, "gcp": gcp_schema,
+            "otel": otel_schema}
+ALL = RESCHEMA_FAMILIES + tuple(INVENTED)
+
+
+def _load_reschema():
+    spec = importlib.util.spec_from_file_location("reschema", RESCHEMA)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def write_invented(src: Path, out: Path, convert, messages: str = "keep") -> None:
+    """Each seed file line for line through `convert` at the same relative path (`.jsonl` -> `.log`);
+    lines that are not seed records and files that are not JSON lines stay as they are."""
+    for f in sorted(src.rglob("*")):
+        if not f.is_file() or f.name == "expected.toml":
+            continue
+        dst = out / f.relative_to(src)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if f.suffix != ".jsonl":
+            dst.write_bytes(f.read_bytes())
+            continue
+        lines = []
+        for line in f.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                rec = None
+            if isinstance(rec, dict) and "event" in rec:
+                msg = rec.get("message") or ""
+                lines.append(json.dumps(convert(rec, prose(msg) if messages == "prose" else msg)))
+            else:
+                lines.append(line)
+        dst.with_suffix(".log").write_text("\n".join(lines) + "\n")
+
+
+def rewrite(src: Path, out: Path, schema: str, messages: str) -> None:
+    if schema in INVENTED:
+        write_invented(src, out, INVENTED[schema], messages)
+        return
+    rs = _load_reschema()
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        rs.main([str(src), str(out), "--family", schema, "--messages", messages])
+
+
+def signature(path: Path) -> tuple:
+    """(root cause kind, its ranks, sorted finding kinds) of `diagnose PATH --format json`."""
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    res = CliRunner().invoke(app, ["diagnose", str(path), "--format", "json"])
+    try:
+        doc = json.loads(res.output)
+    except ValueError:
+        return ("<error>", [], [f"exit {res.exit_code}: {res.output.strip()[-200:]}"])
+    rc = doc.get("root_cause") or {}
+    return (rc.get("kind"), sorted(rc.get("ranks") or []), sorted({f["kind"] for f in doc.get("findings", [])}))
+
+
+def samples(names: list[str] | None = None) -> list[Path]:
+    found = sorted(p.parent for p in (REPO / "sample_logs").glob("*/expected.toml"))
+    return [p for p in found if not names or p.name in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--schemas", default=",".join(RESCHEMA_FAMILIES), help="comma list, or 'all' (adds the invented ones)")
+    ap.add_argument("--messages", default="keep,prose")
+    ap.add_argument("--samples", default="", help="comma list of sample_logs dirs (default: all)")
+    ap.add_argument("--keep", default="", help="write the rewritten runs under this dir")
+    a = ap.parse_args(argv)
+    schemas = ALL if a.schemas == "all" else tuple(s for s in a.schemas.split(",") if s)
+    unknown = [s for s in schemas if s not in ALL]
+    if unknown:
+        ap.error(f"unknown schema(s) {unknown}; known: {', '.join(ALL)}")
+    modes = [m for m in a.messages.split(",") if m]
+    dirs = samples([s for s in a.samples.split(",") if s] or None)
+    root = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="schema-agreement-"))
+    agreed = total = 0
+    bad: list[str] = []
+    for d in dirs:
+        want = signature(d)
+        for schema in schemas:
+            for mode in modes:
+                out = root / f"{d.name}.{schema}.{mode}"
+                rewrite(d, out, schema, mode)
+                got = signature(out)
+                total += 1
+                if got == want:
+                    agreed += 1
+                else:
+                    bad.append(f"{d.name:20} {schema:12} {mode:5} seed={want[0]}{want[1]} got={got[0]}{got[1]}"
+                               f"  kinds -{sorted(set(want[2]) - set(got[2]))} +{sorted(set(got[2]) - set(want[2]))}")
+                print(f"{'ok ' if got == want else 'BAD'} {d.name} {schema} {mode}", file=sys.stderr, flush=True)
+    for line in bad:
+        print(line)
+    print(f"agreed {agreed}/{total}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
