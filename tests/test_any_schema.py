@@ -427,3 +427,30 @@ def test_journald_export_syslog_priority_and_a_namespaced_event_field(tmp_path: 
     assert ev["event"].unique().to_list() == ["TRAIN_STEP"] and ev["rank"].unique().to_list() == [2]
     assert ev["timestamp"][1].isoformat().startswith("2025-06-12T14:00:01")
     assert ev["step_time_ms"].to_list() == [700.5] * 6 and ev["step"].to_list() == list(range(6))
+
+
+def test_glog_letters_levelno_and_an_event_under_a_metric_name(tmp_path: Path) -> None:
+    """glog's one-letter levels under `sev`; Python's `levelno`; an `op` field (also a name of the
+    collective) on every line is the event when its values spell event ids, even one value."""
+    def line(i: int, op: str, sev: str) -> str:
+        return json.dumps({"ts_ns": (1749736800 + i) * 10**9, "sev": sev, "op": op, "msg": f"did {op}",
+                           "worker": {"global_rank": 1, "node": "n2"}, "step": i,
+                           "durations_us": {"step": 700_000} if op == "train_step" else {"comm": 40_000}})
+    f = tmp_path / "a.log"
+    f.write_text("\n".join(line(i, ("train_step", "allreduce")[i % 2], "E" if i == 7 else "I") for i in range(8)) + "\n")
+    sm = infer(f.read_bytes())
+    assert sm is not None and (sm.level, sm.event, sm.rank, sm.host) == ("sev", "op", "worker.global_rank", "worker.node")
+    assert "(letters: I info)" in sm.describe()
+    g = tmp_path / "b.log"   # one event on every line
+    g.write_text("\n".join(line(i, "train_step", "W" if i == 3 else "I") for i in range(8)) + "\n")
+    assert infer(g.read_bytes()).event == "op"
+    forensics.ingest([str(f), str(g)], tmp_path / "s.forensics")
+    ev = open_store(tmp_path / "s.forensics").events().collect().sort("source_file", "line")
+    assert ev["level"].cast(pl.String).to_list() == ["INFO"] * 7 + ["ERROR"] + ["INFO"] * 3 + ["WARN"] + ["INFO"] * 4
+    assert ev["event"].to_list()[:2] == ["TRAIN_STEP", "ALLREDUCE"] and set(ev["event"][8:]) == {"TRAIN_STEP"}
+    assert ev.filter(pl.col("event") == "TRAIN_STEP")["step_time_ms"].to_list() == [700.0] * 12
+    h = tmp_path / "c.log"
+    h.write_text("\n".join(json.dumps({"created": 1749736800.5 + i, "levelno": 40 if i == 2 else 20, "name": "train.train_step",
+                                       "message": "step", "dist": {"rank": 0}, "step_time_ms": 5.0}) for i in range(6)) + "\n")
+    sm = infer(h.read_bytes())
+    assert sm is not None and sm.level == "levelno" and dict(sm.level_numbers)[40] == "ERROR" and sm.time == "created"

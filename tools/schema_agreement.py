@@ -146,7 +146,42 @@ def gcp_schema(rec: dict, msg: str) -> dict:
             "logName": "projects/p/logs/trainer"}
 
 
-INVENTED = {"logger": logger_schema, "bunyan": bunyan_schema, "journald": journald_schema, "gcp": gcp_schema,
+def pylogrecord_schema(rec: dict, msg: str) -> dict:
+    """python-json-logger with LogRecord attributes in its format string
+    (`%(created)f %(levelno)d %(name)s %(process)d %(message)s`) and the caller's
+    `extra={"dist": {...}, "metrics": {...}}`: `created` epoch seconds, `levelno` 20/30/40, `name` the
+    logger (one per event: `train.<event>`), rank and host under `dist`."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    step = extra.pop("step", None)
+    t = _epoch(rec.get("timestamp"))
+    lv = {"DEBUG": 10, "INFO": 20, "WARN": 30, "WARNING": 30, "ERROR": 40, "CRITICAL": 50, "FATAL": 50}
+    return {"created": t, "levelno": lv.get(str(rec.get("level", "INFO")).upper(), 20),
+            "name": f"train.{str(rec.get('event', '')).lower()}", "process": 4000 + (rec.get("rank") or 0),
+            "message": msg, "dist": {"rank": rec.get("rank"), "hostname": host}, "iteration": step, "metrics": extra}
+
+
+_GLOG = {"DEBUG": "D", "INFO": "I", "WARN": "W", "WARNING": "W", "ERROR": "E", "CRITICAL": "F", "FATAL": "F"}
+
+
+def glog_ns_schema(rec: dict, msg: str) -> dict:
+    """Epoch-ns integer `ts_ns`, glog-style one-letter `sev` (I W E F), the event under `op`,
+    rank as `worker.global_rank`, host as `worker.node`, durations grouped as `durations_us`
+    {step, data, comm, wait} in microseconds, the rest under `stats`."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    step = extra.pop("step", None)
+    t = _epoch(rec.get("timestamp"))
+    dur = {}
+    for k, short in (("step_time_ms", "step"), ("data_load_ms", "data"), ("comm_ms", "comm"), ("wait_ms", "wait")):
+        if k in extra:
+            dur[short] = round(extra.pop(k) * 1000)
+    return {"ts_ns": None if t is None else int(round(t * 1e6)) * 1000, "sev": _GLOG.get(str(rec.get("level", "INFO")).upper(), "I"),
+            "op": str(rec.get("event", "")).lower(), "msg": msg, "worker": {"global_rank": rec.get("rank"), "node": host},
+            "step": step, **({"durations_us": dur} if dur else {}), "stats": extra}
+
+
+INVENTED = {"pylogrecord": pylogrecord_schema, "glog_ns": glog_ns_schema, "logger": logger_schema, "bunyan": bunyan_schema, "journald": journald_schema, "gcp": gcp_schema,
             "otel": otel_schema}
 ALL = RESCHEMA_FAMILIES + tuple(INVENTED)
 

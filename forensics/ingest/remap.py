@@ -107,7 +107,10 @@ class Remapper:
         lv = rec.get("level")
         if self._levels and lv is not None:
             n = _number(lv)
-            rec["level"] = self._levels.get(int(n), "INFO") if n is not None and n == n else lv
+            if n is not None and n == n:
+                rec["level"] = self._levels.get(int(n), "INFO")
+            else:   # glog's letters
+                rec["level"] = self._levels.get(str(lv).strip().upper(), lv)
         elif isinstance(lv, str):
             rec["level"] = lv.strip()
         rec["extra"] = extra

@@ -43,7 +43,7 @@ _ROLE_WORDS: dict[str, tuple[str, ...]] = {
     "rank": ("rank", "global_rank", "world_rank", "process_rank", "rank_id"),
     "local_rank": ("local_rank", "localrank", "local_rank_id", "gpu_rank", "device_rank"),
     "host": ("host", "hostname", "host_name", "node", "node_name", "nodename", "machine", "server", "name"),
-    "level": ("level", "levelname", "lvl", "severity", "loglevel", "log_level", "priority"),
+    "level": ("level", "levelname", "lvl", "severity", "loglevel", "log_level", "priority", "levelno", "sev"),
     "event": ("event", "event_id", "evt", "kind", "type", "action", "name", "logger", "event_type", "tag", "category",
               "logger_name", "event_name", "channel", "component", "topic"),
     "message": ("message", "msg", "text", "event", "log", "body", "line", "description"),
@@ -310,7 +310,7 @@ class SchemaMap:
     event: str | None = None
     message: str | None = None
     event_last_part: bool = False            # event values are logger names: take the last part
-    level_numbers: tuple[tuple[int, str], ...] = ()  # numeric levels (pino/bunyan, Python's levelno)
+    level_numbers: tuple[tuple[int | str, str], ...] = ()  # numeric levels (pino/bunyan, Python's levelno, syslog), glog's letters
     metrics: tuple[tuple[str, str, float], ...] = ()  # (path, column, factor) set by config
     seen_metrics: tuple[tuple[str, str, float], ...] = ()  # inferred from the sample (for display)
     overridden: tuple[str, ...] = ()        # roles the config set
@@ -330,8 +330,8 @@ class SchemaMap:
                 tag = "*" if r in self.overridden else ""
                 note = " (last part)" if r == "event" and self.event_last_part else ""
                 if r == "level" and self.level_numbers:
-                    info = max(n for n, lv in self.level_numbers if lv == "INFO")
-                    note = f" (numbers: {info} info)"
+                    info = max((n for n, lv in self.level_numbers if lv == "INFO"), key=str)
+                    note = f" ({'letters' if isinstance(info, str) else 'numbers'}: {info} info)"
                 parts.append(f"{r}={p}{note}{tag}")
         step = [p for p, c, _ in self.seen_metrics + self.metrics if c == "step"]
         if step:
@@ -504,6 +504,16 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
     pick("local_rank", lambda s: s.int_, need=0.3, name_needed=True)
     pick("rank", lambda s: s.int_, need=0.3, name_needed=True)
     pick("event", lambda s: s.ident, need=0.5, name_needed=True)
+    if chosen["event"] is None:
+        # a field on every line with several identifier values, or whose values spell the
+        # seed's event ids (`op: "train_step"`), is what the lines are about: the event (even
+        # under a metric's name: `op` is also the collective's)
+        alt = [(s.n, -p.count("."), p) for p, s in stats.items()
+               if (p not in used or p in known_metric) and s.n / total >= 0.9 and s.ident / s.n >= 0.9 and not s.text
+               and (len(s.values) >= 3 and p in known_metric
+                    or any(isinstance(v, str) and event_by_name(v, "." in v) in SEED_EVENTS for v in s.values))]
+        if alt:
+            chosen["event"] = max(alt)[2]
     ev = chosen["event"]
     if ev is not None and "_".join(_words(leaf(ev))) in _ROLE_WORDS["message"]:
         # structlog writes its message under `event`: where another identifier field says the
@@ -561,9 +571,22 @@ _SYSLOG = ((0, "ERROR"), (1, "ERROR"), (2, "ERROR"), (3, "ERROR"), (4, "WARN"), 
 _PYTHON = ((10, "DEBUG"), (20, "INFO"), (30, "WARN"), (40, "ERROR"), (50, "ERROR"))
 
 
+# glog/klog write one letter (I, W, E, F); Android's logcat V, D, I, W, E, A.
+_LETTERS = (("V", "DEBUG"), ("D", "DEBUG"), ("T", "DEBUG"), ("I", "INFO"), ("W", "WARN"), ("E", "ERROR"),
+            ("F", "ERROR"), ("A", "ERROR"), ("C", "ERROR"))
+
+
 def _numeric_level(stats: dict[str, _Stats], used: set[str], chosen: dict, bonus) -> None:
+    """A level-named field of numbers (or of glog's one letters) when no field holds level words."""
     for p, s in stats.items():
-        if p in used or bonus("level", p) < 0.9 or s.int_ < s.n:
+        if p in used or bonus("level", p) < 0.9:
+            continue
+        if s.str_ == s.n and s.values and all(isinstance(v, str) and v.strip().upper() in dict(_LETTERS) for v in s.values):
+            chosen["level"] = p
+            chosen["level_numbers"] = _LETTERS
+            used.add(p)
+            return
+        if s.int_ < s.n:
             continue
         vals = {int(float(v)) for v in s.values}
         if vals and vals <= set(range(8)) and "priority" in _words(leaf(p)):
