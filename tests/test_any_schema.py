@@ -157,6 +157,27 @@ def test_invented_schemas_get_the_seed_diagnosis(sample: str, convert, tmp_path:
     assert _sig([tmp_path / "run"]) == _seed_sig(d)
 
 
+def _agreement_tool():
+    spec = importlib.util.spec_from_file_location("schema_agreement", REPO / "tools" / "schema_agreement.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+# Loggers' own conventions written by tools/schema_agreement.py (issue 27's logger schema, Bunyan,
+# journald's export, Google Cloud Logging, Python LogRecord attributes, glog letters with epoch ns).
+# Its `otel` schema is kept out of the tests on purpose: scored only by the tool, before and after.
+LOGGER_SCHEMAS = ("logger", "bunyan", "journald", "gcp", "pylogrecord", "glog_ns")
+
+
+@pytest.mark.parametrize("schema", LOGGER_SCHEMAS)
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
+def test_every_sample_in_loggers_own_schemas_gets_the_seed_diagnosis(sample: Path, schema: str, tmp_path: Path) -> None:
+    tool = _agreement_tool()
+    tool.rewrite(sample, tmp_path / "run", schema, "keep")
+    assert _sig([tmp_path / "run"]) == _seed_sig(sample), schema
+
+
 def test_logger_schema_roles_time_step_and_metrics_are_found(tmp_path: Path) -> None:
     """The shape of a run that lost its time, steps and metrics: every role is found."""
     _write(REPO / "sample_logs" / "straggler", tmp_path / "run", lambda r: _logger_schema(r, nodes=True))
