@@ -252,6 +252,11 @@ def test_metric_roles_and_units_from_names() -> None:
     assert metric_for("train/learning_rate") == ("lr", 1.0)
     assert metric_for("train/global_step") == ("step", 1.0)
     assert metric_for("perf/step_time_s") == ("step_time_ms", 1000.0)
+    # OpenTelemetry's `<thing>.duration` naming: the parent says what, the leaf's suffix the unit
+    assert metric_for("attributes.train.data_load.duration_s") == ("data_load_ms", 1000.0)
+    assert metric_for("attributes.train.step_time.duration_s") == ("step_time_ms", 1000.0)
+    assert metric_for("comm.latency_us") == ("comm_ms", 1e-3)
+    assert metric_for("checkpoint.duration_s") == ("duration_s", 1.0)   # a span of no known role
 
 
 def test_event_names_as_other_code_bases_write_them() -> None:

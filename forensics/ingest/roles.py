@@ -171,7 +171,9 @@ def metric_for(path: str) -> tuple[str, float] | None:
     metric this table knows (the field is kept under its own name)."""
     name = leaf(path)
     if "." in path:
-        timed = _duration_under(path[: -len(name) - 1], name)
+        timed = _duration_of(path[: -len(name) - 1], name)
+        if timed is None:
+            timed = _duration_under(path[: -len(name) - 1], name)
         if timed is not False:
             return timed
     if name in ALIASES:
@@ -221,6 +223,23 @@ def metric_for(path: str) -> tuple[str, float] | None:
 
 
 _TIME_GROUPS = {"time", "times", "timing", "timings", "duration", "durations", "latency", "latencies", "elapsed"}
+
+
+_SPAN_WORDS = {"duration", "time", "latency", "elapsed", "took"}
+
+
+def _duration_of(parent: str, name: str) -> tuple[str, float] | None:
+    """A duration with a unit under what it measures (OpenTelemetry's `<thing>.duration` naming:
+    `data_load.duration_s`, `comm.latency_ms`): the role the parent names, in the leaf's unit."""
+    w = _words(name)
+    unit = UNITS.get(w[-1]) if len(w) > 1 else None
+    if unit is None or unit[0] != "time" or not set(w[:-1]) <= _SPAN_WORDS:
+        return None
+    pw = set(_words(parent.rsplit(".", 1)[-1]))
+    for words, canon, dim in _METRIC_ROLES:
+        if dim == "time" and pw & words:
+            return canon, unit[1]
+    return None
 
 
 def _duration_under(parent: str, name: str) -> tuple[str, float] | None | bool:
