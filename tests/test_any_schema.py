@@ -480,3 +480,18 @@ def test_glog_letters_levelno_and_an_event_under_a_metric_name(tmp_path: Path) -
                                        "message": "step", "dist": {"rank": 0}, "step_time_ms": 5.0}) for i in range(6)) + "\n")
     sm = infer(h.read_bytes())
     assert sm is not None and sm.level == "levelno" and dict(sm.level_numbers)[40] == "ERROR" and sm.time == "created"
+
+
+def test_otel_severity_number_alone_is_the_level(tmp_path: Path) -> None:
+    """An OpenTelemetry record with `severityNumber` and no `severityText`: 9 is INFO, 17 ERROR."""
+    lines = [json.dumps({"timeUnixNano": str((1749736800 + i) * 10**9), "severityNumber": 17 if i == 4 else 9,
+                         "body": f"step {i}", "attributes": {"event.name": "train_step", "process.rank": 3,
+                                                             "train.step_time.duration_s": 0.7}}) for i in range(6)]
+    f = tmp_path / "o.log"
+    f.write_text("\n".join(lines) + "\n")
+    sm = infer(f.read_bytes())
+    assert sm is not None and sm.level == "severityNumber" and sm.rank == "attributes.process.rank"
+    forensics.ingest([str(f)], tmp_path / "s.forensics")
+    ev = open_store(tmp_path / "s.forensics").events().collect().sort("line")
+    assert ev["level"].cast(pl.String).to_list() == ["INFO"] * 4 + ["ERROR", "INFO"]
+    assert ev["step_time_ms"].to_list() == [700.0] * 6 and set(ev["event"]) == {"TRAIN_STEP"}

@@ -181,8 +181,25 @@ def glog_ns_schema(rec: dict, msg: str) -> dict:
             "step": step, **({"durations_us": dur} if dur else {}), "stats": extra}
 
 
+def fluentbit_schema(rec: dict, msg: str) -> dict:
+    """Fluent Bit's kubernetes filter with Merge_Log on (Merge_Log_Key log_processed): `date`
+    epoch seconds (float), `stream`, the raw `log` line, the app's own JSON parsed under
+    `log_processed` (ISO `ts`, `lvl`, `evt`, `message`, `rank`, `metrics` {...}), and
+    `kubernetes` {pod_name, namespace_name, host, container_name}."""
+    extra = dict(rec.get("extra") or {})
+    host = _host(extra, rec)
+    rank = rec.get("rank")
+    app = {"ts": rec.get("timestamp"), "lvl": str(rec.get("level", "INFO")).lower(), "evt": rec.get("event"),
+           "message": msg, "rank": rank, "metrics": extra}
+    t = _epoch(rec.get("timestamp"))
+    return {"date": t, "stream": "stderr" if str(rec.get("level")).upper() in ("ERROR", "FATAL", "CRITICAL") else "stdout",
+            "log": json.dumps(app), "log_processed": app,
+            "kubernetes": {"pod_name": f"trainer-worker-{rank}", "namespace_name": "ml", "host": host or "gke-node-1",
+                           "container_name": "trainer"}}
+
+
 INVENTED = {"pylogrecord": pylogrecord_schema, "glog_ns": glog_ns_schema, "logger": logger_schema, "bunyan": bunyan_schema, "journald": journald_schema, "gcp": gcp_schema,
-            "otel": otel_schema}
+            "otel": otel_schema, "fluentbit": fluentbit_schema}
 ALL = RESCHEMA_FAMILIES + tuple(INVENTED)
 
 

@@ -586,6 +586,9 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
 # Numeric levels: pino and bunyan write `level` 10..60 (30 info, 40 warn, 50 error, 60 fatal);
 # Python's logging writes `levelno` 10..50 (20 info, 30 warning, 40 error, 50 critical).
 _PINO = ((10, "DEBUG"), (20, "DEBUG"), (30, "INFO"), (40, "WARN"), (50, "ERROR"), (60, "ERROR"))
+# OpenTelemetry's SeverityNumber: 1-8 trace/debug, 9-12 info, 13-16 warn, 17-24 error/fatal;
+# syslog's priority (journald's PRIORITY): 0-3 emerg..err, 4 warning, 5-6 notice/info, 7 debug.
+_OTEL = tuple((n, "DEBUG" if n < 9 else "INFO" if n < 13 else "WARN" if n < 17 else "ERROR") for n in range(1, 25))
 _SYSLOG = ((0, "ERROR"), (1, "ERROR"), (2, "ERROR"), (3, "ERROR"), (4, "WARN"), (5, "INFO"), (6, "INFO"), (7, "DEBUG"))
 _PYTHON = ((10, "DEBUG"), (20, "INFO"), (30, "WARN"), (40, "ERROR"), (50, "ERROR"))
 
@@ -598,24 +601,24 @@ _LETTERS = (("V", "DEBUG"), ("D", "DEBUG"), ("T", "DEBUG"), ("I", "INFO"), ("W",
 def _numeric_level(stats: dict[str, _Stats], used: set[str], chosen: dict, bonus) -> None:
     """A level-named field of numbers (or of glog's one letters) when no field holds level words."""
     for p, s in stats.items():
-        if p in used or bonus("level", p) < 0.9:
+        words = _words(leaf(p))
+        otel = words[-2:] == ["severity", "number"]   # OpenTelemetry's SeverityNumber
+        if p in used or not s.values or bonus("level", p) < (0.5 if otel else 0.9):
             continue
-        if s.str_ == s.n and s.values and all(isinstance(v, str) and v.strip().upper() in dict(_LETTERS) for v in s.values):
+        table = None
+        if s.str_ == s.n and all(isinstance(v, str) and v.strip().upper() in dict(_LETTERS) for v in s.values):
+            table = _LETTERS
+        elif s.int_ == s.n:
+            vals = {int(float(v)) for v in s.values}
+            if otel and vals <= set(range(1, 25)):
+                table = _OTEL
+            elif "priority" in words and vals <= set(range(8)):
+                table = _SYSLOG
+            elif vals <= {10, 20, 30, 40, 50, 60}:
+                table = _PYTHON if "no" in words or "levelno" == leaf(p).lower() else _PINO
+        if table is not None:
             chosen["level"] = p
-            chosen["level_numbers"] = _LETTERS
-            used.add(p)
-            return
-        if s.int_ < s.n:
-            continue
-        vals = {int(float(v)) for v in s.values}
-        if vals and vals <= set(range(8)) and "priority" in _words(leaf(p)):
-            chosen["level"] = p   # syslog's priority (journald's PRIORITY): 3 err, 4 warning, 6 info
-            chosen["level_numbers"] = _SYSLOG
-            used.add(p)
-            return
-        if vals and vals <= {10, 20, 30, 40, 50, 60}:
-            chosen["level"] = p
-            chosen["level_numbers"] = _PYTHON if "no" in _words(leaf(p)) or "levelno" == leaf(p).lower() else _PINO
+            chosen["level_numbers"] = table
             used.add(p)
             return
 
