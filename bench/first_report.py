@@ -87,12 +87,13 @@ FROM ev GROUP BY rank, step
 def compile_tree() -> None:
     """Byte-compile the forensics package first: with PYTHONDONTWRITEBYTECODE set, every process
     would otherwise compile its modules from source on start, which duckdb's installed package
-    (compiled by pip) never pays; this makes the start-up fair to both sides."""
-    import compileall
+    (compiled by pip) never pays; this makes the start-up fair to both sides. The package is the
+    one `python -m forensics` finds from here (the working directory first, as for the measured
+    commands: not the one this script would import)."""
+    import subprocess
 
-    import forensics
-
-    compileall.compile_dir(Path(forensics.__file__).parent, quiet=1)
+    subprocess.run([sys.executable, "-c", "import compileall, os, forensics\n"
+                    "compileall.compile_dir(os.path.dirname(forensics.__file__), quiet=1)"], check=True)
 
 
 def cli(args: list[str], cache: Path | None = None) -> M.Run:
