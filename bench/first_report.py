@@ -84,18 +84,6 @@ FROM ev GROUP BY rank, step
 """
 
 
-def compile_tree() -> None:
-    """Byte-compile the forensics package first: with PYTHONDONTWRITEBYTECODE set, every process
-    would otherwise compile its modules from source on start, which duckdb's installed package
-    (compiled by pip) never pays; this makes the start-up fair to both sides. The package is the
-    one `python -m forensics` finds from here (the working directory first, as for the measured
-    commands: not the one this script would import)."""
-    import subprocess
-
-    subprocess.run([sys.executable, "-c", "import compileall, os, forensics\n"
-                    "compileall.compile_dir(os.path.dirname(forensics.__file__), quiet=1)"], check=True)
-
-
 def cli(args: list[str], cache: Path | None = None) -> M.Run:
     env = dict(os.environ)
     if cache is not None:
@@ -198,7 +186,7 @@ def main() -> None:
                     help="where the generated logs are kept")
     ap.add_argument("--store", help="only the questions on the store, on this existing store (no ingest)")
     a = ap.parse_args()
-    compile_tree()
+    M.compile_tree()    # as M.cli does: the tree the commands import, byte-compiled first
     if a.store:
         scratch = Path(tempfile.mkdtemp(prefix="fr-"))
         try:
