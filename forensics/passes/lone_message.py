@@ -73,7 +73,12 @@ def find(ctx: Context) -> list[Finding]:
     # logged under one event name, so only the lines of the tail's event names are templated
     names = tail.get_column("event").unique().to_list()
     same = pl.col("event").is_in([n for n in names if n is not None]) | (pl.col("event").is_null() if None in names else False)
-    who = dict(said.filter(same).with_columns(template("message").alias("tpl")).filter(pl.col("tpl").is_in(cand))
+    # (each distinct message is templated once and joined back: a run repeats its messages, so
+    # 4,096 ranks' ~2 M lines hold ~150 k messages)
+    lines = said.filter(same)
+    tpl_of = (lines.select("message").unique().with_columns(template("message").alias("tpl"))
+              .filter(pl.col("tpl").is_in(cand)))
+    who = dict(lines.join(tpl_of, on="message", how="inner")
                .group_by("tpl", "rank").agg(pl.col("ts_aligned").min())
                .group_by("tpl").agg(pl.struct("rank", "ts_aligned").alias("by")).collect().iter_rows())
     # a statement two ranks made before any failure can have begun is nobody's own: only the
