@@ -122,7 +122,7 @@ def _facts(ctx: Context) -> list[dict[str, Any]]:
                             "field": key, "value": m.group(2), "how": "value", "untyped": True})
                 break
     for r in _text_rows(ctx).iter_rows(named=True):
-        rank, basis = r["rank"], "own_error"
+        rank, basis = r["rank"], "named_in_text" if r.get("rank_source") == "text" else "own_error"
         m = fm.meaning(r["message"], kinds=("non_finite",))
         if m is not None and m.role == "job":
             # job-wide (the loss scaler's overflow flag is all-reduced): no rank is named by it

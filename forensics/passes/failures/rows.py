@@ -110,6 +110,8 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         r["logged_rank"], r["rank_basis"] = r["rank"], None
         if r["rank"] is not None:
+            if r.get("rank_source") == "text":
+                r["rank_basis"] = "named_in_text"     # a tag at the start of its own text ("(rank 3/8) ")
             continue
         if r["kind"] in _OWN_KINDS and r.get("local_rank") is None:
             named = r["text_rank"] if r.get("text_rank") is not None else facts.rank_in_text(r.get("message"))
