@@ -174,6 +174,34 @@ def rank_in_text(text: str | None) -> int | None:
     return None
 
 
+class SrunTasks:
+    """How many srun --label task ids the log's lines carry (0: none), counted when first asked."""
+
+    def __init__(self, events: pl.LazyFrame) -> None:
+        self.events, self.n = events, None
+
+    def __call__(self) -> int:
+        if self.n is None:
+            task = pl.col("extra").str.extract(r'"srun_task":\s*(\d+)', 1)
+            self.n = int(self.events.select(task.drop_nulls().n_unique()).collect().item())
+        return self.n
+
+
+def text_over_task(r: dict[str, Any], tasks: SrunTasks) -> int | None:
+    """The rank a row's own text names in place of the srun task id its line was given as its rank,
+    or None. Only where the task ids cannot be the ranks: the text names a rank no task id of this
+    log reaches (rank >= the number of tasks; `tasks()` gives that number). A text rank below it
+    leaves the task id (a task id is SLURM_PROCID, the rank, where srun started the ranks)."""
+    if r.get("rank") is None or str(r.get("rank_source")) != "prefix" or not r.get("extra"):
+        return None
+    if _json(r["extra"]).get("srun_task") != r["rank"]:
+        return None
+    named = rank_in_text(r.get("message"))
+    if named is None or named == r["rank"] or named < tasks():
+        return None
+    return named
+
+
 # -- one node ----------------------------------------------------------------------------------
 _NODE_RANK = r"(?i)\b(?:node_rank|group_rank|NODE_RANK|GROUP_RANK)\s*[=:]\s*(\d+)"
 _NNODES = r"(?i)\b(?:nnodes|num_nodes|max_nodes|group_world_size)\s*[=:]\s*(\d+)(?:\s*:\s*(\d+))?"

@@ -18,7 +18,7 @@ import polars as pl
 NAMED_RE = r"(?i)OOM|TIMEOUT|NCCL|WATCHDOG|DESYNC|DUMP_SIGNAL|CHILD_FAILED|KILLED|CANCELLED|MISMATCH|XID|CUDA_ERROR"
 # the event columns the pass reads, in this order
 COLUMNS = ("rank", "host", "local_rank", "timestamp", "level", "event", "message", "seq", "peer_rank", "step",
-           "collective", "process_group", "exit_code", "extra", "fields", "source_file", "line")
+           "collective", "process_group", "exit_code", "extra", "fields", "source_file", "line", "rank_source")
 
 
 def named(names: Iterable[str | None]) -> list[str]:

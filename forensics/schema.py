@@ -21,7 +21,7 @@ Level = pl.Enum(LEVELS)
 # "mapped": a local rank turned global by a topology the log itself printed (torchrun's
 # rendezvous result, DeepSpeed's global_rank_mapping, a single-node launch). Appended last: the
 # compiled scanner writes the codes of the first five.
-RANK_SOURCES = ["record", "path", "prefix", "gpu_map", "none", "mapped"]
+RANK_SOURCES = ["record", "path", "prefix", "gpu_map", "none", "mapped", "text"]
 RankSource = pl.Enum(RANK_SOURCES)
 
 # Whether the line named its event, or forensics named it (flat metric lines, console text).
@@ -212,7 +212,7 @@ def empty_rejects() -> pl.DataFrame:
 _ENVELOPE_DOCS = {
     "timestamp": "when the line says it happened, UTC (null when the line has none: order by `line`)",
     "rank": "global rank (null when nobody knows; never guessed as 0)",
-    "rank_source": "where `rank` came from: record, path, prefix, gpu_map, mapped (a local rank through the topology the log printed) or none",
+    "rank_source": "where `rank` came from: record, path, prefix, gpu_map, mapped (a local rank through the topology the log printed), text (a tag at the start of the line's own text: \"(rank 3/8) \", \"RANK=2 \") or none",
     "host": "host name from the record or the path",
     "local_rank": "GPU index on the host (telemetry, console prefixes)",
     "level": "DEBUG, INFO, WARN or ERROR (WARNING, ERR, CRITICAL ... mapped)",

@@ -52,7 +52,7 @@ pa = lazy("pyarrow")   # the writing side's: reading a summary needs no pyarrow 
 
 # Raise when the stored columns or their meaning change (`failure_rows`' test and columns
 # included): older files are then never read.
-SUMMARY_VERSION = 4
+SUMMARY_VERSION = 5
 SUMMARIES_DIR = "summaries"
 STEPS = "steps"
 RANKS = "ranks"

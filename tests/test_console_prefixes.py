@@ -228,3 +228,36 @@ def test_a_stopped_hang_judged_by_hf_epochs(tmp_path):
             lines.append(f"{r}: {{'loss': {2 - i / 20:.3f}, 'learning_rate': 0.0003, 'epoch': {i / 10:.2f}}}")
     rc = _diagnose(tmp_path, "\n".join(lines + [_TIME_LIMIT]) + "\n")["root_cause"]
     assert rc["kind"] == "hang" and rc["ranks"] == [1]
+
+
+def test_a_rank_tag_at_the_start_of_the_text_names_the_lines_rank():
+    ev = _events("(rank 3/8) step=40 loss=2.1", "RANK=2 step=5 loss=1.0", "(ranking 3/8) step=1",
+                 "rank=2 step=5 loss=1.0", "[rank1]: (rank 5/8) step=2", "(Rank 6/8): step=3")
+    got = [(r["rank"], str(r["rank_source"])) for r in ev.iter_rows(named=True)]
+    assert got == [(3, "text"), (2, "text"), (None, "none"), (None, "none"), (1, "prefix"), (6, "text")]
+    assert ev.row(0, named=True)["message"] == "(rank 3/8) step=40 loss=2.1"     # the text is kept whole
+
+
+def test_an_error_whose_rank_is_tagged_in_its_text_says_so(tmp_path):
+    lines = [f"(rank {r}/4) step={s} loss={2.0 - s * 0.1:.2f}" for s in range(1, 9) for r in range(4)]
+    lines.append("(rank 2/4) RuntimeError: CUDA error: an illegal memory access was encountered")
+    rc = _diagnose(tmp_path, "\n".join(lines) + "\n")["root_cause"]
+    assert (rc["kind"], rc["ranks"], rc["basis"]) == ("gpu_error", [2], "named_in_text")
+
+
+def _srun_gpu_error(tasks: int, named: int) -> str:
+    out = [f"{t}: step {s} loss {2.0 - s * 0.1:.2f}" for s in range(1, 7) for t in range(tasks)]
+    out.append(f"1: ERROR Rank {named}: RuntimeError: CUDA error: an illegal memory access was encountered")
+    return "\n".join(out) + "\n"
+
+
+def test_a_rank_named_in_the_text_beyond_the_srun_tasks_is_the_errors_rank(tmp_path):
+    # two srun tasks whose text names rank 7: the task ids are not the ranks
+    rc = _diagnose(tmp_path, _srun_gpu_error(2, 7))["root_cause"]
+    assert (rc["ranks"], rc["basis"]) == ([7], "named_in_text")
+
+
+def test_a_rank_named_in_the_text_within_the_srun_tasks_leaves_the_task(tmp_path):
+    # eight tasks: the task id may be the rank (SLURM_PROCID), the text does not override it
+    rc = _diagnose(tmp_path, _srun_gpu_error(8, 5))["root_cause"]
+    assert rc["ranks"] == [1] and rc["basis"] != "named_in_text"

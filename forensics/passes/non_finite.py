@@ -121,8 +121,11 @@ def _facts(ctx: Context) -> list[dict[str, Any]]:
                 out.append({**{k: r[k] for k in ("rank", "host", "step", "timestamp", "source_file", "line", "event")},
                             "field": key, "value": m.group(2), "how": "value", "untyped": True})
                 break
+    tasks = facts.SrunTasks(ctx.events)
     for r in _text_rows(ctx).iter_rows(named=True):
-        rank, basis = r["rank"], "own_error"
+        rank, basis = r["rank"], "named_in_text" if r.get("rank_source") == "text" else "own_error"
+        if (named := facts.text_over_task(r, tasks)) is not None:
+            rank, basis = named, "named_in_text"       # an srun task id that is no rank
         m = fm.meaning(r["message"], kinds=("non_finite",))
         if m is not None and m.role == "job":
             # job-wide (the loss scaler's overflow flag is all-reduced): no rank is named by it

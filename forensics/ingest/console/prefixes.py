@@ -93,6 +93,10 @@ _JOURNAL_ISO = re.compile(
 # srun --label: `%0*d: ` (task id, zero-padded to the width of the largest); recognised only in a
 # file where most lines carry it (a numbered list in a program's output is not a label).
 _SRUN_LABEL = re.compile(r" {0,8}+(\d{1,6}): ")
+# a training script's own tag of its rank at the start of its text, the forms failure_facts.rank_in_text
+# reads: "(rank 3/8) step=..." (print(f"(rank {rank}/{world}) ...")) and "RANK=2 ..." (the env var's
+# name and value). Read without taking it off the text (rank_source "text": named in the line's text).
+_TEXT_TAG = re.compile(r"\((?i:rank) (\d{1,6})/\d{1,6}\)[ :]|RANK=(\d{1,6})[ :,]")
 
 
 # mpirun --tag-output (Open MPI / PRRTE): `[jobid,rank]<stdout>:`.
@@ -286,10 +290,17 @@ class _Prefixes:
         if self.rdzv is not None and not _RDZV_FIELD.match(rest):
             self._install_rdzv(r)
 
+        text_rank: int | None = None
+        if prefix_rank is None and local_from_tee is None and r.local_rank is None and rest[:1] in "(R":
+            m = _TEXT_TAG.match(rest)
+            if m:
+                text_rank = int(m.group(1) or m.group(2))
         if r.local_rank is None and prefix_rank is None and self.path_local is not None:
             r.local_rank = self.path_local      # a torchrun --log-dir worker file (marks.LOG_DIR_LOCAL)
         if prefix_rank is not None:
             r.rank, r.rank_source = prefix_rank, "prefix"
+        elif text_rank is not None:
+            r.rank, r.rank_source = text_rank, "text"
         elif r.local_rank is not None and ctx.gpu_map:
             mapped = ctx.gpu_map.get((r.host or ctx.host_hint, r.local_rank))
             if mapped is None:

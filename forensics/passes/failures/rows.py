@@ -104,12 +104,18 @@ _DEATH_KINDS = (*_OWN_KINDS, "exit", "kill")
 
 def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each row's rank where the line gave none (failure_facts): the rank its own text names
-    (`rank_basis` named_in_text), else, when the log shows a one-node launch, its local rank
+    (`rank_basis` named_in_text; also over an srun task id that cannot be a rank,
+    failure_facts.text_over_task), else, when the log shows a one-node launch, its local rank
     (one_node). `logged_rank` keeps the rank as stored (what the events table is matched by)."""
     node: dict[str, Any] | None | bool = False
+    tasks = facts.SrunTasks(ctx.events)
     for r in rows:
         r["logged_rank"], r["rank_basis"] = r["rank"], None
         if r["rank"] is not None:
+            if r.get("rank_source") == "text":
+                r["rank_basis"] = "named_in_text"     # a tag at the start of its own text ("(rank 3/8) ")
+            elif r["kind"] in _OWN_KINDS and (named := facts.text_over_task(r, tasks)) is not None:
+                r["rank"], r["rank_basis"] = named, "named_in_text"   # an srun task id that is no rank
             continue
         if r["kind"] in _OWN_KINDS and r.get("local_rank") is None:
             named = r["text_rank"] if r.get("text_rank") is not None else facts.rank_in_text(r.get("message"))
