@@ -109,6 +109,7 @@ from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
+from . import records
 from .rows import LAUNCHERS, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
 from .timeouts import _local_hang, _timeout_findings
@@ -300,9 +301,10 @@ def find(ctx: Context) -> list[Finding]:
             evidence={"step": r["step"], "message": shorten(r["message"], 300), "victims": later, "occurrences": n,
                       **({} if r["exact"] else {"time_of_its_own": False}),
                       **(shared or {}),
-                      "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None},
-            lines=cite([_ev_row(r)] + [_ev_row(first_to[k]) for k in later[:2]] + [_ev_row(c) for c in (kills[:1] + ex[:1])],
-                       text="text"),
+                      "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None,
+                      **records.evidence(r)},
+            lines=cite([_ev_row(r)] + [_ev_row(q) for q in records.cited(r)] + [_ev_row(first_to[k]) for k in later[:2]]
+                       + [_ev_row(c) for c in (kills[:1] + ex[:1])], text="text"),
             first_seen=iso(r["t_show"]), last_seen=iso(mine[-1]["t_show"] if mine else r["t_show"]),
         ))
 

@@ -14,6 +14,7 @@ from ..context import Context
 from ..evidence import cite, iso, pass_id, shorten
 from .cascade import _cascade_tail, _later_phrase
 from .classify import TEARDOWN_RE
+from . import records
 from .progress import _others_went_on, _trained_after
 from .rows import REPORTERS, _basis, _ev_row, _extra, _key, _local, _owner, _who
 
@@ -130,9 +131,10 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
         evidence={"message": shorten(r["message"], 300), "exception": etype or x.get("exception"), "frames": frames[-3:] or None,
                   **({} if r["exact"] else {"time_of_its_own": False}),
                   "event": r["event"], "victims": later, "host": r.get("host"),
-                  "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None},
-        lines=cite([_ev_row(r)] + [_ev_row(first_to[k]) for k in later[:2]] + [_ev_row(c) for c in (kills[:1] + ex[:1])],
-                   text="text"),
+                  "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None,
+                  **records.evidence(r)},
+        lines=cite([_ev_row(r)] + [_ev_row(q) for q in records.cited(r)] + [_ev_row(first_to[k]) for k in later[:2]]
+                   + [_ev_row(c) for c in (kills[:1] + ex[:1])], text="text"),
         first_seen=iso(r["t_show"]), last_seen=iso(mine[-1]["t_show"] if mine else r["t_show"]),
     )
 
@@ -162,7 +164,9 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     r = exits[0]
     # the agent's line names the local rank, the ChildFailedError record the global one: one pid
     same = [o for o in exits if r["pid"] is not None and o["pid"] == r["pid"]] or [r]
-    r = next((o for o in same if o["rank"] is not None), r)
+    # (the record that states the rank itself, before a row given it by a join)
+    r = next((o for o in same if o.get("logged_rank", o["rank"]) is not None),
+             next((o for o in same if o["rank"] is not None), r))
     rank = None if r["rank"] is None else int(r["rank"])
     others = sorted({_who(None if o["rank"] is None else int(o["rank"]), o) for o in exits
                      if o not in same and _owner(o) != _owner(r)})

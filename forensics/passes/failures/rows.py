@@ -14,6 +14,7 @@ from ... import failure_facts as facts
 from ...report.model import local_ranks_phrase
 from ..context import Context
 from ..evidence import shorten
+from . import records
 
 
 LAUNCHERS = ("launcher", "deepspeed launcher")
@@ -106,7 +107,8 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each row's rank where the line gave none (failure_facts): the rank its own text names
     (`rank_basis` named_in_text; also over an srun task id that cannot be a rank,
     failure_facts.text_over_task), else, when the log shows a one-node launch, its local rank
-    (one_node). `logged_rank` keeps the rank as stored (what the events table is matched by)."""
+    (one_node), else the launcher's exit record for its (host, local rank) (launcher_record,
+    records.py). `logged_rank` keeps the rank as stored (what the events table is matched by)."""
     node: dict[str, Any] | None | bool = False
     tasks = facts.SrunTasks(ctx.events)
     for r in rows:
@@ -128,6 +130,7 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if node:
                 r["rank"], r["rank_basis"] = int(r["local_rank"]), "one_node"
                 r["one_node"] = node
+    records.join(ctx, rows, _DEATH_KINDS)
     return rows
 
 
