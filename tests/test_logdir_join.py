@@ -112,3 +112,27 @@ def test_no_join_when_nothing_gives_the_files_host(tmp_path: Path) -> None:
     crash = next(f for f in rep.findings if "KeyError" in f.title)
     assert crash.ranks == [] and crash.basis != "launcher_record" and "launcher_record" not in crash.evidence
     assert [x["local_rank"] for x in crash.local_ranks] == [2]
+
+
+def test_the_host_named_inside_the_file_joins_it() -> None:
+    """records.join on rows: a worker file whose folders name no host, but whose own lines name
+    one host (an NCCL line's hostname, say), is that host's; a second host named in it, or none,
+    leaves the row alone."""
+    import types
+
+    import polars as pl
+
+    from forensics.passes.failures import records
+
+    rec = {"kind": "exit", "rank": 9, "local_rank": 1, "host": "h2.example", "source_file": "/x/c/console.log", "line": 30}
+    tb = "/x/t/{}/logs/r1/attempt_0/1/stderr.log"
+
+    def row(f: str) -> dict:
+        return {"kind": "traceback", "rank": None, "local_rank": 1, "host": None, "source_file": f, "line": 1}
+
+    a, b, c = row(tb.format("a")), row(tb.format("b")), row(tb.format("c"))
+    events = pl.LazyFrame({"source_file": [rec["source_file"], a["source_file"], b["source_file"], b["source_file"], c["source_file"]],
+                           "host": ["h2.example", "h2", "h1", "h2", None]})
+    records.join(types.SimpleNamespace(events=events), [rec, a, b, c], ("traceback", "exit"))
+    assert (a["rank"], a["rank_basis"], a["record"]["host_from"]) == (9, "launcher_record", "its file")
+    assert b["rank"] is None and c["rank"] is None and "record" not in b
