@@ -73,7 +73,7 @@ def test_a_worker_file_under_a_folder_named_after_its_host_gets_the_records_rank
     local rank 2, rank 6: the KeyError in gpu-b/.../attempt_0/2/stderr.log is rank 6's crash."""
     rep = _run(tmp_path, ["gpu-a", "gpu-b"], failing=1, host="gpu-b", local=2, rank=6)
     rc = rep.root_cause
-    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("crash", [6], "launcher_record"), rc
+    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("crash", [6], "own_error"), rc
     f = rep.findings[0]
     assert "KeyError" in f.title
     rec = f.evidence["launcher_record"]
@@ -86,7 +86,7 @@ def test_a_short_folder_name_matches_a_qualified_host(tmp_path: Path) -> None:
     """The record names hpc12.cluster.local; the folder is hpc12."""
     rep = _run(tmp_path, ["hpc11", "hpc12"], failing=1, host="hpc12.cluster.local", local=1, rank=5)
     rc = rep.root_cause
-    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("crash", [5], "launcher_record"), rc
+    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("crash", [5], "own_error"), rc
 
 
 def test_the_launcher_console_beside_the_files_gives_their_host(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_the_launcher_console_beside_the_files_gives_their_host(tmp_path: Path) 
     launcher console above n2's --log-dir tree: its host is the files' host."""
     rep = _run(tmp_path, ["n1", "n2"], failing=1, host="10.1.0.8", local=3, rank=7)
     rc = rep.root_cause
-    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("crash", [7], "launcher_record"), rc
+    assert rc is not None and (rc.kind, rc.ranks, rc.basis) == ("crash", [7], "own_error"), rc
     assert "n2" in rep.findings[0].evidence["launcher_record"]["host_from"]
 
 
@@ -110,7 +110,7 @@ def test_no_join_when_nothing_gives_the_files_host(tmp_path: Path) -> None:
     ingest([str(root)], tmp_path / "run.forensics")
     rep = diagnose(open_store(tmp_path / "run.forensics"))
     crash = next(f for f in rep.findings if "KeyError" in f.title)
-    assert crash.ranks == [] and crash.basis != "launcher_record" and "launcher_record" not in crash.evidence
+    assert crash.ranks == [] and "launcher_record" not in crash.evidence
     assert [x["local_rank"] for x in crash.local_ranks] == [2]
 
 
@@ -134,5 +134,5 @@ def test_the_host_named_inside_the_file_joins_it() -> None:
     events = pl.LazyFrame({"source_file": [rec["source_file"], a["source_file"], b["source_file"], b["source_file"], c["source_file"]],
                            "host": ["h2.example", "h2", "h1", "h2", None]})
     records.join(types.SimpleNamespace(events=events), [rec, a, b, c], ("traceback", "exit"))
-    assert (a["rank"], a["rank_basis"], a["record"]["host_from"]) == (9, "launcher_record", "its file")
+    assert (a["rank"], a["rank_basis"], a["record"]["host_from"]) == (9, "own_error", "its file")
     assert b["rank"] is None and c["rank"] is None and "record" not in b

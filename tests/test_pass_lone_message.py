@@ -29,7 +29,7 @@ def _run(lone_rank: int | None = 2, others_say_it: bool = False, keeps_logging: 
 
 def test_the_rank_that_alone_said_something_then_went_silent_is_named() -> None:
     [f] = lone_message.find(_run().ctx())
-    assert f.kind == "hang" and f.ranks == [2] and f.victims == [0, 1, 3] and f.basis == "lone_message"
+    assert f.kind == "hang" and f.ranks == [2] and f.victims == [0, 1, 3] and f.basis == "own_gap"
     assert "waiting for prefetch worker" in f.title and "ranks 0,1,3 failed" in f.title
     assert f.evidence["template"] == "waiting for prefetch worker <N> at step <N>"
     assert f.lines[0].rank == 2 and f.lines[0].source_file == "rank_2.jsonl"

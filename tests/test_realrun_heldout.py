@@ -35,7 +35,7 @@ def test_the_rank_that_alone_said_what_it_waited_for_is_the_hang(hang) -> None:
     rep = diagnose(hang)
     assert rep.root_cause.kind == "hang" and rep.root_cause.ranks == [2]
     [lone] = [f for f in rep.findings if f.rule == "pass.lone_message"]
-    assert lone.ranks == [2] and lone.victims == [0, 1, 3] and lone.basis == "lone_message"
+    assert lone.ranks == [2] and lone.victims == [0, 1, 3] and lone.basis == "own_gap"
     assert "waiting for prefetch worker" in lone.title
     assert lone.lines[0].source_file.endswith("rank_2.jsonl.gz")
 

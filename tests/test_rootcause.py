@@ -137,7 +137,7 @@ def test_what_a_rank_alone_said_outweighs_a_hairs_silence_on_another() -> None:
     silent = F("hang", "communication", [0], "00:28.079", victims=[1, 2, 3], sev="ERROR")
     silent.basis, silent.basis_weak = "last_to_log", True
     lone = F("crash", "resource", [3], "00:28.087", victims=[0, 1, 2], sev="ERROR", rule="pass.lone_message")
-    lone.basis = "lone_message"
+    lone.basis = "own_gap"
     rc, _ = rootcause.assign([silent, lone], [0, 1, 2, 3])
     assert rc.kind == "crash" and rc.ranks == [3]
     # on its own rank, the statement explains the silence that the timeouts name

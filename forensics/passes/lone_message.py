@@ -13,7 +13,7 @@ Domain facts relied on:
 - A rank that stops in something of its own leaves its peers in the next collective until their
   timeout: their errors come after its last line, and name no one (a gloo or NCCL timeout, a
   closed connection). The rank with the lone statement, silent from then on, is the culprit (kind
-  `hang`, basis `lone_message`), the failing ranks its victims.
+  `hang`, basis `own_gap`: what it logged while its peers waited), the failing ranks its victims.
 - A statement one rank logs as a matter of course (rank 0's progress lines) is no evidence: only a
   template that appears after the last step all ranks finished, and that no other rank logs before
   the failure, counts.
@@ -129,7 +129,7 @@ def find(ctx: Context) -> list[Finding]:
                              if ended is not None else ("hang", "communication", "then logged nothing more"))
         out.append(Finding(
             rule=pass_id("lone_message"), kind=kind, layer=layer, severity="ERROR",
-            ranks=[rank], victims=victims, basis="lone_message",
+            ranks=[rank], victims=victims, basis="own_gap",
             title=(f"rank {rank} alone logged \"{text}\" ({r['level'] or 'INFO'}) and {then}, {ms(lead)} before "
                    f"ranks {rank_ranges(victims)} failed: the others waited for it"),
             evidence={"template": r["tpl"], "event": r["event"], "lead_ms": round(lead, 1),

@@ -62,6 +62,8 @@ _ENDS = {"job_cancelled"}
 NON_CAUSAL = {"log_hygiene", "clock_skew"}
 # bases that name a failure's culprit by its silence (passes/unexplained.SILENT_BASES)
 _SILENT = {"last_to_log", "never_joined"}
+# what a rank alone said before its peers failed (passes/lone_message.py; basis own_gap)
+LONE = "pass.lone_message"
 # The training-layer face of a fault lower down: it explains nothing, so it is never the verdict
 # by itself — reported, and attached to the root that explains it, but an unexplained throughput
 # drop leaves root_cause null (e.g. a host busy with other work slows every rank alike).
@@ -154,10 +156,10 @@ def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> 
         # what a rank alone said before its peers failed (and how it ended) is why it went
         # silent: it explains a failure that names the rank by its silence, never the reverse;
         # and a silence by a hair on another rank (basis_weak) explains neither
-        if b.basis == "lone_message" and (a.basis in _SILENT and set(a.ranks) <= set(b.ranks)
+        if b.rule == LONE and (a.basis in _SILENT and set(a.ranks) <= set(b.ranks)
                                           or a.basis_weak and not set(a.ranks) & set(b.ranks)):
             return False
-        if a.basis == "lone_message" and b.basis in _SILENT and set(b.ranks) <= set(a.ranks):
+        if a.rule == LONE and b.basis in _SILENT and set(b.ranks) <= set(a.ranks):
             return True
     if a.kind in FAILURES and b.kind in FAILURES:
         if ta is not None and tb is not None and ta != tb:

@@ -44,8 +44,6 @@ BASES = {
     "own_gap": "what it logged while its peers waited",
     "named_in_text": "named in its error's own text",
     "one_node": "local rank = rank (one-node launch)",
-    "lone_message": "what it alone said before its peers failed",
-    "launcher_record": "its local rank and host, joined with the launcher's exit record",
 }
 # The basis of a kind whose pass does not say: how that kind's rank is found by construction
 # (a straggler is a timing comparison among peers, a hot GPU a telemetry reading, an OOM the

@@ -5,7 +5,7 @@
 marks.LOG_DIR_LOCAL): the file gives the LOCAL rank only. The node's launcher states, for a
 worker that failed, its global rank, local rank and host (the ChildFailedError table:
 "host : H", "rank : R (local_rank: L)"). A row known as (host, local rank L) is that record's
-rank R, basis `launcher_record`.
+rank R, basis `own_error` (its own failure; `evidence.launcher_record` says how the rank was found).
 
 The row's host, in order: the host its line carries; the one host the rest of its file names; a
 folder of its path that names a recorded host ("hpc101" for "hpc101.cluster.local" too); else the
@@ -25,7 +25,7 @@ import polars as pl
 # the pass does not import the ingest package)
 _ATTEMPT = re.compile(r"[/\\]attempt_\d+[/\\]")
 
-BASIS = "launcher_record"
+BASIS = "own_error"   # the rank's own failure, its global rank from the launcher's record (evidence.launcher_record)
 
 
 def _short(h: str) -> str:
@@ -82,7 +82,7 @@ def _host_of(r: dict[str, Any], recs: dict[tuple[str, int], dict[str, Any]], fil
 
 def join(ctx: Any, rows: list[dict[str, Any]], kinds: tuple[str, ...]) -> None:
     """Give each row of `kinds` known only by (host, local rank) the global rank of the launcher's
-    exit record for that pair (in place): `rank_basis` launcher_record, `record` the evidence."""
+    exit record for that pair (in place): `rank_basis` own_error, `record` the evidence."""
     todo = [r for r in rows if r["rank"] is None and r.get("local_rank") is not None and r["kind"] in kinds]
     if not todo:
         return
