@@ -6,7 +6,8 @@ reached — and which ranks are behind?
 Domain facts relied on:
 - A Flight Recorder dump (TORCH_NCCL_DUMP_ON_TIMEOUT) holds each rank's last collectives per
   process group. collective_seq_id counts the collectives a rank enqueued in that group, so
-  members that reached the same point agree on it. The group is stuck in its FIRST pending
+  members that reached the same point agree on it. Who is behind is one rule,
+  flight_recorder.stuck_at (fr-table and missing_ranks call it too): the group is stuck in its FIRST pending
   collective (the lowest number some member enqueued and no member completed); a member whose last
   enqueued id is below it never issued it and is at fault. A member that issued it but not the
   later ones the others went on to enqueue (NCCL enqueues asynchronously) is waiting in it like
