@@ -18,8 +18,13 @@ Domain facts relied on:
   reached the same point agree on it. A rank's last enqueued number in a group is the highest it
   recorded there, or its `pg_status` last_enqueued_collective (pg_status is keyed by the rank's
   local pg_id, mapped to the group through the rank's own entries).
+- A group with a collective in flight is stuck in its FIRST pending collective, and who never
+  issued that one is behind: the rule of flight_recorder.stuck_at, which the pass stuck_collective
+  applies too (one rule, so `fr-table` and `diagnose` name the same ranks).
 - A member whose last enqueued number is below a line's number never issued that collective:
-  missing. A member that went past it but no longer holds it has overwritten it (the ring buffer
+  missing — unless the line comes after the group's stuck collective and the member issued that
+  one: it waits in it like the others (NCCL enqueues asynchronously, so they went on to enqueue
+  later ones), and is listed as waiting, not missing. A member that went past it but no longer holds it has overwritten it (the ring buffer
   keeps the last TORCH_NCCL_TRACE_BUFFER_SIZE entries): unrecorded, not missing. A member whose
   dump holds no entry of the group at all is missing unless its buffer starts after the line was
   created (then unrecorded); a dump with no entries at all says nothing of any group, and is
@@ -98,6 +103,7 @@ class Line:
     missing: list[int] = field(default_factory=list)       # never issued it
     no_dump: list[int] = field(default_factory=list)       # no usable dump to tell
     unrecorded: list[int] = field(default_factory=list)    # went past it; ring buffer overwrote it
+    waiting: list[int] = field(default_factory=list)       # never issued it, but issued the group's stuck one
     problem: str | None = None                             # one of KINDS
     odd: list[int] = field(default_factory=list)           # the ranks that disagree with the rest
     detail: str | None = None
@@ -440,7 +446,7 @@ def build_from(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
 
 
 def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
-    from .ingest.flight_recorder import _pg_ranks
+    from .ingest.flight_recorder import _pg_ranks, stuck_at
 
     dumps: list[Dump] = []
     usable: set[int] = set()
@@ -457,6 +463,10 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
     last: dict[int, dict[tuple[str, int], int]] = defaultdict(dict)
     oldest: dict[int, int] = {}
     seen_members: dict[tuple[str, int], set[int]] = defaultdict(set)
+    # per group, what stuck_at reads: numbers some entry shows completed / not, pg_status last completed
+    completed: dict[tuple[str, int], set[int]] = defaultdict(set)
+    unfinished: dict[tuple[str, int], set[int | None]] = defaultdict(set)
+    done_upto: dict[tuple[str, int], int] = {}
     for d, dump in loaded:
         dumps.append(d)
         if dump is None or d.rank is None:
@@ -498,6 +508,13 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
                 pg_of_id[str(e["pg_id"])] = g
             p2p = bool(e.get("is_p2p"))
             seq = e.get("p2p_seq_id" if p2p else "collective_seq_id")
+            if not p2p:
+                num = seq if isinstance(seq, int) else None
+                if e.get("state") == "completed":
+                    if num is not None:
+                        completed[g].add(num)
+                else:
+                    unfinished[g].add(num)
             if not isinstance(seq, int):
                 continue
             pending[(*g, p2p, seq)].append((i, e))
@@ -515,6 +532,9 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
                 v = st.get("last_enqueued_collective") if isinstance(st, dict) else None
                 if g is not None and isinstance(v, int) and v > mine.get(g, -1):
                     mine[g] = v
+                done = st.get("last_completed_collective") if isinstance(st, dict) else None
+                if g is not None and isinstance(done, int) and not isinstance(done, bool):
+                    done_upto[g] = max(done_upto.get(g, done), done)
         del dump, pending
 
     def key_of(name: str, rid: int) -> str:
@@ -530,6 +550,14 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
     dumps.sort(key=lambda x: (x.rank is None, x.rank or 0, x.path))
 
     expected = sorted({r for g in groups.values() for r in g.ranks} | usable)
+    # where each group is stuck (flight_recorder.stuck_at): members with a usable dump are judged
+    stuck: dict[tuple[str, int], int] = {}
+    for (name, rid), open_ in unfinished.items():
+        members = groups[key_of(name, rid)].ranks or sorted(seen_members[(name, rid)])
+        got = stuck_at({m: last[m].get((name, rid), -1) for m in members if m in usable}, completed[(name, rid)],
+                       open_, done_upto.get((name, rid)))
+        if got is not None:
+            stuck[(name, rid)] = got[0]
     lines: list[Line] = []
     for (name, rid, p2p, seq), cells in table.items():
         key = key_of(name, rid)
@@ -553,7 +581,8 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
                     else:
                         ln.missing.append(m)
                 elif top < seq:
-                    ln.missing.append(m)
+                    # past the group's stuck collective, a member that issued that one waits in it
+                    (ln.waiting if top >= stuck.get((name, rid), seq) else ln.missing).append(m)
                 else:
                     ln.unrecorded.append(m)
         _judge(ln, len(members))

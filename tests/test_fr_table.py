@@ -197,3 +197,59 @@ def test_html_report_of_a_dump_set_renders(case: str, tmp_path: Path) -> None:
     assert res.exception is None or isinstance(res.exception, SystemExit), res.output
     html = out.read_text()
     assert html.lower().startswith("<!doctype html>") and html.rstrip().endswith("</html>")
+
+
+def _waits_in_11(**kw) -> dict:
+    """Every rank issued #11 of the world group and nobody completed it; rank 6 stopped there while
+    the others went on to enqueue #12 (NCCL enqueues asynchronously)."""
+    dumps = make_dumps(8, 12, behind={6: 1}, **kw)
+    for d in dumps.values():
+        for e in d["entries"]:
+            if e["process_group"][0] == "0" and e["collective_seq_id"] == 11:
+                e["state"], e["retired"], e["time_discovered_completed_ns"] = "scheduled", False, None
+        d["pg_status"]["0"]["last_completed_collective"] = 10
+    return dumps
+
+
+def test_a_rank_that_issued_the_first_pending_collective_waits_in_it_not_missing(tmp_path: Path) -> None:
+    """The group is stuck in its first pending collective; who never issued it is missing, who issued
+    it and stopped (not issuing the later ones the others enqueued) waits in it. The old rule,
+    everyone below the highest number, named rank 6 too."""
+    # rank 3 never issued #11 (the first pending), rank 6 issued it and stopped
+    write_set(tmp_path / "a", make_dumps(8, 12, behind={3: 2, 6: 1}))
+    t = fr_table.build([str(tmp_path / "a")])
+    at = {ln.seq: ln for ln in t.lines if ln.pg == "0" and not ln.p2p}
+    assert (at[11].missing, at[11].waiting) == ([3], [])
+    assert (at[12].missing, at[12].waiting) == ([3], [6]) and at[12].odd == [3]
+    assert t.first["0"] is at[11] and t.first_stalled() is at[11]
+    res = runner.invoke(app, ["fr-table", str(tmp_path / "a"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    j = {ln["seq"]: ln for ln in json.loads(res.output)["lines"] if ln["pg"] == "0" and not ln["p2p"]}
+    assert (j[12]["missing"], j[12]["waiting"]) == ([3], [6])
+    # every rank issued #11, rank 6 stopped there: nobody is missing, no group has a first mismatch
+    write_set(tmp_path / "b", _waits_in_11())
+    t = fr_table.build([str(tmp_path / "b")])
+    at = {ln.seq: ln for ln in t.lines if ln.pg == "0" and not ln.p2p}
+    assert (at[12].missing, at[12].waiting, at[12].problem) == ([], [6], None)
+    assert "0" not in t.first and t.first_stalled() is None
+
+
+def test_diagnose_names_who_never_issued_the_first_pending_collective_not_who_stopped_after(tmp_path: Path) -> None:
+    """The pass stuck_collective, fr-table and missing_ranks apply one rule (flight_recorder.stuck_at)."""
+    from forensics.ingest.flight_recorder import missing_ranks
+    from forensics.passes import diagnose
+
+    dumps = make_dumps(8, 12, behind={3: 2, 6: 1})
+    write_set(tmp_path / "a", dumps)
+    [f] = [f for f in diagnose([str(tmp_path / "a")]).findings if f.rule == "pass.stuck_collective"]
+    assert f.ranks == [3] and 6 in f.victims
+    assert f.evidence["groups"]["0"] == {"missing": [3], "seq": 11}
+    assert f.evidence["flight_recorder"]["first_mismatch"]["missing"] == [3]
+    assert missing_ranks(dumps) == {"0": [3]}
+    # rank 6 issued the collective everybody waits in: not the culprit (the table's old rule named it)
+    dumps = _waits_in_11()
+    write_set(tmp_path / "b", dumps)
+    report = diagnose([str(tmp_path / "b")])
+    assert not [f for f in report.findings if f.rule == "pass.stuck_collective"]
+    assert not any(6 in f.ranks and f.kind == "hang" for f in report.findings)
+    assert missing_ranks(dumps) == {}

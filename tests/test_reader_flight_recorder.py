@@ -201,28 +201,44 @@ def test_malformed_entries_are_rejected_not_fatal():
 
 
 def test_missing_ranks_rules():
-    level = {r: _dump([_entry(10)]) for r in range(4)}
+    # every rank completed #9 and waits in #10
+    level = {r: _dump([_entry(9, state="completed"), _entry(10)]) for r in range(4)}
     assert fr.missing_ranks(level) == {}
     behind = dict(level)
-    behind[2] = _dump([_entry(9)])
+    behind[2] = _dump([_entry(9, state="completed")])      # never issued #10
     assert fr.missing_ranks(behind) == {"7": [2]}
     silent = dict(level)
     silent[3] = _dump([])          # enqueued nothing in the group the others wait in
     assert fr.missing_ranks(silent) == {"7": [3]}
     # pg_status (mapped through the rank's own entries) counts as having joined
     caught_up = dict(behind)
-    caught_up[2] = _dump([_entry(9, pg_id=4)], status={"4": {"last_enqueued_collective": 10}})
+    caught_up[2] = _dump([_entry(9, pg_id=4, state="completed")], status={"4": {"last_enqueued_collective": 10}})
     assert fr.missing_ranks(caught_up) == {}
     # a group whose collectives all completed holds nobody
     done = {r: _dump([_entry(10 if r else 9, state="completed")]) for r in range(4)}
     assert fr.missing_ranks(done) == {}
     # p2p entries do not advance collective_seq_id and are not judged
     p2p = dict(level)
-    p2p[1] = _dump([_entry(10), _entry(11, p2p=True)])
+    p2p[1] = _dump([_entry(9, state="completed"), _entry(10), _entry(11, p2p=True)])
     assert fr.missing_ranks(p2p) == {}
     # ranks without a dump are not judged
-    partial = {0: level[0], 1: level[1], 2: _dump([_entry(9)])}
+    partial = {0: level[0], 1: level[1], 2: behind[2]}
     assert fr.missing_ranks(partial) == {"7": [2]}
+
+
+def test_missing_ranks_a_rank_that_issued_the_first_pending_collective_is_a_victim():
+    """Ranks 0, 1, 3 went on to #11 (NCCL enqueues asynchronously); rank 2 issued #10, the group's
+    first pending collective, and stopped there: it waits in #10 like them, nobody is behind.
+    Rank 3 never issuing #10 is what makes a culprit (the old rule, below the highest, named 2)."""
+    waits = {r: _dump([_entry(9, state="completed"), _entry(10), _entry(11)]) for r in range(4)}
+    waits[2] = _dump([_entry(9, state="completed"), _entry(10)])
+    assert fr.missing_ranks(waits) == {}
+    waits[3] = _dump([_entry(9, state="completed")])
+    assert fr.missing_ranks(waits) == {"7": [3]}
+    # the rule itself: stuck at the lowest number nobody completed, above pg_status last_completed
+    assert fr.stuck_at({0: 11, 1: 11, 2: 10, 3: 9}, {9}, {10, 11}) == (10, [3])
+    assert fr.stuck_at({0: 11, 1: 11, 2: 10}, set(), {10, 11}, done_upto=10) == (11, [2])
+    assert fr.stuck_at({0: 11, 1: 9}, {9, 11}, set()) is None
 
 
 def _bomb(levels: int = 60) -> bytes:

@@ -1,7 +1,8 @@
 """PyTorch Flight Recorder (NCCL trace) dumps -> COLLECTIVE and PG_STATUS events; missing ranks.
 
-Owns: loading a dump safely, turning its entries into events, and `missing_ranks`, the pure
-function the diagnosis passes call to name the ranks that never joined a stuck collective.
+Owns: loading a dump safely, turning its entries into events, `stuck_at`, the one rule naming the
+ranks that never issued the collective a process group is stuck in (the pass stuck_collective and
+`fr-table` call it), and `missing_ranks`, that rule applied to a set of loaded dumps.
 Must not call pickle.load (a dump is untrusted input: unpickling can run code), read more than
 MAX_DUMP_BYTES, or decide which missing rank is the root cause (a pass does that).
 
@@ -23,7 +24,7 @@ import math
 import pickle
 import re
 from collections import defaultdict
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import orjson
 import polars as pl
@@ -269,20 +270,46 @@ def dump_rank(dump: dict[str, Any], path_rank: int | None) -> tuple[int | None, 
     return None, "none"
 
 
-def missing_ranks(dumps: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
-    """Per process group (its name, e.g. "74"), the ranks that never joined the collective the
-    others are stuck in. Groups where every member is level are left out.
+def stuck_at(last: dict[int, int], completed: Iterable[int], unfinished: Iterable[int | None],
+             done_upto: int | None = None) -> tuple[int, list[int]] | None:
+    """The one rule naming who stalled a process group (the pass stuck_collective, `fr-table` and
+    `missing_ranks` all call it): (the collective number the group is stuck at, the members behind
+    it), or None when nothing of the group is in flight.
 
-    Domain facts: collective_seq_id counts the collectives a rank has enqueued in that group, so
-    members that reached the same point agree on it; a member whose last enqueued id (from its
-    entries, or from its pg_status mapped through its own entries' pg_id) is behind the group's
-    highest never issued the collective the others wait in. Only groups with an entry not yet
-    completed on some rank are considered (a finished collective holds nobody). Point-to-point
-    entries are skipped: their collective_seq_id does not advance. Ranks without a dump are not
-    judged (the caller knows whether the dump set is complete).
+    last: each judged member's last enqueued collective number in the group (-1: none in its dump);
+    completed / unfinished: the numbers some member's entry shows completed / not completed (point-
+    to-point entries left out; None: an unfinished entry without a number); done_upto: the highest pg_status last_completed_collective of any
+    member (its ring buffer may no longer hold the entry, so states of one collective differ
+    between dumps).
+
+    Domain facts: collective_seq_id counts the collectives a rank enqueued in the group, and a
+    collective some member completed was joined by all. The group is stuck in its FIRST pending
+    collective: the lowest number some member enqueued that no member completed (above done_upto).
+    A member whose last number is below it never issued it: behind, at fault. A member that issued
+    it but not the later ones the others went on to enqueue (NCCL enqueues asynchronously) waits in
+    it like them: a victim. When every unfinished number is one some member completed (stale
+    states), the group's highest number stands in for it."""
+    unfinished = set(unfinished)
+    if not unfinished or not last:
+        return None
+    done, floor = set(completed), -1 if done_upto is None else done_upto
+    open_ = [s for s in unfinished if s is not None and s not in done and s > floor]
+    top = min(open_) if open_ else max(last.values())
+    return top, sorted(r for r, s in last.items() if s < top)
+
+
+def missing_ranks(dumps: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
+    """Per process group (its name, e.g. "74"), the ranks that never issued the collective the
+    group is stuck in (`stuck_at`). Groups where nobody is behind are left out.
+
+    A rank's last enqueued number comes from its entries, or from its pg_status mapped through its
+    own entries' pg_id; a member of the group (pg_config) with no entry in it counts as -1. Ranks
+    without a dump are not judged (the caller knows whether the dump set is complete).
     """
     members: dict[str, list[int]] = {}
-    pending: set[str] = set()
+    completed: dict[str, set[int]] = defaultdict(set)
+    unfinished: dict[str, set[int]] = defaultdict(set)
+    done_upto: dict[str, int] = {}
     enqueued: dict[str, dict[int, int]] = defaultdict(dict)
     for rank, dump in dumps.items():
         cfg = dump.get("pg_config")
@@ -304,25 +331,30 @@ def missing_ranks(dumps: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
             seq = e.get("collective_seq_id")
             if isinstance(seq, int):
                 enqueued[name][rank] = max(enqueued[name].get(rank, -1), seq)
-            if e.get("state") != "completed":
-                pending.add(name)
+                (completed if e.get("state") == "completed" else unfinished)[name].add(seq)
+            elif e.get("state") != "completed":
+                unfinished[name].add(None)
         status = dump.get("pg_status")
         if isinstance(status, dict):
             for pg_id, st in status.items():
                 name = id_to_name.get(str(pg_id))
-                last = st.get("last_enqueued_collective") if isinstance(st, dict) else None
-                if name is not None and isinstance(last, int):
+                if name is None or not isinstance(st, dict):
+                    continue
+                last, done = st.get("last_enqueued_collective"), st.get("last_completed_collective")
+                if isinstance(last, int):
                     enqueued[name][rank] = max(enqueued[name].get(rank, -1), last)
+                if isinstance(done, int):
+                    done_upto[name] = max(done_upto.get(name, done), done)
     out: dict[str, list[int]] = {}
-    for name in sorted(pending, key=lambda n: (len(n), n)):
+    for name in sorted(unfinished, key=lambda n: (len(n), n)):
         seen = enqueued.get(name, {})
         if not seen:
             continue
-        top = max(seen.values())
         group = members.get(name) or sorted(seen)
-        lagging = sorted(r for r in group if r in dumps and seen.get(r, -1) < top)
-        if lagging:
-            out[name] = lagging
+        stuck = stuck_at({r: seen.get(r, -1) for r in group if r in dumps}, completed[name], unfinished[name],
+                         done_upto.get(name))
+        if stuck and stuck[1]:
+            out[name] = stuck[1]
     return out
 
 

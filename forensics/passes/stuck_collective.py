@@ -6,7 +6,8 @@ reached — and which ranks are behind?
 Domain facts relied on:
 - A Flight Recorder dump (TORCH_NCCL_DUMP_ON_TIMEOUT) holds each rank's last collectives per
   process group. collective_seq_id counts the collectives a rank enqueued in that group, so
-  members that reached the same point agree on it. The group is stuck in its FIRST pending
+  members that reached the same point agree on it. Who is behind is one rule,
+  flight_recorder.stuck_at (fr-table and missing_ranks call it too): the group is stuck in its FIRST pending
   collective (the lowest number some member enqueued and no member completed); a member whose last
   enqueued id is below it never issued it and is at fault. A member that issued it but not the
   later ones the others went on to enqueue (NCCL enqueues asynchronously) is waiting in it like
@@ -120,6 +121,28 @@ def _attach(f: Finding, table) -> None:
     f.evidence["flight_recorder"] = ev
 
 
+def _stuck_tops(coll: pl.DataFrame, status: pl.DataFrame, enq: pl.DataFrame) -> pl.DataFrame:
+    """process_group -> top: the number each group with a collective in flight is stuck at
+    (flight_recorder.stuck_at, from the members' last numbers, the entries' states and pg_status)."""
+    from ..ingest.flight_recorder import stuck_at
+
+    nonp2p = coll.filter(~pl.col("p2p"))
+    frame = (
+        enq.group_by("process_group").agg(pl.col("rank"), pl.col("seq"))
+        .join(nonp2p.filter((pl.col("state") == "completed") & pl.col("seq").is_not_null())
+              .group_by("process_group").agg(pl.col("seq").unique().alias("completed")), on="process_group", how="left")
+        .join(nonp2p.filter(pl.col("state").fill_null("") != "completed")
+              .group_by("process_group").agg(pl.col("seq").unique().alias("unfinished")), on="process_group", how="inner")
+        .join(status.group_by("process_group").agg(pl.col("done_upto").max()), on="process_group", how="left")
+    )
+    rows = []
+    for g in frame.iter_rows(named=True):
+        got = stuck_at(dict(zip(g["rank"], g["seq"])), g["completed"] or (), g["unfinished"], g["done_upto"])
+        if got is not None:
+            rows.append((g["process_group"], got[0]))
+    return pl.DataFrame(rows, schema={"process_group": coll.schema["process_group"], "top": pl.Int64}, orient="row")
+
+
 def _find(ctx: Context) -> list[Finding]:
     j = pl.col("extra").str.json_path_match
     coll_lf = (
@@ -144,7 +167,6 @@ def _find(ctx: Context) -> list[Finding]:
     coll, status, dumped = pl.collect_all([coll_lf, status_lf, dumped_lf])
     if coll.is_empty():
         return []
-    pending = coll.filter(~pl.col("p2p") & (pl.col("state").fill_null("") != "completed")).get_column("process_group").unique()
     # members of each group (pg_config), so a member with no entry at all in the group counts as behind
     members = (
         status.filter(pl.col("pg_ranks").is_not_null())
@@ -158,22 +180,10 @@ def _find(ctx: Context) -> list[Finding]:
         status.filter(pl.col("seq").is_not_null()).select("process_group", "rank", "seq"),
         members,
     ], how="vertical_relaxed").group_by("process_group", "rank").agg(pl.col("seq").max())
-    # the first pending collective of each group: the lowest number some member enqueued and never
-    # completed; the members that never issued it are behind, those past it wait in it (NCCL
-    # enqueues asynchronously: a waiting rank may have issued later ones a laggard has not)
-    # (a number some member saw completed was joined by all — in an entry, or up to a member's
-    # pg_status last completed: each member's watchdog notes its own completions when it polls, and
-    # its ring buffer may no longer hold them, so states of one collective differ between dumps)
-    done_upto = status.group_by("process_group").agg(pl.col("done_upto").max())
-    first_pending = (coll.filter(~pl.col("p2p") & pl.col("seq").is_not_null())
-                     .group_by("process_group", "seq").agg((pl.col("state") == "completed").any().alias("done"))
-                     .join(done_upto, on="process_group", how="left")
-                     .filter(~pl.col("done").fill_null(False) & (pl.col("seq") > pl.col("done_upto").fill_null(-1)))
-                     .group_by("process_group").agg(pl.col("seq").min().alias("first")))
-    enq = (enq.filter(pl.col("process_group").is_in(pending.implode()))
-           .with_columns(pl.col("seq").max().over("process_group").alias("highest"))
-           .join(first_pending, on="process_group", how="left")
-           .with_columns(pl.coalesce("first", "highest").alias("top")).drop("first", "highest"))
+    # where each group is stuck and who is behind: one rule (flight_recorder.stuck_at), the one
+    # `fr-table` applies too — the first pending collective, which the members behind never issued
+    tops = _stuck_tops(coll, status, enq)
+    enq = enq.join(tops, on="process_group")
     behind = enq.filter(pl.col("seq") < pl.col("top"))
     # same collective number, different op or size: the minority signature is the odd rank out
     at_top = coll.join(enq.filter(pl.col("seq") == pl.col("top")).select("process_group", "rank", pl.col("top").alias("seq")),

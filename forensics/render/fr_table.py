@@ -6,7 +6,7 @@ Must not: read dumps or judge lines (fr_table does).
 Text: one row per (process group, collective number) described by its agreeing ranks, then one
 row per differing signature of the odd ranks ("odd"); under it, where the job stopped first and
 which dumps are absent, empty or corrupt. CSV: one row per (line, rank), a missing rank included
-with state `missing` (or `no dump` / `unrecorded`), so a spreadsheet can filter by rank.
+with state `missing` (or `no dump` / `unrecorded` / `waiting`), so a spreadsheet can filter by rank.
 """
 from __future__ import annotations
 
@@ -178,7 +178,8 @@ def csv_rows(table: FrTable, lines: list[Line]) -> list[dict[str, Any]]:
                          "input_sizes": fmt_sizes(c.input_sizes), "output_sizes": fmt_sizes(c.output_sizes),
                          "input_dtypes": "/".join(c.input_dtypes), "output_dtypes": "/".join(c.output_dtypes),
                          "state": c.state or "", "odd": c.rank in ln.odd, "file": c.file, "entry": c.entry})
-        for state, ranks in (("missing", ln.missing), ("no dump", ln.no_dump), ("unrecorded", ln.unrecorded)):
+        for state, ranks in (("missing", ln.missing), ("no dump", ln.no_dump), ("unrecorded", ln.unrecorded),
+                             ("waiting", ln.waiting)):
             for r in ranks:
                 rows.append({**base, "rank": r, "host": host.get(r) or "", "op": "", "input_sizes": "",
                              "output_sizes": "", "input_dtypes": "", "output_dtypes": "", "state": state,
