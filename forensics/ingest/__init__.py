@@ -510,8 +510,12 @@ def _ingest_locked(files: list[str], writer: StoreWriter, previous, append: bool
     small: list[tuple[Piece, int | None, int]] = []    # whole files (or tails): batched
 
     # Fingerprints read 1 MiB per file: on all cores (hashing and reads release the GIL).
-    with ThreadPoolExecutor(max_workers=min(len(files), workers or os.cpu_count() or 1) or 1) as pool:
-        chunks = [files[i : i + INFO_CHUNK] for i in range(0, len(files), INFO_CHUNK)]
+    n_plan = min(len(files), workers or os.cpu_count() or 1) or 1
+    with ThreadPoolExecutor(max_workers=n_plan) as pool:
+        # a task per INFO_CHUNK files, and at least one per thread: 32 files of 7 MB were one
+        # task, fingerprinted on one core while the other waited
+        step = max(1, min(INFO_CHUNK, -(-len(files) // n_plan)))
+        chunks = [files[i : i + step] for i in range(0, len(files), step)]
         listed = [item for chunk in pool.map(_infos, chunks, [schema] * len(chunks),
                                              [skipped is not None] * len(chunks)) for item in chunk]
     del chunks
