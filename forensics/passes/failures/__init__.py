@@ -104,7 +104,7 @@ from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed
 from .culprit import (
     _desync_ranks, _fingerprint_how, _laggards, _least_completed, _missing_ranks, _odd_collective, _peer_of, _seq_of,
 )
-from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, own_exit
+from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, first_timeout_time, own_exit, watchdog_abort
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
@@ -174,7 +174,10 @@ def find(ctx: Context) -> list[Finding]:
         dead = [d for d in killed if d["rank"] is not None and d["rank"] not in failed_ranks]
         # a rank the launcher saw exit with a code of its own (SIGSEGV, exit 3) and that has no
         # error or timeout of its own here: a death, stronger than any inference from silence
-        exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks),
+        # (not a SIGABRT after the first timeout: the watchdog's teardown of the hang, deaths.watchdog_abort)
+        t_abort_after = first_timeout_time(to_sorted, rows)
+        exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks
+                         and not watchdog_abort(r, t_abort_after)),
                         key=lambda r: (facts.signal_of(r["exit_code"], r["signal"]) not in facts.FAULT_SIGNALS,
                                        _key(r), not r["first_observed"]))
         named, named_src, reporters = _desync_ranks(desync)
