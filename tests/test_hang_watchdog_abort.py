@@ -163,6 +163,39 @@ def test_a_fault_signal_after_the_timeouts_is_not_taken_for_the_teardown(tmp_pat
     assert crash and crash[0].ranks == [1] and "SIGSEGV" in crash[0].title
 
 
+def test_a_peers_dump_signal_stands_for_the_timeout_no_line_shows(tmp_path: Path) -> None:
+    """The rank whose watchdog fired wrote elsewhere: the others only log the heartbeat monitor's
+    "Received a dump signal due to a collective timeout from rank 6". That is a collective timeout
+    all the same: the SIGABRTs after it are its teardown, and the rank that stopped is the hang."""
+    files = {}
+    for name, text in hung_run(8, 1, 3).items():
+        out = []
+        for ln in text.splitlines():
+            if "Watchdog caught" in ln:
+                r = int(ln.split("]", 1)[0].removeprefix("[rank"))
+                head = ln.split("ProcessGroupNCCL.cpp")[0]
+                ln = head + "ProcessGroupNCCL.cpp:1595] " + _dump_signal(r, 6, 3 * 60 + 1)
+            elif "taking the entire process down" in ln:
+                continue
+            out.append(ln)
+        files[name] = "\n".join(out) + "\n"
+    report = diagnosed(tmp_path, files)
+    rc = report.root_cause
+    assert rc is not None and (rc.kind, rc.ranks) == ("hang", [3]), rc
+    assert not [f.title for f in report.findings if f.kind in ("crash", "unexplained_error")]
+
+
+def test_only_the_hung_ranks_output_still_reads_as_a_hang(tmp_path: Path) -> None:
+    """torchrun --tee/--local-ranks-filter 0: only rank 0's lines and the launcher's. Rank 0
+    stopped, heard that rank 1's collective timed out, and every worker died of SIGABRT."""
+    files = {name: "\n".join(ln for ln in text.splitlines() if not ln.startswith(("[rank1]", "[rank2]", "[rank3]"))) + "\n"
+             for name, text in hung_run(4, 1, 0).items()}
+    report = diagnosed(tmp_path, files)
+    rc = report.root_cause
+    assert rc is not None and (rc.kind, rc.ranks) == ("hang", [0]), rc
+    assert not [f.title for f in report.findings if f.kind == "crash"]
+
+
 def logdir_run(world: int, hung: int) -> dict[str, str]:
     """torchrun --log-dir: each worker's stdout/stderr in <run>/attempt_0/<local rank>/; the NCCL
     glog lines in stderr carry no year and the file has no full timestamp; the agent's console
