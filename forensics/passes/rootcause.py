@@ -11,6 +11,11 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   can cause which is the table CAUSES below, layers only break ties.
 - A finding explains another only if it concerns the same rank(s) (or the other's victims, or
   one of them is job-wide) and did not start after the other ended.
+- A rank lag (a rank's last step below its peers') is how a failing rank's stop shows in step
+  counts: a failure that names that rank explains it, whenever the failure was reported (its
+  peers' timeouts come a timeout period after it stopped).
+- Findings that explain each other round a cycle are one cause told several ways: none of them
+  is explained away, the order of causes (_key) picks the root among them.
 - Failures (OOM, timeouts, hangs) cascade in time: the first failure explains the later ones,
   wherever they are; an earlier root is never replaced by the timeouts it caused. The same
   failure reported once by the ranks that suffered it (no ranks at fault) and once naming its
@@ -141,6 +146,11 @@ def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> 
         # they localise it (passes/outlier.py), so they explain it and not the other way round
         return False
     ta, tb = _t(a.first_seen), _t(b.first_seen)
+    if (b.kind == "rank_lag" and a.kind in FAILURES and b.kind in CAUSES.get(a.kind, set()) and a.ranks
+            and set(b.ranks) <= set(a.ranks)):
+        # the lag is how the failing rank's stop shows in step counts: it comes before its peers'
+        # timeouts (a timeout later) or its exit record, whatever the times say
+        return True
     if a.kind in FAILURES and b.kind in FAILURES and a.kind == b.kind and bool(a.ranks) != bool(b.ranks):
         # one failure, reported twice: by who suffered it (a rule naming the ranks that timed out,
         # ranks = []) and by who caused it. The report naming the culprit explains the other,
@@ -238,7 +248,11 @@ def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> t
     def crash_relevant(i: int) -> bool:
         return findings[i].kind in FAILURES or any(rel[i][j] for j in failures)
 
-    roots = [c for c in cands if not any(rel[o][c] and not rel[c][o] for o in cands if o != c)] or cands
+    # a root is explained by nothing it does not lead back to: findings that explain each other
+    # round a cycle (a crash recorded after the timeouts it caused, their rule and pass reports of
+    # one failure) stand together, and _key chooses among them
+    reach = [set(_closure(i, rel)) for i in range(n)]
+    roots = [c for c in cands if not any(rel[o][c] and o not in reach[c] for o in cands if o != c)] or cands
     # of two slowdowns neither explains, one that cost a tenth of the other's time is not the
     # verdict (both priced by cost.py on the same run: the other is what slowed it)
     top = max((findings[c].cost_seconds for c in roots if findings[c].cost), default=0.0)

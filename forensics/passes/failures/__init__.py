@@ -36,6 +36,13 @@ Domain facts relied on:
   8. the rank whose "last completed work" is smallest (the laggard) [never_joined];
   9. the rank that went silent first without an error of its own [last_to_log; weak when the
      next rank stopped logging within a second or half a step of it].
+- ProcessGroupNCCL ends a hang itself: the watchdog that timed out rethrows (std::terminate), and
+  every other rank's heartbeat monitor, told by the TCPStore ("Received a dump signal due to a
+  collective timeout from rank N"), dumps and aborts (terminateProcess: LOG(FATAL)). So every
+  worker, the one that never joined included, dies of SIGABRT after the first timeout: such an
+  exit is the hang's end, never a death of its own (deaths.watchdog_abort). When no rank's
+  timeout line is in the logs, a peer's dump-signal report of rank N's stands for it
+  (classify.reported_timeouts).
 - Ranks that issued DIFFERENT collectives (fingerprints differ, another op or size at one
   SeqNum, waiting in another SeqNum) are a `collective_mismatch`; a culprit that simply never
   arrived, silent without an error of its own, is a `hang`.
@@ -100,11 +107,11 @@ from ..context import Context
 from ..evidence import cite, iso, pass_id, shorten
 from .cancel import _cancel_finding
 from .cascade import _cascade_tail, _later_phrase, _launcher_first_observed
-from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed
+from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed, reported_timeouts
 from .culprit import (
     _desync_ranks, _fingerprint_how, _laggards, _least_completed, _missing_ranks, _odd_collective, _peer_of, _seq_of,
 )
-from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, own_exit
+from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, first_timeout_time, own_exit, watchdog_abort
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
@@ -130,7 +137,8 @@ def find(ctx: Context) -> list[Finding]:
         return []
     rows = _whose(ctx, sorted(fails_df.iter_rows(named=True), key=_key))
     ooms = [r for r in rows if r["kind"] == "oom"]
-    tos = [r for r in rows if r["kind"] == "timeout"]
+    # no timeout line of any rank: a peer's report of one (the dump signal) stands in for it
+    tos = [r for r in rows if r["kind"] == "timeout"] or reported_timeouts(rows)
     statuses = [r for r in rows if r["kind"] in ("status", "timeout") and (r["enqueued"] is not None or r["completed"] is not None)]
     desync = [r for r in rows if r["desync"]]      # a timeout's message may carry the desync report
     progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
@@ -174,7 +182,10 @@ def find(ctx: Context) -> list[Finding]:
         dead = [d for d in killed if d["rank"] is not None and d["rank"] not in failed_ranks]
         # a rank the launcher saw exit with a code of its own (SIGSEGV, exit 3) and that has no
         # error or timeout of its own here: a death, stronger than any inference from silence
-        exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks),
+        # (not a SIGABRT after the first timeout: the watchdog's teardown of the hang, deaths.watchdog_abort)
+        t_abort_after = first_timeout_time(to_sorted, rows)
+        exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks
+                         and not watchdog_abort(r, t_abort_after)),
                         key=lambda r: (facts.signal_of(r["exit_code"], r["signal"]) not in facts.FAULT_SIGNALS,
                                        _key(r), not r["first_observed"]))
         named, named_src, reporters = _desync_ranks(desync)
@@ -262,6 +273,11 @@ def find(ctx: Context) -> list[Finding]:
                 weak = len(quiet) > 1
     waiting = {int(r["rank"]) for r in statuses if r["rank"] is not None and r["enqueued"] is not None
                and fail_seq is not None and r["enqueued"] >= fail_seq}
+    if fail_seq is None and first_to:
+        # no collective number to compare: the ranks that heard of the timeout (the dump signal)
+        # and are not its culprit were in the job's collectives, waiting like the one that fired
+        waiting |= {int(r["rank"]) for r in rows if r["kind"] == "status" and r.get("event") == "NCCL_DUMP_SIGNAL"
+                    and r["rank"] is not None}
     victims = sorted((set(first_to) | waiting) - set(culprits))
 
     # -- the launcher's cascade: kills and exits after the first failure ---------------------------

@@ -5,6 +5,7 @@ common clock (an untimed console line is placed between its timestamped neighbou
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import polars as pl
 
@@ -12,6 +13,7 @@ from ... import failure_facts as facts, failure_rows
 from ...collective_text import DESYNC_TEXT, MISMATCH_TEXT
 from ..context import Context
 from .meaning import own, with_meaning
+from .rows import _extra
 
 
 OOM_RE = r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|\bCUDA_OOM\b"
@@ -206,3 +208,27 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
                       .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_show"))
         .drop("lo", "hi")
     )
+
+
+def reported_timeouts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Timeouts known only from a peer's report, for logs that hold no timeout line of any rank
+    (the rank that timed out wrote elsewhere: another node's log, a filtered console).
+
+    ProcessGroupNCCL's heartbeat monitor (HeartbeatMonitor::runLoop) on every rank polls the
+    TCPStore for the dump key a rank sets when its watchdog times out, and logs "Received a dump
+    signal due to a collective timeout from rank N ..." (N: the rank that set it; "this local
+    rank": its own watchdog). So rank N's collective timed out no later than that line: a timeout
+    row of rank N at its time, citing it (the reporter's own work numbers stay on the reporter's
+    status row)."""
+    out = []
+    for r in rows:
+        if r["kind"] != "status" or r.get("event") != "NCCL_DUMP_SIGNAL":
+            continue
+        src = _extra(r).get("signal_from")
+        who = r["rank"] if src == "self" else src if isinstance(src, int) else None
+        if who is None:
+            continue
+        same = who == r["rank"]
+        out.append({**r, "kind": "timeout", "rank": who, "enqueued": None, "completed": None, "seq": None,
+                    **({} if same else {"logged_rank": r.get("logged_rank", r["rank"]), "host": None, "local_rank": None})})
+    return out

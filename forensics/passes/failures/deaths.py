@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -146,6 +147,35 @@ def own_exit(r: dict[str, Any]) -> bool:
         return False
     sig = facts.signal_of(r["exit_code"], r["signal"])
     return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
+
+
+def watchdog_abort(r: dict[str, Any], t_timeout: dt.datetime | None) -> bool:
+    """An exit by SIGABRT at or after the first collective timeout (`t_timeout`): ProcessGroupNCCL's
+    teardown of the hang, not a death of the worker's own.
+
+    torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp: on a timeout the watchdog logs "To avoid
+    data inconsistency, we are taking the entire process down." and rethrows in its thread
+    ("Process group watchdog thread terminated with exception"; uncaught: std::terminate, SIGABRT);
+    on every other rank the heartbeat monitor sees the dump signal the timed-out rank set in the
+    TCPStore, dumps the Flight Recorder and calls terminateProcess (LOG(FATAL): std::abort) — the
+    rank that never joined the collective included. An exit record's time may be cut to the second
+    (ChildFailedError's `time : 2025-07-06_18:45:01`): within a second before the timeout counts."""
+    if t_timeout is None or r["kind"] != "exit" or facts.signal_of(r["exit_code"], r["signal"]) != "SIGABRT":
+        return False
+    t = r["timestamp"]
+    return t is not None and t + dt.timedelta(seconds=1) > t_timeout
+
+
+def first_timeout_time(tos: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dt.datetime | None:
+    """When the first collective timed out: the earliest timeout with a time; else (a glog line
+    without a year, in a file with no full timestamp) the earliest exit of a rank that timed out —
+    the watchdog's abort of that rank follows its timeout, so the timeout was no later."""
+    ts = [r["timestamp"] for r in tos if r["timestamp"] is not None]
+    if ts:
+        return min(ts)
+    timed_out = {_owner(r) for r in tos if _owner(r) is not None}
+    ts = [r["timestamp"] for r in rows if r["kind"] == "exit" and r["timestamp"] is not None and _owner(r) in timed_out]
+    return min(ts) if ts else None
 
 
 def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
