@@ -177,12 +177,14 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
     dying ranks must not make a victim look earlier than the fault it may follow. Only a line
     between them that carries a time puts a victim's error before an OOM.
     `exact` says the line carried its own time (it wins over an untimed copy of the same failure).
+    `t_earliest` / `t_latest`: the bounds themselves (the line's own time when it has one; null
+    when no timestamped line is on that side of it): whether one line surely came before another.
 
     Only the files holding untimed failure lines are scanned (structured logs never need it)."""
     df = df.with_columns(pl.col("ts_aligned").is_not_null().alias("exact"))
     need = df.filter(pl.col("ts_aligned").is_null() & pl.col("source_file").is_not_null())
     if need.is_empty():
-        return df.with_columns(pl.col("ts_aligned").alias("t_order"), pl.col("ts_aligned").alias("t_show"))
+        return df.with_columns(*(pl.col("ts_aligned").alias(c) for c in ("t_order", "t_show", "t_earliest", "t_latest")))
     files = need.get_column("source_file").unique().to_list()
     anchors = (
         ctx.aligned(ctx.events.select("rank", "host", "timestamp", "source_file", "line")
@@ -203,6 +205,7 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.when(timeout).then(pl.coalesce("ts_aligned", "hi"))
                       .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_order"),
                       pl.when(timeout).then(pl.coalesce("ts_aligned", "hi", "lo"))
-                      .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_show"))
+                      .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_show"),
+                      pl.coalesce("ts_aligned", "lo").alias("t_earliest"), pl.coalesce("ts_aligned", "hi").alias("t_latest"))
         .drop("lo", "hi")
     )
