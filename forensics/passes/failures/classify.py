@@ -8,29 +8,26 @@ import re
 
 import polars as pl
 
-from ... import failure_facts as facts, failure_rows
+from ... import failure_facts as facts, failure_messages as fm, failure_rows
 from ...collective_text import DESYNC_TEXT, MISMATCH_TEXT
 from ..context import Context
 from .meaning import own, with_meaning
 
 
-OOM_RE = r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|\bCUDA_OOM\b"
+# The wordings of an OOM, of a device error and of a victim's failed collective are families of
+# forensics/failure_messages.py (rules as data, one table): a line's kind is read by the union of
+# its kind's families (whichever matches), its role (own / victim) by the first family matching.
+OOM_RE = fm.pattern(kinds=("oom",), roles=("own",))
 
 
-TIMEOUT_RE = (r"(?i)watchdog caught collective operation timeout|collective operation timeout|timed out|"
-              r"Timeout\(ms\)|waiting on rank|connection (?:reset|closed) by (?:remote )?peer|communicator was aborted|"
-              r"DistBackendError|NCCL error|remote process exited|socket timeout|NCCL_TIMEOUT|"
-              # a peer's death seen from this side of the socket (gloo / c10d store): a victim's error
-              r"Broken pipe|Connection refused|DistNetworkError|DistStoreError")
+# a peer's death seen from this side (a timeout, a lost connection, a store or socket error)
+TIMEOUT_RE = fm.pattern(roles=("victim",))
 
 
-# The device failed (CUDA's sticky errors, the driver's Xid, ECC): the rank whose error says so.
+# The device failed (CUDA's sticky errors, the driver's Xid, ECC, NCCL's ncclUnhandledCudaError:
+# a CUDA call inside NCCL failed on THIS rank): the rank whose error says so.
 # A device-side assert is the program's own check failing (an index out of range): a crash.
-GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable ECC|ECC error|NVRM: Xid|\bXid\b|"
-          r"fallen off the bus|misaligned address|illegal instruction|hardware stack error|launch timed out|"
-          # NCCL's ncclUnhandledCudaError: a CUDA call inside NCCL failed on THIS rank (a peer's
-          # death is ncclRemoteError / ncclSystemError, a victim's error)
-          r"unhandled cuda error|ncclUnhandledCudaError")
+GPU_RE = fm.pattern(kinds=("gpu_error",), roles=("own",))
 
 
 # Exceptions raised by a teardown, not by the program: not a crash of their own.
@@ -113,7 +110,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     is_cancel = ev == "JOB_CANCELLED"
     is_status = ev == "NCCL_DUMP_SIGNAL"
     process = is_exit | is_kill | is_cancel
-    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE) | own(("oom",)))
+    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE))
     is_stuck = ~process & ~is_oom & own(("hang",))
     is_desync = msg.str.contains(DESYNC_RE)
     # the device's own failure: typed by the reader, or the text of an error line / a traceback
