@@ -321,8 +321,9 @@ def find(ctx: Context) -> list[Finding]:
     own_deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()]
     if (others := independent(own_deaths, rows)):
         first = min(((r, k) for r, k, _m in own_deaths if isinstance(k, int)), key=lambda d: _key(d[0]))
-        f = next(f for f in out if f.ranks == [first[1]] and first[0]["line"] in [e.line for e in f.lines[:1]])
-        name_all(f, others)
+        f = next((f for f in out if f.ranks == [first[1]] and first[0]["line"] in [e.line for e in f.lines[:1]]), None)
+        if f is not None:
+            name_all(f, others)
     if first_fail is None and not cancels:
         out += _failed_exit(rows)
     elif mode == "exited":
