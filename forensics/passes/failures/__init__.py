@@ -111,7 +111,9 @@ from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed, 
 from .culprit import (
     _desync_ranks, _fingerprint_how, _laggards, _least_completed, _missing_ranks, _odd_collective, _peer_of, _seq_of,
 )
-from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, first_timeout_time, own_exit, watchdog_abort
+from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, first_timeout_time, watchdog_abort
+from .independent import independent, name_all
+from .rows import own_exit
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
@@ -332,6 +334,13 @@ def find(ctx: Context) -> list[Finding]:
         # killer took, MemoryError) is a host OOM, not a plain crash
         out.append(_death_finding("host_oom" if r.get("meaning") == "host_oom" and r.get("meaning_role") == "own" else "crash",
                                   who_key, r, first_to, cascade, rows))
+    # -- ranks that failed of their own error before any sign of the cascade: all are culprits ---
+    own_deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()]
+    if (others := independent(own_deaths, rows)):
+        first = min(((r, k) for r, k, _m in own_deaths if isinstance(k, int)), key=lambda d: _key(d[0]))
+        f = next((f for f in out if f.ranks == [first[1]] and first[0]["line"] in [e.line for e in f.lines[:1]]), None)
+        if f is not None:
+            name_all(f, others)
     if first_fail is None and not cancels:
         out += _failed_exit(rows)
     elif mode == "exited":

@@ -9,30 +9,27 @@ from typing import Any
 
 import polars as pl
 
-from ... import failure_facts as facts, failure_rows
+from ... import failure_facts as facts, failure_messages as fm, failure_rows
 from ...collective_text import DESYNC_TEXT, MISMATCH_TEXT
 from ..context import Context
 from .meaning import own, with_meaning
 from .rows import _extra
 
 
-OOM_RE = r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|\bCUDA_OOM\b"
+# The wordings of an OOM, of a device error and of a victim's failed collective are families of
+# forensics/failure_messages.py (rules as data, one table): a line's kind is read by the union of
+# its kind's families (whichever matches), its role (own / victim) by the first family matching.
+OOM_RE = fm.pattern(kinds=("oom",), roles=("own",))
 
 
-TIMEOUT_RE = (r"(?i)watchdog caught collective operation timeout|collective operation timeout|timed out|"
-              r"Timeout\(ms\)|waiting on rank|connection (?:reset|closed) by (?:remote )?peer|communicator was aborted|"
-              r"DistBackendError|NCCL error|remote process exited|socket timeout|NCCL_TIMEOUT|"
-              # a peer's death seen from this side of the socket (gloo / c10d store): a victim's error
-              r"Broken pipe|Connection refused|DistNetworkError|DistStoreError")
+# a peer's death seen from this side (a timeout, a lost connection, a store or socket error)
+TIMEOUT_RE = fm.pattern(roles=("victim",))
 
 
-# The device failed (CUDA's sticky errors, the driver's Xid, ECC): the rank whose error says so.
+# The device failed (CUDA's sticky errors, the driver's Xid, ECC, NCCL's ncclUnhandledCudaError:
+# a CUDA call inside NCCL failed on THIS rank): the rank whose error says so.
 # A device-side assert is the program's own check failing (an index out of range): a crash.
-GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable ECC|ECC error|NVRM: Xid|\bXid\b|"
-          r"fallen off the bus|misaligned address|illegal instruction|hardware stack error|launch timed out|"
-          # NCCL's ncclUnhandledCudaError: a CUDA call inside NCCL failed on THIS rank (a peer's
-          # death is ncclRemoteError / ncclSystemError, a victim's error)
-          r"unhandled cuda error|ncclUnhandledCudaError")
+GPU_RE = fm.pattern(kinds=("gpu_error",), roles=("own",))
 
 
 # Exceptions raised by a teardown, not by the program: not a crash of their own.
@@ -115,7 +112,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     is_cancel = ev == "JOB_CANCELLED"
     is_status = ev == "NCCL_DUMP_SIGNAL"
     process = is_exit | is_kill | is_cancel
-    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE) | own(("oom",)))
+    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE))
     is_stuck = ~process & ~is_oom & own(("hang",))
     is_desync = msg.str.contains(DESYNC_RE)
     # the device's own failure: typed by the reader, or the text of an error line / a traceback
@@ -179,12 +176,14 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
     dying ranks must not make a victim look earlier than the fault it may follow. Only a line
     between them that carries a time puts a victim's error before an OOM.
     `exact` says the line carried its own time (it wins over an untimed copy of the same failure).
+    `t_earliest` / `t_latest`: the bounds themselves (the line's own time when it has one; null
+    when no timestamped line is on that side of it): whether one line surely came before another.
 
     Only the files holding untimed failure lines are scanned (structured logs never need it)."""
     df = df.with_columns(pl.col("ts_aligned").is_not_null().alias("exact"))
     need = df.filter(pl.col("ts_aligned").is_null() & pl.col("source_file").is_not_null())
     if need.is_empty():
-        return df.with_columns(pl.col("ts_aligned").alias("t_order"), pl.col("ts_aligned").alias("t_show"))
+        return df.with_columns(*(pl.col("ts_aligned").alias(c) for c in ("t_order", "t_show", "t_earliest", "t_latest")))
     files = need.get_column("source_file").unique().to_list()
     anchors = (
         ctx.aligned(ctx.events.select("rank", "host", "timestamp", "source_file", "line")
@@ -205,7 +204,8 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.when(timeout).then(pl.coalesce("ts_aligned", "hi"))
                       .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_order"),
                       pl.when(timeout).then(pl.coalesce("ts_aligned", "hi", "lo"))
-                      .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_show"))
+                      .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_show"),
+                      pl.coalesce("ts_aligned", "lo").alias("t_earliest"), pl.coalesce("ts_aligned", "hi").alias("t_latest"))
         .drop("lo", "hi")
     )
 

@@ -17,7 +17,7 @@ from .cascade import _cascade_tail, _later_phrase
 from .classify import TEARDOWN_RE
 from . import records
 from .progress import _others_went_on, _trained_after
-from .rows import REPORTERS, _basis, _ev_row, _extra, _key, _local, _owner, _who
+from .rows import REPORTERS, own_exit, _basis, _ev_row, _extra, _key, _local, _owner, _who
 
 
 def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]:
@@ -140,15 +140,6 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
     )
 
 
-def own_exit(r: dict[str, Any]) -> bool:
-    """A launcher's exit record with a code of the worker's own: a fault signal (SIGSEGV ...) or
-    a positive code; not SIGKILL (a kill: host_oom) nor a teardown signal (the launcher's SIGTERM)."""
-    if r["kind"] != "exit" or r["exit_code"] is None:
-        return False
-    sig = facts.signal_of(r["exit_code"], r["signal"])
-    return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
-
-
 def watchdog_abort(r: dict[str, Any], t_timeout: dt.datetime | None) -> bool:
     """An exit by SIGABRT at or after the first collective timeout (`t_timeout`): ProcessGroupNCCL's
     teardown of the hang, not a death of the worker's own.
@@ -204,6 +195,7 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     # a traceback printed before the exit in the same output that names no rank (no [rankN]:
     # prefix): most likely this worker's, said as such, never taken for a rank's own error
     tb = max((t for t in rows if t["kind"] == "traceback" and t["event"] == "TRACEBACK" and _owner(t) is None
+              and not re.search(TEARDOWN_RE, t["message"] or "")     # the launcher's own ChildFailedError
               and t["source_file"] == r["source_file"] and (t["line"] or 0) < (r["line"] or 0)),
              key=lambda t: t["line"] or 0, default=None)
     seen = f"; the traceback printed before it names no rank: {shorten(tb['message'], 160)}" if tb else ""

@@ -68,7 +68,8 @@ def _local(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _who(rank: int | None, row: dict[str, Any]) -> str:
     if rank is not None:
-        return f"rank {rank}"
+        how = (row.get("record") or {}).get("how")
+        return f"rank {rank} ({how})" if how else f"rank {rank}"
     loc = _local(row)
     return local_ranks_phrase(loc) if loc else "a rank the log does not name"
 
@@ -131,7 +132,19 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 r["rank"], r["rank_basis"] = int(r["local_rank"]), "one_node"
                 r["one_node"] = node
     records.join(ctx, rows, _DEATH_KINDS)
+    from .classify import TEARDOWN_RE     # (classify imports this module's neighbours)
+
+    records.join_unowned(rows, _OWN_KINDS, own_exit, TEARDOWN_RE)
     return rows
+
+
+def own_exit(r: dict[str, Any]) -> bool:
+    """A launcher's exit record with a code of the worker's own: a fault signal (SIGSEGV ...) or
+    a positive code; not SIGKILL (a kill: host_oom) nor a teardown signal (the launcher's SIGTERM)."""
+    if r["kind"] != "exit" or r["exit_code"] is None:
+        return False
+    sig = facts.signal_of(r["exit_code"], r["signal"])
+    return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
 
 
 def _basis(r: dict[str, Any], default: str | None = "own_error") -> str | None:
