@@ -113,13 +113,12 @@ from .culprit import (
 )
 from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, first_timeout_time, watchdog_abort
 from .independent import independent, name_all
-from .rows import own_exit
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
 from . import records
-from .rows import LAUNCHERS, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
+from .rows import LAUNCHERS, own_exit, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
 from .timeouts import _local_hang, _timeout_findings
 
