@@ -24,6 +24,11 @@ C = {
  "f09_healthy_pj12":      dict(n=12, schema="python_json", fault="none", rank=0, step=0, jitter_ms=20, batch=128, steps=16, truth=(None, None)),
  "f10_healthy_loguru3":   dict(n=3, schema="loguru", fault="late_plateau", rank=0, step=0, warmup_steps=4, jitter_ms=15, steps=40, truth=(None, None)),
  "f11_healthy_gelf6_2h":  dict(n=6, schema="gelf", hosts=2, clock_offset=2.5, fault="none", rank=0, step=0, jitter_ms=10, batch=256, steps=20, truth=(None, None)),
+ "f13_mismatch_ecs4_err":  dict(n=4, schema="ecs", fault="coll_mismatch", rank=2, step=4, stderr=True, steps=10, truth=([2], ["collective_mismatch", "crash", "unexplained_error"])),
+ "f14_nangrad_own12_2h":   dict(n=12, schema="own", hosts=2, clock_offset=2.0, fault="nan_grad", rank=7, step=5, batch=128, steps=12, truth=([7], ["non_finite", "loss_divergence"])),
+ "f15_oomkill_pj3_shared": dict(n=3, schema="python_json", fault="oom_kill", rank=0, step=6, stderr=True, steps=12, pattern="log.jsonl", truth=([0], ["host_oom", "crash"])),
+ "f16_healthy_mn8_warm":   dict(n=8, schema="metrics_nested", names="alt3", fault="none", rank=0, step=0, warmup_steps=4, jitter_ms=25, batch=128, steps=18, truth=(None, None)),
+ "f17_sigterm_gelf4":       dict(n=4, schema="gelf", fault="none", rank=0, step=0, steps=400, kill_after=20, truth=([], ["job_cancelled"])),
  "f12_mismatch_sl3":      dict(n=3, schema="structlog", fault="coll_mismatch", rank=1, step=5, steps=12, truth=([1], ["collective_mismatch", "crash", "unexplained_error"])),
 }
 if __name__ == "__main__":
