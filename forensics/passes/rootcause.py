@@ -16,8 +16,9 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   failure reported once by the ranks that suffered it (no ranks at fault) and once naming its
   culprit is one failure: the report naming the culprit explains the other.
 - When the run crashed, the verdict must explain the crash: a root that is or explains a failure
-  is preferred to one that does not. A rank that timed out in the failed collective was waiting
-  too, so no slowness of its own explains that failure.
+  is preferred to one that does not. A run whose values turned NaN/Inf (non_finite at ERROR)
+  failed as surely, though every process lived: the same holds for it. A rank that timed out
+  in the failed collective was waiting too, so no slowness of its own explains that failure.
 - Log-hygiene findings describe the logs, not the training: never a root cause. A throughput
   drop is only the training-layer symptom of the chain: never the root cause on its own.
 - The scheduler's cancellation (job_cancelled) ends a run without crashing it: a failure before
@@ -60,6 +61,10 @@ FAILURES = {"oom", "nccl_timeout", "hang", "crash", "host_oom", "collective_mism
 # scancel): a failure before it is why someone cancelled (CAUSES below); alone, it is the verdict.
 _ENDS = {"job_cancelled"}
 NON_CAUSAL = {"log_hygiene", "clock_skew"}
+# A run that goes on after these has failed all the same: its values are lost (non_finite at
+# ERROR: a NaN/Inf in a rank's own values that the all-reduce spreads). Not FAILURES: they do not
+# cascade in time like a process's death; the root must explain them as it must a crash.
+RUINED = {"non_finite"}
 # bases that name a failure's culprit by its silence (passes/unexplained.SILENT_BASES)
 _SILENT = {"last_to_log", "never_joined"}
 # what a rank alone said before its peers failed (passes/lone_message.py; basis own_gap)
@@ -233,10 +238,13 @@ def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> t
              if f.severity in ("WARN", "ERROR") and f.kind not in NON_CAUSAL and f.kind not in SYMPTOMS]
     if not cands:
         return None, []
-    failures = [i for i in range(n) if findings[i].kind in FAILURES]
+    # a run whose values became NaN/Inf failed too (its result is lost), though no process died:
+    # the verdict must explain that, before a slowdown it does not explain
+    failures = [i for i in range(n) if findings[i].kind in FAILURES
+                or findings[i].kind in RUINED and findings[i].severity == "ERROR"]
 
     def crash_relevant(i: int) -> bool:
-        return findings[i].kind in FAILURES or any(rel[i][j] for j in failures)
+        return i in failures or any(rel[i][j] for j in failures)
 
     roots = [c for c in cands if not any(rel[o][c] and not rel[c][o] for o in cands if o != c)] or cands
     # of two slowdowns neither explains, one that cost a tenth of the other's time is not the
