@@ -71,3 +71,11 @@ def test_a_glog_line_in_a_file_without_a_year_is_timed_from_the_run(tmp_path: Pa
     kills = rows.filter(rows["kind"] == "kill")
     assert kills.height == 4 and kills["exact"].all()
     assert kills["t_show"].min().year == 2026 and kills["t_show"].min() > T0
+
+
+def test_a_stop_whose_clock_disagrees_with_the_ranks_judges_nothing_by_it(tmp_path: Path) -> None:
+    # the launcher's glog time 5 h before the ranks' own (a console in local time): its time is
+    # no evidence that nobody waited; the rank that stopped first stays the hang
+    rep = diagnose([str(_run(tmp_path, {0: 41, 1: 41, 2: 41, 3: 40}, -5 * 3600.0))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [3]

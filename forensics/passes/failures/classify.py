@@ -166,6 +166,10 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# a launcher starts before its workers log: its lines may precede the run's first event by this much
+GLOG_EARLY_MIN = 10
+
+
 def _glog_times(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
     """A glog line (torch elastic's launcher: `W1205 11:24:43.604000 ...`) in a file with no
     full timestamp carries its month, day and time without a year (`extra.glog_time`, the
@@ -177,14 +181,20 @@ def _glog_times(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
     g = pl.col("extra").str.json_path_match("$.glog_time")
     if df.select((pl.col("ts_aligned").is_null() & g.is_not_null()).any()).item() is not True:
         return df
-    end = ctx.events.select(pl.col("timestamp").max()).collect().item()
+    start, end = ctx.events.select(pl.col("timestamp").min().alias("a"), pl.col("timestamp").max().alias("b")).collect().row(0)
     if end is None:
         return df
     cands = [pl.concat_str(pl.lit(f"{y:04d}-"), g).str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False, time_zone="UTC")
              for y in (end.year - 1, end.year, end.year + 1)]
     dist = [(c - pl.lit(end)).abs() for c in cands]
     best = pl.when(dist[1] <= pl.min_horizontal(dist[0], dist[2])).then(cands[1]).when(dist[0] <= dist[2]).then(cands[0]).otherwise(cands[2])
-    return df.with_columns(pl.coalesce(pl.col("ts_aligned"), best.dt.cast_time_unit("us")).alias("ts_aligned"))
+    df = df.with_columns(best.dt.cast_time_unit("us").alias("_glog"))
+    # glog writes local time: a file whose lines would fall before the run began (a console in
+    # a time zone behind the ranks' UTC) keeps them untimed, as a clock that disagrees
+    early = df.filter(pl.col("_glog") < pl.lit(start) - pl.duration(minutes=GLOG_EARLY_MIN)).get_column("source_file").unique()
+    ok = pl.col("_glog").is_not_null() & ~pl.col("source_file").is_in(early.implode())
+    return df.with_columns(pl.when(pl.col("ts_aligned").is_null() & ok).then(pl.col("_glog"))
+                           .otherwise(pl.col("ts_aligned")).alias("ts_aligned")).drop("_glog")
 
 
 def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:

@@ -135,7 +135,10 @@ def _waited_s(stop_t: Any, culprits: list[int], progress: dict[int, dict[str, An
     last = [progress[k]["last_ts"] for k in culprits if progress.get(k, {}).get("last_ts") is not None]
     if stop_t is None or not last:
         return None
-    return (stop_t - max(last)).total_seconds()
+    waited = (stop_t - max(last)).total_seconds()
+    # a stop before the progress it ended is two clocks that disagree (a console in local time
+    # beside ranks in UTC): then its time says nothing
+    return waited if waited > -SILENT_MARGIN_S else None
 
 
 def _signal_stop(stop: dict[str, Any], rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],
