@@ -121,7 +121,7 @@ LABELS = {
     "grad_norm_spike": "gradient-norm spike", "loss_divergence": "loss divergence", "loss_plateau": "loss plateau",
     "rank_lag": "rank lag", "throughput_drop": "throughput drop", "clock_skew": "clock skew",
     "log_hygiene": "log hygiene", "crash": "crash (the process died)", "host_oom": "host out of memory",
-    "collective_mismatch": "collective mismatch", "job_cancelled": "job cancelled by the scheduler",
+    "collective_mismatch": "collective mismatch", "job_cancelled": "job ended from outside (scheduler or signal)",
     "gpu_error": "GPU error", "unexplained_error": "unexplained error", "no_data": "no usable data",
     "non_finite": "non-finite value (NaN/Inf)",
 }
