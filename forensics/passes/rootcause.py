@@ -21,8 +21,9 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   failure reported once by the ranks that suffered it (no ranks at fault) and once naming its
   culprit is one failure: the report naming the culprit explains the other.
 - When the run crashed, the verdict must explain the crash: a root that is or explains a failure
-  is preferred to one that does not. A rank that timed out in the failed collective was waiting
-  too, so no slowness of its own explains that failure.
+  is preferred to one that does not. A run whose values turned NaN/Inf (non_finite at ERROR)
+  failed as surely, though every process lived: the same holds for it. A rank that timed out
+  in the failed collective was waiting too, so no slowness of its own explains that failure.
 - Log-hygiene findings describe the logs, not the training: never a root cause. A throughput
   drop is only the training-layer symptom of the chain: never the root cause on its own.
 - The scheduler's cancellation (job_cancelled) ends a run without crashing it: a failure before
@@ -34,6 +35,9 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   they did, as a crash is. No input at all (no_data) is the verdict by itself.
 - Of two slowdowns neither of which explains the other, the one that cost under MINOR_COST of
   the other's time is not the root cause (cost.py prices both on the same run).
+- A symptom the job shows by design (comm_bound's `by_design`: communication above the
+  threshold on every rank from the first step to the last, never rising) is not a root cause,
+  nor a rule's job-wide finding of the same symptom.
 - A job-wide slowdown (every rank's communication time up together) is explained by the host
   or ranks whose own readings stand apart in it (basis `outlier`), never the reverse.
 - Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
@@ -65,6 +69,10 @@ FAILURES = {"oom", "nccl_timeout", "hang", "crash", "host_oom", "collective_mism
 # scancel): a failure before it is why someone cancelled (CAUSES below); alone, it is the verdict.
 _ENDS = {"job_cancelled"}
 NON_CAUSAL = {"log_hygiene", "clock_skew"}
+# A run that goes on after these has failed all the same: its values are lost (non_finite at
+# ERROR: a NaN/Inf in a rank's own values that the all-reduce spreads). Not FAILURES: they do not
+# cascade in time like a process's death; the root must explain them as it must a crash.
+RUINED = {"non_finite"}
 # bases that name a failure's culprit by its silence (passes/unexplained.SILENT_BASES)
 _SILENT = {"last_to_log", "never_joined"}
 # what a rank alone said before its peers failed (passes/lone_message.py; basis own_gap)
@@ -118,7 +126,7 @@ LABELS = {
     "grad_norm_spike": "gradient-norm spike", "loss_divergence": "loss divergence", "loss_plateau": "loss plateau",
     "rank_lag": "rank lag", "throughput_drop": "throughput drop", "clock_skew": "clock skew",
     "log_hygiene": "log hygiene", "crash": "crash (the process died)", "host_oom": "host out of memory",
-    "collective_mismatch": "collective mismatch", "job_cancelled": "job cancelled by the scheduler",
+    "collective_mismatch": "collective mismatch", "job_cancelled": "job ended from outside (scheduler or signal)",
     "gpu_error": "GPU error", "unexplained_error": "unexplained error", "no_data": "no usable data",
     "non_finite": "non-finite value (NaN/Inf)",
 }
@@ -239,14 +247,23 @@ def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> t
     findings = _dated(findings)
     n = len(findings)
     rel = [[explains(findings[i], findings[j], everyone) for j in range(n)] for i in range(n)]
+    # a symptom a pass judged the job's own design (comm_bound's by_design: communication over
+    # the threshold from the first step to the last on every rank, never rising) is that for a
+    # rule's job-wide finding of the same kind too: no root cause by itself
+    design = {f.kind for f in findings if f.rule.startswith("pass.") and (f.evidence or {}).get("by_design")}
     cands = [i for i, f in enumerate(findings)
-             if f.severity in ("WARN", "ERROR") and f.kind not in NON_CAUSAL and f.kind not in SYMPTOMS]
+             if f.severity in ("WARN", "ERROR") and f.kind not in NON_CAUSAL and f.kind not in SYMPTOMS
+             and not (f.kind in design and not f.rule.startswith("pass.")
+                      and (not f.ranks or (everyone and set(f.ranks) >= everyone)))]
     if not cands:
         return None, []
-    failures = [i for i in range(n) if findings[i].kind in FAILURES]
+    # a run whose values became NaN/Inf failed too (its result is lost), though no process died:
+    # the verdict must explain that, before a slowdown it does not explain
+    failures = [i for i in range(n) if findings[i].kind in FAILURES
+                or findings[i].kind in RUINED and findings[i].severity == "ERROR"]
 
     def crash_relevant(i: int) -> bool:
-        return findings[i].kind in FAILURES or any(rel[i][j] for j in failures)
+        return i in failures or any(rel[i][j] for j in failures)
 
     # a root is explained by nothing it does not lead back to: findings that explain each other
     # round a cycle (a crash recorded after the timeouts it caused, their rule and pass reports of

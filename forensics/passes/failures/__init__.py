@@ -341,12 +341,12 @@ def find(ctx: Context) -> list[Finding]:
         if f is not None:
             name_all(f, others)
     if first_fail is None and not cancels:
-        out += _failed_exit(rows)
+        out += _failed_exit(rows, ctx)
     elif mode == "exited":
         # the culprit's own exit is the crash (its records only: the others' exits are the cascade)
         pid = detail["death"]["pid"]
         out += _failed_exit([r for r in rows if r["kind"] != "exit" or _owner(r) == culprits[0]
-                             or (pid is not None and r["pid"] == pid)])
+                             or (pid is not None and r["pid"] == pid)], ctx)
 
     # -- processes killed from outside Python ----------------------------------------------------
     for d in killed:

@@ -88,6 +88,7 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
     # record's other fields; structlog's `event` is its message) is classified by that text
     return ctx.aligned(
         cand.with_columns(pl.when(ev.is_in(TYPED) | pl.col("extra").str.contains("missing_ranks", literal=True)
+                                  | pl.col("extra").str.contains("glog_time", literal=True)
                                   | (pl.col("level") == "ERROR") | pl.col("extra").str.contains(facts.EXC_FIELD_RE))
                           .then(pl.col("extra")).alias("extra"),
                           pl.coalesce("message", *facts.text_of("fields"), *facts.text_of("extra"),
@@ -164,6 +165,37 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# a launcher starts before its workers log: its lines may precede the run's first event by this much
+GLOG_EARLY_MIN = 10
+
+
+def _glog_times(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
+    """A glog line (torch elastic's launcher: `W1205 11:24:43.604000 ...`) in a file with no
+    full timestamp carries its month, day and time without a year (`extra.glog_time`, the
+    console reader): the year is the one that puts it nearest the run's last timestamped
+    event (its other files). Such a line then has a time of its own (on its file's clock: a
+    launcher's console has no offset of its own to the ranks')."""
+    if "extra" not in df.columns or df.is_empty():
+        return df
+    g = pl.col("extra").str.json_path_match("$.glog_time")
+    if df.select((pl.col("ts_aligned").is_null() & g.is_not_null()).any()).item() is not True:
+        return df
+    start, end = ctx.events.select(pl.col("timestamp").min().alias("a"), pl.col("timestamp").max().alias("b")).collect().row(0)
+    if end is None:
+        return df
+    cands = [pl.concat_str(pl.lit(f"{y:04d}-"), g).str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False, time_zone="UTC")
+             for y in (end.year - 1, end.year, end.year + 1)]
+    dist = [(c - pl.lit(end)).abs() for c in cands]
+    best = pl.when(dist[1] <= pl.min_horizontal(dist[0], dist[2])).then(cands[1]).when(dist[0] <= dist[2]).then(cands[0]).otherwise(cands[2])
+    df = df.with_columns(best.dt.cast_time_unit("us").alias("_glog"))
+    # glog writes local time: a file whose lines would fall before the run began (a console in
+    # a time zone behind the ranks' UTC) keeps them untimed, as a clock that disagrees
+    early = df.filter(pl.col("_glog") < pl.lit(start) - pl.duration(minutes=GLOG_EARLY_MIN)).get_column("source_file").unique()
+    ok = pl.col("_glog").is_not_null() & ~pl.col("source_file").is_in(early.implode())
+    return df.with_columns(pl.when(pl.col("ts_aligned").is_null() & ok).then(pl.col("_glog"))
+                           .otherwise(pl.col("ts_aligned")).alias("ts_aligned")).drop("_glog")
+
+
 def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
     """`t_order`, the time failures are compared by (on the common clock), and `t_show`, the one
     a finding states.
@@ -180,6 +212,7 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
     when no timestamped line is on that side of it): whether one line surely came before another.
 
     Only the files holding untimed failure lines are scanned (structured logs never need it)."""
+    df = _glog_times(ctx, df)
     df = df.with_columns(pl.col("ts_aligned").is_not_null().alias("exact"))
     need = df.filter(pl.col("ts_aligned").is_null() & pl.col("source_file").is_not_null())
     if need.is_empty():
@@ -189,8 +222,14 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
         ctx.aligned(ctx.events.select("rank", "host", "timestamp", "source_file", "line")
                     .filter(pl.col("source_file").is_in(files) & pl.col("timestamp").is_not_null()))
         .select("source_file", "line", pl.col("line").alias("a_line"), pl.col("ts_aligned").alias("t_anchor"))
-        .sort("line").collect()
+        .collect()
     )
+    # the failure lines timed here (a glog time given its year: _glog_times) anchor their neighbours too
+    own = df.filter(pl.col("ts_aligned").is_not_null() & pl.col("source_file").is_in(files)).select(
+        "source_file", "line", pl.col("line").alias("a_line"), pl.col("ts_aligned").alias("t_anchor"))
+    if not own.is_empty():
+        anchors = pl.concat([anchors, own.cast(anchors.schema)])
+    anchors = anchors.unique(["source_file", "line"], keep="first").sort("line")
     keys = need.select("source_file", "line").unique().sort("line")
     step = pl.duration(microseconds=1)
     back = keys.join_asof(anchors, on="line", by="source_file", strategy="backward", check_sortedness=False)

@@ -169,7 +169,24 @@ def first_timeout_time(tos: list[dict[str, Any]], rows: list[dict[str, Any]]) ->
     return min(ts) if ts else None
 
 
-def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
+# libstdc++'s verbose terminate handler (libsupc++/vterminate.cc) prints the exception's what()
+# on the line after "terminate called after throwing an instance of '%s'": "  what():  %s"
+_WHAT = re.compile(r"^\s*what\(\):\s*(.*)")
+# a build path in a native error's text, said by its file name only (the build machine's dirs)
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s/\]]+/)+([^\s/\]]+)")
+
+
+def _what(ctx: Context | None, tb: dict[str, Any]) -> str | None:
+    """The `what():` line libstdc++ prints after an uncaught C++ exception's line, if any."""
+    if ctx is None or not (tb.get("message") or "").startswith("terminate called after throwing") or tb.get("line") is None:
+        return None
+    nxt = (ctx.events.filter((pl.col("source_file") == tb["source_file"]) & (pl.col("line") == tb["line"] + 1))
+           .select("message").collect())
+    m = _WHAT.match(nxt.item(0, 0) or "") if nxt.height else None
+    return m.group(1).strip() if m else None
+
+
+def _failed_exit(rows: list[dict[str, Any]], ctx: Context | None = None) -> list[Finding]:
     """When nothing else failed: a worker the launcher saw exit with a non-zero code (torch
     elastic's "failed (exitcode: 1) local_rank: N", its ChildFailedError record) crashed, its
     own error being in output these logs do not hold (its stderr, its error_file). The earliest
@@ -194,11 +211,17 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     sig = facts.signal_of(r["exit_code"], r["signal"])
     # a traceback printed before the exit in the same output that names no rank (no [rankN]:
     # prefix): most likely this worker's, said as such, never taken for a rank's own error
-    tb = max((t for t in rows if t["kind"] == "traceback" and t["event"] == "TRACEBACK" and _owner(t) is None
-              and not re.search(TEARDOWN_RE, t["message"] or "")     # the launcher's own ChildFailedError
+    # (the launcher's own teardown traceback — ChildFailedError, SignalException — is not the
+    # worker's; an uncaught C++ exception's "terminate called ..." line is, with its what())
+    tb = max((t for t in rows if t["kind"] == "traceback" and _owner(t) is None
+              and (t["event"] == "TRACEBACK" or t.get("meaning") == "crash")
+              and not re.search(TEARDOWN_RE, t["message"] or "")
               and t["source_file"] == r["source_file"] and (t["line"] or 0) < (r["line"] or 0)),
              key=lambda t: t["line"] or 0, default=None)
-    seen = f"; the traceback printed before it names no rank: {shorten(tb['message'], 160)}" if tb else ""
+    what = _what(ctx, tb) if tb else None
+    said = _PATH.sub(r"…/\1", f"{tb['message']}: {what}" if what else tb["message"]) if tb else ""
+    kind_of = "the traceback" if tb and tb["event"] == "TRACEBACK" else "the error"
+    seen = f"; {kind_of} printed before it names no rank: {shorten(said, 300)}" if tb else ""
     if sig in facts.FAULT_SIGNALS:
         title = (f"{_who(rank, r)} died of {sig} (exit code {r['exit_code']}, the launcher's record): "
                  f"{facts.FAULT_SIGNALS[sig]}{seen}")
@@ -211,6 +234,7 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
         ranks=[] if rank is None else [rank], title=title,
         basis=_basis(r) if _owner(r) is not None else None, local_ranks=_local(r),
         evidence={"exit_code": r["exit_code"], "signal": sig, "pid": r["pid"], "host": r.get("host"), "event": r["event"],
+                  **({"unattributed_error": shorten(said, 300)} if tb else {}),
                   "others": others or None, **({"one_node": r["one_node"]} if r.get("one_node") else {})},
         lines=cite([_ev_row(o) for o in exits[:3]] + ([_ev_row(tb)] if tb else []), text="text"),
         first_seen=iso(r["t_show"]), last_seen=iso(exits[-1]["t_show"]),
