@@ -17,6 +17,11 @@ Domain facts relied on:
 - Exit codes: a negative code is death by the signal -code (torch elastic, DeepSpeed's launcher:
   -9 SIGKILL, -11 SIGSEGV, -7 SIGBUS, -6 SIGABRT); a shell (srun, bash) reports death by signal N
   as 128+N (137 = SIGKILL, 139 = SIGSEGV, 134 = SIGABRT, 135 = SIGBUS).
+- srun's task ids are SLURM_PROCID, each process's rank in the step (slurm
+  src/srun/libsrun/launch.c, _task_finish: "%s: task %s: Exited with exit code %d" / ": Out Of
+  Memory" / the signal's text, over a task range list `1-3,7`). They are the training ranks where
+  srun started the ranks itself: the log shows no per-node launcher (torchrun / torch elastic
+  agent, DeepSpeed's or Accelerate's launcher, mpirun) whose tasks would be nodes, not ranks.
 - A one-node launch is a fact the log can show: one host (or the launcher saying nnodes 1 /
   group_world_size 1), no node rank above 0, no global rank or world size beyond the node's
   workers. Then local rank N is global rank N (basis `one_node`).
@@ -200,6 +205,41 @@ def text_over_task(r: dict[str, Any], tasks: SrunTasks) -> int | None:
     if named is None or named == r["rank"] or named < tasks():
         return None
     return named
+
+
+# -- srun started the ranks --------------------------------------------------------------------
+# a launcher that runs on each node and starts that node's workers: under it, an srun task is a node
+_PER_NODE_LAUNCHER = (r"(?i)torch\.distributed\.(?:elastic|run|launch)|\btorchrun\b|deepspeed\.launcher|"
+                      r"\[launch\.py:\d+:|\baccelerate launch\b|\bnproc[_-]per[_-]node\b|\bnum_local_procs\b|"
+                      r"\blocal_world_size\b|\bmpirun\b|\bmpiexec\b|\bhorovodrun\b|\bWORLD INFO DICT\b")
+
+
+class SrunRanks:
+    """Whether srun's task ids in this log are the ranks (srun started the ranks: no per-node
+    launcher shows anywhere in the log), asked once per diagnosis."""
+
+    def __init__(self, events: pl.LazyFrame) -> None:
+        self.events, self.v = events, None
+
+    def __call__(self) -> bool:
+        if self.v is None:
+            names = self.events.collect_schema().names()
+            hit = [pl.col(c).cast(pl.Utf8).str.contains(_PER_NODE_LAUNCHER).fill_null(False)
+                   for c in ("message", "extra", "fields") if c in names]
+            self.v = not hit or not bool(self.events.select(pl.any_horizontal(hit).any()).collect().item())
+        return self.v
+
+
+def srun_task_ranks(r: dict[str, Any], srun: SrunRanks) -> list[int]:
+    """The ranks srun's task report on this row names (its `task_list`), where they are ranks
+    (SrunRanks); [] otherwise or when the row is not srun's."""
+    if r.get("rank") is not None or r.get("local_rank") is not None or not r.get("extra"):
+        return []
+    x = _json(r["extra"])
+    tasks = x.get("task_list")
+    if x.get("by") != "slurm" and x.get("reported_by") != "slurm" or not isinstance(tasks, list) or not tasks:
+        return []
+    return [int(t) for t in tasks] if srun() else []
 
 
 # -- one node ----------------------------------------------------------------------------------

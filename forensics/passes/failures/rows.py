@@ -131,7 +131,23 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 r["rank"], r["rank_basis"] = int(r["local_rank"]), "one_node"
                 r["one_node"] = node
     records.join(ctx, rows, _DEATH_KINDS)
-    return rows
+    return _srun_tasks(ctx, rows)
+
+
+def _srun_tasks(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """srun's report of tasks that died (`task 4: Out Of Memory`, `tasks 1-3: Bus error`) names
+    their ranks where srun started the ranks (failure_facts.srun_task_ranks): one row per task,
+    each that task's rank (basis own_error: the launcher's record of its own end)."""
+    srun = facts.SrunRanks(ctx.events)
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        tasks = facts.srun_task_ranks(r, srun) if r["kind"] in _DEATH_KINDS else []
+        if not tasks:
+            out.append(r)
+            continue
+        for t in tasks:
+            out.append({**r, "rank": t, "srun_task": True})
+    return out
 
 
 def _basis(r: dict[str, Any], default: str | None = "own_error") -> str | None:
