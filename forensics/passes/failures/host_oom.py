@@ -80,7 +80,13 @@ def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: l
     code = (f"exit code {d['exit_code']}" + (" = 128+9, a shell's" if (d["exit_code"] or 0) > 128 else "")
             if d["exit_code"] is not None else "SIGKILL")
     was = "were" if len(d.get("ranks") or []) > 1 else "was"
-    if d["confirmed"]:
+    limit = next((x for x in (_extra(r) for r in d["rows"]) if x.get("how") == "slurm memory limit"), None)
+    if limit is not None:
+        used = (f" ({limit['mem_used']} > {limit['mem_limit']})"
+                if limit.get("mem_used") is not None and limit.get("mem_limit") is not None else "")
+        title = (f"{who}{pid} {was} killed by Slurm for going over the job's memory limit{used} "
+                 "(host RAM, not GPU memory)")
+    elif d["confirmed"]:
         title = f"{who}{pid} {was} killed by the kernel's out-of-memory killer (host RAM, not GPU memory)"
     else:
         title = (f"{who}{pid} {was} killed by SIGKILL ({code}) without a Python traceback: the host's "
