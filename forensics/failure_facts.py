@@ -243,10 +243,16 @@ def srun_task_ranks(r: dict[str, Any], srun: SrunRanks) -> list[int]:
 
 
 # -- one node ----------------------------------------------------------------------------------
-_NODE_RANK = r"(?i)\b(?:node_rank|group_rank|NODE_RANK|GROUP_RANK)\s*[=:]\s*(\d+)"
-_NNODES = r"(?i)\b(?:nnodes|num_nodes|max_nodes|group_world_size)\s*[=:]\s*(\d+)(?:\s*:\s*(\d+))?"
+# "name=N", "name: N", or a command line's "--name N"
+_NODE_RANK = r"(?i)\b(?:node_rank|group_rank|NODE_RANK|GROUP_RANK)(?:\s*[=:]\s*|\s+)(\d+)"
+_NNODES = r"(?i)\b(?:nnodes|num_nodes|max_nodes|group_world_size)(?:\s*[=:]\s*|\s+)(\d+)(?:\s*:\s*(\d+))?"
 _WORLD = r"(?i)\b(?:global_world_size|dist_world_size|world_size|WORLD_SIZE)\s*[=:]\s*(\d+)"
-_NPROC = r"(?i)\b(?:nproc_per_node|num_local_procs|local_world_size|LOCAL_WORLD_SIZE)\s*[=:]\s*(\d+)"
+_NPROC = r"(?i)\b(?:nproc_per_node|num_local_procs|local_world_size|LOCAL_WORLD_SIZE)(?:\s*[=:]\s*|\s+)(\d+)"
+# a launch command in the log (a pasted shell line): torchrun / python -m torch.distributed.run or
+# .launch. Their --nnodes defaults to 1 (torch/distributed/run.py get_args_parser: "--nnodes",
+# default="1:1"; launch.py the same parser); --standalone is one node by definition.
+_LAUNCH_CMD = r"(?:^|[\s>$#])torchrun\s+(?:-|\S+\.py\b)|-m\s+torch\.distributed\.(?:run|launch)\s"
+_NODE_WORDS = r"(?i)nnodes|num[_-]nodes|max[_-]nodes|node[_-]rank|group[_-]rank|group_world_size"
 
 
 def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
@@ -265,7 +271,14 @@ def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
                           msg.str.extract(_NNODES, 2).cast(pl.Int64, strict=False)).max().alias("nnodes"),
         msg.str.extract(_WORLD, 1).cast(pl.Int64, strict=False).max().alias("world"),
         msg.str.extract(_NPROC, 1).cast(pl.Int64, strict=False).max().alias("nproc"),
+        msg.str.contains(_LAUNCH_CMD).fill_null(False).any().alias("cmd"),
+        msg.str.contains(r"--standalone\b").fill_null(False).any().alias("standalone"),
+        msg.str.contains(_NODE_WORDS).fill_null(False).any().alias("node_words"),
     ).collect().row(0, named=True)
+    default = None
+    if f["nnodes"] is None and (f["standalone"] or f["cmd"] and not f["node_words"]):
+        # the launch command names no node count: torchrun's default, one node
+        f["nnodes"], default = 1, "--standalone" if f["standalone"] else "torchrun's default --nnodes 1"
     if f["max_local"] is None or f["hosts"] > 1:
         return None
     if (f["node_rank"] or 0) > 0 or (f["nnodes"] or 1) > 1:
@@ -279,7 +292,7 @@ def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
         return None
     if f["hosts"] == 0 and f["nnodes"] != 1:
         return None     # nothing shows where the workers ran
-    why = [f"one host ({f['host']})" if f["host"] else "the launcher's nnodes 1",
+    why = [f"one host ({f['host']})" if f["host"] else (default or "the launcher's nnodes 1"),
            f"local ranks 0..{workers - 1}"]
     if f["world"] is not None:
         why.append(f"world size {f['world']}")
