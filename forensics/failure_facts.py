@@ -255,7 +255,29 @@ _LAUNCH_CMD = r"(?:^|[\s>$#])torchrun\s+(?:-|\S+\.py\b)|-m\s+torch\.distributed\
 _NODE_WORDS = r"(?i)nnodes|num[_-]nodes|max[_-]nodes|node[_-]rank|group[_-]rank|group_world_size"
 
 
-def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
+# DeepSpeed's launcher (deepspeed/launcher/launch.py, sigkill_handler) and torch.distributed.launch
+# before torchrun print "Killing subprocess {pid}" once per worker they started on this node,
+# then the command of the LAST one spawned with its exit code: with one worker, that is the
+# failed one, and its --local_rank is the failed worker's.
+_KILLING = r"Killing subprocess (\d+)"
+
+
+def launcher_single_worker(events: pl.LazyFrame) -> bool:
+    """The log's DeepSpeed-style launcher started exactly one worker: one "Killing subprocess"
+    pid in the whole log, or its num_local_procs is 1 (and no other count)."""
+    msg = pl.col("message")
+    f = events.select(
+        msg.str.extract(_KILLING, 1).drop_nulls().n_unique().alias("killed"),
+        msg.str.extract(r"\bnum_local_procs=(\d+)", 1).drop_nulls().cast(pl.Int64, strict=False).unique()
+        .implode().alias("procs"),
+    ).collect().row(0, named=True)
+    procs = [p for p in (f["procs"] or []) if p is not None]
+    if procs:
+        return procs == [1]
+    return f["killed"] == 1
+
+
+def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] | None:
     """The facts that show a one-node launch, or None when the log does not show one: at most one
     host and a positive sign (that one host, or nnodes / group_world_size 1), no node rank above
     0, no global rank or world size beyond the node's workers (local ranks 0..N-1, or the
@@ -275,6 +297,9 @@ def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
         msg.str.contains(r"--standalone\b").fill_null(False).any().alias("standalone"),
         msg.str.contains(_NODE_WORDS).fill_null(False).any().alias("node_words"),
     ).collect().row(0, named=True)
+    if local is not None:
+        # a local rank the rows know that no event carries (the launcher's single worker)
+        f["max_local"] = max(local, f["max_local"] if f["max_local"] is not None else local)
     default = None
     if f["nnodes"] is None and (f["standalone"] or f["cmd"] and not f["node_words"]):
         # the launch command names no node count: torchrun's default, one node

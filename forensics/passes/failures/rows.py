@@ -110,6 +110,7 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (one_node), else the launcher's exit record for its (host, local rank) (launcher_record,
     records.py). `logged_rank` keeps the rank as stored (what the events table is matched by)."""
     node: dict[str, Any] | None | bool = False
+    single_worker: bool | None = None
     tasks = facts.SrunTasks(ctx.events)
     for r in rows:
         r["logged_rank"], r["rank_basis"] = r["rank"], None
@@ -124,8 +125,19 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if named is not None:
                 r["rank"], r["rank_basis"] = named, "named_in_text"
                 continue
+        single = None
+        if r["kind"] == "exit" and r.get("by") == "deepspeed launcher" and r.get("local_rank") is None:
+            # the launcher's exit line quotes its LAST worker's command: the failed one's only when
+            # it started one worker (failure_facts.launcher_single_worker)
+            if single_worker is None:
+                single_worker = facts.launcher_single_worker(ctx.events)
+            if single_worker:
+                single = _extra(r).get("cmd_local_rank") or 0
+                r["local_rank"] = single
         if r.get("local_rank") is not None and r["kind"] in _DEATH_KINDS:
-            if node is False:
+            if single is not None:
+                node = facts.one_node(ctx.events, local=single)
+            elif node is False:
                 node = facts.one_node(ctx.events)
             if node:
                 r["rank"], r["rank_basis"] = int(r["local_rank"]), "one_node"
