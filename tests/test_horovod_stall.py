@@ -73,3 +73,14 @@ def test_the_older_per_tensor_form_names_the_missing_ranks():
 def test_a_label_like_line_outside_a_stall_list_is_plain_text():
     ev = _events("[1,0]<stdout>:2: [0.5, 0.25]")
     assert ev.row(0, named=True)["event"] == "LOG"
+
+
+@pytest.mark.parametrize("world,missing", [(4, 3), (6, 1)])
+def test_older_stall_warnings_the_run_never_got_past_are_the_hang(tmp_path, world, missing):
+    stall = [f"[1,0]<stderr>:[2019-05-02 10:{m}:01.000001: W horovod/common/operations.cc:588] {_WARN}"
+             for m in (31, 32)]
+    lines = _steps(world, range(10, 40, 10))
+    for head in stall:
+        lines += [head, f"[1,0]<stderr>:Stalled ops:HorovodAllreduce_grad_dense_1_0 [missing ranks: {missing}]"]
+    rc = _diagnose(tmp_path, lines)["root_cause"]
+    assert rc["kind"] == "hang" and rc["ranks"] == [missing]

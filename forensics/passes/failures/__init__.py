@@ -108,7 +108,7 @@ from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, own_exi
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
-from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
+from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_rows, _progress_since
 from . import records
 from .rows import LAUNCHERS, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
@@ -117,6 +117,22 @@ from .timeouts import _local_hang, _timeout_findings
 # what other modules (passes/unexplained.py) and the tests import from the package
 __all__ = ["LAUNCHERS", "TEARDOWN_RE", "TIMEOUT_RE", "_candidates", "_placed", "_progress", "_progress_last",
            "_progress_maxima", "_progress_since", "find"]
+
+
+def _stalls_at_the_end(ctx: Context, rows: list[dict[str, Any]]) -> None:
+    """A stall warning (Horovod's: ranks that did not submit a tensor the others wait on) after
+    which no rank of its file made progress (a later step-carrying line) is where the run
+    stopped: a timeout naming those ranks (in place). One the run outlived is a slow rank that
+    caught up: left as it is."""
+    stalls = [r for r in rows if r.get("event") == "COLLECTIVE_STALL" and r["kind"] != "timeout"]
+    if not stalls:
+        return
+    last = dict(ctx.events.filter(_progress_rows()).group_by("source_file").agg(pl.col("line").max())
+                .collect().iter_rows())
+    for r in stalls:
+        end = last.get(r["source_file"])
+        if end is not None and end < (r["line"] or 0):
+            r["kind"] = "timeout"
 
 
 def find(ctx: Context) -> list[Finding]:
@@ -129,11 +145,12 @@ def find(ctx: Context) -> list[Finding]:
     if fails_df.is_empty():
         return []
     rows = _whose(ctx, sorted(fails_df.iter_rows(named=True), key=_key))
+    progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
+    _stalls_at_the_end(ctx, rows)
     ooms = [r for r in rows if r["kind"] == "oom"]
     tos = [r for r in rows if r["kind"] == "timeout"]
     statuses = [r for r in rows if r["kind"] in ("status", "timeout") and (r["enqueued"] is not None or r["completed"] is not None)]
     desync = [r for r in rows if r["desync"]]      # a timeout's message may carry the desync report
-    progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
 
     # First OOM per process; an OOM line without a rank only counts when no ranked one exists.
     all_oom: dict[Any, list[dict[str, Any]]] = defaultdict(list)
