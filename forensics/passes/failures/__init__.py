@@ -108,7 +108,7 @@ from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, own_exi
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
-from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_rows, _progress_since
+from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
 from . import records
 from .rows import LAUNCHERS, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
@@ -121,17 +121,23 @@ __all__ = ["LAUNCHERS", "TEARDOWN_RE", "TIMEOUT_RE", "_candidates", "_placed", "
 
 def _stalls_at_the_end(ctx: Context, rows: list[dict[str, Any]]) -> None:
     """A stall warning (Horovod's: ranks that did not submit a tensor the others wait on) after
-    which no rank of its file made progress (a later step-carrying line) is where the run
-    stopped: a timeout naming those ranks (in place). One the run outlived is a slow rank that
-    caught up: left as it is."""
+    which no rank of its file made progress (a later step-carrying line; in a file without
+    steps, a later INFO line of a rank) is where the run stopped: a timeout naming those ranks
+    (in place). One the run outlived is a slow rank that caught up: left as it is."""
     stalls = [r for r in rows if r.get("event") == "COLLECTIVE_STALL" and r["kind"] != "timeout"]
     if not stalls:
         return
-    last = dict(ctx.events.filter(_progress_rows()).group_by("source_file").agg(pl.col("line").max())
-                .collect().iter_rows())
+    files = list({r["source_file"] for r in stalls})
+    # the last line a rank wrote that shows it working: a progress line, else (a file whose
+    # progress carries no step) any of its INFO lines
+    ranked = pl.col("rank").is_not_null() & ~pl.col("level").is_in(["WARN", "ERROR"]).fill_null(False)
+    last = {f: (p, a) for f, p, a in ctx.events.filter(pl.col("source_file").is_in(files) & ranked)
+            .group_by("source_file").agg(pl.col("line").filter(pl.col("step").is_not_null()).max().alias("p"),
+                                         pl.col("line").max().alias("a")).collect().iter_rows()}
     for r in stalls:
-        end = last.get(r["source_file"])
-        if end is not None and end < (r["line"] or 0):
+        prog, alive = last.get(r["source_file"], (None, None))
+        end = prog if prog is not None else alive
+        if end is None or end < (r["line"] or 0):
             r["kind"] = "timeout"
 
 
