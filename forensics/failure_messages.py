@@ -125,6 +125,14 @@ FAMILIES: tuple[Family, ...] = (
            "the step's cgroup ran out of memory and a process of it was killed (which one: the launcher's exit record)",
            ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=5151.0. Some of your processes may have been killed by the cgroup out-of-memory handler.",
             "slurmstepd: error: Detected 2 oom_kill events in StepId=8.batch. Some of your processes may have been killed by the cgroup out-of-memory handler.")),
+    Family("slurm_memory_limit", "host_oom", "job",
+           r"exceeded (?:virtual )?memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit\s*$", "job",
+           "slurm src/plugins/jobacct_gather/common/common_jag.c (_acct_kill_step); src/slurmd/slurmd/slurmd.c (job notify)",
+           '"%ps exceeded memory limit (%"PRIu64" > %"PRIu64"), being killed"  /  "Exceeded job memory limit"',
+           "the job's host memory went over the limit Slurm enforces: Slurm killed its step (which process: srun's task report)",
+           ("slurmstepd: error: StepId=90210.0 exceeded memory limit (70368744177664 > 68719476736), being killed",
+            "slurmstepd: error: Job 4411 exceeded memory limit (9000000 > 8388608), being killed",
+            "slurmstepd: error: Exceeded job memory limit")),
 
     # ---- non-finite values -----------------------------------------------------------------------
     Family("megatron_rerun_nan", "non_finite", "own",

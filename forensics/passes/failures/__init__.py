@@ -127,6 +127,28 @@ __all__ = ["LAUNCHERS", "TEARDOWN_RE", "TIMEOUT_RE", "_candidates", "_placed", "
            "_progress_maxima", "_progress_since", "find"]
 
 
+def _stalls_at_the_end(ctx: Context, rows: list[dict[str, Any]]) -> None:
+    """A stall warning (Horovod's: ranks that did not submit a tensor the others wait on) after
+    which no rank of its file made progress (a later step-carrying line; in a file without
+    steps, a later INFO line of a rank) is where the run stopped: a timeout naming those ranks
+    (in place). One the run outlived is a slow rank that caught up: left as it is."""
+    stalls = [r for r in rows if r.get("event") == "COLLECTIVE_STALL" and r["kind"] != "timeout"]
+    if not stalls:
+        return
+    files = list({r["source_file"] for r in stalls})
+    # the last line a rank wrote that shows it working: a progress line, else (a file whose
+    # progress carries no step) any of its INFO lines
+    ranked = pl.col("rank").is_not_null() & ~pl.col("level").is_in(["WARN", "ERROR"]).fill_null(False)
+    last = {f: (p, a) for f, p, a in ctx.events.filter(pl.col("source_file").is_in(files) & ranked)
+            .group_by("source_file").agg(pl.col("line").filter(pl.col("step").is_not_null()).max().alias("p"),
+                                         pl.col("line").max().alias("a")).collect().iter_rows()}
+    for r in stalls:
+        prog, alive = last.get(r["source_file"], (None, None))
+        end = prog if prog is not None else alive
+        if end is None or end < (r["line"] or 0):
+            r["kind"] = "timeout"
+
+
 def find(ctx: Context) -> list[Finding]:
     cand, maxima, last = pl.collect_all([_candidates(ctx), _progress_maxima(ctx),
                                           _progress_last(ctx, _progress_since(ctx))])
@@ -137,12 +159,13 @@ def find(ctx: Context) -> list[Finding]:
     if fails_df.is_empty():
         return []
     rows = _whose(ctx, sorted(fails_df.iter_rows(named=True), key=_key))
+    progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
+    _stalls_at_the_end(ctx, rows)
     ooms = [r for r in rows if r["kind"] == "oom"]
     # no timeout line of any rank: a peer's report of one (the dump signal) stands in for it
     tos = [r for r in rows if r["kind"] == "timeout"] or reported_timeouts(rows)
     statuses = [r for r in rows if r["kind"] in ("status", "timeout") and (r["enqueued"] is not None or r["completed"] is not None)]
     desync = [r for r in rows if r["desync"]]      # a timeout's message may carry the desync report
-    progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
 
     # First OOM per process; an OOM line without a rank only counts when no ranked one exists.
     all_oom: dict[Any, list[dict[str, Any]]] = defaultdict(list)
