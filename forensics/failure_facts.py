@@ -17,6 +17,11 @@ Domain facts relied on:
 - Exit codes: a negative code is death by the signal -code (torch elastic, DeepSpeed's launcher:
   -9 SIGKILL, -11 SIGSEGV, -7 SIGBUS, -6 SIGABRT); a shell (srun, bash) reports death by signal N
   as 128+N (137 = SIGKILL, 139 = SIGSEGV, 134 = SIGABRT, 135 = SIGBUS).
+- srun's task ids are SLURM_PROCID, each process's rank in the step (slurm
+  src/srun/libsrun/launch.c, _task_finish: "%s: task %s: Exited with exit code %d" / ": Out Of
+  Memory" / the signal's text, over a task range list `1-3,7`). They are the training ranks where
+  srun started the ranks itself: the log shows no per-node launcher (torchrun / torch elastic
+  agent, DeepSpeed's or Accelerate's launcher, mpirun) whose tasks would be nodes, not ranks.
 - A one-node launch is a fact the log can show: one host (or the launcher saying nnodes 1 /
   group_world_size 1), no node rank above 0, no global rank or world size beyond the node's
   workers. Then local rank N is global rank N (basis `one_node`).
@@ -202,14 +207,77 @@ def text_over_task(r: dict[str, Any], tasks: SrunTasks) -> int | None:
     return named
 
 
+# -- srun started the ranks --------------------------------------------------------------------
+# a launcher that runs on each node and starts that node's workers: under it, an srun task is a node
+_PER_NODE_LAUNCHER = (r"(?i)torch\.distributed\.(?:elastic|run|launch)|\btorchrun\b|deepspeed\.launcher|"
+                      r"\[launch\.py:\d+:|\baccelerate launch\b|\bnproc[_-]per[_-]node\b|\bnum_local_procs\b|"
+                      r"\blocal_world_size\b|\bmpirun\b|\bmpiexec\b|\bhorovodrun\b|\bWORLD INFO DICT\b")
+
+
+class SrunRanks:
+    """Whether srun's task ids in this log are the ranks (srun started the ranks: no per-node
+    launcher shows anywhere in the log), asked once per diagnosis."""
+
+    def __init__(self, events: pl.LazyFrame) -> None:
+        self.events, self.v = events, None
+
+    def __call__(self) -> bool:
+        if self.v is None:
+            names = self.events.collect_schema().names()
+            hit = [pl.col(c).cast(pl.Utf8).str.contains(_PER_NODE_LAUNCHER).fill_null(False)
+                   for c in ("message", "extra", "fields") if c in names]
+            self.v = not hit or not bool(self.events.select(pl.any_horizontal(hit).any()).collect().item())
+        return self.v
+
+
+def srun_task_ranks(r: dict[str, Any], srun: SrunRanks) -> list[int]:
+    """The ranks srun's task report on this row names (its `task_list`), where they are ranks
+    (SrunRanks); [] otherwise or when the row is not srun's."""
+    if r.get("rank") is not None or r.get("local_rank") is not None or not r.get("extra"):
+        return []
+    x = _json(r["extra"])
+    tasks = x.get("task_list")
+    if x.get("by") != "slurm" and x.get("reported_by") != "slurm" or not isinstance(tasks, list) or not tasks:
+        return []
+    return [int(t) for t in tasks] if srun() else []
+
+
 # -- one node ----------------------------------------------------------------------------------
-_NODE_RANK = r"(?i)\b(?:node_rank|group_rank|NODE_RANK|GROUP_RANK)\s*[=:]\s*(\d+)"
-_NNODES = r"(?i)\b(?:nnodes|num_nodes|max_nodes|group_world_size)\s*[=:]\s*(\d+)(?:\s*:\s*(\d+))?"
+# "name=N", "name: N", or a command line's "--name N"
+_NODE_RANK = r"(?i)\b(?:node_rank|group_rank|NODE_RANK|GROUP_RANK)(?:\s*[=:]\s*|\s+)(\d+)"
+_NNODES = r"(?i)\b(?:nnodes|num_nodes|max_nodes|group_world_size)(?:\s*[=:]\s*|\s+)(\d+)(?:\s*:\s*(\d+))?"
 _WORLD = r"(?i)\b(?:global_world_size|dist_world_size|world_size|WORLD_SIZE)\s*[=:]\s*(\d+)"
-_NPROC = r"(?i)\b(?:nproc_per_node|num_local_procs|local_world_size|LOCAL_WORLD_SIZE)\s*[=:]\s*(\d+)"
+_NPROC = r"(?i)\b(?:nproc_per_node|num_local_procs|local_world_size|LOCAL_WORLD_SIZE)(?:\s*[=:]\s*|\s+)(\d+)"
+# a launch command in the log (a pasted shell line): torchrun / python -m torch.distributed.run or
+# .launch. Their --nnodes defaults to 1 (torch/distributed/run.py get_args_parser: "--nnodes",
+# default="1:1"; launch.py the same parser); --standalone is one node by definition.
+_LAUNCH_CMD = r"(?:^|[\s>$#])torchrun\s+(?:-|\S+\.py\b)|-m\s+torch\.distributed\.(?:run|launch)\s"
+_NODE_WORDS = r"(?i)nnodes|num[_-]nodes|max[_-]nodes|node[_-]rank|group[_-]rank|group_world_size"
 
 
-def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
+# DeepSpeed's launcher (deepspeed/launcher/launch.py, sigkill_handler) and torch.distributed.launch
+# before torchrun print "Killing subprocess {pid}" once per worker they started on this node,
+# then the command of the LAST one spawned with its exit code: with one worker, that is the
+# failed one, and its --local_rank is the failed worker's.
+_KILLING = r"Killing subprocess (\d+)"
+
+
+def launcher_single_worker(events: pl.LazyFrame) -> bool:
+    """The log's DeepSpeed-style launcher started exactly one worker: one "Killing subprocess"
+    pid in the whole log, or its num_local_procs is 1 (and no other count)."""
+    msg = pl.col("message")
+    f = events.select(
+        msg.str.extract(_KILLING, 1).drop_nulls().n_unique().alias("killed"),
+        msg.str.extract(r"\bnum_local_procs=(\d+)", 1).drop_nulls().cast(pl.Int64, strict=False).unique()
+        .implode().alias("procs"),
+    ).collect().row(0, named=True)
+    procs = [p for p in (f["procs"] or []) if p is not None]
+    if procs:
+        return procs == [1]
+    return f["killed"] == 1
+
+
+def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] | None:
     """The facts that show a one-node launch, or None when the log does not show one: at most one
     host and a positive sign (that one host, or nnodes / group_world_size 1), no node rank above
     0, no global rank or world size beyond the node's workers (local ranks 0..N-1, or the
@@ -225,7 +293,17 @@ def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
                           msg.str.extract(_NNODES, 2).cast(pl.Int64, strict=False)).max().alias("nnodes"),
         msg.str.extract(_WORLD, 1).cast(pl.Int64, strict=False).max().alias("world"),
         msg.str.extract(_NPROC, 1).cast(pl.Int64, strict=False).max().alias("nproc"),
+        msg.str.contains(_LAUNCH_CMD).fill_null(False).any().alias("cmd"),
+        msg.str.contains(r"--standalone\b").fill_null(False).any().alias("standalone"),
+        msg.str.contains(_NODE_WORDS).fill_null(False).any().alias("node_words"),
     ).collect().row(0, named=True)
+    if local is not None:
+        # a local rank the rows know that no event carries (the launcher's single worker)
+        f["max_local"] = max(local, f["max_local"] if f["max_local"] is not None else local)
+    default = None
+    if f["nnodes"] is None and (f["standalone"] or f["cmd"] and not f["node_words"]):
+        # the launch command names no node count: torchrun's default, one node
+        f["nnodes"], default = 1, "--standalone" if f["standalone"] else "torchrun's default --nnodes 1"
     if f["max_local"] is None or f["hosts"] > 1:
         return None
     if (f["node_rank"] or 0) > 0 or (f["nnodes"] or 1) > 1:
@@ -239,7 +317,7 @@ def one_node(events: pl.LazyFrame) -> dict[str, Any] | None:
         return None
     if f["hosts"] == 0 and f["nnodes"] != 1:
         return None     # nothing shows where the workers ran
-    why = [f"one host ({f['host']})" if f["host"] else "the launcher's nnodes 1",
+    why = [f"one host ({f['host']})" if f["host"] else (default or "the launcher's nnodes 1"),
            f"local ranks 0..{workers - 1}"]
     if f["world"] is not None:
         why.append(f"world size {f['world']}")

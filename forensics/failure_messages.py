@@ -125,6 +125,14 @@ FAMILIES: tuple[Family, ...] = (
            "the step's cgroup ran out of memory and a process of it was killed (which one: the launcher's exit record)",
            ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=5151.0. Some of your processes may have been killed by the cgroup out-of-memory handler.",
             "slurmstepd: error: Detected 2 oom_kill events in StepId=8.batch. Some of your processes may have been killed by the cgroup out-of-memory handler.")),
+    Family("slurm_memory_limit", "host_oom", "job",
+           r"exceeded (?:virtual )?memory limit \(\d+ > \d+\), being killed|Exceeded (?:job|step) memory limit\s*$", "job",
+           "slurm src/plugins/jobacct_gather/common/common_jag.c (_acct_kill_step); src/slurmd/slurmd/slurmd.c (job notify)",
+           '"%ps exceeded memory limit (%"PRIu64" > %"PRIu64"), being killed"  /  "Exceeded job memory limit"',
+           "the job's host memory went over the limit Slurm enforces: Slurm killed its step (which process: srun's task report)",
+           ("slurmstepd: error: StepId=90210.0 exceeded memory limit (70368744177664 > 68719476736), being killed",
+            "slurmstepd: error: Job 4411 exceeded memory limit (9000000 > 8388608), being killed",
+            "slurmstepd: error: Exceeded job memory limit")),
 
     # ---- non-finite values -----------------------------------------------------------------------
     Family("megatron_rerun_nan", "non_finite", "own",
@@ -242,6 +250,36 @@ FAMILIES: tuple[Family, ...] = (
            "a peer process went away (died) under this rank's connection: this rank is its victim",
            ("RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.1.0.2]:40001",
             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2006, remote process exited or there was a network error, NCCL version 2.21.5")),
+
+    # ---- the broad wording of each kind, in any case: last, so that any family above decides first --
+    # (the failures pass reads a line's kind by these unions too: pattern(kinds=..., roles=...))
+    Family("oom_wording", "oom", "own",
+           r"(?i:cuda out of memory|outofmemoryerror|cuda error: out of memory|\bcuda_oom\b)", "line",
+           "pytorch torch/cuda/memory.py and torch/__init__.py (torch.cuda.OutOfMemoryError, torch.OutOfMemoryError); "
+           "c10/cuda/CUDACachingAllocator.cpp; the CUDA_OOM event name of structured logs",
+           "the class name OutOfMemoryError of any module, 'CUDA out of memory' in any case",
+           "device memory is exhausted on this rank, in a wording the specific families above do not hold",
+           ("torch.cuda.OutOfMemoryError", "warning: cuda out of memory while compiling the graph", "event=CUDA_OOM rank=3")),
+    Family("gpu_wording", "gpu_error", "own",
+           r"(?i:illegal memory access|unspecified launch failure|uncorrectable ECC|ECC error|NVRM: Xid|\bXid\b|fallen off the bus"
+           r"|misaligned address|illegal instruction|hardware stack error|launch timed out|unhandled cuda error|ncclUnhandledCudaError)",
+           "line", "nvidia cuda runtime (cudaGetErrorString: cudaErrorLaunchTimeout, cudaErrorIllegalInstruction, cudaErrorECCUncorrectable); "
+           "nvidia nccl src/init.cc (ncclGetErrorString: ncclUnhandledCudaError 'unhandled cuda error'); linux nvidia driver (Xid)",
+           '"the launch timed out and was terminated"  /  "unhandled cuda error (run with NCCL_DEBUG=INFO for details)"',
+           "the device (or a CUDA call inside NCCL) failed on this rank, in a wording the families above do not hold",
+           ("RuntimeError: CUDA error: the launch timed out and was terminated",
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5")),
+    Family("timeout_wording", "nccl_timeout", "victim",
+           r"(?i:watchdog caught collective operation timeout|collective operation timeout|timed out|Timeout\(ms\)|waiting on rank"
+           r"|connection (?:reset|closed) by (?:remote )?peer|communicator was aborted|DistBackendError|NCCL error|remote process exited"
+           r"|socket timeout|NCCL_TIMEOUT|Broken pipe|Connection refused|DistNetworkError|DistStoreError)",
+           "line", _C10D + "; pytorch torch/csrc/distributed/c10d/TCPStore.cpp, socket.cpp (DistStoreError, DistNetworkError: "
+           "C10D_THROW_ERROR); torch/distributed/distributed_c10d.py (barrier / monitored_barrier timeouts)",
+           '"Timed out after ", timeout, " seconds waiting for clients"  /  "The client socket has timed out after ..."',
+           "a collective, a store or a socket this rank waited on failed or timed out: what a peer's failure looks like from here",
+           ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 3/4 clients joined.",
+            "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying to connect to (10.0.0.1, 29500).",
+            "RuntimeError: NCCL communicator was aborted on rank 2.")),
 )
 
 KINDS = ("oom", "host_oom", "nccl_timeout", "hang", "non_finite", "crash", "gpu_error", "job_cancelled")

@@ -342,9 +342,10 @@ def _numel(sizes: list[Any]) -> int:
     return sum(n for n in map(numel, sizes) if n is not None)   # a shape of ints only: [["abc"]], [[inf]] count 0
 
 
-def _judge(ln: Line, size: int) -> None:
+def _judge(ln: Line, size: int, order: dict[str, int]) -> None:
     """Set ln.problem / odd / detail: the first way the present ranks disagree (majority rules: the
-    signature most ranks share is the reference; on a tie, the lowest rank's)."""
+    signature most ranks share is the reference; on a tie, the lowest rank's; of states, the least
+    advanced in `order` is odd)."""
     cells = ln.cells
     if ln.p2p:
         return
@@ -379,9 +380,18 @@ def _judge(ln: Line, size: int) -> None:
             ln.problem, ln.odd = "missing", list(ln.missing)
             ln.detail = f"rank{'s' if len(ln.missing) > 1 else ''} {ranks_text(ln.missing)} never issued #{ln.seq}"
         return
-    odd, detail = _minority(cells, lambda c: c.state, "state")
-    if odd:
-        ln.problem, ln.odd, ln.detail = "state", odd, detail
+    # states: the least advanced is the odd one (scheduled < started < completed), whatever the
+    # majority — ranks whose GPU has not reached a collective the others started hold them up
+    # (flight_recorder.stuck_at; the analyser's COLLECTIVE_STATE_MISMATCH)
+    got = {c.rank: order[c.state] for c in cells if c.state in order}
+    if len(set(got.values())) > 1:
+        low = min(got.values())
+        odd = sorted(r for r, v in got.items() if v == low)
+        ahead = next(c for c in cells if c.rank in got and got[c.rank] != low)
+        mine = next(c for c in cells if c.rank == odd[0])
+        ln.problem, ln.odd = "state", odd
+        ln.detail = (f"rank{'s' if len(odd) > 1 else ''} {ranks_text(odd)} {mine.state} while rank {ahead.rank} "
+                     f"{ahead.state}" + (" and others" if len(got) - len(odd) > 1 else ""))
 
 
 def _shape(sizes: list[Any]) -> tuple[Any, ...]:
@@ -446,7 +456,7 @@ def build_from(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
 
 
 def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
-    from .ingest.flight_recorder import _pg_ranks, stuck_at
+    from .ingest.flight_recorder import STATE_ORDER, _pg_ranks, stuck_at
 
     dumps: list[Dump] = []
     usable: set[int] = set()
@@ -467,6 +477,8 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
     completed: dict[tuple[str, int], set[int]] = defaultdict(set)
     unfinished: dict[tuple[str, int], set[int | None]] = defaultdict(set)
     done_upto: dict[tuple[str, int], int] = {}
+    # per group and member: the states of its entries not completed
+    states: dict[tuple[str, int], dict[int, dict[int, str]]] = defaultdict(lambda: defaultdict(dict))
     for d, dump in loaded:
         dumps.append(d)
         if dump is None or d.rank is None:
@@ -515,6 +527,8 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
                         completed[g].add(num)
                 else:
                     unfinished[g].add(num)
+                    if num is not None and isinstance(e.get("state"), str):
+                        states[g][rank][num] = e["state"]
             if not isinstance(seq, int):
                 continue
             pending[(*g, p2p, seq)].append((i, e))
@@ -555,7 +569,7 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
     for (name, rid), open_ in unfinished.items():
         members = groups[key_of(name, rid)].ranks or sorted(seen_members[(name, rid)])
         got = stuck_at({m: last[m].get((name, rid), -1) for m in members if m in usable}, completed[(name, rid)],
-                       open_, done_upto.get((name, rid)))
+                       open_, done_upto.get((name, rid)), states.get((name, rid)))
         if got is not None:
             stuck[(name, rid)] = got[0]
     lines: list[Line] = []
@@ -585,7 +599,7 @@ def _build(loaded: Iterable[tuple[Dump, dict[str, Any] | None]]) -> FrTable:
                     (ln.waiting if top >= stuck.get((name, rid), seq) else ln.missing).append(m)
                 else:
                     ln.unrecorded.append(m)
-        _judge(ln, len(members))
+        _judge(ln, len(members), STATE_ORDER)
         lines.append(ln)
     lines.sort(key=lambda ln: (_pg_key(ln.pg), ln.p2p, ln.seq))
     first: dict[str, Line] = {}

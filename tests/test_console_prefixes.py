@@ -261,3 +261,29 @@ def test_a_rank_named_in_the_text_within_the_srun_tasks_leaves_the_task(tmp_path
     # eight tasks: the task id may be the rank (SLURM_PROCID), the text does not override it
     rc = _diagnose(tmp_path, _srun_gpu_error(8, 5))["root_cause"]
     assert rc["ranks"] == [1] and rc["basis"] != "named_in_text"
+
+
+@pytest.mark.parametrize("rank,local,host", [(3, 3, "node-a7"), (6, 2, "gpu-host-12.lab")])
+def test_hf_tee_labels_hide_nothing_of_the_launchers_failure_table(tmp_path, rank, local, host):
+    # accelerate's test runner echoes the child's stderr as "stderr: <line>" (tee: print(label, line))
+    table = ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+             "============================================================",
+             "train_lm.py FAILED",
+             "------------------------------------------------------------",
+             "Failures:",
+             "  <NO_OTHER_FAILURES>",
+             "------------------------------------------------------------",
+             "Root Cause (first observed failure):",
+             "[0]:",
+             "  time      : 2024-02-11_09:14:52",
+             f"  host      : {host}",
+             f"  rank      : {rank} (local_rank: {local})",
+             "  exitcode  : 1 (pid: 40417)",
+             "  error_file: <N/A>",
+             "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+             "============================================================"]
+    text = "stdout: step 10 loss 3.2\n" + "".join(f"stderr: {ln}\n" for ln in table)
+    rc = _diagnose(tmp_path, text)["root_cause"]
+    assert rc["kind"] == "crash" and rc["ranks"] == [rank]
+    ev = _events(*(f"stderr: {ln}" for ln in table)).filter(pl.col("event") == "CHILD_FAILED").row(0, named=True)
+    assert (ev["rank"], ev["local_rank"], ev["host"]) == (rank, local, host)

@@ -245,3 +245,28 @@ def test_keep_copies_nothing_when_every_row_stays() -> None:
     df = _random_steps(1)
     assert C.keep(df, pl.col("rank") >= 0) is df
     assert C.keep(df, pl.col("x").is_not_null()).equals(df.filter(pl.col("x").is_not_null()))
+
+
+def test_aligned_since_keeps_the_rows_of_the_aligned_filter() -> None:
+    """`aligned_since` filters the logged times first, by a bound moved by the largest shift: the
+    same rows as aligning every row and keeping ts_aligned >= since, with hosts whose clocks run
+    behind (their rows move forward past the bound) or ahead, a sub-microsecond offset that
+    rounds, and rows without a host (no offset)."""
+    import datetime as dt
+
+    t0 = dt.datetime(2025, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+    rows = []
+    for i in range(-400, 400):
+        for host in ("behind", "ahead", "odd", None):
+            rows.append({"rank": 0, "host": host, "timestamp": t0 + dt.timedelta(microseconds=997 * i), "line": i})
+    ctx = C.Context.from_frame(pl.DataFrame(rows))
+    ctx.__dict__["clock_offsets"] = pl.DataFrame(
+        {"clock": ["ahead", "behind", "odd"], "offset_ms": [40.0, -120.0, 7.0005],
+         "samples": [9, 9, 9], "spread_ms": [0.0, 0.0, 0.0]})
+    for since in (t0, t0 - dt.timedelta(milliseconds=100), t0 + dt.timedelta(microseconds=6999),
+                  t0 + dt.timedelta(milliseconds=250)):
+        want = ctx.aligned(ctx.events).filter(pl.col("ts_aligned") >= since).collect()
+        got = ctx.aligned_since(ctx.events, since).collect()
+        assert want.height > 0 and got.equals(want), since
+        # rows of the clock behind moved past the bound: a filter of the logged times alone loses them
+        assert want.filter(pl.col("timestamp") < since).height > 0

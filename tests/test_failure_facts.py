@@ -416,8 +416,10 @@ def test_a_one_node_hang_known_by_local_ranks_is_still_found(tmp_path: Path) -> 
 
 
 def test_a_launcher_exit_cites_the_untagged_traceback_before_it(tmp_path: Path) -> None:
-    """Workers' stderr without a [rankN]: prefix, then torch elastic's agent line: the exit's
-    finding quotes that traceback (said to name no rank), instead of "its error is not in these logs"."""
+    """Workers' stderr without a [rankN]: prefix, then torch elastic's agent line: the traceback is
+    the worker's the agent saw fail (the only failed worker, the only unranked error before its
+    record, exit 1 of an uncaught exception: records.join_unowned), instead of "its error is not in
+    these logs"; the rank stays the local rank the record gives."""
     d = tmp_path / "logs"
     d.mkdir()
     (d / "torchrun.log").write_text("\n".join([
@@ -429,8 +431,9 @@ def test_a_launcher_exit_cites_the_untagged_traceback_before_it(tmp_path: Path) 
     rep = diagnose([str(d)])
     f = rep.findings[0]
     assert f.kind == "crash" and f.local_ranks == [{"host": None, "local_rank": 3}]
-    assert "names no rank: RuntimeError: expected scalar type Float" in f.title
-    assert any(ln.line == 2 for ln in f.lines)
+    assert "crashed with a Python exception: RuntimeError: expected scalar type Float" in f.title
+    assert f.evidence["launcher_record"]["local_rank"] == 3
+    assert any(ln.line == 2 for ln in f.lines) and any(ln.line == 6 for ln in f.lines)
 
 
 def test_a_nan_telemetry_reading_is_not_a_non_finite_fact(tmp_path: Path) -> None:

@@ -60,3 +60,17 @@ def test_meaning_of_lines(line, kind, role, rank):
         assert m is None, m and m.family.id
         return
     assert (m.kind, m.role, m.rank) == (kind, role, rank)
+
+
+def test_the_failures_pass_reads_each_kind_by_the_table():
+    """passes/failures/classify.py holds no wording of its own: its OOM, GPU and victim regexes are
+    the unions of the table's families, so every sample of a family is read as its kind there."""
+    import re
+
+    from forensics.passes.failures import classify
+
+    by = {("oom", "own"): classify.OOM_RE, ("gpu_error", "own"): classify.GPU_RE, ("nccl_timeout", "victim"): classify.TIMEOUT_RE}
+    for f in fm.FAMILIES:
+        rx = by.get((f.kind, f.role))
+        for s in f.samples if rx else ():
+            assert re.search(rx, s), (f.id, s)

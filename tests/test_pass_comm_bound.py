@@ -80,3 +80,19 @@ def test_per_step_shares_are_those_of_the_judged_rows_grouped_by_step() -> None:
             .drop("_s").sort("step")
         )
         assert per.equals(want), seed
+
+
+def test_communication_that_dominates_from_the_start_without_rising_is_the_jobs_design() -> None:
+    # a small model on many ranks: every transfer takes 1100 ms of a ~2 s step from step 0 on,
+    # with a warm-up whose first steps compute longer (the share crosses 40% only after them)
+    from forensics.passes import diagnose_context
+
+    rows = sync_run(ranks=8, steps=40, transfer=lambda s: 1100.0, compute=lambda r, s: 800.0 + (3000.0 if s < 3 else 0.0))
+    [f] = comm_bound.find(rows.ctx())
+    assert f.evidence["mode"] == "network" and f.evidence["by_design"] is True and f.severity == "INFO"
+    assert "did not rise" in f.title
+    # no root cause by itself, nor the rule's job-wide finding of the same symptom
+    assert diagnose_context(rows.ctx()).root_cause is None
+    # the same share reached by a transfer that rose mid-run is the slow network
+    [g] = comm_bound.find(sync_run(ranks=8, transfer=lambda s: 1100.0 if s >= 10 else 500.0).ctx())
+    assert g.severity == "WARN" and "by_design" not in g.evidence

@@ -126,3 +126,17 @@ def test_a_rank_the_straggler_pass_names_is_left_to_it() -> None:
     sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (600.0 if r == 1 else 0.0))
     assert [f.ranks for f in straggler.find(rows.ctx())] == [[1]]
     assert own_gap.find(rows.ctx()) == []
+
+
+def test_a_stall_in_its_own_input_is_data_load_skew_and_in_its_compute_a_straggler() -> None:
+    # one 7 s stall of rank 1's data loader (its own data_load_ms says so, nothing else logged)
+    rows = Rows()
+    sync_run(rows, steps=30, data=lambda r, s: 20.0 + (7000.0 if (r, s) == (1, 12) else 0.0))
+    [f] = own_gap.find(rows.ctx())
+    assert f.kind == "data_load_skew" and f.ranks == [1] and f.evidence["phase"] == "data_load_ms"
+    assert "loading its input" in f.title and "step 12" in f.title
+    # the same stall in its compute stays a straggler, with the phase said
+    rows = Rows()
+    sync_run(rows, steps=30, compute=lambda r, s: 800.0 + (7000.0 if (r, s) == (1, 12) else 0.0))
+    [f] = own_gap.find(rows.ctx())
+    assert f.kind == "straggler" and f.evidence["phase"] == "compute_ms" and "computing" in f.title

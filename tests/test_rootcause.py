@@ -145,3 +145,18 @@ def test_what_a_rank_alone_said_outweighs_a_hairs_silence_on_another() -> None:
     same.basis = "last_to_log"
     rc, ordered = rootcause.assign([same, lone], [0, 1, 2, 3])
     assert rc.kind == "crash" and rc.ranks == [3] and ordered[0].explains == [1]
+
+
+def test_values_turned_nan_are_the_verdict_over_a_slowdown_that_does_not_explain_them() -> None:
+    # the run lost its values (a NaN on rank 3, spread by the all-reduce): a job-wide
+    # communication share it does not explain, found earlier, is not the verdict
+    fs = [F("comm_bound", "communication", [], "00:01", last="00:40", rule="comm_share_high"),
+          F("non_finite", "training", [3], "00:05", sev="ERROR", last="00:40"),
+          F("loss_divergence", "training", EVERY, "00:06", sev="ERROR", last="00:40")]
+    rc, _ = rootcause.assign(fs, EVERY)
+    assert rc.kind == "non_finite" and rc.ranks == [3]
+    # a non_finite note (INFO) does not outrank it
+    fs = [F("comm_bound", "communication", [], "00:01", last="00:40", rule="comm_share_high"),
+          F("non_finite", "training", [3], "00:05", sev="INFO", last="00:40")]
+    rc, _ = rootcause.assign(fs, EVERY)
+    assert rc.kind == "comm_bound"

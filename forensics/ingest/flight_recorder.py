@@ -270,8 +270,14 @@ def dump_rank(dump: dict[str, Any], path_rank: int | None) -> tuple[int | None, 
     return None, "none"
 
 
+# How far an entry got (FlightRecorder::Entry state): enqueued by the CPU, started on the GPU
+# (recorded only when start events exist: TORCH_NCCL_ENABLE_TIMING or desync debug), completed.
+STATE_ORDER = {"scheduled": 0, "started": 1, "completed": 2}
+
+
 def stuck_at(last: dict[int, int], completed: Iterable[int], unfinished: Iterable[int | None],
-             done_upto: int | None = None) -> tuple[int, list[int]] | None:
+             done_upto: int | None = None,
+             states: dict[int, dict[int, str]] | None = None) -> tuple[int, list[int]] | None:
     """The one rule naming who stalled a process group (the pass stuck_collective, `fr-table` and
     `missing_ranks` all call it): (the collective number the group is stuck at, the members behind
     it), or None when nothing of the group is in flight.
@@ -280,27 +286,44 @@ def stuck_at(last: dict[int, int], completed: Iterable[int], unfinished: Iterabl
     completed / unfinished: the numbers some member's entry shows completed / not completed (point-
     to-point entries left out; None: an unfinished entry without a number); done_upto: the highest pg_status last_completed_collective of any
     member (its ring buffer may no longer hold the entry, so states of one collective differ
-    between dumps).
+    between dumps); states: per member, the state of each of its entries not completed (number ->
+    scheduled / started).
 
     Domain facts: collective_seq_id counts the collectives a rank enqueued in the group, and a
     collective some member completed was joined by all. The group is stuck in its FIRST pending
     collective: the lowest number some member enqueued that no member completed (above done_upto).
     A member whose last number is below it never issued it: behind, at fault. A member that issued
     it but not the later ones the others went on to enqueue (NCCL enqueues asynchronously) waits in
-    it like them: a victim. When every unfinished number is one some member completed (stale
-    states), the group's highest number stands in for it."""
+    it like them: a victim. When every member issued it, the entries' states tell who never took
+    part on its GPU: a member whose entry is still `scheduled` while another's `started` (its stream
+    never reached the kernel: it is busy with earlier work) is behind, as the analyser's
+    COLLECTIVE_STATE_MISMATCH names it. When the states agree (all `scheduled`: without start
+    events, the default, an entry goes from scheduled to completed), the dumps do not say who held
+    the group up: nobody is named. (A member's own pg_status last_completed_collective below the
+    others' is not used: on the real gpu_error_1st dumps it names rank 14 in two groups that stalled
+    after the one rank 12 held up, where the analyser names rank 12 alone.) When every
+    unfinished number is one some member completed (stale states), the group's highest number
+    stands in for it."""
     unfinished = set(unfinished)
     if not unfinished or not last:
         return None
     done, floor = set(completed), -1 if done_upto is None else done_upto
     open_ = [s for s in unfinished if s is not None and s not in done and s > floor]
     top = min(open_) if open_ else max(last.values())
-    return top, sorted(r for r, s in last.items() if s < top)
+    behind = sorted(r for r, s in last.items() if s < top)
+    if behind or not open_:
+        return top, behind
+    at = {r: STATE_ORDER[st] for r in last if (st := (states or {}).get(r, {}).get(top)) in STATE_ORDER}
+    if len(set(at.values())) > 1:
+        low = min(at.values())
+        return top, sorted(r for r, v in at.items() if v == low)
+    return top, []
 
 
 def missing_ranks(dumps: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
     """Per process group (its name, e.g. "74"), the ranks that never issued the collective the
-    group is stuck in (`stuck_at`). Groups where nobody is behind are left out.
+    group is stuck in, or never took part in it on their GPU (`stuck_at`). Groups where nobody is
+    behind are left out.
 
     A rank's last enqueued number comes from its entries, or from its pg_status mapped through its
     own entries' pg_id; a member of the group (pg_config) with no entry in it counts as -1. Ranks
@@ -311,6 +334,7 @@ def missing_ranks(dumps: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
     unfinished: dict[str, set[int]] = defaultdict(set)
     done_upto: dict[str, int] = {}
     enqueued: dict[str, dict[int, int]] = defaultdict(dict)
+    states: dict[str, dict[int, dict[int, str]]] = defaultdict(lambda: defaultdict(dict))
     for rank, dump in dumps.items():
         cfg = dump.get("pg_config")
         if isinstance(cfg, dict):
@@ -332,6 +356,8 @@ def missing_ranks(dumps: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
             if isinstance(seq, int):
                 enqueued[name][rank] = max(enqueued[name].get(rank, -1), seq)
                 (completed if e.get("state") == "completed" else unfinished)[name].add(seq)
+                if e.get("state") != "completed" and isinstance(e.get("state"), str):
+                    states[name][rank][seq] = e["state"]
             elif e.get("state") != "completed":
                 unfinished[name].add(None)
         status = dump.get("pg_status")
@@ -352,7 +378,7 @@ def missing_ranks(dumps: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
             continue
         group = members.get(name) or sorted(seen)
         stuck = stuck_at({r: seen.get(r, -1) for r in group if r in dumps}, completed[name], unfinished[name],
-                         done_upto.get(name))
+                         done_upto.get(name), states.get(name))
         if stuck and stuck[1]:
             out[name] = stuck[1]
     return out

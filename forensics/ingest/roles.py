@@ -390,7 +390,7 @@ def _sample(head: bytes, n: int = SAMPLE_LINES) -> list[dict]:
 # A whole seed-schema line in the seed's key order (extra last, any content): told without parsing.
 _SEED_LINE = re.compile(
     rb'\{"timestamp":(?:"[0-9T:.+Z -]*"|[0-9.eE+]+),(?:"rank":[0-9]+,)?(?:"host":"[^"\\]*",)?"level":"[A-Za-z]+",'
-    rb'"event":"[A-Z][A-Z0-9_]*","message":"(?:[^"\\]|\\.)*"(?:,"extra":\{.*\})?\}\r?$')
+    rb'"event":"[A-Z][A-Z0-9_]{0,79}","message":"(?:[^"\\]|\\.)*"(?:,"extra":(\{.*\}))?\}\r?$')
 
 
 def _seed_lines(head: bytes) -> bool:
@@ -402,11 +402,27 @@ def _seed_lines(head: bytes) -> bool:
         end = size if nl < 0 else nl
         if nl < 0 and n:
             break   # a cut last line of the head: judged by the lines before it
-        if not _SEED_LINE.match(head, pos, end):
+        m = _SEED_LINE.match(head, pos, end)
+        if m is None:
+            return False
+        extra = m.group(1)
+        # `.*` may have swallowed a top-level key after `extra` ({"a":1},"rank":3}): a closing
+        # brace followed by a key inside the captured text needs a real parse to tell.
+        if extra is not None and b"}," in extra and not _seed_extra(head[pos:end]):
             return False
         n += 1
         pos = end + 1
     return n > 0
+
+
+def _seed_extra(line: bytes) -> bool:
+    """A line the seed pattern matched whose `extra` text holds `},`: seed only when parsed, its
+    keys end with `extra` (nothing after it at the top level)."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and list(obj)[-1] == "extra" and _seed_like([obj])
 
 
 def _seed_like(objs: list[dict]) -> bool:

@@ -470,6 +470,15 @@ TEMPLATES: list[Template] = [
         collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
     ),
     Template(
+        "slurm_memory_limit", "slurm src/plugins/jobacct_gather/common/common_jag.c (_acct_kill_step)",
+        "%ps exceeded memory limit (%lu > %lu), being killed | Exceeded job memory limit", ("kind host_oom",), "PROCESS_KILLED",
+        (Sample(("slurmstepd: error: StepId=5521.0 exceeded memory limit (34359738368 > 32212254720), being killed",),
+                {"event": "PROCESS_KILLED", "x.by": "oom_killer", "x.how": "slurm memory limit", "x.mem_limit": 32212254720}),
+         Sample(("slurmstepd: error: Job 610 exceeded memory limit (5000000 > 4194304), being killed",),
+                {"event": "PROCESS_KILLED", "x.by": "oom_killer", "x.slurm_step": "610"})),
+        collectors=("plain", "iso", "pylog", "syslog", "cri", "docker", *_JOURNAL),
+    ),
+    Template(
         "srun_task_exit", "slurm src/srun (task state messages)",
         "srun: error: %s: task(s) %s: Exited with exit code %d | Killed | Terminated | Out Of Memory",
         ("host", "tasks", "exitcode"), "CHILD_FAILED / PROCESS_KILLED",

@@ -13,6 +13,12 @@ Domain facts relied on:
   (`ranks` = every rank). Waiting dominating = the ranks wait for someone: the rank that waits
   least in most of those steps is the one waited for (`ranks`), the others are `victims`; with
   no such rank the waiting is jitter (a loaded host delays random ranks): INFO, no rank named.
+- Transfer dominating on every rank without rising (against the steps before the episode, or
+  the run's first window when it starts with the run: the share may cross the threshold only as
+  a warm-up's slow steps end) — the rule's own false positive, "small models on many GPUs, where
+  communication dominates by design" — is the job's balance of compute and communication, not a
+  fault during the run: INFO, `by_design` (rootcause.py: no root cause by itself, nor the rules'
+  job-wide finding of it). A fabric slow from the start is said, not blamed.
 - A step is communication-bound when the median share across ranks is > 40%; the finding needs
   an episode of such steps (context.sustained: one rank's checkpoint or a preempted process makes
   single steps communication-heavy) covering >= 3 steps, >= one window and >= 10% of the steps.
@@ -64,6 +70,30 @@ def per_step_shares(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFram
     return per, df
 
 
+def _by_design(per_step: pl.DataFrame, hot: pl.DataFrame) -> tuple[float, float] | None:
+    """(transfer per step before, during) when the communication-bound steps' transfer (comm
+    minus wait, medians over ranks) did not rise by RISE over the steps before them — or, when
+    the episode starts with the run, over its first window (after the first step's warm-up):
+    the share is high because of the job's balance of compute and communication (it may cross
+    the threshold only as a warm-up's slower steps end), not because the transfer degraded.
+    None when it rose (a degradation: the fault this pass is about)."""
+    from .outlier import RISE
+
+    xfer = (pl.col("comm_ms") - pl.col("wait").fill_null(0.0)).clip(lower_bound=0.0)
+    ps = per_step.filter(pl.col("step") > per_step.get_column("step").min())
+    w = window_for(per_step.height)
+    before = ps.filter(pl.col("step") < hot.get_column("step").min())
+    base = before if before.height >= w else ps.head(w)
+    during = hot.filter(~pl.col("step").is_in(base.get_column("step").implode()))
+    if base.height < w or during.height < w:
+        return None
+    first = float(base.select(xfer.median()).item() or 0.0)
+    later = float(during.select(xfer.median()).item() or 0.0)
+    if first <= 0 or later >= RISE * first:
+        return None
+    return first, later
+
+
 def find(ctx: Context) -> list[Finding]:
     per_step, df = per_step_shares(ctx.steps.select(
         "rank", "step", "comm_ms", "step_time_ms", "wait_est", "t_start", "t_end", "file", "comm_line"), ctx.peers(None))
@@ -110,15 +140,26 @@ def find(ctx: Context) -> list[Finding]:
         rows = sample.sort("wait", descending=True).head(3)
         severity = "INFO"   # random late arrivals: host noise, not a communication fault
     else:
-        title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
-                 f"{ms(step_ms)}), and it is transfer, not waiting ({ms(wait)}): the interconnect is slow for "
-                 f"everyone (steps {s0}–{s1}, {k} of {n})")
         mode = "network"
         rows = sample.sort("comm_ms", descending=True).head(3)
+        design = _by_design(per_step, hot)
+        if design is not None:
+            first, later = design
+            title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
+                     f"{ms(step_ms)}), transfer rather than waiting ({ms(wait)}), and the transfer did not rise "
+                     f"({ms(first)} per step before or at the start, {ms(later)} in those steps): the job's own balance of "
+                     f"compute and communication — a small model on many ranks, or a fabric slow from the start — "
+                     f"not something that went wrong during the run (steps {s0}–{s1}, {k} of {n})")
+            severity = "INFO"
+        else:
+            title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
+                     f"{ms(step_ms)}), and it is transfer, not waiting ({ms(wait)}): the interconnect is slow for "
+                     f"everyone (steps {s0}–{s1}, {k} of {n})")
     return [Finding(
         rule=pass_id("comm_bound"), kind="comm_bound", layer="communication", severity=severity,
         ranks=culprits, victims=victims, title=title,
         evidence={"mode": mode, "comm_share": num(share), "wait_share": num(wshare), "comm_ms": num(comm),
+                  **({"by_design": True} if mode == "network" and severity == "INFO" else {}),
                   "wait_ms": num(wait), "step_time_ms": num(step_ms), "threshold": SHARE,
                   "bound_steps": k, "steps": n, "first_step": s0, "last_step": s1},
         lines=cite([{"source_file": x["file"], "line": x["comm_line"], "rank": x["rank"], "timestamp": x["t_end"],

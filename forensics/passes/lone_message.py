@@ -63,12 +63,22 @@ def find(ctx: Context) -> list[Finding]:
     if common is None:
         return []
     cols = ["rank", "host", "timestamp", "level", "event", "message", "source_file", "line"]
-    said = ctx.aligned(ctx.events.select(cols).filter(pl.col("rank").is_not_null() & pl.col("message").is_not_null()
-                                                      & (pl.col("level").fill_null("INFO") != "ERROR")))
-    tail = said.filter(pl.col("ts_aligned") >= common).with_columns(template("message").alias("tpl")).collect()
+    own = ctx.events.select(cols).filter(pl.col("rank").is_not_null() & pl.col("message").is_not_null()
+                                         & (pl.col("level").fill_null("INFO") != "ERROR"))
+    said = ctx.aligned(own)
+    tail = ctx.aligned_since(own, common).with_columns(template("message").alias("tpl")).collect()
     if tail.is_empty():
         return []
-    cand = tail.get_column("tpl").drop_nulls().unique().to_list()
+    lo = ranked.get_column("t").min()
+    # a statement two ranks of the tail itself made before any failure can have begun is
+    # nobody's own (below): only the others are looked for in the whole run (`who` holds every
+    # line of the tail, so it would drop them too). In a run where every rank logs the same
+    # statements up to the failure, that is all of them: the run's messages are not templated
+    cand = (tail.filter(pl.col("tpl").is_not_null())
+            .group_by("tpl").agg(pl.col("rank").filter(pl.col("ts_aligned") < lo).n_unique().alias("early"))
+            .filter(pl.col("early") <= 1).get_column("tpl").to_list())
+    if not cand:
+        return []
     # who says each candidate statement, with when each rank first says it: one statement is
     # logged under one event name, so only the lines of the tail's event names are templated
     names = tail.get_column("event").unique().to_list()
@@ -83,7 +93,6 @@ def find(ctx: Context) -> list[Finding]:
                .group_by("tpl").agg(pl.struct("rank", "ts_aligned").alias("by")).collect().iter_rows())
     # a statement two ranks made before any failure can have begun is nobody's own: only the
     # first line of each (rank, statement) left is judged below
-    lo = ranked.get_column("t").min()
     kept = [t for t, by in who.items() if sum(1 for x in by if x["ts_aligned"] < lo) <= 1]
     tail = tail.filter(pl.col("tpl").is_in(kept)).sort("ts_aligned").unique(["rank", "tpl"], keep="first",
                                                                             maintain_order=True)

@@ -22,7 +22,13 @@ Domain facts relied on (spec/report.md `non_finite`):
 - The rank where a non-finite value appears first (lowest step, then earliest time) is the
   culprit of the divergence that follows (rootcause.py CAUSES: non_finite -> loss_divergence,
   grad_norm_spike, and the crash a NaN check raises): a NaN in one rank's local gradients reaches
-  every rank through the all-reduce, so the other ranks are its victims. A line without a rank
+  every rank through the all-reduce, so the other ranks are its victims. Without a step, the
+  record's own progress counter orders it: the fractional `epoch` HF Trainer puts in every log
+  record (transformers trainer.py Trainer.log: logs["epoch"] = self.state.epoch, which the
+  training loop sets to epoch + (step + 1) / steps_in_epoch), the same on every rank at one
+  step. Never the names of the files the values are in (a --log-dir tree's local-rank folders
+  sort local rank 0 first whatever happened): values in different files that no step, epoch or
+  time orders are all named, the log not showing which came first. A line without a rank
   that names one in its text gives that rank (basis named_in_text); a value on its rank's own
   line is own_error.
 
@@ -31,6 +37,7 @@ Must not: decide the root cause; judge the loss's trend (loss.py) or spikes (gra
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from typing import Any
 
@@ -70,11 +77,13 @@ def _value_rows(ctx: Context) -> pl.DataFrame:
     if not cols:
         return pl.DataFrame()
     bad = [(~pl.col(c).is_finite()).fill_null(False) for c in cols]
+    epoch = pl.col("epoch") if "epoch" in names else pl.lit(None, pl.Float64)
     which = pl.coalesce([pl.when(b).then(pl.lit(c)) for b, c in zip(bad, cols)])
     value = pl.coalesce([pl.when(b).then(pl.col(c)) for b, c in zip(bad, cols)])
-    return (ctx.events.select("rank", "host", "step", "timestamp", "source_file", "line", "event", *cols)
+    return (ctx.events.select("rank", "host", "step", *(["epoch"] if "epoch" in names and "epoch" not in cols else []),
+                              "timestamp", "source_file", "line", "event", *cols)
             .filter(pl.any_horizontal(bad))
-            .select("rank", "host", "step", "timestamp", "source_file", "line", "event",
+            .select("rank", "host", "step", epoch.alias("epoch"), "timestamp", "source_file", "line", "event",
                     which.alias("field"), value.alias("value"))
             .collect())
 
@@ -88,7 +97,9 @@ def _json_rows(ctx: Context) -> pl.DataFrame:
     # the whole pattern only on the texts that hold a "nan" or an "inf" at all (a literal search:
     # ~3x cheaper on a store of finite values); the scan is collected first, as polars would
     # otherwise fold both filters into one and run the whole pattern on every text
-    return (ctx.events.select("rank", "host", "step", "timestamp", "source_file", "line", "event", "extra", "fields")
+    epoch = pl.col("epoch") if "epoch" in ctx.events.collect_schema().names() else pl.lit(None, pl.Float64)
+    return (ctx.events.select("rank", "host", "step", epoch.alias("epoch"), "timestamp", "source_file", "line", "event",
+                              "extra", "fields")
             .filter(hit("(?i)nan|inf")).collect().filter(hit(_JSON_NONFINITE)))
 
 
@@ -118,7 +129,7 @@ def _facts(ctx: Context) -> list[dict[str, Any]]:
                 key = m.group(1)
                 if key.lower().rsplit(".", 1)[-1] in typed:      # (`extra.loss`: a flattened path)
                     continue          # read by the typed column (above)
-                out.append({**{k: r[k] for k in ("rank", "host", "step", "timestamp", "source_file", "line", "event")},
+                out.append({**{k: r[k] for k in ("rank", "host", "step", "epoch", "timestamp", "source_file", "line", "event")},
                             "field": key, "value": m.group(2), "how": "value", "untyped": True})
                 break
     tasks = facts.SrunTasks(ctx.events)
@@ -133,7 +144,7 @@ def _facts(ctx: Context) -> list[dict[str, Any]]:
         elif rank is None and r.get("local_rank") is None:
             rank = m.rank if m is not None and m.rank is not None else facts.rank_in_text(r["message"])
             basis = "named_in_text" if rank is not None else None
-        out.append({"rank": rank, "host": r["host"], "step": r["step"], "timestamp": r["timestamp"],
+        out.append({"rank": rank, "host": r["host"], "step": r["step"], "epoch": r.get("epoch"), "timestamp": r["timestamp"],
                     "source_file": r["source_file"], "line": r["line"], "event": r["event"], "field": None,
                     "value": None, "message": r["message"], "how": "text", "basis": basis,
                     "job_wide": m is not None and m.role == "job"})
@@ -165,9 +176,27 @@ def _transient(ctx: Context, f: dict[str, Any]) -> bool:
     return False
 
 
+def _position(f: dict[str, Any]) -> tuple[int, float] | None:
+    """How far the run was when the value was logged: its step, else the epoch its record carries
+    (fractional: the steps done), else unknown."""
+    if f["step"] is not None:
+        return (0, float(f["step"]))
+    e = f.get("epoch")
+    if e is not None and math.isfinite(e):
+        return (1, float(e))
+    return None
+
+
+def _unordered(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Nothing says which of two values came first: no step or epoch, not both timed, other files."""
+    return (_position(a) is None and _position(b) is None and (a["timestamp"] is None or b["timestamp"] is None)
+            and a["source_file"] != b["source_file"])
+
+
 def _order(f: dict[str, Any]) -> tuple:
     t = f["timestamp"]
-    return (f["step"] is None, f["step"] or 0, t is None, t or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+    p = _position(f)
+    return (p is None, p or (0, 0.0), t is None, t or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
             f["source_file"] or "", f["line"] or 0)
 
 
@@ -188,7 +217,8 @@ def find(ctx: Context) -> list[Finding]:
         return []
     first = kept[0]
     # the first step (or, without steps, the first line) and every rank that shows one there
-    at_first = [f for f in kept if (f["step"] == first["step"] if first["step"] is not None else f is first)]
+    pos = _position(first)
+    at_first = [f for f in kept if (_position(f) == pos if pos is not None else f is first or _unordered(f, first))]
     culprits = sorted({int(f["rank"]) for f in at_first if f["rank"] is not None})
     affected = sorted({int(f["rank"]) for f in kept if f["rank"] is not None})
     victims = sorted(set(ctx.ranks) - set(culprits)) if culprits else []
@@ -200,8 +230,11 @@ def find(ctx: Context) -> list[Finding]:
     job_wide = not culprits and any(f.get("job_wide") for f in at_first)
     who = (ranks_phrase(culprits) if culprits else
            "every rank (job-wide: the message names no rank)" if job_wide else "a process the line does not name")
-    step = f" at step {first['step']}" if first["step"] is not None else ""
+    step = (f" at step {first['step']}" if first["step"] is not None
+            else f" at epoch {first['epoch']:g} (the record's own progress; no step is logged)" if pos is not None else "")
     rest = sorted(set(affected) - set(culprits))
+    if len(culprits) > 1 and pos is None:
+        who += " (which of them first, the log does not show: no step, epoch or time orders them)"
     title = (f"first non-finite value: {what} on {who}{step}"
              + (f"; later on {ranks_phrase(rest)} too" if rest else "")
              + f" ({len(kept)} non-finite value{'s' if len(kept) != 1 else ''} or report{'s' if len(kept) != 1 else ''} in all)")
@@ -210,6 +243,7 @@ def find(ctx: Context) -> list[Finding]:
         rule=pass_id("non_finite"), kind="non_finite", layer="training", severity="ERROR",
         ranks=culprits, victims=victims, basis=basis, title=title,
         evidence={"field": first["field"], "value": _show(first["value"]), "step": first["step"],
+                  **({"epoch": first["epoch"]} if first["step"] is None and pos is not None else {}),
                   "first_ranks": culprits, "ranks_affected": affected, "occurrences": len(kept),
                   "how": first["how"], "message": shorten(first.get("message"), 300), "job_wide": job_wide},
         lines=cite([{"source_file": f["source_file"], "line": f["line"], "rank": f["rank"], "timestamp": f["timestamp"],

@@ -208,6 +208,12 @@ def find(ctx: Context) -> list[Finding]:
             parts.append((s, best))
         named = [(s, g) for s, g in parts if g is not None and g["dur_ms"] >= 0.25 * s["caused_ms"]]
         what = _phrase(named, parts)
+        phase = _stall_phase(steps, mine, caused_ms) if not named else None
+        kind = "straggler"
+        if phase is not None:
+            kind, col, per_step = phase
+            what += (f", {_PHASE_WORDS[col]}: its {col} " + ", ".join(
+                f"{ms(own)} at step {st} vs its peers' {ms(peer)}" for st, own, peer in per_step[:4]))
         stall_txt = "; ".join(f"{ms(s['caused_ms'])} at step {s['step']}" for s, _ in parts[:6])
         title = (f"rank {r} {what} while ranks {rank_ranges(waiters)} waited ({stall_txt}): it caused "
                  f"{ms(caused_ms)} of waiting over the run, {caused_ms / total:.0%} of all of it")
@@ -221,14 +227,15 @@ def find(ctx: Context) -> list[Finding]:
                         "text": f"step {v['step']}: waits {ms(v['wait_est'])}"} for v in victims_rows.iter_rows(named=True)],
                       text="text")
         out.append(Finding(
-            rule=pass_id("own_gap"), kind="straggler", layer="resource", severity="WARN", ranks=[r],
+            rule=pass_id("own_gap"), kind=kind, layer="resource", severity="WARN", ranks=[r],
             victims=waiters, title=title, basis="own_gap",
             evidence={"caused_wait_ms": num(caused_ms), "all_wait_ms": num(total), "share": num(caused_ms / total),
                       "stalls": [{"step": int(s["step"]), "caused_ms": num(s["caused_ms"]),
                                   "event": g["event"] if g else None, "key": g["key"] if g else None,
                                   "duration_ms": num(g["dur_ms"]) if g else None,
                                   "line": f"{g['source_file']}:{g['line']}" if g else None} for s, g in parts],
-                      "gap_events": sorted({g["event"] for _, g in named})},
+                      "gap_events": sorted({g["event"] for _, g in named}),
+                      **({"phase": phase[1]} if phase is not None else {})},
             lines=lines,
             first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
         ))
@@ -291,6 +298,33 @@ def _spread(ctx: Context, steps: pl.DataFrame, per: pl.DataFrame, total: float, 
                   "field": col, "rank_ms": num(own_v), "peers_ms": num(peer_v)},
         lines=lines, first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
     )]
+
+
+_PHASE_WORDS = {"data_load_ms": "loading its input", "compute_ms": "computing"}
+
+
+def _stall_phase(steps: pl.DataFrame, mine: pl.DataFrame, caused_ms: float) -> tuple[str, str, list] | None:
+    """Which of its own phases held the late rank at its stall steps: its data_load_ms or
+    compute_ms at each stall step above its peers' median at that step. The phase whose excess,
+    summed over the stalls, covers at least half of the waiting the rank caused names the kind
+    (data_load_skew or straggler) with (step, its value, its peers') per stall; else None (the
+    rank logged nothing that says, and the silence is reported)."""
+    best = None
+    for col, kind in (("data_load_ms", "data_load_skew"), ("compute_ms", "straggler")):
+        if col not in steps.columns:
+            continue
+        rows, excess = [], 0.0
+        for st in mine.get_column("step").to_list():
+            at = steps.filter(pl.col("step") == st)
+            own = at.filter(pl.col("rank") == mine.get_column("rank")[0]).get_column(col).drop_nulls()
+            peer = at.filter(pl.col("rank") != mine.get_column("rank")[0]).get_column(col).drop_nulls().median()
+            if own.is_empty() or peer is None:
+                continue
+            excess += max(0.0, float(own[0]) - float(peer))
+            rows.append((int(st), float(own[0]), float(peer)))
+        if rows and excess >= 0.5 * caused_ms and (best is None or excess > best[0]):
+            best = (excess, kind, col, rows)
+    return best[1:] if best is not None else None
 
 
 def _td(comm_ms: float | None):  # type: ignore[no-untyped-def]

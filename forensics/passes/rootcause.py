@@ -11,13 +11,19 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   can cause which is the table CAUSES below, layers only break ties.
 - A finding explains another only if it concerns the same rank(s) (or the other's victims, or
   one of them is job-wide) and did not start after the other ended.
+- A rank lag (a rank's last step below its peers') is how a failing rank's stop shows in step
+  counts: a failure that names that rank explains it, whenever the failure was reported (its
+  peers' timeouts come a timeout period after it stopped).
+- Findings that explain each other round a cycle are one cause told several ways: none of them
+  is explained away, the order of causes (_key) picks the root among them.
 - Failures (OOM, timeouts, hangs) cascade in time: the first failure explains the later ones,
   wherever they are; an earlier root is never replaced by the timeouts it caused. The same
   failure reported once by the ranks that suffered it (no ranks at fault) and once naming its
   culprit is one failure: the report naming the culprit explains the other.
 - When the run crashed, the verdict must explain the crash: a root that is or explains a failure
-  is preferred to one that does not. A rank that timed out in the failed collective was waiting
-  too, so no slowness of its own explains that failure.
+  is preferred to one that does not. A run whose values turned NaN/Inf (non_finite at ERROR)
+  failed as surely, though every process lived: the same holds for it. A rank that timed out
+  in the failed collective was waiting too, so no slowness of its own explains that failure.
 - Log-hygiene findings describe the logs, not the training: never a root cause. A throughput
   drop is only the training-layer symptom of the chain: never the root cause on its own.
 - The scheduler's cancellation (job_cancelled) ends a run without crashing it: a failure before
@@ -29,6 +35,9 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   they did, as a crash is. No input at all (no_data) is the verdict by itself.
 - Of two slowdowns neither of which explains the other, the one that cost under MINOR_COST of
   the other's time is not the root cause (cost.py prices both on the same run).
+- A symptom the job shows by design (comm_bound's `by_design`: communication above the
+  threshold on every rank from the first step to the last, never rising) is not a root cause,
+  nor a rule's job-wide finding of the same symptom.
 - A job-wide slowdown (every rank's communication time up together) is explained by the host
   or ranks whose own readings stand apart in it (basis `outlier`), never the reverse.
 - Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
@@ -60,6 +69,10 @@ FAILURES = {"oom", "nccl_timeout", "hang", "crash", "host_oom", "collective_mism
 # scancel): a failure before it is why someone cancelled (CAUSES below); alone, it is the verdict.
 _ENDS = {"job_cancelled"}
 NON_CAUSAL = {"log_hygiene", "clock_skew"}
+# A run that goes on after these has failed all the same: its values are lost (non_finite at
+# ERROR: a NaN/Inf in a rank's own values that the all-reduce spreads). Not FAILURES: they do not
+# cascade in time like a process's death; the root must explain them as it must a crash.
+RUINED = {"non_finite"}
 # bases that name a failure's culprit by its silence (passes/unexplained.SILENT_BASES)
 _SILENT = {"last_to_log", "never_joined"}
 # what a rank alone said before its peers failed (passes/lone_message.py; basis own_gap)
@@ -113,7 +126,7 @@ LABELS = {
     "grad_norm_spike": "gradient-norm spike", "loss_divergence": "loss divergence", "loss_plateau": "loss plateau",
     "rank_lag": "rank lag", "throughput_drop": "throughput drop", "clock_skew": "clock skew",
     "log_hygiene": "log hygiene", "crash": "crash (the process died)", "host_oom": "host out of memory",
-    "collective_mismatch": "collective mismatch", "job_cancelled": "job cancelled by the scheduler",
+    "collective_mismatch": "collective mismatch", "job_cancelled": "job ended from outside (scheduler or signal)",
     "gpu_error": "GPU error", "unexplained_error": "unexplained error", "no_data": "no usable data",
     "non_finite": "non-finite value (NaN/Inf)",
 }
@@ -141,6 +154,11 @@ def explains(a: Finding, b: Finding, everyone: frozenset[int] = frozenset()) -> 
         # they localise it (passes/outlier.py), so they explain it and not the other way round
         return False
     ta, tb = _t(a.first_seen), _t(b.first_seen)
+    if (b.kind == "rank_lag" and a.kind in FAILURES and b.kind in CAUSES.get(a.kind, set()) and a.ranks
+            and set(b.ranks) <= set(a.ranks)):
+        # the lag is how the failing rank's stop shows in step counts: it comes before its peers'
+        # timeouts (a timeout later) or its exit record, whatever the times say
+        return True
     if a.kind in FAILURES and b.kind in FAILURES and a.kind == b.kind and bool(a.ranks) != bool(b.ranks):
         # one failure, reported twice: by who suffered it (a rule naming the ranks that timed out,
         # ranks = []) and by who caused it. The report naming the culprit explains the other,
@@ -229,16 +247,29 @@ def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> t
     findings = _dated(findings)
     n = len(findings)
     rel = [[explains(findings[i], findings[j], everyone) for j in range(n)] for i in range(n)]
+    # a symptom a pass judged the job's own design (comm_bound's by_design: communication over
+    # the threshold from the first step to the last on every rank, never rising) is that for a
+    # rule's job-wide finding of the same kind too: no root cause by itself
+    design = {f.kind for f in findings if f.rule.startswith("pass.") and (f.evidence or {}).get("by_design")}
     cands = [i for i, f in enumerate(findings)
-             if f.severity in ("WARN", "ERROR") and f.kind not in NON_CAUSAL and f.kind not in SYMPTOMS]
+             if f.severity in ("WARN", "ERROR") and f.kind not in NON_CAUSAL and f.kind not in SYMPTOMS
+             and not (f.kind in design and not f.rule.startswith("pass.")
+                      and (not f.ranks or (everyone and set(f.ranks) >= everyone)))]
     if not cands:
         return None, []
-    failures = [i for i in range(n) if findings[i].kind in FAILURES]
+    # a run whose values became NaN/Inf failed too (its result is lost), though no process died:
+    # the verdict must explain that, before a slowdown it does not explain
+    failures = [i for i in range(n) if findings[i].kind in FAILURES
+                or findings[i].kind in RUINED and findings[i].severity == "ERROR"]
 
     def crash_relevant(i: int) -> bool:
-        return findings[i].kind in FAILURES or any(rel[i][j] for j in failures)
+        return i in failures or any(rel[i][j] for j in failures)
 
-    roots = [c for c in cands if not any(rel[o][c] and not rel[c][o] for o in cands if o != c)] or cands
+    # a root is explained by nothing it does not lead back to: findings that explain each other
+    # round a cycle (a crash recorded after the timeouts it caused, their rule and pass reports of
+    # one failure) stand together, and _key chooses among them
+    reach = [set(_closure(i, rel)) for i in range(n)]
+    roots = [c for c in cands if not any(rel[o][c] and o not in reach[c] for o in cands if o != c)] or cands
     # of two slowdowns neither explains, one that cost a tenth of the other's time is not the
     # verdict (both priced by cost.py on the same run: the other is what slowed it)
     top = max((findings[c].cost_seconds for c in roots if findings[c].cost), default=0.0)

@@ -12,6 +12,9 @@ Domain facts relied on:
   enqueued id is below it never issued it and is at fault. A member that issued it but not the
   later ones the others went on to enqueue (NCCL enqueues asynchronously) is waiting in it like
   them: a victim. Point-to-point entries are skipped: their collective_seq_id does not advance.
+- When every member issued it, its entries' states tell who never ran it (stuck_at): a member whose
+  entry is still `scheduled` while others' `started` (its GPU never reached the kernel). When the
+  states agree, nobody is named.
 - Only groups with an entry not completed on some rank hold anybody. A member of the group
   (pg_config) whose dump has no entry in it at all is behind too; ranks without a dump are not
   judged.
@@ -121,9 +124,10 @@ def _attach(f: Finding, table) -> None:
     f.evidence["flight_recorder"] = ev
 
 
-def _stuck_tops(coll: pl.DataFrame, status: pl.DataFrame, enq: pl.DataFrame) -> pl.DataFrame:
-    """process_group -> top: the number each group with a collective in flight is stuck at
-    (flight_recorder.stuck_at, from the members' last numbers, the entries' states and pg_status)."""
+def _stuck_tops(coll: pl.DataFrame, status: pl.DataFrame, enq: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Where each group with a collective in flight is stuck (flight_recorder.stuck_at, from the
+    members' last numbers, the entries' states and pg_status): (process_group -> top, the members
+    it names as behind: process_group, rank)."""
     from ..ingest.flight_recorder import stuck_at
 
     nonp2p = coll.filter(~pl.col("p2p"))
@@ -135,12 +139,21 @@ def _stuck_tops(coll: pl.DataFrame, status: pl.DataFrame, enq: pl.DataFrame) -> 
               .group_by("process_group").agg(pl.col("seq").unique().alias("unfinished")), on="process_group", how="inner")
         .join(status.group_by("process_group").agg(pl.col("done_upto").max()), on="process_group", how="left")
     )
-    rows = []
+    # per member: the states of its entries not completed
+    states: dict = {}
+    for pg, rank, seq, state in (nonp2p.filter((pl.col("state").fill_null("completed") != "completed") & pl.col("seq").is_not_null())
+                                 .select("process_group", "rank", "seq", "state").iter_rows()):
+        states.setdefault(pg, {}).setdefault(rank, {})[seq] = state
+    rows, named = [], []
     for g in frame.iter_rows(named=True):
-        got = stuck_at(dict(zip(g["rank"], g["seq"])), g["completed"] or (), g["unfinished"], g["done_upto"])
+        got = stuck_at(dict(zip(g["rank"], g["seq"])), g["completed"] or (), g["unfinished"], g["done_upto"],
+                       states.get(g["process_group"]))
         if got is not None:
             rows.append((g["process_group"], got[0]))
-    return pl.DataFrame(rows, schema={"process_group": coll.schema["process_group"], "top": pl.Int64}, orient="row")
+            named += [(g["process_group"], r) for r in got[1]]
+    pg_t = coll.schema["process_group"]
+    return (pl.DataFrame(rows, schema={"process_group": pg_t, "top": pl.Int64}, orient="row"),
+            pl.DataFrame(named, schema={"process_group": pg_t, "rank": enq.schema["rank"]}, orient="row"))
 
 
 def _find(ctx: Context) -> list[Finding]:
@@ -182,9 +195,14 @@ def _find(ctx: Context) -> list[Finding]:
     ], how="vertical_relaxed").group_by("process_group", "rank").agg(pl.col("seq").max())
     # where each group is stuck and who is behind: one rule (flight_recorder.stuck_at), the one
     # `fr-table` applies too — the first pending collective, which the members behind never issued
-    tops = _stuck_tops(coll, status, enq)
+    tops, named = _stuck_tops(coll, status, enq)
     enq = enq.join(tops, on="process_group")
     behind = enq.filter(pl.col("seq") < pl.col("top"))
+    # every member issued it: those whose GPU never started it while others did (its state:
+    # flight_recorder.stuck_at) are behind all the same
+    not_run = enq.join(named, on=["process_group", "rank"]).filter(pl.col("seq") >= pl.col("top"))
+    if not not_run.is_empty():
+        behind = pl.concat([behind, not_run], how="vertical_relaxed")
     # same collective number, different op or size: the minority signature is the odd rank out
     at_top = coll.join(enq.filter(pl.col("seq") == pl.col("top")).select("process_group", "rank", pl.col("top").alias("seq")),
                        on=["process_group", "rank", "seq"])
@@ -246,14 +264,23 @@ def _find(ctx: Context) -> list[Finding]:
     lines += cite([dict(r, text=f"rank {r['rank']} last recorded {r['collective']} #{r['seq']} (pg {r['process_group']})")
                    for r in last_lines.iter_rows(named=True)], text="text")
     t0 = stuck.get_column("timestamp").drop_nulls()
+    ran = {int(r) for r in not_run.get_column("rank")}
+    if ran and set(culprits) <= ran:
+        # they issued it like the others, but their GPU never reached it (stuck_at: the states)
+        verb = "issued but never started (its entry still scheduled while the others' started)"
+        how = "flight recorder: entry state behind the group's (scheduled while others started)"
+        title = f"{ranks_phrase(culprits)} {verb} the collective the others are stuck in: {desc}"
+    else:
+        title = f"{ranks_phrase(culprits)} never joined the collective the others are stuck in: {desc}"
+        how = "flight recorder: collective_seq_id behind the group's"
     return [Finding(
         rule=pass_id("stuck_collective"), kind="hang", layer="communication", severity="ERROR",
         ranks=culprits, victims=victims, basis="never_joined",
-        title=f"{ranks_phrase(culprits)} never joined the collective the others are stuck in: {desc}",
+        title=title,
         evidence={"groups": {g["process_group"]: {"missing": [int(x) for x in g["rank"]], "seq": int(g["top"])}
                              for g in groups.iter_rows(named=True)},
                   "first_stalled": lead, "stalled": stalled,
-                  "how": "flight recorder: collective_seq_id behind the group's"},
+                  "how": how},
         lines=lines,
         first_seen=iso(t0.min()) if len(t0) else None, last_seen=iso(t0.max()) if len(t0) else None,
     )]

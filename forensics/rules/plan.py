@@ -1,9 +1,11 @@
-"""Which rules can match, on which ranks, and the rows they then read: a rule set in two scans.
+"""Which rules can match, on which ranks, and the rows they then read: a rule set in a few scans.
 
-Owns making a rule set cost two queries over the events whatever the number of rules and parts:
-1. the *census*, one aggregation over every row: per rank and per clause, how many rows satisfy
-   the condition and over what span of time / steps (by-step clauses combine each step first,
-   in memory: a store's rows of one step are contiguous, no hash table of a million steps);
+Owns making a rule set cost a few queries over the events whatever the number of rules and parts:
+1. the *census*, one aggregation over every row for all the per-row clauses (and one for each
+   clause with a per-rank baseline or combined by step, each reading only its own columns): per
+   rank and per clause, how many rows satisfy the condition and over what span of time / steps
+   (by-step clauses combine each step first, in memory: a store's rows of one step are
+   contiguous, no hash table of a million steps);
 2. for the rules that can match somewhere, one scan keeping the rows their clauses read (the
    rows where their condition is known, or that feed a per-rank baseline or a per-step value), on
    the ranks where they can match; evidence columns (file, message) come with those rows only.
@@ -237,9 +239,9 @@ def _combine_steps(rows: pl.DataFrame, clause: Clause, s: str, vals: list[str]) 
 def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
     """One row per rank where some clause can hold: for each clause `_c{rule}_{k}`, the number
     `_n` of rows (or steps) satisfying its bound, and the first and last of them (`_lo`, `_hi`: in
-    time, or in steps for a `sustain` in steps). One scan: the per-row clauses, the baselines and
-    the by-step clauses' rows are branches over the same rows, collected together; a by-step
-    clause's steps are then combined in memory (`_step_frame`)."""
+    time, or in steps for a `sustain` in steps). The per-row clauses, the baselines and the
+    by-step clauses' rows are branches over the same rows, each collected in turn; a by-step
+    clause's steps are combined in memory (`_step_frame`) before the next branch is read."""
     slots = _slots(rules)
     dyn: dict[str, pl.Expr] = {}
     for sl in slots:
@@ -292,16 +294,14 @@ def census(events: pl.LazyFrame, rules: list[Rule]) -> pl.DataFrame:
         mine = (base.filter(pl.col(f"{sl.name}_k")).select(list(dict.fromkeys(["rank", *c.columns(), *at])))
                 .with_columns(t.alias(f"{sl.name}_t")).filter(pl.col(f"{sl.name}_t")))
         branches.append(mine.group_by("rank").agg(totals(sl, pl.col(f"{sl.name}_t"))))
-    for sl in steps:
-        branches.append(base.filter(pl.col(f"{sl.name}_m")).select("rank", "step", "timestamp", *step_values(sl.clause)))
-    # collected together, the branches share one scan of the events
-    frames = pl.collect_all(branches, engine="streaming")
-    by_rank = frames[:len(branches) - len(steps)]
-    step_rows = frames[len(by_rank):]
-    del frames
+    # one branch after the other, each its own scan of the columns it reads: collected together
+    # (one scan shared by every branch) the scan's rows are held for all of them at once, for
+    # the same CPU (4,096-rank bench store: 0.38 CPU s either way, peak +265 MB vs +196 MB)
+    by_rank = [b.collect(engine="streaming") for b in branches]
     for sl in steps:
         # one clause's rows at a time (millions of them): dropped once its steps are combined
-        by_rank.append(_step_counts(sl, step_rows.pop(0)))
+        rows_of = base.filter(pl.col(f"{sl.name}_m")).select("rank", "step", "timestamp", *step_values(sl.clause))
+        by_rank.append(_step_counts(sl, rows_of.collect(engine="streaming")))
     if not by_rank:
         return pl.DataFrame(schema={"rank": pl.Int32})
     out = by_rank[0]

@@ -1,5 +1,5 @@
 """Held-out evaluation cases: each a real torchrun gloo job. truth: rank(s) and accepted kinds."""
-import json, os, shutil, subprocess, sys, time
+import json, os, shutil, signal, subprocess, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = {
  "e01_exc_custom":  dict(n=4, schema="python_json", fault="exc_custom", rank=2, step=12, stderr=True, truth=([2], ["crash", "unexplained_error", "data_load_error"])),
@@ -21,12 +21,19 @@ def run(name, c, root):
            "--fault-step", str(c["step"]), "--out", out, "--steps", str(c.get("steps", 30)), "--hosts", str(c.get("hosts", 1))]
     if c.get("stderr"): cmd.append("--stderr-into-log")
     if c.get("pattern"): cmd += ["--file-pattern", c["pattern"]]
-    for k in ("names", "timeout", "batch", "own_event", "own_seconds"):
+    for k in ("names", "timeout", "batch", "own_event", "own_seconds", "clock_offset", "host_fmt", "jitter_ms",
+              "warmup_steps", "stall_s", "every"):
         if k in c: cmd += ["--" + k.replace("_", "-"), str(c[k])]
     env = dict(os.environ, OMP_NUM_THREADS="1", **c.get("env", {}))
     t = time.time()
     with open(os.path.join(out, "console.log"), "w") as f:
-        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        if c.get("kill_after"):                     # an outside SIGTERM to the launcher (scheduler, operator)
+            try:
+                p.wait(timeout=c["kill_after"])
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGTERM)
+        p.wait()
     ranks, kinds = c["truth"]
     json.dump({"ranks": ranks, "kinds": kinds, "rc": p.returncode}, open(os.path.join(root, name + ".truth.json"), "w"))
     print(name, "rc", p.returncode, f"{time.time()-t:.0f}s", flush=True)

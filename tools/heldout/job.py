@@ -1,6 +1,6 @@
 """A small real gloo training job for held-out evaluation: varied schemas, varied faults.
 Run under torchrun. Not part of the repo under test."""
-import argparse, ctypes, datetime as dt, json, math, os, signal, sys, time
+import argparse, ctypes, datetime as dt, json, math, os, random, signal, sys, time
 
 import torch
 import torch.distributed as dist
@@ -20,6 +20,12 @@ ap.add_argument("--timeout", type=float, default=5.0, help="the training group's
 ap.add_argument("--batch", type=int, default=1024)
 ap.add_argument("--own-event", default="evaluate", help="the event name of the own_long fault's work")
 ap.add_argument("--own-seconds", type=float, default=8.0)
+ap.add_argument("--clock-offset", type=float, default=0.0, help="seconds added to the clock of hosts after the first")
+ap.add_argument("--host-fmt", default="gpu-node-{i:02d}", help="host name pattern ({i}: host index)")
+ap.add_argument("--jitter-ms", type=float, default=0.0, help="random per-step delay on every rank (ordinary noise)")
+ap.add_argument("--warmup-steps", type=int, default=0, help="first steps slower on every rank, lr ramps up")
+ap.add_argument("--stall-s", type=float, default=7.0, help="loader_stall / periodic_slow length (s)")
+ap.add_argument("--every", type=int, default=10, help="periodic_slow period (steps)")
 a = ap.parse_args()
 
 # renamed events and metrics (what other trainers call the same things)
@@ -28,6 +34,9 @@ NAMES = {
     "alt1": {"data_load": "input_wait", "data_load_ms": "input_wait_ms", "allreduce": "grad_sync", "comm_ms": "sync_ms",
              "wait_ms": "barrier_ms", "train_step": "iteration", "step_time_ms": "iter_time_ms", "compute_ms": "fwd_bwd_ms",
              "step": "global_step", "barrier": "barrier", "barrier_ms": "barrier_wait_ms"},
+    "alt3": {"data_load": "next_batch", "data_load_ms": "fetch_ms", "allreduce": "grad_allreduce", "comm_ms": "collective_ms",
+             "wait_ms": "idle_ms", "train_step": "step_end", "step_time_ms": "duration_ms", "compute_ms": "fwd_bwd_ms",
+             "step": "iteration", "barrier": "sync_point", "barrier_ms": "held_ms"},
     "alt2": {"data_load": "fetch_batch", "data_load_ms": "data_wait_ms", "allreduce": "sync", "comm_ms": "allreduce_time_ms",
              "wait_ms": "barrier_wait_ms", "train_step": "optimizer_step", "step_time_ms": "step_duration_ms",
              "compute_ms": "compute_time_ms", "step": "iter", "barrier": "rendezvous_barrier", "barrier_ms": "blocked_ms"},
@@ -38,7 +47,9 @@ def nm(k):
     return NAMES.get(k, k)
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-host = f"gpu-node-{(rank * a.hosts) // world:02d}"
+host_i = (rank * a.hosts) // world
+host = a.host_fmt.format(i=host_i)
+CLOCK = a.clock_offset if host_i > 0 else 0.0
 os.makedirs(a.out, exist_ok=True)
 path = os.path.join(a.out, a.file_pattern.format(rank=rank, host=host))
 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -49,7 +60,7 @@ if a.stderr_into_log:
 
 
 def emit(level, event, msg, **f):
-    now = time.time()
+    now = time.time() + CLOCK
     event = nm(event)
     f = {nm(k): v for k, v in f.items()}
     s = a.schema
@@ -90,6 +101,25 @@ def emit(level, event, msg, **f):
                 conv[k] = v
         rec = {"ts_ms": int(now * 1000), "sev": level[0], "kind": event.lower(), "who": {"rank": rank, "node": host},
                "text": msg, "m": conv}
+    elif s == "gelf":          # Graylog GELF 1.1: epoch-s timestamp, syslog numeric level, extras prefixed with _
+        rec = {"version": "1.1", "host": host, "short_message": msg, "timestamp": round(now, 6),
+               "level": {"DEBUG": 7, "INFO": 6, "WARN": 4, "ERROR": 3}.get(level, 6), "_logger": event.lower(),
+               "_rank": rank, **{"_" + k: v for k, v in f.items()}}
+    elif s == "own":           # a schema of this batch's own: short keys, epoch-s float, nested source and values
+        rec = {"t": round(now, 6), "lvl": level[0], "src": {"r": rank, "h": host, "pid": os.getpid()},
+               "what": event.lower(), "note": msg, "kv": f}
+    elif s == "metrics_nested":  # metrics grouped by kind, two levels deep
+        grp = {"time": {}, "train": {}, "other": {}}
+        for k, v in f.items():
+            if k.endswith("_ms"):
+                grp["time"][k] = v
+            elif k in ("loss", "grad_norm", "lr", "samples_per_s", "val_acc"):
+                grp["train"][k] = v
+            else:
+                grp["other"][k] = v
+        rec = {"ts": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat(timespec="microseconds"),
+               "severity": level, "logger": f"trainer.{event.lower()}", "msg": msg,
+               "ctx": {"rank": rank, "host": host, "world": world}, "metrics": grp}
     else:
         raise SystemExit(s)
     log.write(json.dumps(rec, default=str) + "\n")
@@ -113,6 +143,12 @@ for step in range(a.steps):
     t0 = time.perf_counter()
     x = torch.randn(a.batch, 256)
     y = teacher(x).argmax(1)
+    if a.warmup_steps and step < a.warmup_steps:
+        time.sleep(0.15 * (a.warmup_steps - step) / a.warmup_steps)   # warmup: every rank slower at first
+    if a.jitter_ms:
+        time.sleep(random.random() * a.jitter_ms / 1000.0)
+    if a.fault == "loader_stall" and rank == a.fault_rank and step == a.fault_step:
+        time.sleep(a.stall_s)                                       # one long stall of this rank's input pipeline
     if a.fault == "data_slow" and rank == a.fault_rank:
         time.sleep(float(os.environ.get("DATA_SLOW_S", "0.25")))   # a slow reader on this rank
     t_data = time.perf_counter()
@@ -127,6 +163,12 @@ for step in range(a.steps):
         w = torch.randn(1024, 1024)                                  # extra work of its own each step
         for _ in range(int(os.environ.get("EXTRA_MATMULS", "6"))):
             w = torch.tanh(w @ w / 32.0)
+    if a.fault == "periodic_slow" and rank == a.fault_rank and step % a.every == a.every - 1:
+        time.sleep(a.stall_s)                                       # periodic GC / checkpoint, nothing logged
+    if a.fault == "oom_kill" and rank == a.fault_rank and step == a.fault_step:
+        import threading                                            # killed from outside while inside the step
+        threading.Timer(0.02, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+        _hog = [bytearray(64 << 20) for _ in range(4)]
     if a.fault == "own_long" and rank == a.fault_rank and step in (a.fault_step, a.fault_step + 6):
         te = time.perf_counter()
         time.sleep(a.own_seconds)
@@ -164,18 +206,27 @@ for step in range(a.steps):
         loss = loss * float("nan")
     opt.zero_grad()
     loss.backward()
+    if a.fault == "nan_grad" and rank == a.fault_rank and step == a.fault_step:
+        next(iter(model.parameters())).grad.view(-1)[7] = float("nan")   # one bad gradient value, spread by all-reduce
     local_gn = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()])).item()
     t_comp = time.perf_counter()
     flat = torch.cat([p.grad.flatten() for p in model.parameters()])
     tw = time.perf_counter()
     dist.all_reduce(torch.zeros(1), group=grp)
     wait_ms = (time.perf_counter() - tw) * 1000
+    if a.fault == "coll_raise" and rank == a.fault_rank and step == a.fault_step:
+        dist.all_reduce(flat, op=dist.ReduceOp.BAND, group=grp)     # raises inside the collective on this rank
+    if a.fault == "coll_mismatch" and rank == a.fault_rank and step == a.fault_step:
+        flat = flat[: flat.numel() // 2].contiguous()               # a smaller buffer than its peers'
     dist.all_reduce(flat, group=grp)
     comm_ms = (time.perf_counter() - tw) * 1000
     flat /= world
     i = 0
     for p in model.parameters():
         n = p.numel(); p.grad.copy_(flat[i:i + n].view_as(p)); i += n
+    if a.warmup_steps:
+        for g in opt.param_groups:
+            g["lr"] = 0.05 * min(1.0, (step + 1) / a.warmup_steps)
     if a.fault == "late_plateau" and step >= int(a.steps * 0.5):
         for g in opt.param_groups:
             g["lr"] = 1e-5

@@ -95,6 +95,15 @@ _NCCL_ERROR_NAME = re.compile(r"\b(nccl(?:UnhandledCuda|System|Internal|Remote)E
 _NCCL_ABORTED = re.compile(r"NCCL communicator was aborted on rank (\d+)")
 
 
+# Horovod's stall inspector (horovod/common/stall_inspector.cc, CheckForStalledTensors): a
+# warning that tensors wait for the remainder of ranks, then "Stalled ranks:" and one line per
+# rank that has not submitted them: "%d: [%s, ...]", "%d!: [...]" when it is past the shutdown
+# time. Before it (horovod/common/operations.cc, 0.1x): "Stalled ops:" and, per tensor,
+# "<tensor> [missing ranks: 1, 2]".
+_HVD_MISSING = re.compile(r"(\S+) \[missing ranks: ([\d, ]+)\]")
+_HVD_STALLED_RANK = re.compile(r"(\d{1,6})(!?): \[([^\]]*)\]?")
+
+
 class _Collectives:
     """The parser's reading of collective failures: fingerprint mismatches, barriers, NCCL notices."""
 
@@ -128,6 +137,38 @@ class _Collectives:
             r.x(barrier="monitored_barrier")
         else:
             r.event, r.level = "COLLECTIVE_MISMATCH", "ERROR"
+
+    def _horovod_stall(self, body: str, r: _Row) -> bool:
+        """Horovod's stall warning: the tensor and the ranks that did not submit it
+        (COLLECTIVE_STALL, WARN: a slow rank can catch up; extra.missing_ranks names them, which
+        the failures pass reads when a collective of the run does fail)."""
+        m = _HVD_MISSING.search(body) if "missing ranks" in body else None
+        if m:
+            r.event, r.level = "COLLECTIVE_STALL", "WARN"
+            r.x(barrier="horovod_stall", missing_ranks=_ranks(m.group(2)), tensor=m.group(1).removeprefix("ops:")[-200:])
+            return True
+        if body.strip() == "Stalled ranks:":
+            self.hvd_stall[(r.rank, r.host)] = r.line     # the rank lines follow, one per missing rank
+            r.event, r.level = "LOG", "WARN"
+            return True
+        return False
+
+    def _horovod_stalled_rank(self, body: str, r: _Row) -> bool:
+        """A line of the "Stalled ranks:" list its writer opened: that rank has not submitted the
+        tensors named (`!`: stalled past the shutdown time)."""
+        key = (r.rank, r.host)
+        if key not in self.hvd_stall:
+            return False
+        m = _HVD_STALLED_RANK.fullmatch(body.strip())
+        if not m:
+            del self.hvd_stall[key]
+            return False
+        # past the shutdown time ("!") Horovod shuts the job down: that rank's absence is fatal
+        r.event, r.level = ("BARRIER_TIMEOUT", "ERROR") if m.group(2) else ("COLLECTIVE_STALL", "WARN")
+        r.message = body
+        r.x(barrier="horovod_stall", missing_ranks=[int(m.group(1))], shutdown=True if m.group(2) else None,
+            tensor=m.group(3).split(",")[0].strip()[:200] or None, head=self.hvd_stall[key])
+        return True
 
     def _barrier(self, body: str, r: _Row) -> bool:
         """monitoredBarrier and store-based barrier timeouts: BARRIER_TIMEOUT, naming the ranks

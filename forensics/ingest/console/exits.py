@@ -35,6 +35,15 @@ _SRUN = re.compile(r"srun: error: ([\w.\-]+): tasks? ([\d\-,]+): (Out Of Memory|
 _SLURM_OOM = re.compile(r"Detected (\d+) oom[-_]kill events?(?:\(s\))?(?: in (?:StepId=)?(\S+?))?[.\s]")
 
 
+# slurm's memory enforcement (jobacct_gather, src/plugins/jobacct_gather/common/common_jag.c
+# _acct_kill_step: error("%ps exceeded memory limit (%"PRIu64" > %"PRIu64"), being killed"), "%ps"
+# being "StepId=12.0" / "JobId=12" (older releases: "Job %u", "Step %u.%u"); then slurmd's job
+# notification "Exceeded job memory limit" (src/slurmd/slurmd/slurmd.c) and the SIGKILL. Not the
+# cgroup plugin's "Exceeded step memory limit at some point." (a notice: the step may live on).
+_SLURM_MEMLIMIT = re.compile(r"(?:JobId=|StepId=|Job |Step )(\S+?) exceeded (virtual )?memory limit \((\d+) > (\d+)\), being killed"
+                             r"|Exceeded (job|step) memory limit\s*$")
+
+
 _SLURM_NODE_FAIL = re.compile(r"srun: error: Node failure on (\S+)")
 
 
@@ -270,6 +279,14 @@ class _Exits:
             r.event, r.level = "PROCESS_KILLED", "ERROR"
             r.x(signal="SIGKILL", by="oom_killer", reported_by="slurm", oom_kill_events=int(m.group(1)),
                 slurm_step=m.group(2))
+            return True
+        m = _SLURM_MEMLIMIT.search(body) if "emory limit" in body else None
+        if m:
+            # the job's host memory went over its limit: slurm kills the step (host RAM, as the OOM killer)
+            r.event, r.level = "PROCESS_KILLED", "ERROR"
+            r.x(signal="SIGKILL", by="oom_killer", reported_by="slurm", how="slurm memory limit",
+                slurm_step=m.group(1), virtual=True if m.group(2) else None,
+                mem_used=_int(m.group(3)), mem_limit=_int(m.group(4)))
             return True
         m = _SLURM_NODE_FAIL.search(body) if "Node failure" in body else None
         if m:

@@ -43,6 +43,11 @@ PREFIXES: tuple[Mark, ...] = (
     Mark("kubectl_prefix", "kubernetes staging/src/k8s.io/kubectl/pkg/cmd/logs/logs.go (addPrefixIfNeeded)",
          re.compile(r"\[pod/(?P<host>[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)/(?P<container>[-a-z0-9]{1,63})\] "),
          "[pod/llm-ft-worker-1/pytorch] [default2]:step 40 loss 2.1", "[pod/"),
+    # Hugging Face's test runners stream a launched job's two pipes into one console:
+    # tee(): print(label, line) with label "stdout:" / "stderr:" (accelerate `accelerate test`,
+    # transformers' testing_utils): the label, one space, the child's line as it was.
+    Mark("hf_tee_stream", "accelerate src/accelerate/test_utils/testing.py (_stream_subprocess.tee)",
+         re.compile(r"(?P<stream>stdout|stderr): "), "stderr:   rank      : 3 (local_rank: 3)", "std"),
     # a script's own tag at the start of its line, "rank 3: ..." (print(f"rank {rank}: ...")): the
     # rank the line names as its writer's, the form failure_facts.rank_in_text reads ("Rank 11:")
     Mark("script_rank", "a training script's print / logging of its own rank (the line's own text)",
@@ -50,7 +55,7 @@ PREFIXES: tuple[Mark, ...] = (
 )
 
 # the characters a mark may start with -> the marks to try (the parser tries none for other lines)
-_STARTS = {"horovod_tag": "MTWFS[", "script_rank": "rR"}
+_STARTS = {"horovod_tag": "MTWFS[", "script_rank": "rR", "hf_tee_stream": "s"}
 FIRST: dict[str, tuple[Mark, ...]] = {}
 for _m in PREFIXES:
     _starts = _STARTS.get(_m.name, "[")

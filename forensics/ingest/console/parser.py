@@ -56,6 +56,7 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
         self.parked: dict[Any, tuple[Any, ...]] = {}
         self.ds_node_rank: int | None = None
         self.last_barrier: dict[Any, _Row] = {}
+        self.hvd_stall: dict[Any, int] = {}     # (rank, host) -> line of Horovod's open "Stalled ranks:" list
         self.node_key: Any = None               # node of the line being read
         self.raw_lines: list[bytes] | None = None
         self._rest = ""
@@ -239,6 +240,8 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
         r.message = body if len(body) <= _MAX_MESSAGE else body[:_MAX_MESSAGE]
         if len(body) > _MAX_MESSAGE:
             r.x(message_len=len(body))
+        if self.hvd_stall and self._horovod_stalled_rank(body, r):
+            return
         if not self._child_failed(body, r) and self.hints.trig[i]:
             self._typed(body, r)
         if r.event is None:

@@ -50,6 +50,11 @@ class _Times:
                 year += 1
             frac = f".{m.group(7)}" if m.group(7) else ""
             r.ts = f"{year:04d}-{mon:02d}-{day:02d}T{m.group(4)}:{m.group(5)}:{m.group(6)}{frac}"
+        elif m.group(2):
+            # no full timestamp anywhere in the file to take a year from: the month, day and
+            # time stay with the line (a diagnosis may take the year from the run's other files)
+            frac = f".{m.group(7)}" if m.group(7) else ""
+            r.x(glog_time=f"{int(m.group(2)):02d}-{int(m.group(3)):02d}T{m.group(4)}:{m.group(5)}:{m.group(6)}{frac}")
 
     def _time_level(self, body: str, r: _Row, i: int) -> None:
         h = self.hints

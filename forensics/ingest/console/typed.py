@@ -25,6 +25,8 @@ class _Typed:
     def _typed(self, body: str, r: _Row) -> None:
         if ("monitoredBarrier" in body or "store based barrier" in body or "processed ranks" in body) and self._barrier(body, r):
             return
+        if ("missing ranks" in body or "Stalled ranks" in body) and self._horovod_stall(body, r):
+            return
         # NCCL / c10d
         m = _WORK.search(body) if "WorkNCCL" in body else None
         if m and ("timeout" in body or "timing out" in body or "timed out" in body):

@@ -36,6 +36,13 @@ Domain facts relied on:
   8. the rank whose "last completed work" is smallest (the laggard) [never_joined];
   9. the rank that went silent first without an error of its own [last_to_log; weak when the
      next rank stopped logging within a second or half a step of it].
+- ProcessGroupNCCL ends a hang itself: the watchdog that timed out rethrows (std::terminate), and
+  every other rank's heartbeat monitor, told by the TCPStore ("Received a dump signal due to a
+  collective timeout from rank N"), dumps and aborts (terminateProcess: LOG(FATAL)). So every
+  worker, the one that never joined included, dies of SIGABRT after the first timeout: such an
+  exit is the hang's end, never a death of its own (deaths.watchdog_abort). When no rank's
+  timeout line is in the logs, a peer's dump-signal report of rank N's stands for it
+  (classify.reported_timeouts).
 - Ranks that issued DIFFERENT collectives (fingerprints differ, another op or size at one
   SeqNum, waiting in another SeqNum) are a `collective_mismatch`; a culprit that simply never
   arrived, silent without an error of its own, is a `hang`.
@@ -100,23 +107,46 @@ from ..context import Context
 from ..evidence import cite, iso, pass_id, shorten
 from .cancel import _cancel_finding
 from .cascade import _cascade_tail, _later_phrase, _launcher_first_observed
-from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed
+from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed, reported_timeouts
 from .culprit import (
     _desync_ranks, _fingerprint_how, _laggards, _least_completed, _missing_ranks, _odd_collective, _peer_of, _seq_of,
 )
-from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, own_exit
+from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, first_timeout_time, watchdog_abort
+from .independent import independent, name_all
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
 from . import records
-from .rows import LAUNCHERS, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
+from .rows import LAUNCHERS, own_exit, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
 from .timeouts import _local_hang, _timeout_findings
 
 # what other modules (passes/unexplained.py) and the tests import from the package
 __all__ = ["LAUNCHERS", "TEARDOWN_RE", "TIMEOUT_RE", "_candidates", "_placed", "_progress", "_progress_last",
            "_progress_maxima", "_progress_since", "find"]
+
+
+def _stalls_at_the_end(ctx: Context, rows: list[dict[str, Any]]) -> None:
+    """A stall warning (Horovod's: ranks that did not submit a tensor the others wait on) after
+    which no rank of its file made progress (a later step-carrying line; in a file without
+    steps, a later INFO line of a rank) is where the run stopped: a timeout naming those ranks
+    (in place). One the run outlived is a slow rank that caught up: left as it is."""
+    stalls = [r for r in rows if r.get("event") == "COLLECTIVE_STALL" and r["kind"] != "timeout"]
+    if not stalls:
+        return
+    files = list({r["source_file"] for r in stalls})
+    # the last line a rank wrote that shows it working: a progress line, else (a file whose
+    # progress carries no step) any of its INFO lines
+    ranked = pl.col("rank").is_not_null() & ~pl.col("level").is_in(["WARN", "ERROR"]).fill_null(False)
+    last = {f: (p, a) for f, p, a in ctx.events.filter(pl.col("source_file").is_in(files) & ranked)
+            .group_by("source_file").agg(pl.col("line").filter(pl.col("step").is_not_null()).max().alias("p"),
+                                         pl.col("line").max().alias("a")).collect().iter_rows()}
+    for r in stalls:
+        prog, alive = last.get(r["source_file"], (None, None))
+        end = prog if prog is not None else alive
+        if end is None or end < (r["line"] or 0):
+            r["kind"] = "timeout"
 
 
 def find(ctx: Context) -> list[Finding]:
@@ -129,11 +159,13 @@ def find(ctx: Context) -> list[Finding]:
     if fails_df.is_empty():
         return []
     rows = _whose(ctx, sorted(fails_df.iter_rows(named=True), key=_key))
+    progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
+    _stalls_at_the_end(ctx, rows)
     ooms = [r for r in rows if r["kind"] == "oom"]
-    tos = [r for r in rows if r["kind"] == "timeout"]
+    # no timeout line of any rank: a peer's report of one (the dump signal) stands in for it
+    tos = [r for r in rows if r["kind"] == "timeout"] or reported_timeouts(rows)
     statuses = [r for r in rows if r["kind"] in ("status", "timeout") and (r["enqueued"] is not None or r["completed"] is not None)]
     desync = [r for r in rows if r["desync"]]      # a timeout's message may carry the desync report
-    progress = {int(p["rank"]): p for p in prog.iter_rows(named=True)}
 
     # First OOM per process; an OOM line without a rank only counts when no ranked one exists.
     all_oom: dict[Any, list[dict[str, Any]]] = defaultdict(list)
@@ -174,7 +206,10 @@ def find(ctx: Context) -> list[Finding]:
         dead = [d for d in killed if d["rank"] is not None and d["rank"] not in failed_ranks]
         # a rank the launcher saw exit with a code of its own (SIGSEGV, exit 3) and that has no
         # error or timeout of its own here: a death, stronger than any inference from silence
-        exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks),
+        # (not a SIGABRT after the first timeout: the watchdog's teardown of the hang, deaths.watchdog_abort)
+        t_abort_after = first_timeout_time(to_sorted, rows)
+        exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks
+                         and not watchdog_abort(r, t_abort_after)),
                         key=lambda r: (facts.signal_of(r["exit_code"], r["signal"]) not in facts.FAULT_SIGNALS,
                                        _key(r), not r["first_observed"]))
         named, named_src, reporters = _desync_ranks(desync)
@@ -262,6 +297,11 @@ def find(ctx: Context) -> list[Finding]:
                 weak = len(quiet) > 1
     waiting = {int(r["rank"]) for r in statuses if r["rank"] is not None and r["enqueued"] is not None
                and fail_seq is not None and r["enqueued"] >= fail_seq}
+    if fail_seq is None and first_to:
+        # no collective number to compare: the ranks that heard of the timeout (the dump signal)
+        # and are not its culprit were in the job's collectives, waiting like the one that fired
+        waiting |= {int(r["rank"]) for r in rows if r["kind"] == "status" and r.get("event") == "NCCL_DUMP_SIGNAL"
+                    and r["rank"] is not None}
     victims = sorted((set(first_to) | waiting) - set(culprits))
 
     # -- the launcher's cascade: kills and exits after the first failure ---------------------------
@@ -316,13 +356,20 @@ def find(ctx: Context) -> list[Finding]:
         # killer took, MemoryError) is a host OOM, not a plain crash
         out.append(_death_finding("host_oom" if r.get("meaning") == "host_oom" and r.get("meaning_role") == "own" else "crash",
                                   who_key, r, first_to, cascade, rows))
+    # -- ranks that failed of their own error before any sign of the cascade: all are culprits ---
+    own_deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()]
+    if (others := independent(own_deaths, rows)):
+        first = min(((r, k) for r, k, _m in own_deaths if isinstance(k, int)), key=lambda d: _key(d[0]))
+        f = next((f for f in out if f.ranks == [first[1]] and first[0]["line"] in [e.line for e in f.lines[:1]]), None)
+        if f is not None:
+            name_all(f, others)
     if first_fail is None and not cancels:
-        out += _failed_exit(rows)
+        out += _failed_exit(rows, ctx)
     elif mode == "exited":
         # the culprit's own exit is the crash (its records only: the others' exits are the cascade)
         pid = detail["death"]["pid"]
         out += _failed_exit([r for r in rows if r["kind"] != "exit" or _owner(r) == culprits[0]
-                             or (pid is not None and r["pid"] == pid)])
+                             or (pid is not None and r["pid"] == pid)], ctx)
 
     # -- processes killed from outside Python ----------------------------------------------------
     for d in killed:

@@ -5,32 +5,31 @@ common clock (an untimed console line is placed between its timestamped neighbou
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import polars as pl
 
-from ... import failure_facts as facts, failure_rows
+from ... import failure_facts as facts, failure_messages as fm, failure_rows
 from ...collective_text import DESYNC_TEXT, MISMATCH_TEXT
 from ..context import Context
 from .meaning import own, with_meaning
+from .rows import _extra
 
 
-OOM_RE = r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|\bCUDA_OOM\b"
+# The wordings of an OOM, of a device error and of a victim's failed collective are families of
+# forensics/failure_messages.py (rules as data, one table): a line's kind is read by the union of
+# its kind's families (whichever matches), its role (own / victim) by the first family matching.
+OOM_RE = fm.pattern(kinds=("oom",), roles=("own",))
 
 
-TIMEOUT_RE = (r"(?i)watchdog caught collective operation timeout|collective operation timeout|timed out|"
-              r"Timeout\(ms\)|waiting on rank|connection (?:reset|closed) by (?:remote )?peer|communicator was aborted|"
-              r"DistBackendError|NCCL error|remote process exited|socket timeout|NCCL_TIMEOUT|"
-              # a peer's death seen from this side of the socket (gloo / c10d store): a victim's error
-              r"Broken pipe|Connection refused|DistNetworkError|DistStoreError")
+# a peer's death seen from this side (a timeout, a lost connection, a store or socket error)
+TIMEOUT_RE = fm.pattern(roles=("victim",))
 
 
-# The device failed (CUDA's sticky errors, the driver's Xid, ECC): the rank whose error says so.
+# The device failed (CUDA's sticky errors, the driver's Xid, ECC, NCCL's ncclUnhandledCudaError:
+# a CUDA call inside NCCL failed on THIS rank): the rank whose error says so.
 # A device-side assert is the program's own check failing (an index out of range): a crash.
-GPU_RE = (r"(?i)illegal memory access|unspecified launch failure|uncorrectable ECC|ECC error|NVRM: Xid|\bXid\b|"
-          r"fallen off the bus|misaligned address|illegal instruction|hardware stack error|launch timed out|"
-          # NCCL's ncclUnhandledCudaError: a CUDA call inside NCCL failed on THIS rank (a peer's
-          # death is ncclRemoteError / ncclSystemError, a victim's error)
-          r"unhandled cuda error|ncclUnhandledCudaError")
+GPU_RE = fm.pattern(kinds=("gpu_error",), roles=("own",))
 
 
 # Exceptions raised by a teardown, not by the program: not a crash of their own.
@@ -89,6 +88,7 @@ def _candidates(ctx: Context) -> pl.LazyFrame:
     # record's other fields; structlog's `event` is its message) is classified by that text
     return ctx.aligned(
         cand.with_columns(pl.when(ev.is_in(TYPED) | pl.col("extra").str.contains("missing_ranks", literal=True)
+                                  | pl.col("extra").str.contains("glog_time", literal=True)
                                   | (pl.col("level") == "ERROR") | pl.col("extra").str.contains(facts.EXC_FIELD_RE))
                           .then(pl.col("extra")).alias("extra"),
                           pl.coalesce("message", *facts.text_of("fields"), *facts.text_of("extra"),
@@ -113,7 +113,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     is_cancel = ev == "JOB_CANCELLED"
     is_status = ev == "NCCL_DUMP_SIGNAL"
     process = is_exit | is_kill | is_cancel
-    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE) | own(("oom",)))
+    is_oom = ~process & (ev.str.contains("(?i)OOM") | msg.str.contains(OOM_RE))
     is_stuck = ~process & ~is_oom & own(("hang",))
     is_desync = msg.str.contains(DESYNC_RE)
     # the device's own failure: typed by the reader, or the text of an error line / a traceback
@@ -165,6 +165,37 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# a launcher starts before its workers log: its lines may precede the run's first event by this much
+GLOG_EARLY_MIN = 10
+
+
+def _glog_times(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
+    """A glog line (torch elastic's launcher: `W1205 11:24:43.604000 ...`) in a file with no
+    full timestamp carries its month, day and time without a year (`extra.glog_time`, the
+    console reader): the year is the one that puts it nearest the run's last timestamped
+    event (its other files). Such a line then has a time of its own (on its file's clock: a
+    launcher's console has no offset of its own to the ranks')."""
+    if "extra" not in df.columns or df.is_empty():
+        return df
+    g = pl.col("extra").str.json_path_match("$.glog_time")
+    if df.select((pl.col("ts_aligned").is_null() & g.is_not_null()).any()).item() is not True:
+        return df
+    start, end = ctx.events.select(pl.col("timestamp").min().alias("a"), pl.col("timestamp").max().alias("b")).collect().row(0)
+    if end is None:
+        return df
+    cands = [pl.concat_str(pl.lit(f"{y:04d}-"), g).str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False, time_zone="UTC")
+             for y in (end.year - 1, end.year, end.year + 1)]
+    dist = [(c - pl.lit(end)).abs() for c in cands]
+    best = pl.when(dist[1] <= pl.min_horizontal(dist[0], dist[2])).then(cands[1]).when(dist[0] <= dist[2]).then(cands[0]).otherwise(cands[2])
+    df = df.with_columns(best.dt.cast_time_unit("us").alias("_glog"))
+    # glog writes local time: a file whose lines would fall before the run began (a console in
+    # a time zone behind the ranks' UTC) keeps them untimed, as a clock that disagrees
+    early = df.filter(pl.col("_glog") < pl.lit(start) - pl.duration(minutes=GLOG_EARLY_MIN)).get_column("source_file").unique()
+    ok = pl.col("_glog").is_not_null() & ~pl.col("source_file").is_in(early.implode())
+    return df.with_columns(pl.when(pl.col("ts_aligned").is_null() & ok).then(pl.col("_glog"))
+                           .otherwise(pl.col("ts_aligned")).alias("ts_aligned")).drop("_glog")
+
+
 def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
     """`t_order`, the time failures are compared by (on the common clock), and `t_show`, the one
     a finding states.
@@ -177,19 +208,28 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
     dying ranks must not make a victim look earlier than the fault it may follow. Only a line
     between them that carries a time puts a victim's error before an OOM.
     `exact` says the line carried its own time (it wins over an untimed copy of the same failure).
+    `t_earliest` / `t_latest`: the bounds themselves (the line's own time when it has one; null
+    when no timestamped line is on that side of it): whether one line surely came before another.
 
     Only the files holding untimed failure lines are scanned (structured logs never need it)."""
+    df = _glog_times(ctx, df)
     df = df.with_columns(pl.col("ts_aligned").is_not_null().alias("exact"))
     need = df.filter(pl.col("ts_aligned").is_null() & pl.col("source_file").is_not_null())
     if need.is_empty():
-        return df.with_columns(pl.col("ts_aligned").alias("t_order"), pl.col("ts_aligned").alias("t_show"))
+        return df.with_columns(*(pl.col("ts_aligned").alias(c) for c in ("t_order", "t_show", "t_earliest", "t_latest")))
     files = need.get_column("source_file").unique().to_list()
     anchors = (
         ctx.aligned(ctx.events.select("rank", "host", "timestamp", "source_file", "line")
                     .filter(pl.col("source_file").is_in(files) & pl.col("timestamp").is_not_null()))
         .select("source_file", "line", pl.col("line").alias("a_line"), pl.col("ts_aligned").alias("t_anchor"))
-        .sort("line").collect()
+        .collect()
     )
+    # the failure lines timed here (a glog time given its year: _glog_times) anchor their neighbours too
+    own = df.filter(pl.col("ts_aligned").is_not_null() & pl.col("source_file").is_in(files)).select(
+        "source_file", "line", pl.col("line").alias("a_line"), pl.col("ts_aligned").alias("t_anchor"))
+    if not own.is_empty():
+        anchors = pl.concat([anchors, own.cast(anchors.schema)])
+    anchors = anchors.unique(["source_file", "line"], keep="first").sort("line")
     keys = need.select("source_file", "line").unique().sort("line")
     step = pl.duration(microseconds=1)
     back = keys.join_asof(anchors, on="line", by="source_file", strategy="backward", check_sortedness=False)
@@ -203,6 +243,31 @@ def _placed(ctx: Context, df: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.when(timeout).then(pl.coalesce("ts_aligned", "hi"))
                       .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_order"),
                       pl.when(timeout).then(pl.coalesce("ts_aligned", "hi", "lo"))
-                      .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_show"))
+                      .otherwise(pl.coalesce("ts_aligned", "lo", "hi")).alias("t_show"),
+                      pl.coalesce("ts_aligned", "lo").alias("t_earliest"), pl.coalesce("ts_aligned", "hi").alias("t_latest"))
         .drop("lo", "hi")
     )
+
+
+def reported_timeouts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Timeouts known only from a peer's report, for logs that hold no timeout line of any rank
+    (the rank that timed out wrote elsewhere: another node's log, a filtered console).
+
+    ProcessGroupNCCL's heartbeat monitor (HeartbeatMonitor::runLoop) on every rank polls the
+    TCPStore for the dump key a rank sets when its watchdog times out, and logs "Received a dump
+    signal due to a collective timeout from rank N ..." (N: the rank that set it; "this local
+    rank": its own watchdog). So rank N's collective timed out no later than that line: a timeout
+    row of rank N at its time, citing it (the reporter's own work numbers stay on the reporter's
+    status row)."""
+    out = []
+    for r in rows:
+        if r["kind"] != "status" or r.get("event") != "NCCL_DUMP_SIGNAL":
+            continue
+        src = _extra(r).get("signal_from")
+        who = r["rank"] if src == "self" else src if isinstance(src, int) else None
+        if who is None:
+            continue
+        same = who == r["rank"]
+        out.append({**r, "kind": "timeout", "rank": who, "enqueued": None, "completed": None, "seq": None,
+                    **({} if same else {"logged_rank": r.get("logged_rank", r["rank"]), "host": None, "local_rank": None})})
+    return out

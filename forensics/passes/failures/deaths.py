@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -16,7 +17,7 @@ from .cascade import _cascade_tail, _later_phrase
 from .classify import TEARDOWN_RE
 from . import records
 from .progress import _others_went_on, _trained_after
-from .rows import REPORTERS, _basis, _ev_row, _extra, _key, _local, _owner, _who
+from .rows import REPORTERS, own_exit, _basis, _ev_row, _extra, _key, _local, _owner, _who
 
 
 def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]:
@@ -139,16 +140,53 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
     )
 
 
-def own_exit(r: dict[str, Any]) -> bool:
-    """A launcher's exit record with a code of the worker's own: a fault signal (SIGSEGV ...) or
-    a positive code; not SIGKILL (a kill: host_oom) nor a teardown signal (the launcher's SIGTERM)."""
-    if r["kind"] != "exit" or r["exit_code"] is None:
+def watchdog_abort(r: dict[str, Any], t_timeout: dt.datetime | None) -> bool:
+    """An exit by SIGABRT at or after the first collective timeout (`t_timeout`): ProcessGroupNCCL's
+    teardown of the hang, not a death of the worker's own.
+
+    torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp: on a timeout the watchdog logs "To avoid
+    data inconsistency, we are taking the entire process down." and rethrows in its thread
+    ("Process group watchdog thread terminated with exception"; uncaught: std::terminate, SIGABRT);
+    on every other rank the heartbeat monitor sees the dump signal the timed-out rank set in the
+    TCPStore, dumps the Flight Recorder and calls terminateProcess (LOG(FATAL): std::abort) — the
+    rank that never joined the collective included. An exit record's time may be cut to the second
+    (ChildFailedError's `time : 2025-07-06_18:45:01`): within a second before the timeout counts."""
+    if t_timeout is None or r["kind"] != "exit" or facts.signal_of(r["exit_code"], r["signal"]) != "SIGABRT":
         return False
-    sig = facts.signal_of(r["exit_code"], r["signal"])
-    return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
+    t = r["timestamp"]
+    return t is not None and t + dt.timedelta(seconds=1) > t_timeout
 
 
-def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
+def first_timeout_time(tos: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dt.datetime | None:
+    """When the first collective timed out: the earliest timeout with a time; else (a glog line
+    without a year, in a file with no full timestamp) the earliest exit of a rank that timed out —
+    the watchdog's abort of that rank follows its timeout, so the timeout was no later."""
+    ts = [r["timestamp"] for r in tos if r["timestamp"] is not None]
+    if ts:
+        return min(ts)
+    timed_out = {_owner(r) for r in tos if _owner(r) is not None}
+    ts = [r["timestamp"] for r in rows if r["kind"] == "exit" and r["timestamp"] is not None and _owner(r) in timed_out]
+    return min(ts) if ts else None
+
+
+# libstdc++'s verbose terminate handler (libsupc++/vterminate.cc) prints the exception's what()
+# on the line after "terminate called after throwing an instance of '%s'": "  what():  %s"
+_WHAT = re.compile(r"^\s*what\(\):\s*(.*)")
+# a build path in a native error's text, said by its file name only (the build machine's dirs)
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s/\]]+/)+([^\s/\]]+)")
+
+
+def _what(ctx: Context | None, tb: dict[str, Any]) -> str | None:
+    """The `what():` line libstdc++ prints after an uncaught C++ exception's line, if any."""
+    if ctx is None or not (tb.get("message") or "").startswith("terminate called after throwing") or tb.get("line") is None:
+        return None
+    nxt = (ctx.events.filter((pl.col("source_file") == tb["source_file"]) & (pl.col("line") == tb["line"] + 1))
+           .select("message").collect())
+    m = _WHAT.match(nxt.item(0, 0) or "") if nxt.height else None
+    return m.group(1).strip() if m else None
+
+
+def _failed_exit(rows: list[dict[str, Any]], ctx: Context | None = None) -> list[Finding]:
     """When nothing else failed: a worker the launcher saw exit with a non-zero code (torch
     elastic's "failed (exitcode: 1) local_rank: N", its ChildFailedError record) crashed, its
     own error being in output these logs do not hold (its stderr, its error_file). The earliest
@@ -173,10 +211,17 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
     sig = facts.signal_of(r["exit_code"], r["signal"])
     # a traceback printed before the exit in the same output that names no rank (no [rankN]:
     # prefix): most likely this worker's, said as such, never taken for a rank's own error
-    tb = max((t for t in rows if t["kind"] == "traceback" and t["event"] == "TRACEBACK" and _owner(t) is None
+    # (the launcher's own teardown traceback — ChildFailedError, SignalException — is not the
+    # worker's; an uncaught C++ exception's "terminate called ..." line is, with its what())
+    tb = max((t for t in rows if t["kind"] == "traceback" and _owner(t) is None
+              and (t["event"] == "TRACEBACK" or t.get("meaning") == "crash")
+              and not re.search(TEARDOWN_RE, t["message"] or "")
               and t["source_file"] == r["source_file"] and (t["line"] or 0) < (r["line"] or 0)),
              key=lambda t: t["line"] or 0, default=None)
-    seen = f"; the traceback printed before it names no rank: {shorten(tb['message'], 160)}" if tb else ""
+    what = _what(ctx, tb) if tb else None
+    said = _PATH.sub(r"…/\1", f"{tb['message']}: {what}" if what else tb["message"]) if tb else ""
+    kind_of = "the traceback" if tb and tb["event"] == "TRACEBACK" else "the error"
+    seen = f"; {kind_of} printed before it names no rank: {shorten(said, 300)}" if tb else ""
     if sig in facts.FAULT_SIGNALS:
         title = (f"{_who(rank, r)} died of {sig} (exit code {r['exit_code']}, the launcher's record): "
                  f"{facts.FAULT_SIGNALS[sig]}{seen}")
@@ -189,6 +234,7 @@ def _failed_exit(rows: list[dict[str, Any]]) -> list[Finding]:
         ranks=[] if rank is None else [rank], title=title,
         basis=_basis(r) if _owner(r) is not None else None, local_ranks=_local(r),
         evidence={"exit_code": r["exit_code"], "signal": sig, "pid": r["pid"], "host": r.get("host"), "event": r["event"],
+                  **({"unattributed_error": shorten(said, 300)} if tb else {}),
                   "others": others or None, **({"one_node": r["one_node"]} if r.get("one_node") else {})},
         lines=cite([_ev_row(o) for o in exits[:3]] + ([_ev_row(tb)] if tb else []), text="text"),
         first_seen=iso(r["t_show"]), last_seen=iso(exits[-1]["t_show"]),

@@ -52,7 +52,9 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
                 continue            # it died of its own error (or was torn down after it)
         local = next((r["local_rank"] for r in grp if r["local_rank"] is not None), None)
         host = next((r["host"] for r in grp if r["host"] is not None), None)
-        out.append({"rank": rank, "pid": pid, "local_rank": local, "host": host, "confirmed": confirmed,
+        # one srun report of several tasks (`tasks 1-3: Out Of Memory`) is one row per task (rows.py)
+        ranks = sorted({int(r["rank"]) for r in grp if r["rank"] is not None})
+        out.append({"rank": rank, "ranks": ranks, "pid": pid, "local_rank": local, "host": host, "confirmed": confirmed,
                     "basis": next((r.get("rank_basis") for r in grp if r["rank"] is not None), None),
                     "exit_code": next((r["exit_code"] for r in grp if r["exit_code"] is not None), None),
                     "rows": grp, "timestamp": first["t_show"]})
@@ -71,16 +73,23 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: list[int]) -> Finding:
-    who = (f"rank {d['rank']}" if d["rank"] is not None
+    who = (ranks_phrase(d["ranks"]) if len(d.get("ranks") or []) > 1 else f"rank {d['rank']}" if d["rank"] is not None
            else local_ranks_phrase(_local(d)) if d["local_rank"] is not None else "a worker process")
     on_host = f" on {d['host']}" if d["host"] and not (d["rank"] is None and d["local_rank"] is not None) else ""
     pid = f" (pid {d['pid']}{on_host})" if d["pid"] is not None else ""
     code = (f"exit code {d['exit_code']}" + (" = 128+9, a shell's" if (d["exit_code"] or 0) > 128 else "")
             if d["exit_code"] is not None else "SIGKILL")
-    if d["confirmed"]:
-        title = f"{who}{pid} was killed by the kernel's out-of-memory killer (host RAM, not GPU memory)"
+    was = "were" if len(d.get("ranks") or []) > 1 else "was"
+    limit = next((x for x in (_extra(r) for r in d["rows"]) if x.get("how") == "slurm memory limit"), None)
+    if limit is not None:
+        used = (f" ({limit['mem_used']} > {limit['mem_limit']})"
+                if limit.get("mem_used") is not None and limit.get("mem_limit") is not None else "")
+        title = (f"{who}{pid} {was} killed by Slurm for going over the job's memory limit{used} "
+                 "(host RAM, not GPU memory)")
+    elif d["confirmed"]:
+        title = f"{who}{pid} {was} killed by the kernel's out-of-memory killer (host RAM, not GPU memory)"
     else:
-        title = (f"{who}{pid} was killed by SIGKILL ({code}) without a Python traceback: the host's "
+        title = (f"{who}{pid} {was} killed by SIGKILL ({code}) without a Python traceback: the host's "
                  f"out-of-memory killer is suspected (check `dmesg -T | grep -i 'killed process'`"
                  + (f" on {d['host']})" if d["host"] else ")"))
     if victims:
@@ -90,12 +99,13 @@ def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: l
         t = t_first     # it died before the others noticed; the launcher reports it later
     return Finding(
         rule=pass_id("failures"), kind="host_oom", layer="resource", severity="ERROR",
-        ranks=[] if d["rank"] is None else [d["rank"]], victims=victims, title=title,
+        ranks=[] if d["rank"] is None else (d.get("ranks") or [d["rank"]]), victims=victims, title=title,
         basis=d.get("basis") or "own_error" if d["rank"] is not None or d["local_rank"] is not None else None,
         local_ranks=_local(d) if d["rank"] is None else [],
         evidence={"host_oom_killer": True, "confirmed": d["confirmed"], "signal": "SIGKILL", "exit_code": d["exit_code"],
                   "pid": d["pid"], "local_rank": d["local_rank"], "host": d["host"], "python_traceback": False,
-                  "victims": victims},
+                  "victims": victims,
+                  "srun_tasks": d.get("ranks") if any(r.get("srun_task") for r in d["rows"]) else None},
         lines=cite([_ev_row(r) for r in d["rows"]], text="text"),
         first_seen=iso(t), last_seen=iso(d["timestamp"]),
     )

@@ -12,6 +12,18 @@ folder of its path that names a recorded host ("hpc101" for "hpc101.cluster.loca
 launcher console next to it (the deepest folder above the row's file that holds exit records,
 when those records name one host and that folder holds one --log-dir tree at most). No host, or
 two records for one (host, local rank) that disagree: the row keeps its local rank.
+
+An error line that carries no rank at all (a worker's traceback printed through the launcher's
+console with no rank prefix: torchrun without --tee/--log-dir, accelerate) is the worker's the
+launcher then saw fail, when that is the only reading the output allows (`join_unowned`): in
+that file the launcher records exactly one worker that failed on its own (own_exit: a positive
+code or a fault signal; the others' ends are its SIGTERMs, not failures), exactly one fatal
+error with no rank precedes its first record, and the error agrees with the exit — CPython exits
+with status 1 on an uncaught exception (Modules/main.c, pymain_run_python -> pymain_exit_error);
+a CUDA error's process may instead abort in teardown (SIGABRT: c10's destructors and the NCCL
+watchdog rethrow the sticky error, std::terminate). Basis `own_error`, with
+`evidence.launcher_record.how` saying so. Two failed workers, two such errors, a code the error
+does not explain: nothing is joined (the finding keeps "a rank the log does not name").
 """
 from __future__ import annotations
 
@@ -20,6 +32,8 @@ import re
 from typing import Any
 
 import polars as pl
+
+from ... import failure_facts as facts
 
 # the attempt_<n> folder of a --log-dir file's path (the reader's full rule: marks.LOG_DIR_LOCAL;
 # the pass does not import the ingest package)
@@ -104,6 +118,47 @@ def join(ctx: Any, rows: list[dict[str, Any]], kinds: tuple[str, ...]) -> None:
         r["record"] = {"host": rec["host"], "local_rank": int(r["local_rank"]), "rank": int(rec["rank"]),
                        "host_from": how}
         r["record_row"] = rec
+
+
+_EXCEPTION_CODES = {"oom": (1,), "traceback": (1,), "gpu": (1, -6, 134)}
+
+
+def _process(r: dict[str, Any]) -> Any:
+    return ("pid", r["pid"]) if r["pid"] is not None else ("rank", r["rank"], r.get("host"), r.get("local_rank"))
+
+
+def join_unowned(rows: list[dict[str, Any]], kinds: tuple[str, ...], own_exit: Any, teardown_re: str) -> None:
+    """Give the one fatal error of a file that carries neither rank nor local rank the rank of
+    the one worker the launcher in that file saw fail on its own (module docstring), in place."""
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["source_file"] is not None:
+            by_file.setdefault(r["source_file"], []).append(r)
+    for mine in by_file.values():
+        exits = [r for r in mine if own_exit(r) and (r["rank"] is not None or r.get("local_rank") is not None)]
+        procs = {_process(r) for r in exits}
+        if len(procs) != 1:
+            continue
+        first_rec = min(r["line"] or 0 for r in exits)
+        errs = [r for r in mine if r["kind"] in kinds and r["rank"] is None and r.get("local_rank") is None
+                and (r["line"] or 0) < first_rec and not re.search(teardown_re, r.get("message") or "")]
+        heads = {r["traceback_head"] if r.get("traceback_head") is not None else r["line"] for r in errs}
+        if len(heads) != 1:
+            continue
+        rec = next((r for r in exits if r.get("logged_rank", r["rank"]) is not None), exits[0])
+        code = rec["exit_code"]
+        sig = facts.signal_of(code, rec["signal"])
+        if any(code not in _EXCEPTION_CODES.get(r["kind"], ()) and not (r["kind"] == "gpu" and sig == "SIGABRT") for r in errs):
+            continue
+        for r in errs:
+            if rec["rank"] is not None:
+                r["rank"], r["rank_basis"] = int(rec["rank"]), BASIS
+            else:
+                r["local_rank"], r["host"] = rec["local_rank"], r.get("host") or rec.get("host")
+            r["record"] = {"host": rec.get("host"), "local_rank": rec.get("local_rank"), "rank": rec["rank"],
+                           "how": f"its rank from the launcher's record: the only worker it saw fail, with "
+                                  f"{facts.code_phrase(code, rec['signal'])}, and the only error with no rank before it"}
+            r["record_row"] = rec
 
 
 def evidence(r: dict[str, Any]) -> dict[str, Any]:

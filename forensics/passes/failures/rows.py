@@ -68,7 +68,8 @@ def _local(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _who(rank: int | None, row: dict[str, Any]) -> str:
     if rank is not None:
-        return f"rank {rank}"
+        how = (row.get("record") or {}).get("how")
+        return f"rank {rank} ({how})" if how else f"rank {rank}"
     loc = _local(row)
     return local_ranks_phrase(loc) if loc else "a rank the log does not name"
 
@@ -110,6 +111,7 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (one_node), else the launcher's exit record for its (host, local rank) (launcher_record,
     records.py). `logged_rank` keeps the rank as stored (what the events table is matched by)."""
     node: dict[str, Any] | None | bool = False
+    single_worker: bool | None = None
     tasks = facts.SrunTasks(ctx.events)
     for r in rows:
         r["logged_rank"], r["rank_basis"] = r["rank"], None
@@ -124,14 +126,54 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if named is not None:
                 r["rank"], r["rank_basis"] = named, "named_in_text"
                 continue
+        single = None
+        if r["kind"] == "exit" and r.get("by") == "deepspeed launcher" and r.get("local_rank") is None:
+            # the launcher's exit line quotes its LAST worker's command: the failed one's only when
+            # it started one worker (failure_facts.launcher_single_worker)
+            if single_worker is None:
+                single_worker = facts.launcher_single_worker(ctx.events)
+            if single_worker:
+                single = _extra(r).get("cmd_local_rank") or 0
+                r["local_rank"] = single
         if r.get("local_rank") is not None and r["kind"] in _DEATH_KINDS:
-            if node is False:
+            if single is not None:
+                node = facts.one_node(ctx.events, local=single)
+            elif node is False:
                 node = facts.one_node(ctx.events)
             if node:
                 r["rank"], r["rank_basis"] = int(r["local_rank"]), "one_node"
                 r["one_node"] = node
     records.join(ctx, rows, _DEATH_KINDS)
+    rows = _srun_tasks(ctx, rows)
+    from .classify import TEARDOWN_RE     # (classify imports this module's neighbours)
+
+    records.join_unowned(rows, _OWN_KINDS, own_exit, TEARDOWN_RE)
     return rows
+
+
+def _srun_tasks(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """srun's report of tasks that died (`task 4: Out Of Memory`, `tasks 1-3: Bus error`) names
+    their ranks where srun started the ranks (failure_facts.srun_task_ranks): one row per task,
+    each that task's rank (basis own_error: the launcher's record of its own end)."""
+    srun = facts.SrunRanks(ctx.events)
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        tasks = facts.srun_task_ranks(r, srun) if r["kind"] in _DEATH_KINDS else []
+        if not tasks:
+            out.append(r)
+            continue
+        for t in tasks:
+            out.append({**r, "rank": t, "srun_task": True})
+    return out
+
+
+def own_exit(r: dict[str, Any]) -> bool:
+    """A launcher's exit record with a code of the worker's own: a fault signal (SIGSEGV ...) or
+    a positive code; not SIGKILL (a kill: host_oom) nor a teardown signal (the launcher's SIGTERM)."""
+    if r["kind"] != "exit" or r["exit_code"] is None:
+        return False
+    sig = facts.signal_of(r["exit_code"], r["signal"])
+    return sig in facts.FAULT_SIGNALS or (r["exit_code"] > 0 and sig not in ("SIGKILL", *facts.TEARDOWN_SIGNALS))
 
 
 def _basis(r: dict[str, Any], default: str | None = "own_error") -> str | None:

@@ -33,12 +33,19 @@ from ..context import Context
 from ..evidence import cite, iso, pass_id, ranks_phrase
 from .progress import SILENT_MARGIN_S
 from .rows import _ev_row, _extra, _key
+from ...failure_facts import signal_name
 
 # A signal that reached the launcher or the job from outside (torch/distributed/elastic/
 # multiprocessing/api.py _terminate_process_handler: "Process %d got signal: %d"; deepspeed
 # launcher/launch.py sigkill_handler: "Main process received %s, exiting"; Python's Ctrl-C).
+# The agent's "Received %s death signal, shutting down workers" prints the signal as
+# "Signals.SIGTERM" up to Python 3.10 and as its number ("15") from 3.11 (IntEnum.__str__).
 STOP_RE = re.compile(r"SignalException: Process \d+ got signal: (\d+)|Main process received (SIG[A-Z]+)|"
-                     r"\bKeyboardInterrupt\b|Received Signals\.(SIG[A-Z]+) death signal")
+                     r"\bKeyboardInterrupt\b|Received (?:Signals\.)?(SIG[A-Z]+|\d+) death signal")
+# A rank one step behind the others when the stop arrives is the ordinary spread of a step's
+# end across ranks, not a hang: a hung rank's peers wait in the next collective for longer than
+# this many steps (or SILENT_MARGIN_S) before anyone stops the job.
+HANG_STEPS = 3
 
 
 def _stop(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -104,14 +111,75 @@ def _first_stopped(ctx: Context, progress: dict[int, dict[str, Any]]) -> tuple[l
     return ranks, f"its progress stopped {gap:.1f} s before the others'", False
 
 
+# torch elastic prints its SignalException's traceback (no time of its own) right after the
+# "Sending process N closing signal SIGTERM" lines of the workers it stops because of it
+SHUTDOWN_LINES = 64
+
+
+def _stop_time(stop: dict[str, Any], rows: list[dict[str, Any]]) -> Any:
+    """When the stop happened: its own time, else the time of the launcher's kills of its
+    workers just above it in its file (the shutdown the stop caused), else None."""
+    if stop.get("exact") and stop.get("t_show") is not None:
+        return stop["t_show"]
+    if stop.get("line") is None:
+        return None
+    kills = [r["t_show"] for r in rows if r["kind"] == "kill" and r.get("exact") and r.get("t_show") is not None
+             and r["source_file"] == stop["source_file"] and r["line"] is not None
+             and stop["line"] - SHUTDOWN_LINES <= r["line"] < stop["line"]]
+    return min(kills) if kills else None
+
+
+def _waited_s(stop_t: Any, culprits: list[int], progress: dict[int, dict[str, Any]]) -> float | None:
+    """How long the stop came after the culprits' last progress (None: the stop's time is not
+    known, or the culprits' last progress)."""
+    last = [progress[k]["last_ts"] for k in culprits if progress.get(k, {}).get("last_ts") is not None]
+    if stop_t is None or not last:
+        return None
+    waited = (stop_t - max(last)).total_seconds()
+    # a stop before the progress it ended is two clocks that disagree (a console in local time
+    # beside ranks in UTC): then its time says nothing
+    return waited if waited > -SILENT_MARGIN_S else None
+
+
+def _signal_stop(stop: dict[str, Any], rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],
+                 waited: float | None) -> Finding:
+    """A signal from outside stopped a job whose ranks were all still progressing: the job was
+    ended (job_cancelled), no rank at fault. The workers' exits by the launcher's SIGTERM after
+    it are its cascade."""
+    m = STOP_RE.search(stop.get("message") or "")
+    sig = next((g for g in (m.groups() if m else ()) if g), None)
+    name = ("SIGINT (Ctrl-C)" if m and "KeyboardInterrupt" in m.group(0) else
+            signal_name(int(sig)) if sig and sig.isdigit() else sig or "a signal")
+    steps = sorted({p["last_step"] for p in progress.values() if p.get("last_step") is not None})
+    at = (f"; every rank was still making progress (last steps {steps[0]:g}–{steps[-1]:g})" if len(steps) > 1 else
+          f"; every rank was still making progress (last step {steps[0]:g})" if steps else "")
+    after = [r for r in rows if r["kind"] in ("kill", "exit") and _key(r) >= _key(stop)]
+    return Finding(
+        rule=pass_id("failures"), kind="job_cancelled", layer="resource", severity="WARN", ranks=[],
+        title=(f"the job was stopped from outside: the launcher received {name} and shut its workers down{at}"
+               + (f"; the {len(after)} worker exit{'s' if len(after) != 1 else ''} after it are its cascade" if after else "")),
+        evidence={"stopped_by": "signal", "signal": name, "seconds_after_last_progress": waited},
+        lines=cite([_ev_row(stop)] + [_ev_row(r) for r in after[:2]], text="text"),
+        first_seen=iso(stop["t_show"]), last_seen=iso(stop["t_show"]),
+    )
+
+
 def stopped_hang(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]]) -> list[Finding]:
-    """The `hang` finding of a job stopped from outside, or nothing."""
+    """The `hang` finding of a job stopped from outside; a signal that stopped a job every rank
+    was still progressing in is the job's end from outside (job_cancelled); or nothing."""
     stop = _stop(rows)
     if stop is None:
         return []
     progress = dict(progress)     # _first_stopped may add the epoch lines it judged by
     got = _first_stopped(ctx, progress)
+    is_signal = stop["kind"] != "cancel"
+    if got is not None:
+        waited = _waited_s(_stop_time(stop, rows), got[0], progress)
+        if waited is not None and waited < max(SILENT_MARGIN_S, HANG_STEPS * (ctx.median_step_ms or 0.0) / 1000):
+            got = None            # its peers had not waited: the stop caught it a step behind
     if got is None:
+        if is_signal and progress:
+            return [_signal_stop(stop, rows, progress, _waited_s(_stop_time(stop, rows), list(progress), progress))]
         return []
     culprits, how, weak = got
     victims = sorted((set(progress) or set(ctx.ranks)) - set(culprits))

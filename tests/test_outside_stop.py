@@ -1,0 +1,81 @@
+"""A job stopped from outside (a SIGTERM to torchrun) while every rank still trained: the job's
+end, not a hang of the rank that happened to be a step behind when the signal came. Lines
+written here in the formats of torch 2.x's elastic agent (agent/server/api.py "Received %s death
+signal, shutting down workers", multiprocessing/api.py "Sending process %s closing signal %s" and
+SignalException "Process %d got signal: %d", glog-style prefixes without a year) and the seed
+schema for the ranks."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from forensics.passes import diagnose
+
+T0 = dt.datetime(2026, 3, 9, 14, 2, 0, tzinfo=dt.timezone.utc)
+STEP_S = 0.16
+
+
+def _run(tmp: Path, last: dict[int, int], stop_after_s: float, world: int = 4) -> Path:
+    """`world` ranks; rank r logs steps 0..last[r] (default 60), one step every STEP_S; the
+    launcher is SIGTERMed `stop_after_s` after the last step any rank logged."""
+    end = 0.0
+    for r in range(world):
+        lines = []
+        for s in range(last.get(r, 60) + 1):
+            t = T0 + dt.timedelta(seconds=1 + s * STEP_S + r * 0.001)
+            end = max(end, (t - T0).total_seconds())
+            lines.append(json.dumps({"timestamp": t.isoformat().replace("+00:00", "Z"), "rank": r, "level": "INFO",
+                                     "event": "TRAIN_STEP", "message": f"step {s}",
+                                     "extra": {"step": s, "loss": 2.0 - s * 0.01, "step_time_ms": STEP_S * 1000}}))
+        (tmp / f"rank_{r}.jsonl").write_text("\n".join(lines) + "\n")
+    t = T0 + dt.timedelta(seconds=end + stop_after_s)
+    g = t.strftime("%m%d %H:%M:%S.%f")
+    con = [f"W{g} 4242 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, shutting down workers"]
+    con += [f"W{g} 4242 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process {4300 + r} closing signal SIGTERM"
+            for r in range(world)]
+    con += ["Traceback (most recent call last):",
+            '  File "/usr/lib/python3/site-packages/torch/distributed/elastic/agent/server/api.py", line 923, in _invoke_run',
+            "    time.sleep(monitor_interval)",
+            '  File "/usr/lib/python3/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate_process_handler',
+            '    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)',
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15"]
+    (tmp / "console.log").write_text("\n".join(con) + "\n")
+    return tmp
+
+
+def test_a_sigterm_while_every_rank_trains_ends_the_job_and_names_no_rank(tmp_path: Path) -> None:
+    # rank 3 logged step 59 when the others logged 60: the signal came 0.1 s later
+    rep = diagnose([str(_run(tmp_path, {3: 59}, 0.1))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "job_cancelled" and rc.ranks == []
+    assert "SIGTERM" in rc.summary
+    assert not any(f.kind == "hang" for f in rep.findings)
+
+
+def test_a_rank_stuck_long_before_the_signal_is_still_the_hang(tmp_path: Path) -> None:
+    # rank 3 stopped at step 40; the others reached 41 and waited 60 s until the SIGTERM
+    rep = diagnose([str(_run(tmp_path, {0: 41, 1: 41, 2: 41, 3: 40}, 60.0))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [3]
+
+
+def test_a_glog_line_in_a_file_without_a_year_is_timed_from_the_run(tmp_path: Path) -> None:
+    from forensics.passes.context import Context
+    from forensics.passes.failures import _candidates, _placed
+    from forensics.passes.failures.classify import _classify
+    from forensics.run import open_run
+
+    ctx = Context.from_run(open_run(str(_run(tmp_path, {}, 2.0))))
+    rows = _placed(ctx, _classify(_candidates(ctx).collect()))
+    kills = rows.filter(rows["kind"] == "kill")
+    assert kills.height == 4 and kills["exact"].all()
+    assert kills["t_show"].min().year == 2026 and kills["t_show"].min() > T0
+
+
+def test_a_stop_whose_clock_disagrees_with_the_ranks_judges_nothing_by_it(tmp_path: Path) -> None:
+    # the launcher's glog time 5 h before the ranks' own (a console in local time): its time is
+    # no evidence that nobody waited; the rank that stopped first stays the hang
+    rep = diagnose([str(_run(tmp_path, {0: 41, 1: 41, 2: 41, 3: 40}, -5 * 3600.0))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [3]
