@@ -20,6 +20,15 @@ def _failure(idx: int, rank: int, code: int, sig: str) -> list[str]:
             "  error_file: <N/A>", f"  traceback : Signal {-code} ({sig}) received by PID {5100 + rank}"]
 
 
+def _lost_peer(rank: int) -> list[str]:
+    # gloo's transport error on a peer of the dead rank, as torchrun prefixes a worker's stderr
+    return [f"[rank{rank}]: Traceback (most recent call last):",
+            f'[rank{rank}]:   File "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", line 3252, in all_reduce',
+            f"[rank{rank}]:     work.wait()",
+            f"[rank{rank}]: RuntimeError: [/build/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:19341. This is typically caused by a remote worker crashing."]
+
+
 def test_an_abort_is_explained_by_the_uncaught_exception_printed_before_it(tmp_path: Path) -> None:
     for r in range(3):
         lines = [json.dumps({"timestamp": (T0 + dt.timedelta(seconds=1 + s * 0.2)).isoformat(), "rank": r, "level": "INFO",
@@ -41,3 +50,9 @@ def test_an_abort_is_explained_by_the_uncaught_exception_printed_before_it(tmp_p
     assert rc is not None and rc.kind == "crash" and rc.ranks == [1] and "SIGABRT" in rc.summary
     assert "gloo::EnforceNotMet" in rc.summary and "doesn't match expected size" in rc.summary
     assert "…/pair.cc:456" in rc.summary and "ChildFailedError" not in rc.summary
+    # its peers' lost connections, printed before the launcher's record of the abort, are its
+    # consequence: an abort after a lost peer is no watchdog's teardown of a hang
+    text = (tmp_path / "console.log").read_text().splitlines()
+    (tmp_path / "console.log").write_text("\n".join(text[:2] + _lost_peer(2) + _lost_peer(0) + text[2:]) + "\n")
+    rc = diagnose([str(tmp_path)]).root_cause
+    assert rc is not None and rc.kind == "crash" and rc.ranks == [1] and "SIGABRT" in rc.summary

@@ -157,10 +157,19 @@ def watchdog_abort(r: dict[str, Any], t_timeout: dt.datetime | None) -> bool:
     return t is not None and t + dt.timedelta(seconds=1) > t_timeout
 
 
+# A peer's death seen from this side of the socket (gloo's "Connection closed by peer" / "reset
+# by peer", a broken pipe, NCCL's remote error): a consequence of a death, never a timed-out wait
+# that a watchdog tears down after.
+LOST_PEER_RE = re.compile(r"(?i)connection (?:reset|closed) by (?:remote )?peer|broken pipe|connection refused|"
+                          r"remote process exited")
+
+
 def first_timeout_time(tos: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dt.datetime | None:
     """When the first collective timed out: the earliest timeout with a time; else (a glog line
     without a year, in a file with no full timestamp) the earliest exit of a rank that timed out —
-    the watchdog's abort of that rank follows its timeout, so the timeout was no later."""
+    the watchdog's abort of that rank follows its timeout, so the timeout was no later. Lost
+    peers are not timeouts (LOST_PEER_RE): with only those, None."""
+    tos = [r for r in tos if not LOST_PEER_RE.search(r.get("message") or "")]
     ts = [r["timestamp"] for r in tos if r["timestamp"] is not None]
     if ts:
         return min(ts)
