@@ -100,7 +100,7 @@ _NCCL_ABORTED = re.compile(r"NCCL communicator was aborted on rank (\d+)")
 # rank that has not submitted them: "%d: [%s, ...]", "%d!: [...]" when it is past the shutdown
 # time. Before it (horovod/common/operations.cc, 0.1x): "Stalled ops:" and, per tensor,
 # "<tensor> [missing ranks: 1, 2]".
-_HVD_MISSING = re.compile(r"(\S+) \[missing ranks: ([\d, ]+)\]")
+_HVD_MISSING = re.compile(r"(?<!\S)(\S+) \[missing ranks: ([\d, ]+)\]")
 _HVD_STALLED_RANK = re.compile(r"(\d{1,6})(!?): \[([^\]]*)\]?")
 
 

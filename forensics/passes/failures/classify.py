@@ -13,7 +13,7 @@ from ... import failure_facts as facts, failure_messages as fm, failure_rows
 from ...collective_text import DESYNC_TEXT, MISMATCH_TEXT
 from ..context import Context
 from .meaning import own, with_meaning
-from .rows import _extra
+from .rows import TEARDOWN_RE, _extra
 
 
 # The wordings of an OOM, of a device error and of a victim's failed collective are families of
@@ -30,10 +30,6 @@ TIMEOUT_RE = fm.pattern(roles=("victim",))
 # a CUDA call inside NCCL failed on THIS rank): the rank whose error says so.
 # A device-side assert is the program's own check failing (an index out of range): a crash.
 GPU_RE = fm.pattern(kinds=("gpu_error",), roles=("own",))
-
-
-# Exceptions raised by a teardown, not by the program: not a crash of their own.
-TEARDOWN_RE = r"SignalException|KeyboardInterrupt|SystemExit|got signal|ChildFailedError"
 
 
 # the desync report's and the fingerprint mismatch's text: forensics/collective_text.py

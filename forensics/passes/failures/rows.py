@@ -17,6 +17,10 @@ from ..evidence import shorten
 from . import records
 
 
+# Exceptions raised by a teardown, not by the program: not a crash of their own.
+TEARDOWN_RE = r"SignalException|KeyboardInterrupt|SystemExit|got signal|ChildFailedError"
+
+
 LAUNCHERS = ("launcher", "deepspeed launcher")
 
 
@@ -145,8 +149,6 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 r["one_node"] = node
     records.join(ctx, rows, _DEATH_KINDS)
     rows = _srun_tasks(ctx, rows)
-    from .classify import TEARDOWN_RE     # (classify imports this module's neighbours)
-
     records.join_unowned(rows, _OWN_KINDS, own_exit, TEARDOWN_RE)
     return rows
 
