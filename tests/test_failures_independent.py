@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_failures_console import GLOO_LOST, NCCL_LOST, OOM, diagnosed, expand, progress
+from test_failures_console import GLOO_LOST, NCCL_LOST, OOM, diagnosed, expand, progress
 
 
 def tb(r: int, exc: str, frame: str = '  File "/srv/app/train.py", line 141, in train_step') -> list[str]:

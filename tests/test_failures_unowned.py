@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_failures_console import diagnosed
+from test_failures_console import diagnosed
 
 DAY = "2025-01-09"
 

@@ -20,7 +20,7 @@ import pytest
 from forensics import fr_table
 from forensics.ingest import flight_recorder as fr
 from forensics.passes import diagnose
-from tests.fr_dumps import make_dumps, write_set
+from fr_dumps import make_dumps, write_set
 
 
 def all_issued(world: int, n: int, states: dict[int, str]) -> dict[int, dict]:
