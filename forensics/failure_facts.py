@@ -277,12 +277,45 @@ def launcher_single_worker(events: pl.LazyFrame) -> bool:
     return f["killed"] == 1
 
 
+# torch elastic's agent (torch/distributed/elastic/multiprocessing/api.py): on a worker's failure
+# it logs "failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s" for the failed worker and
+# "Sending process %s closing signal %s" for each worker it tears down: the pids of its workers
+_AGENT_FAILED = r"failed \(exitcode: -?\d+\) local_rank: (\d+) \(pid: (\d+)\)"
+_AGENT_CLOSING = r"Sending process (\d+) closing signal SIG"
+
+
+def agent_workers(failed: list[tuple[int, int]], closing: list[int]) -> int | None:
+    """How many workers one torch elastic agent shows it started, when the pids it names cover its
+    local ranks 0..N-1: N >= 2 distinct pids (the failed workers' and those it sent a closing
+    signal), each failed worker's local rank below N and at its pid's place among them (the agent
+    starts its workers in local-rank order: ascending pids), one pid per local rank. None when
+    they do not (a lone failed worker: a high local rank alone shows no node; a second agent's
+    or a restart's pids break the order)."""
+    pids = sorted({p for _, p in failed} | set(closing))
+    n = len(pids)
+    by_local: dict[int, int] = {}
+    for lr, pid in failed:
+        if by_local.setdefault(lr, pid) != pid:
+            return None
+    if n < 2 or not failed:
+        return None
+    if any(lr >= n or pids.index(pid) != lr for lr, pid in by_local.items()):
+        return None
+    return n
+
+
 def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] | None:
     """The facts that show a one-node launch, or None when the log does not show one: at most one
-    host and a positive sign (that one host, or nnodes / group_world_size 1), no node rank above
-    0, no global rank or world size beyond the node's workers (local ranks 0..N-1, or the
-    launcher's nproc_per_node)."""
+    host and a positive sign (that one host, nnodes / group_world_size 1, or one agent whose
+    worker pids cover local ranks 0..N-1: agent_workers), no node rank above 0, no global rank or
+    world size beyond the node's workers (local ranks 0..N-1, or the launcher's nproc_per_node)."""
     msg = pl.col("message")
+    agent = events.select(
+        msg.str.extract_groups(_AGENT_FAILED).alias("failed"),
+        msg.str.extract(_AGENT_CLOSING, 1).cast(pl.Int64, strict=False).alias("closing"),
+    ).filter(pl.col("failed").struct.field("1").is_not_null() | pl.col("closing").is_not_null()).collect()
+    failed = [(int(d["1"]), int(d["2"])) for d in agent["failed"].to_list() if d and d.get("1") is not None]
+    agent_n = agent_workers(failed, [int(c) for c in agent["closing"].drop_nulls().to_list()])
     f = events.select(
         pl.col("host").drop_nulls().n_unique().alias("hosts"),
         pl.col("host").drop_nulls().first().alias("host"),
@@ -309,15 +342,20 @@ def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] |
     if (f["node_rank"] or 0) > 0 or (f["nnodes"] or 1) > 1:
         return None
     workers = max(int(f["max_local"]) + 1, f["nproc"] or 0)
+    if agent_n is not None and (agent_n < workers or f["nproc"] not in (None, agent_n)):
+        agent_n = None      # workers beyond the agent's pids: they do not cover the node
+    workers = max(workers, agent_n or 0)
     if f["world"] is not None and f["world"] != workers and f["nproc"] is not None:
         return None
     if f["world"] is not None and f["world"] > workers:
         return None
     if f["max_rank"] is not None and f["max_rank"] >= workers:
         return None
-    if f["hosts"] == 0 and f["nnodes"] != 1:
+    if f["hosts"] == 0 and f["nnodes"] != 1 and agent_n is None:
         return None     # nothing shows where the workers ran
-    why = [f"one host ({f['host']})" if f["host"] else (default or "the launcher's nnodes 1"),
+    why = [f"one host ({f['host']})" if f["host"] else
+           (default or "the launcher's nnodes 1") if f["nnodes"] == 1 else
+           f"one torch elastic agent whose {agent_n} worker pids cover local ranks 0..{agent_n - 1}",
            f"local ranks 0..{workers - 1}"]
     if f["world"] is not None:
         why.append(f"world size {f['world']}")

@@ -294,10 +294,18 @@ def test_sigkill_without_traceback_is_the_host_oom_killer(tmp_path: Path) -> Non
 
 def test_sigkill_rank_is_named_only_when_the_launcher_names_it(tmp_path: Path) -> None:
     # without the ChildFailedError table only the local rank is known: no global rank is guessed
-    report = diagnosed(tmp_path, sigkilled_rank_1(table=False))
+    # while the log shows ranks beyond this agent's four workers (4..7: a second node)
+    (tmp_path / "two").mkdir()
+    (tmp_path / "one").mkdir()
+    report = diagnosed(tmp_path / "two", progress([4, 5, 6, 7], t="20:30:40") + sigkilled_rank_1(table=False))
     f = next(f for f in report.findings if f.evidence.get("host_oom_killer"))
     assert f.ranks == [] and f.evidence["local_rank"] == 1 and "local rank 1" in f.title
     assert f.kind == "host_oom" and f.local_ranks == [{"host": None, "local_rank": 1}]
+    # alone, the agent's pids (SIGTERM to 5101, 5103, 5104; 5102 failed as local rank 1) cover
+    # local ranks 0..3 and ranks 0..3 are all the log shows: one node, local rank 1 is rank 1
+    report = diagnosed(tmp_path / "one", sigkilled_rank_1(table=False))
+    f = next(f for f in report.findings if f.evidence.get("host_oom_killer"))
+    assert (f.ranks, f.basis, f.local_ranks) == ([1], "one_node", [])
 
 
 def test_kernel_oom_killer_line_confirms_it(tmp_path: Path) -> None:

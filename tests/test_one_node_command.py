@@ -51,8 +51,16 @@ def test_a_command_with_two_nodes_keeps_the_local_rank(tmp_path, cmd):
 
 
 def test_a_traceback_through_the_torchrun_script_is_no_command(tmp_path):
-    # the agent's own traceback names the torchrun script's path: no command line, no node count
-    text = _log("python train.py", 1, -9, 2) + ('Traceback (most recent call last):\n'
-                                                '  File "/opt/venv/bin/torchrun", line 8, in <module>\n')
-    rc = _diagnose(tmp_path, text)["root_cause"]
+    # the agent's own traceback names the torchrun script's path: no command line, no node count.
+    # Alone (the failed worker's line, no other pid of the agent's) it shows no node at all
+    tb = ('Traceback (most recent call last):\n'
+          '  File "/opt/venv/bin/torchrun", line 8, in <module>\n')
+    lone = "\n".join(ln for ln in _log("python train.py", 1, -9, 2).splitlines() if "closing signal" not in ln) + "\n"
+    rc = _diagnose(tmp_path, lone + tb)["root_cause"]
     assert rc["ranks"] == []
+    # with the agent's closing signal to the other worker, its pids cover local ranks 0..1: one
+    # node by the agent's pids (tests/test_one_node_agent.py), still not by a command
+    rep = _diagnose(tmp_path, _log("python train.py", 1, -9, 2) + tb)
+    assert rep["root_cause"]["ranks"] == [1] and rep["root_cause"]["basis"] == "one_node"
+    why = json.dumps([f["evidence"].get("one_node") for f in rep["findings"]])
+    assert "worker pids" in why and "default --nnodes" not in why

@@ -56,6 +56,7 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
         ranks = sorted({int(r["rank"]) for r in grp if r["rank"] is not None})
         out.append({"rank": rank, "ranks": ranks, "pid": pid, "local_rank": local, "host": host, "confirmed": confirmed,
                     "basis": next((r.get("rank_basis") for r in grp if r["rank"] is not None), None),
+                    "one_node": next((r["one_node"] for r in grp if r.get("one_node")), None),
                     "exit_code": next((r["exit_code"] for r in grp if r["exit_code"] is not None), None),
                     "rows": grp, "timestamp": first["t_show"]})
     out.sort(key=lambda d: _key(d["rows"][0]))
@@ -105,7 +106,8 @@ def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: l
         evidence={"host_oom_killer": True, "confirmed": d["confirmed"], "signal": "SIGKILL", "exit_code": d["exit_code"],
                   "pid": d["pid"], "local_rank": d["local_rank"], "host": d["host"], "python_traceback": False,
                   "victims": victims,
-                  "srun_tasks": d.get("ranks") if any(r.get("srun_task") for r in d["rows"]) else None},
+                  "srun_tasks": d.get("ranks") if any(r.get("srun_task") for r in d["rows"]) else None,
+                  **({"one_node": d["one_node"]} if d.get("one_node") else {})},
         lines=cite([_ev_row(r) for r in d["rows"]], text="text"),
         first_seen=iso(t), last_seen=iso(d["timestamp"]),
     )

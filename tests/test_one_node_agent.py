@@ -1,0 +1,75 @@
+"""One torch elastic agent, no host anywhere: the pids it names show its workers. On a worker's
+failure the agent (torch/distributed/elastic/multiprocessing/api.py) logs
+`failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s` and `Sending process %s closing
+signal %s` for each worker it tears down. When those pids cover local ranks 0..N-1 (the failed
+worker's local rank at its pid's place: the agent starts its workers in local-rank order) and
+nothing shows a second node, local rank N is global rank N (basis one_node). A lone failed worker
+with a high local rank shows no node; a second node's sign keeps the local rank.
+
+Every line here is ours, in those formats.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from forensics.failure_facts import agent_workers
+
+
+def _diagnose(tmp_path, text: str) -> dict:
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    (tmp_path / "train.log").write_text(text)
+    res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--format", "json"])
+    return json.loads(res.stdout)
+
+
+def _agent(local: int, code: int, workers: int, *, glog: bool, base: int = 7300, head: str = "") -> str:
+    pids = [base + i for i in range(workers)]
+    lines = [head] if head else []
+    lines.append("step 120 | loss 2.315 | lr 3.0e-04")
+    for i, p in enumerate(pids):
+        if i == local:
+            continue
+        lines.append(f"W0412 09:15:0{i}.120000 7211 torch/distributed/elastic/multiprocessing/api.py:897] "
+                     f"Sending process {p} closing signal SIGTERM" if glog else
+                     f"WARNING:torch.distributed.elastic.multiprocessing.api:Sending process {p} closing signal SIGTERM")
+    failed = f"failed (exitcode: {code}) local_rank: {local} (pid: {pids[local]}) of binary: /usr/bin/python3"
+    lines.append(f"E0412 09:15:09.500000 7211 torch/distributed/elastic/multiprocessing/api.py:869] {failed}" if glog
+                 else f"ERROR:torch.distributed.elastic.multiprocessing.api:{failed}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("local,code,workers,kind,glog", [
+    (3, -9, 4, "host_oom", False), (5, -11, 8, "crash", True), (0, 1, 2, "crash", True), (1, -9, 2, "host_oom", False),
+])
+def test_the_agents_worker_pids_show_one_node(tmp_path, local, code, workers, kind, glog):
+    rc = _diagnose(tmp_path, _agent(local, code, workers, glog=glog))["root_cause"]
+    assert (rc["kind"], rc["ranks"], rc["basis"]) == (kind, [local], "one_node")
+
+
+def test_a_lone_failed_worker_with_a_high_local_rank_shows_no_node(tmp_path):
+    rc = _diagnose(tmp_path, _agent(5, -9, 6, glog=True).replace("closing signal", "closing nothing"))["root_cause"]
+    assert rc["kind"] == "host_oom" and rc["ranks"] == [] and rc["local_ranks"][0]["local_rank"] == 5
+
+
+@pytest.mark.parametrize("head", ["world_size=16 rank=0", "torchrun --nnodes=2 --node_rank=1 --nproc_per_node=4 train.py",
+                                  "[rank9]: step 120 | loss 2.3"])
+def test_a_sign_of_a_second_node_keeps_the_local_rank(tmp_path, head):
+    rc = _diagnose(tmp_path, _agent(2, -9, 4, glog=True, head=head))["root_cause"]
+    assert rc["ranks"] == [] and rc.get("basis") != "one_node"
+
+
+@pytest.mark.parametrize("failed,closing,n", [
+    ([(3, 812917)], [812914, 812915, 812916], 4),
+    ([(1, 1168)], [1167, 1169, 1170], 4),
+    ([(0, 500)], [], None),                      # one pid: no node shown
+    ([(5, 900)], [901, 902], None),              # local rank beyond the pids
+    ([(1, 900)], [901, 902], None),              # not at its pid's place: not this agent's order
+    ([(1, 900), (1, 950)], [899], None),         # two pids for one local rank: a restart or two agents
+])
+def test_agent_workers(failed, closing, n):
+    assert agent_workers(failed, closing) == n
