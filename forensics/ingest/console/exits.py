@@ -208,6 +208,8 @@ class _Exits:
                 continue
             g = m.groupdict()
             signum = _int(g.get("signum"))
+            if signum is None and g.get("signame") in _signal.Signals.__members__:
+                signum = _signal.Signals[g["signame"]].value
             code = _int(g.get("code"))
             sig = g.get("signame") or signal_named(code, signum, g.get("strsignal"))
             r.event, r.level = "CHILD_FAILED", "ERROR"
@@ -222,8 +224,8 @@ class _Exits:
         return False
 
     def _killed(self, body: str, r: _Row) -> bool:
-        if ("Exit code:" in body or "Process name:" in body or "noticed that" in body or "CalledProcessError" in body) \
-                and self._exit_report(body, r):
+        if ("Exit code:" in body or "Process name:" in body or "noticed that" in body or "CalledProcessError" in body
+                or "terminated with" in body) and self._exit_report(body, r):
             return True
         m = _CANCELLED.search(body) if "CANCELLED" in body else None
         if m and m.group(1) == "STEP" and not m.group(5) and self.task_failed:

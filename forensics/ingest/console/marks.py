@@ -115,6 +115,16 @@ EXITS: tuple[ExitReport, ...] = (
                           r"<Signals\.(?P<signame>SIG[A-Z0-9]++): (?P<signum>\d++)>)\.[ \t]*+$"),
                "subprocess.CalledProcessError: Command '['python', 'train.py', '--local_rank=3']' died with <Signals.SIGKILL: 9>.",
                "launcher"),
+    # torch.multiprocessing.spawn (ProcessContext.join): the parent raises ProcessExitedException
+    # ("process %d terminated with signal %s" % (error_index, name), or "... with exit code %d")
+    # for the first process that ended; error_index is the spawned function's first argument,
+    # the process's rank. Before 1.8 the same text was a plain Exception.
+    ExitReport("mp_spawn_exited", "pytorch torch/multiprocessing/spawn.py (ProcessContext.join, ProcessExitedException)",
+               "terminated with",
+               re.compile(r"\bprocess (?P<rank>\d{1,6}) terminated with (?:signal (?P<signame>SIG[A-Z0-9]{2,8})"
+                          r"|exit code (?P<code>-?\d{1,4}))\b"),
+               "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGSEGV",
+               "mp.spawn"),
 )
 
 # The first-failure record of mpirun (help-orterun.txt [orterun:non-zero-exit]: "  Process name: %s"

@@ -1,0 +1,69 @@
+"""torch.multiprocessing.spawn's parent names the process that ended: ProcessContext.join raises
+ProcessExitedException("process %d terminated with signal %s" % (error_index, name)) or
+"process %d terminated with exit code %d" (torch/multiprocessing/spawn.py; a plain Exception with
+the same text before 1.8). error_index is the spawned function's first argument: the rank. The
+line is read as that rank's death with its signal or code.
+
+Every line here is ours, in that format.
+"""
+from __future__ import annotations
+
+import io
+import json
+
+import polars as pl
+import pytest
+
+from forensics.ingest.console import read_console
+from forensics.ingest.formats import ReaderContext
+
+
+def _spawn_tb(tail: str) -> str:
+    return "\n".join([
+        "epoch 3 iter 400 loss 0.412",
+        "Traceback (most recent call last):",
+        '  File "/srv/proj/train_ddp.py", line 88, in <module>',
+        "    mp.spawn(worker, nprocs=4, args=(cfg,))",
+        '  File "/usr/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 241, in spawn',
+        "    return start_processes(fn, args, nprocs, join, daemon, start_method='spawn')",
+        '  File "/usr/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 170, in join',
+        "    raise ProcessExitedException(",
+        tail,
+    ]) + "\n"
+
+
+def _events(text: str) -> pl.DataFrame:
+    blocks = list(read_console("c.log", io.BytesIO(text.encode()), ReaderContext("c.log", None, None)))
+    return pl.concat([b.events for b in blocks], how="diagonal_relaxed")
+
+
+@pytest.mark.parametrize("tail,rank,code,sig", [
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL", 2, -9, "SIGKILL"),
+    ("Exception: process 3 terminated with signal SIGSEGV", 3, -11, "SIGSEGV"),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 7", 1, 7, None),
+])
+def test_the_spawned_process_is_the_rank_that_ended(tail, rank, code, sig):
+    ev = _events(_spawn_tb(tail)).filter(pl.col("event") == "CHILD_FAILED")
+    assert ev.height == 1
+    row = ev.row(0, named=True)
+    x = json.loads(row["extra"])
+    assert (row["rank"], row["exit_code"], x.get("signal"), x.get("by")) == (rank, code, sig, "mp.spawn")
+
+
+def _diagnose(tmp_path, text: str) -> dict:
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    (tmp_path / "train.log").write_text(text)
+    res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--format", "json"])
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize("tail,kind,rank", [
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL", "host_oom", 2),
+    ("Exception: process 3 terminated with signal SIGSEGV", "crash", 3),
+])
+def test_diagnosis_names_the_spawned_rank(tmp_path, tail, kind, rank):
+    rc = _diagnose(tmp_path, _spawn_tb(tail))["root_cause"]
+    assert (rc["kind"], rc["ranks"]) == (kind, [rank])
