@@ -118,7 +118,7 @@ from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
 from . import records
-from .rows import LAUNCHERS, own_exit, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
+from .rows import LAUNCHERS, own_exit, _basis, _ev_row, _exit_key, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
 from .timeouts import _local_hang, _timeout_findings
 
@@ -211,7 +211,7 @@ def find(ctx: Context) -> list[Finding]:
         exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks
                          and not watchdog_abort(r, t_abort_after)),
                         key=lambda r: (facts.signal_of(r["exit_code"], r["signal"]) not in facts.FAULT_SIGNALS,
-                                       _key(r), not r["first_observed"]))
+                                       _exit_key(r)))
         named, named_src, reporters = _desync_ranks(desync)
         missing, missing_by = _missing_ranks(rows)
         odd, odd_how, odd_weak = _odd_collective(tos, fail_seq)

@@ -17,7 +17,7 @@ from .cascade import _cascade_tail, _later_phrase
 from .classify import TEARDOWN_RE
 from . import records
 from .progress import _others_went_on, _trained_after
-from .rows import REPORTERS, own_exit, _basis, _ev_row, _extra, _key, _local, _owner, _who
+from .rows import REPORTERS, own_exit, _basis, _ev_row, _exit_key, _extra, _key, _local, _owner, _who
 
 
 def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]:
@@ -205,7 +205,7 @@ def _failed_exit(rows: list[dict[str, Any]], ctx: Context | None = None) -> list
     SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE are the worker's own death in native code: a crash,
     named by its signal."""
     exits = sorted((r for r in rows if own_exit(r) and (_owner(r) is not None or r["by"] in REPORTERS)),
-                   key=lambda r: (_key(r), not r["first_observed"]))
+                   key=_exit_key)
     if not exits:
         return []
     r = exits[0]

@@ -10,7 +10,7 @@ from typing import Any
 from ... import failure_facts as facts
 from ...report.model import Finding, local_ranks_phrase
 from ..evidence import cite, iso, pass_id, ranks_phrase
-from .rows import LAUNCHERS, _ev_row, _extra, _key, _local
+from .rows import LAUNCHERS, _ev_row, _exit_key, _extra, _key, _local
 
 
 def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -59,7 +59,7 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
                     "one_node": next((r["one_node"] for r in grp if r.get("one_node")), None),
                     "exit_code": next((r["exit_code"] for r in grp if r["exit_code"] is not None), None),
                     "rows": grp, "timestamp": first["t_show"]})
-    out.sort(key=lambda d: _key(d["rows"][0]))
+    out.sort(key=lambda d: min(_exit_key(r) for r in d["rows"]))
     # a job-level report of the OOM killer (Slurm's "Detected N oom-kill event(s) in StepId=..":
     # no pid, no rank, no local rank — failure_messages.slurm_oom_kill) says which processes the
     # SIGKILLs of that job were: it confirms them, and is not another process of its own

@@ -42,6 +42,14 @@ def _key(r: dict[str, Any]) -> tuple:
     return (t is None, t or dt.datetime.min.replace(tzinfo=dt.timezone.utc), r["source_file"] or "", r["line"] or 0)
 
 
+def _exit_key(r: dict[str, Any]) -> tuple:
+    """Order of exit records: time on the common clock, then torch elastic's "Root Cause (first
+    observed failure)" record before other records of the same time (its ChildFailedError table
+    lists the other failures first, all to the second), then file order."""
+    k = _key(r)
+    return (k[0], k[1], not r.get("first_observed"), *k[2:])
+
+
 def _processes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per process: the agent's line, the table record and the signal of one exit name the
     same pid (rows without a pid count each)."""
