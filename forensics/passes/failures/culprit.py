@@ -48,6 +48,8 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], str, set[int]]
     reporters: set[int] = set()
     pairs: Counter[int] = Counter()
     pair_reporters: set[int] = set()
+    seen: set[frozenset[int]] = set()
+    fps: dict[int, list[dict[str, Any]]] = defaultdict(list)
     n_pairs = 0
     for r in rows:
         text = r.get("message") or ""
@@ -56,19 +58,52 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], str, set[int]]
             out.update(named)
             if r.get("rank") is not None:
                 reporters.add(int(r["rank"]))
-        for a, _fa, b, _fb in mismatch_pairs(text):
-            pairs.update({a, b})
-            n_pairs += 1
+        for a, fa, b, fb in mismatch_pairs(text):
             if r.get("rank") is not None:
                 pair_reporters.add(int(r["rank"]))
+            # one comparison however often it is printed (by both ranks, a rethrow, each rank
+            # repeating the text): counted once
+            if frozenset((a, b)) in seen:
+                continue
+            seen.add(frozenset((a, b)))
+            pairs.update({a, b})
+            n_pairs += 1
+            fps[a].append(fa)
+            fps[b].append(fb)
     if out:
         return sorted(out), "report", reporters
+    odd = _odd_fingerprints(fps)
+    if odd:
+        return odd, "fingerprint", (pair_reporters - set(odd)) or pair_reporters
     if n_pairs:
         top = max(pairs.values())
         if top == n_pairs and (n_pairs > 1 or len(pairs) == 1):
             odd = {k for k, c in pairs.items() if c == top}
             return sorted(odd), "fingerprint", (pair_reporters - odd) or pair_reporters
     return [], "", set()
+
+
+def _odd_fingerprints(fps: dict[int, list[dict[str, Any]]]) -> list[int]:
+    """The ranks whose collective differs from the majority's, from the fingerprints the mismatch
+    errors give each rank (ProcessGroupWrapper: each rank names the first peer whose fingerprint
+    differs from its own, so the odd ranks are in most comparisons but not always in all: two odd
+    ranks compare with each other's majority peers). Needs three ranks or more, one fingerprint
+    per rank, and a strict majority sharing one; compared on the aspects every fingerprint has."""
+    if len(fps) < 3:
+        return []
+    aspects = [k for k, _ in FP_ASPECTS if all(k in fp for v in fps.values() for fp in v)]
+    if not aspects:
+        return []
+    key: dict[int, tuple[str, ...]] = {}
+    for rank, v in fps.items():
+        ks = {tuple(str(fp[k]) for k in aspects) for fp in v}
+        if len(ks) != 1:
+            return []           # a rank seen with two collectives: no one fingerprint to compare
+        key[rank] = ks.pop()
+    major, n = Counter(key.values()).most_common(1)[0]
+    if n * 2 <= len(key) or n == len(key):
+        return []
+    return sorted(r for r, k in key.items() if k != major)
 
 
 def _fingerprint_how(rows: list[dict[str, Any]], odd: list[int]) -> tuple[str, dict[str, Any] | None]:
