@@ -62,3 +62,14 @@ def test_two_ranks_alone_name_no_majority():
     assert _odd_fingerprints({0: [a], 1: [b]}) == []
     assert _odd_fingerprints({0: [a], 1: [a], 2: [b]}) == [2]
     assert _odd_fingerprints({0: [a], 1: [a, b], 2: [b]}) == []      # rank 1 seen with two collectives
+
+
+def test_one_comparison_names_both_of_its_ranks(tmp_path):
+    # rank 1's error, printed as its traceback's last line: one comparison, whichever way it is
+    # printed; it cannot say which of ranks 0 and 1 is the odd one
+    odd = {1}
+    lines = ["[rank1]: Traceback (most recent call last):",
+             '[rank1]:   File "/srv/sft/train.py", line 40, in <module>',
+             _line(1, 1, 0, odd)]
+    rc = _diagnose(tmp_path, lines)["root_cause"]
+    assert (rc["kind"], rc["ranks"]) == ("collective_mismatch", [0, 1])

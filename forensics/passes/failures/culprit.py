@@ -77,7 +77,9 @@ def _desync_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], str, set[int]]
         return odd, "fingerprint", (pair_reporters - set(odd)) or pair_reporters
     if n_pairs:
         top = max(pairs.values())
-        if top == n_pairs and (n_pairs > 1 or len(pairs) == 1):
+        if top == n_pairs:
+            # the rank in every comparison; a single comparison cannot tell which of its two
+            # ranks differs from the rest: both are named
             odd = {k for k, c in pairs.items() if c == top}
             return sorted(odd), "fingerprint", (pair_reporters - odd) or pair_reporters
     return [], "", set()
