@@ -70,8 +70,10 @@ def stuck_findings(rows: list[dict[str, Any]], ranks: list[int], failed_before: 
         if r["rank"] is not None:
             by_rank.setdefault(int(r["rank"]), r)
     culprits = sorted(k for k in by_rank if k not in failed_before)
-    if not culprits or (ranks and set(culprits) >= set(ranks)):
+    if not culprits:
         return [], []
+    if ranks and set(culprits) >= set(ranks):
+        return [_every_rank_stuck(by_rank, culprits)], []
     first = min((by_rank[k] for k in culprits), key=_key)
     others = sorted(set(ranks) - set(culprits))
     title = (f"hang on {ranks_phrase(culprits)}: its NCCL watchdog made no progress (the heartbeat monitor: "
@@ -85,3 +87,23 @@ def stuck_findings(rows: list[dict[str, Any]], ranks: list[int], failed_before: 
         first_seen=iso(first["t_show"]), last_seen=iso(max((by_rank[k]["t_show"] for k in culprits if by_rank[k]["t_show"]),
                                                            default=first["t_show"])),
     )], culprits
+
+
+def _every_rank_stuck(by_rank: dict[int, dict[str, Any]], stuck: list[int]) -> Finding:
+    """Every rank's heartbeat monitor says its watchdog is stuck: a hang of the whole job that
+    names no rank (each watchdog waits on work the others wait on too), not a crash of whichever
+    rank printed first. Cites the first report and explains the others' (the whole job's)."""
+    first = min(by_rank.values(), key=_key)
+    title = (f"hang: every rank's NCCL watchdog made no progress ({ranks_phrase(stuck)} — the heartbeat monitor: "
+             f"{shorten(first['message'], 150)}); no one rank is named by it: the ranks' last collectives "
+             "(TORCH_NCCL_TRACE_BUFFER_SIZE / Flight Recorder dumps) or stack traces say which one held the others up")
+    ordered = sorted(by_rank.values(), key=_key)
+    return Finding(
+        rule=pass_id("failures"), kind="hang", layer="communication", severity="ERROR",
+        ranks=[], victims=[], basis=None, title=title,
+        evidence={"how": "heartbeat monitor on every rank", "message": shorten(first["message"], 300),
+                  "family": first.get("meaning_family"), "stuck_ranks": stuck},
+        lines=cite([_ev_row(r) for r in ordered[:3]], text="text"),
+        first_seen=iso(first["t_show"]),
+        last_seen=iso(max((r["t_show"] for r in ordered if r["t_show"]), default=first["t_show"])),
+    )
