@@ -26,9 +26,17 @@ _NCCL = re.compile(r"(?<![\w.\-])([\w.\-]++):(\d++):(\d++) \[(\d++)\] ")
 _PDSH = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9][A-Za-z0-9_.\-]{0,62}+): ")
 
 
+# glog `E1218 20:27:21.426417 140233 file.cc:12] ` (month and day zero-padded) and c10's own
+# logger (c10/util/Logging.cpp, MessageLogger: `(tm_mon + 1) * 100 + tm_mday`, so the month is
+# not padded: `[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] ` is March 21)
 _GLOG = re.compile(
-    r"\[?([IWEF])(?:(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?)?(?:\s+\d+)?\s+([\w.\-/]+:\d+)\]\s?"
+    r"\[?([IWEF])(?:(\d\d?)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?)?(?:\s+\d+)?\s+([\w.\-/]+:\d+)\]\s?"
 )
+
+
+# A collector's time of day in front of a worker's routing prefix (`14:03:22 [rank3]:...`,
+# `[14:03:22.120] [default1]:...`): the line's time, not its text.
+_CLOCK = re.compile(r"\[?(\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)\]?\s+(?=\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:)")
 
 
 _RANK_INLINE = re.compile(
@@ -67,7 +75,7 @@ _BLOCK_BODY = re.compile(
 
 
 _ROUTING = re.compile(
-    r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{4} \d\d:|(?<![\w.\-])[\w.\-]++:\d++:\d++ \[\d++\] "
+    r"\[(?:rank|[A-Za-z_][A-Za-z_\-]*?|)\d+\]:|\[\d+,\d+\]<\w+>:|\[?[IWEF]\d{3,4} \d\d:|(?<![\w.\-])[\w.\-]++:\d++:\d++ \[\d++\] "
     r"|\(\w+ pid=\d+"
 )
 
@@ -125,6 +133,17 @@ def _is_host(name: str) -> bool:
 class _Prefixes:
     """The parser's consumption of what collectors and launchers put in front of a line."""
 
+    def _clock(self, rest: str, r: _Row) -> bool:
+        """A collector's time of day before a worker's routing prefix: kept as the line's clock
+        (extra.clock; the date comes from the line's own glog time, or stays unknown); the rest
+        of the line (self._rest) is read on."""
+        m = _CLOCK.match(rest)
+        if not m:
+            return False
+        r.x(clock=m.group(1).replace(",", "."))
+        self._rest = rest[m.end():]
+        return True
+
     # -- prefixes -------------------------------------------------------------------------------
     def _prefixes(self, line: str, r: _Row) -> str:
         """Consume routing prefixes (collector, srun/mpirun labels, host, Ray, torchrun, NCCL,
@@ -161,6 +180,9 @@ class _Prefixes:
                     rest = rest[m.end():]
                     continue
                 if rest[1:3] in ("19", "20") and self._lead_ts(rest, r):
+                    rest = self._rest
+                    continue
+                if k == 0 and rest[3:4] == ":" and self._clock(rest, r):
                     rest = self._rest
                     continue
                 hit = mark_at(rest)
@@ -200,6 +222,9 @@ class _Prefixes:
                         rest = rest[m.end():]
                         continue
                 if rest[:2] in ("19", "20") and self._lead_ts(rest, r):
+                    rest = self._rest
+                    continue
+                if k == 0 and rest[2:3] == ":" and self._clock(rest, r):
                     rest = self._rest
                     continue
             if self.srun and task is None and prefix_rank is None and (c.isdigit() or c == " "):

@@ -40,6 +40,8 @@ class _Times:
     def _glog(self, m: re.Match[str], r: _Row) -> None:
         r.level = _GLOG_LEVEL[m.group(1)]
         r.x(src=m.group(8))
+        if m.group(2) and not (1 <= int(m.group(2)) <= 12 and 1 <= int(m.group(3)) <= 31):
+            return                          # no date: a level letter before a number
         if m.group(2) and self.year is not None:
             mon, day = int(m.group(2)), int(m.group(3))
             year = self.year
