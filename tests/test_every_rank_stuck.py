@@ -49,3 +49,9 @@ def test_some_ranks_stuck_are_the_hangs_culprits(tmp_path):
     lines += _stuck(2, "31:05")
     rc = _diagnose(tmp_path, lines)["root_cause"]
     assert (rc["kind"], rc["ranks"]) == ("hang", [2])
+
+
+def test_one_rank_alone_stuck_is_its_hang(tmp_path):
+    # a paste of one rank's output: its own watchdog is stuck, nothing says the others' were
+    rc = _diagnose(tmp_path, _stuck(6, "31:05"))["root_cause"]
+    assert (rc["kind"], rc["ranks"]) == ("hang", [6])

@@ -72,8 +72,9 @@ def stuck_findings(rows: list[dict[str, Any]], ranks: list[int], failed_before: 
     culprits = sorted(k for k in by_rank if k not in failed_before)
     if not culprits:
         return [], []
-    if ranks and set(culprits) >= set(ranks):
+    if ranks and set(culprits) >= set(ranks) and len(culprits) > 1:
         return [_every_rank_stuck(by_rank, culprits)], []
+    # (one rank that is all the log shows: its own watchdog is stuck, the log says no more)
     first = min((by_rank[k] for k in culprits), key=_key)
     others = sorted(set(ranks) - set(culprits))
     title = (f"hang on {ranks_phrase(culprits)}: its NCCL watchdog made no progress (the heartbeat monitor: "
