@@ -67,3 +67,37 @@ def _diagnose(tmp_path, text: str) -> dict:
 def test_diagnosis_names_the_spawned_rank(tmp_path, tail, kind, rank):
     rc = _diagnose(tmp_path, _spawn_tb(tail))["root_cause"]
     assert (rc["kind"], rc["ranks"]) == (kind, [rank])
+
+
+def _raised(n: int, exc: str) -> str:
+    # ProcessRaisedException(msg): msg = "\n\n-- Process %d terminated with the following error:\n" + the child's traceback
+    return "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/srv/proj/train_ddp.py", line 88, in <module>',
+        "    mp.spawn(worker, nprocs=4, args=(cfg,))",
+        '  File "/usr/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 158, in join',
+        "    raise ProcessRaisedException(msg, error_index, failed_process.pid)",
+        "torch.multiprocessing.spawn.ProcessRaisedException: ",
+        "",
+        f"-- Process {n} terminated with the following error:",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 69, in _wrap',
+        "    fn(i, *args)",
+        '  File "/srv/proj/train_ddp.py", line 51, in worker',
+        "    batch = next(it)",
+        exc,
+    ]) + "\n"
+
+
+def test_the_traceback_after_process_n_terminated_is_rank_ns():
+    ev = _events(_raised(3, "KeyError: 'labels'"))
+    tbs = ev.filter(pl.col("event") == "TRACEBACK").sort("line")
+    assert tbs["rank"].to_list() == [None, 3]          # the parent's own traceback names nobody
+    assert tbs.row(1, named=True)["message"] == "KeyError: 'labels'"
+
+
+@pytest.mark.parametrize("exc,kind", [("KeyError: 'labels'", "crash"),
+                                      ("RuntimeError: CUDA error: an illegal memory access was encountered", "gpu_error")])
+def test_diagnosis_names_the_process_that_raised(tmp_path, exc, kind):
+    rc = _diagnose(tmp_path, _raised(2, exc))["root_cause"]
+    assert (rc["kind"], rc["ranks"]) == (kind, [2])

@@ -84,6 +84,12 @@ _CF_EXIT = re.compile(r"(-?\d+)(?: \(pid: (\d+)\))?")
 _CF_RULE = re.compile(r"^={20,}\s*$")
 
 
+# torch.multiprocessing.spawn (ProcessContext.join): a process that raised is reported by the
+# parent as ProcessRaisedException(msg) with msg = "\n\n-- Process %d terminated with the
+# following error:\n" + the child's traceback (the spawned function's first argument: its rank)
+_SPAWN_RAISED = re.compile(r"^-- Process (\d{1,6}) terminated with the following error:\s*$")
+
+
 def _task_list(s: str) -> list[int]:
     """Slurm task ranges `0-2,5` -> [0, 1, 2, 5]."""
     out: list[int] = []
@@ -223,9 +229,33 @@ class _Exits:
             return True
         return False
 
+    def _spawn_raised_line(self, body: str, r: _Row) -> bool:
+        """mp.spawn's "-- Process N terminated with the following error:": the traceback right
+        after it is rank N's (see _spawn_rank)."""
+        m = _SPAWN_RAISED.match(body.strip())
+        if not m:
+            return False
+        self.spawn_raised = (int(m.group(1)), r.line)
+        r.x(spawn_process=int(m.group(1)))
+        return True
+
+    def _spawn_rank(self, head: _Row) -> int | None:
+        """The rank mp.spawn named for the traceback starting at `head` (the line after its
+        "-- Process N terminated" line), set on the head; None otherwise."""
+        if self.spawn_raised is None:
+            return None
+        n, at = self.spawn_raised
+        self.spawn_raised = None
+        if head.rank is not None or head.line - at > 2:
+            return None
+        head.rank, head.rank_source = n, "record"
+        return n
+
     def _killed(self, body: str, r: _Row) -> bool:
         if ("Exit code:" in body or "Process name:" in body or "noticed that" in body or "CalledProcessError" in body
                 or "terminated with" in body) and self._exit_report(body, r):
+            return True
+        if "terminated with the following error" in body and self._spawn_raised_line(body, r):
             return True
         m = _CANCELLED.search(body) if "CANCELLED" in body else None
         if m and m.group(1) == "STEP" and not m.group(5) and self.task_failed:

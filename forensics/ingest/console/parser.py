@@ -67,6 +67,7 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
         self.lead_ts: bool | None = None        # every line starts with a collector's RFC 3339 time
         self.task_failed: int | None = None     # line of srun's first report of a task's own failure
         self.proc_name: tuple[int, int] | None = None  # mpirun / horovodrun "Process name:" (rank, line) awaiting its exit code
+        self.spawn_raised: tuple[int, int] | None = None  # mp.spawn's "-- Process N terminated with the following error:" (N, line)
 
     # -- block driver ---------------------------------------------------------------------------
     def feed(self, buf: bytes, first_line: int, final: bool) -> list[_Row]:
@@ -234,7 +235,8 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
             r.event = "TRACEBACK"
             r.level = "ERROR"
             r.message = body
-            self.open_tb[key] = _Traceback(r)
+            named = self._spawn_rank(r)
+            self.open_tb[key] = _Traceback(r, named)
             return
 
         r.message = body if len(body) <= _MAX_MESSAGE else body[:_MAX_MESSAGE]

@@ -22,13 +22,14 @@ _EXC_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Failure"
 
 
 class _Traceback:
-    __slots__ = ("head", "frames", "count", "last_line")
+    __slots__ = ("head", "frames", "count", "last_line", "rank")
 
-    def __init__(self, head: _Row) -> None:
+    def __init__(self, head: _Row, rank: int | None = None) -> None:
         self.head = head
         self.frames: list[str] = []
         self.count = 1
         self.last_line = head.line
+        self.rank = rank            # the rank a launcher names as this traceback's writer (mp.spawn)
 
 
 class _Tracebacks:
@@ -36,6 +37,8 @@ class _Tracebacks:
 
     def _cont(self, r: _Row, body: str, tb: _Traceback, i: int) -> None:
         r.message = body if len(body) <= _MAX_MESSAGE else body[:_MAX_MESSAGE]
+        if tb.rank is not None and r.rank is None:
+            r.rank, r.rank_source = tb.rank, "record"
         # An indented line of a traceback is a frame or the source it quotes
         # (`raise torch.OutOfMemoryError(`): code, not an event that happened.
         if self.hints.trig[i] and body[:1] not in (" ", "\t"):
