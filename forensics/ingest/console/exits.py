@@ -253,7 +253,7 @@ class _Exits:
 
     def _killed(self, body: str, r: _Row) -> bool:
         if ("Exit code:" in body or "Process name:" in body or "noticed that" in body or "CalledProcessError" in body
-                or "terminated with" in body) and self._exit_report(body, r):
+                or "terminated with" in body or "exit with status code" in body) and self._exit_report(body, r):
             return True
         if "terminated with the following error" in body and self._spawn_raised_line(body, r):
             return True

@@ -17,7 +17,7 @@ _TRIGGER_WORDS = [
     "out of memory", "OutOfMemory", "CUDA error", "Xid", "exitcode", "exit code", "return code", "SIG",
     "Signal ", "Killed", "Killing", "killed", "CANCELLED", "noticed that process", "CalledProcessError", "Process name",
     "Exit code", "Segmentation fault", "Aborted", "Bus error", "iteration", "(MB)", "time (ms)", "step=", "{'", "loss",
-    "missing ranks", "Stalled ranks", "terminated with the following error",
+    "missing ranks", "Stalled ranks", "terminated with the following error", "status code",
 ]
 
 

@@ -125,6 +125,12 @@ EXITS: tuple[ExitReport, ...] = (
                           r"|exit code (?P<code>-?\d{1,4}))\b"),
                "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGSEGV",
                "mp.spawn"),
+    # horovodrun's gloo launcher (_exec_command_fn): print('Process {idx} exit with status code
+    # {ec}.'), idx = slot_info.rank, the worker's rank; the code is the shell's (128+N: a signal)
+    ExitReport("horovod_gloo_exit", "horovod horovod/runner/gloo_run.py (_exec_command_fn)",
+               "exit with status code",
+               re.compile(r"^Process (?P<rank>\d{1,6}) exit with status code (?P<code>-?\d{1,4})\.\s*$"),
+               "Process 3 exit with status code 137.", "horovodrun"),
 )
 
 # The first-failure record of mpirun (help-orterun.txt [orterun:non-zero-exit]: "  Process name: %s"
