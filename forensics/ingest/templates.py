@@ -271,6 +271,30 @@ TEMPLATES: list[Template] = [
         (Sample(("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 51) of binary: /opt/conda/bin/python",),
                 {"event": "CHILD_FAILED", "local_rank": 0, "exit_code": 1}),),
     ),
+    Template(
+        "mp_spawn_exited", "pytorch torch/multiprocessing/spawn.py (ProcessContext.join, ProcessExitedException)",
+        "process %d terminated with signal %s | process %d terminated with exit code %d", ("rank", "exitcode", "signal"),
+        "CHILD_FAILED",
+        (Sample(("torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with signal SIGKILL",),
+                {"event": "CHILD_FAILED", "rank": 3, "rank_source": "record", "exit_code": -9, "x.signal": "SIGKILL"}),
+         Sample(("Exception: process 1 terminated with exit code 2",),
+                {"event": "CHILD_FAILED", "rank": 1, "exit_code": 2})),
+    ),
+    Template(
+        "mp_spawn_raised", "pytorch torch/multiprocessing/spawn.py (ProcessContext.join, ProcessRaisedException)",
+        "\\n\\n-- Process %d terminated with the following error:\\n{child traceback}", ("rank of the traceback after it",),
+        "TRACEBACK",
+        (Sample(("-- Process 2 terminated with the following error:", "Traceback (most recent call last):",
+                 '  File "/srv/train.py", line 12, in worker', "ValueError: empty shard"),
+                {"event": "TRACEBACK", "rank": 2, "rank_source": "record", "x.exception": "ValueError"}, at=1),),
+        collectors=("plain",),
+    ),
+    Template(
+        "horovod_gloo_exit", "horovod horovod/runner/gloo_run.py (_exec_command_fn)",
+        "Process {idx} exit with status code {ec}.", ("rank", "exitcode"), "CHILD_FAILED",
+        (Sample(("Process 5 exit with status code 137.",),
+                {"event": "CHILD_FAILED", "rank": 5, "exit_code": 137, "x.signal": "SIGKILL"}),),
+    ),
     # --- c10d: timeouts, watchdog, desync, barriers ---------------------------------------
     Template(
         "nccl_watchdog_timeout", _NCCL_CPP + " (WorkNCCL::checkTimeout)",

@@ -87,7 +87,7 @@ _CF_RULE = re.compile(r"^={20,}\s*$")
 # torch.multiprocessing.spawn (ProcessContext.join): a process that raised is reported by the
 # parent as ProcessRaisedException(msg) with msg = "\n\n-- Process %d terminated with the
 # following error:\n" + the child's traceback (the spawned function's first argument: its rank)
-_SPAWN_RAISED = re.compile(r"^-- Process (\d{1,6}) terminated with the following error:\s*$")
+_SPAWN_RAISED = re.compile(r"(?:^|\s)-- Process (\d{1,6}) terminated with the following error:\s*$")
 
 
 def _task_list(s: str) -> list[int]:
@@ -232,7 +232,7 @@ class _Exits:
     def _spawn_raised_line(self, body: str, r: _Row) -> bool:
         """mp.spawn's "-- Process N terminated with the following error:": the traceback right
         after it is rank N's (see _spawn_rank)."""
-        m = _SPAWN_RAISED.match(body.strip())
+        m = _SPAWN_RAISED.search(body)
         if not m:
             return False
         self.spawn_raised = (int(m.group(1)), r.line)

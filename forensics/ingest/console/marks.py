@@ -129,7 +129,7 @@ EXITS: tuple[ExitReport, ...] = (
     # {ec}.'), idx = slot_info.rank, the worker's rank; the code is the shell's (128+N: a signal)
     ExitReport("horovod_gloo_exit", "horovod horovod/runner/gloo_run.py (_exec_command_fn)",
                "exit with status code",
-               re.compile(r"^Process (?P<rank>\d{1,6}) exit with status code (?P<code>-?\d{1,4})\.\s*$"),
+               re.compile(r"(?<![\w-])Process (?P<rank>\d{1,6}) exit with status code (?P<code>-?\d{1,4})\.\s*$"),
                "Process 3 exit with status code 137.", "horovodrun"),
 )
 
