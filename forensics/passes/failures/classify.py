@@ -64,6 +64,11 @@ _OP = re.compile(r"OpType=(\w+)")
 _NUMEL = re.compile(r"NumelIn=(-?\d+)")
 
 
+# the torch.distributed call a traceback died in (its innermost distributed_c10d.py frame, as the
+# console reader keeps frames: "…/distributed_c10d.py:4287 in all_gather"): the rank's collective
+_C10D_CALL = re.compile(r'distributed_c10d\.py(?::|", line )\d+,? in (\w+)')
+
+
 def _candidates(ctx: Context) -> pl.LazyFrame:
     """Rows that may be failures (`failure_rows`): WARN/ERROR lines, or events whose name says so.
 
@@ -147,7 +152,9 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
                         msg.str.extract(r"SeqNum=(\d+)", 1).cast(pl.Int64, strict=False)).alias("seq"),
             pl.coalesce(pl.col("process_group"), j("$.pg")).alias("process_group"),
             pl.coalesce(pl.col("exit_code"), j("$.exitcode").cast(pl.Int64, strict=False)).alias("exit_code"),
-            pl.coalesce(pl.col("collective"), msg.str.extract(_OP.pattern, 1)).alias("collective"),
+            pl.coalesce(pl.col("collective"), msg.str.extract(_OP.pattern, 1),
+                        pl.col("extra").str.extract_all(_C10D_CALL.pattern).list.last()
+                        .str.extract(_C10D_CALL.pattern, 1)).alias("collective"),
             pl.coalesce(j("$.numel_in").cast(pl.Int64, strict=False),
                         msg.str.extract(_NUMEL.pattern, 1).cast(pl.Int64, strict=False)).alias("numel_in"),
             j("$.signal").alias("signal"),
