@@ -120,9 +120,12 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     # the device's own failure: typed by the reader, or the text of an error line / a traceback
     is_gpu = ~process & ~is_oom & ~is_stuck & ~own(("crash", "host_oom")) & ((ev == "GPU_XID") | ((ev == "CUDA_ERROR") & ~msg.str.contains("(?i)device-side assert"))
                                    | (err & msg.str.contains(GPU_RE)))
-    # a collective that fails (timeout, lost peer, or a mismatch caught by DETAIL debug checks)
+    # a collective that fails (timeout, lost peer, or a mismatch caught by DETAIL debug checks); a
+    # name alone says so for a reader's typed event or an ERROR (a job's own WARN "watchdog" that
+    # says it is aborting is no collective's timeout)
     is_timeout = ~is_oom & ~is_gpu & ~process & ~is_status & ~is_stuck & ~own() & (
-        ev.str.contains("(?i)TIMEOUT|WATCHDOG|MISMATCH") | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
+        (ev.str.contains("(?i)TIMEOUT|WATCHDOG|MISMATCH") & (err | ev.is_in(TYPED)))
+        | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
     is_tb = (ev == "TRACEBACK") & (pl.col("rank").is_not_null() | pl.col("local_rank").is_not_null())
     # an event of any name at ERROR, or carrying an exception, is its rank's own error (a
     # console line is typed by its reader: its plain lines and a traceback's body are not)
