@@ -278,12 +278,15 @@ def find(ctx: Context) -> list[Finding]:
             silent = [r for r in progress if r not in failed_ranks]
             if silent and to_sorted:
                 t_min = min(progress[r]["last_ts"] for r in silent)
-                culprits = sorted(r for r in silent if progress[r]["last_ts"] == t_min)
+                step_ms = ctx.median_step_ms
+                # ranks that stopped together (within half a step: one step's skew between ranks,
+                # a whole node leaving) are named together; which of them was first, no log shows
+                together = (step_ms or 0.0) / 2000
+                culprits = sorted(r for r in silent if (progress[r]["last_ts"] - t_min).total_seconds() <= together)
                 how, mode = "went silent first, without an error of its own", "silent"
                 # the margin: how much longer the next rank went on logging
-                rest = [p["last_ts"] for r, p in progress.items() if p["last_ts"] is not None and p["last_ts"] != t_min]
+                rest = [p["last_ts"] for r, p in progress.items() if p["last_ts"] is not None and r not in culprits]
                 gap = (min(rest) - t_min).total_seconds() if rest else None
-                step_ms = ctx.median_step_ms
                 weak = gap is None or gap < max(SILENT_MARGIN_S, (step_ms or 0.0) / 2000)
                 detail["silent_margin_s"] = round(gap, 3) if gap is not None else None
         if not culprits and not mode and len(first_to) >= 2:
