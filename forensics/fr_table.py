@@ -38,12 +38,13 @@ from __future__ import annotations
 import gc
 import os
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ForensicsError
+from .majority import minority
 
 # Dump file names the recorder writes: TORCH_NCCL_DEBUG_INFO_TEMP_FILE / TORCH_FR_DUMP_TEMP_FILE
 # (default /tmp/nccl_trace_rank_) + rank, and the `_dump_<rank>` names of resiliency tooling.
@@ -410,15 +411,12 @@ def _show(kind: str, c: Cell) -> str:
 
 
 def _minority(cells: list[Cell], key: Any, kind: str) -> tuple[list[int], str | None]:
-    sigs = Counter(key(c) for c in cells)
-    if len(sigs) < 2:
+    # the reference: the most common signature; on a tie, the lowest rank's (majority.minority)
+    idx, ref, top = minority([key(c) for c in cells])
+    if not idx:
         return [], None
-    top = max(sigs.values())
-    # the reference: the most common signature; on a tie, the lowest rank's (the analyser judges
-    # every rank against its first rank)
-    ref = next(key(c) for c in cells if sigs[key(c)] == top)
-    odd = [c for c in cells if key(c) != ref]
-    base = next(c for c in cells if key(c) == ref)
+    odd = [cells[i] for i in idx]
+    base = cells[ref]
     shown = "; ".join(f"rank {c.rank}: {_show(kind, c)}" for c in odd[:3]) + (f"; {len(odd) - 3} more" if len(odd) > 3 else "")
     tie = " (a tie: judged against the lowest rank)" if top * 2 <= len(cells) else ""
     return [c.rank for c in odd], f"{kind} differs: {shown}, others {_show(kind, base)}{tie}"

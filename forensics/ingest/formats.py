@@ -90,7 +90,22 @@ def sniff(head: bytes, path: str) -> str:
                                b"clocks.sm" in first_line or b"clocks.current.sm" in first_line or
                                (b"index" in first_line and b"timestamp" in first_line)):
         return "nvidia_smi"
+    if _telemetry_header(first_line):
+        return "nvidia_smi"   # a job's own GPU/host telemetry CSV: read as samples, not console text
     return "console"
+
+
+# A CSV header of a job's own telemetry: a time column and >= 2 GPU metric columns, any naming
+# (`timestamp,rank,host,gpu_temp_c,gpu_util_pct,sm_clock_mhz,power_w`); the reader maps the columns.
+_TIME_COL = re.compile(rb"(?i)^\s*(?:timestamp|time|ts|date|datetime|time_stamp)\s*$")
+_GPU_COL = re.compile(rb"(?i)^\s*(?:gpu[_.]?)?(?:temp|temperature|util|utilization|clocks?[_.]|sm_clock|power|mem(?:ory)?[_.]used)")
+
+
+def _telemetry_header(first_line: bytes) -> bool:
+    fields = first_line.split(b",")
+    if len(fields) < 3 or any(f.strip()[:1].isdigit() for f in fields):
+        return False
+    return any(_TIME_COL.match(f) for f in fields) and sum(bool(_GPU_COL.match(f)) for f in fields) >= 2
 
 
 BOM = b"\xef\xbb\xbf"

@@ -7,10 +7,14 @@ that), or guess a rank.
 
 Rank attribution (decided here, on purpose):
 - `local_rank` is always the GPU index the record names (nvidia-smi `index`, DCGM `gpu` label).
-- `rank` comes only from ctx.gpu_map[(host, gpu)] (or [(None, gpu)]), with rank_source
-  "gpu_map". Without a map the rank is null and rank_source "none": a telemetry file covers one
-  host, but nothing in it says which ranks ran there (GPU index == rank only on a one-node job
-  whose launcher placed rank i on GPU i). Passes join telemetry to ranks on (host, local_rank).
+- `rank` comes from a rank column of the record itself (a training job's own telemetry CSV,
+  `timestamp,rank,host,gpu_temp_c,...`: rank_source "record"), else only from
+  ctx.gpu_map[(host, gpu)] (or [(None, gpu)]), with rank_source "gpu_map". Without either the
+  rank is null and rank_source "none": an nvidia-smi / DCGM file covers one host, but nothing in
+  it says which ranks ran there (GPU index == rank only on a one-node job whose launcher placed
+  rank i on GPU i). Passes join telemetry to ranks on (host, local_rank). A header line takes
+  the rank its block's rows all share (a per-rank file's header is that rank's, not a rankless
+  event).
 - `host` is the record's host column / DCGM `Hostname` label, else ctx.host_hint.
 
 Events: GPU_STATS (one per CSV/table row; one per exporter sample line, which carries one
@@ -59,6 +63,9 @@ MAX_COLUMNS = 256
 _TS_KEYS = {"timestamp", "time", "ts", "date", "datetime", "time_stamp"}
 _INDEX_KEYS = {"index", "gpu_index", "gpu", "gpu_id", "gpu_idx", "device_index", "gpu_num", "idx", "gpuid"}
 _HOST_KEYS = {"host", "hostname", "node", "host_name", "nodename"}
+_RANK_KEYS = {"rank", "global_rank", "world_rank", "grank"}
+# unit suffixes a header key may carry (`gpu_temp_c`, `gpu_util_pct`): dropped when the key is not known as written
+_UNIT_SUFFIX = re.compile(r"_(?:c|celsius|pct|percent|mhz|w|watts|mib|mb)$")
 # normalized header key -> (canonical column, factor)
 _METRIC_KEYS: dict[str, tuple[str, float]] = {}
 for _names, _col, _f in [
@@ -71,7 +78,8 @@ for _names, _col, _f in [
     (("power_draw", "power_w", "power_draw_w", "power", "power_draw_instant", "power_draw_average",
       "power_usage", "dcgm_fi_dev_power_usage", "pwr"), "power_w", 1.0),
     (("clocks_sm", "clocks_current_sm", "sm_clock", "sm_clock_mhz", "clocks_sm_mhz", "clock_sm",
-      "dcgm_fi_dev_sm_clock", "smclk"), "sm_clock_mhz", 1.0),
+      "dcgm_fi_dev_sm_clock", "smclk", "clocks_gr", "clocks_graphics", "clocks_current_graphics",
+      "graphics_clock"), "sm_clock_mhz", 1.0),
     (("pcie_mbps", "pcie_bw_mbps"), "pcie_mbps", 1.0),
     (("nvlink_mbps", "nvlink_bw_mbps"), "nvlink_mbps", 1.0),
 ]:
@@ -116,8 +124,18 @@ class _Col:
     factor: float = 1.0
 
 
+def _known_key(key: str) -> str:
+    """The key as written when it is known, else without its unit suffix when that is."""
+    if key in _METRIC_KEYS or key in _TS_KEYS or key in _INDEX_KEYS:
+        return key
+    bare = _UNIT_SUFFIX.sub("", key)
+    return bare if bare in _METRIC_KEYS else key
+
+
 def _classify(raw: str) -> _Col:
-    key = norm_key(raw)
+    key = _known_key(norm_key(raw))
+    if key in _RANK_KEYS:
+        return _Col(raw, key, "rank")
     if key in _TS_KEYS:
         return _Col(raw, key, "ts")
     if key in _INDEX_KEYS:
@@ -140,6 +158,7 @@ def _classify(raw: str) -> _Col:
 
 
 def _is_known(key: str) -> bool:
+    key = _known_key(key)
     return (key in _TS_KEYS or key in _INDEX_KEYS or key in _HOST_KEYS or key in _METRIC_KEYS
             or key in _THROTTLE_HEX_KEYS or key in _RATE_KEYS or bool(_THROTTLE_FLAG.match(key))
             or key.startswith("dcgm_fi_") or key in ("name", "uuid", "pci_bus_id", "driver_version", "pstate"))
@@ -195,6 +214,23 @@ class _Rows:
 
 
 def _with_ranks(events: pl.DataFrame, ctx: ReaderContext) -> pl.DataFrame:
+    """rank and rank_source: the record's own rank column ("record"), else ctx.gpu_map; null/"none"
+    where both are silent. A header row takes the one rank its block's rows share."""
+    own = events["_rank"] if "_rank" in events.columns else None
+    if own is not None:
+        events = events.drop("_rank")
+        ranks = own.drop_nulls().unique()
+        if ranks.len() == 1:
+            own = own.fill_null(ranks[0])
+    events = _gpu_map_ranks(events, ctx)
+    if own is None or own.null_count() == own.len():
+        return events
+    return events.with_columns(
+        pl.when(own.is_not_null()).then(pl.lit("record")).otherwise(pl.col("rank_source")).cast(RankSource).alias("rank_source"),
+        pl.coalesce(own, pl.col("rank")).alias("rank"))
+
+
+def _gpu_map_ranks(events: pl.DataFrame, ctx: ReaderContext) -> pl.DataFrame:
     """rank and rank_source from ctx.gpu_map; null/"none" where the map is silent."""
     if not ctx.gpu_map or events.height == 0:
         return events.with_columns(
@@ -300,7 +336,7 @@ class _Table:
         flags: list[pl.Expr] = []
         status_cols: list[tuple[str, pl.Expr]] = []
         extra_cols: list[tuple[str, pl.Expr, pl.Expr]] = []     # (key, value as text, is it a number)
-        ts = host = gpu = xid = throttle = None
+        ts = host = gpu = xid = throttle = rank = None
         for j, c in enumerate(self.cols[:MAX_COLUMNS]):
             v = cell[j]
             if c.kind == "ts":
@@ -309,6 +345,8 @@ class _Table:
                 gpu = _num_expr(v).cast(pl.Int32, strict=False)
             elif c.kind == "host":
                 host = pl.when(v == "").then(None).otherwise(v)
+            elif c.kind == "rank":
+                rank = _num_expr(v).cast(pl.Int32, strict=False)
             elif c.kind == "metric":
                 metrics.setdefault(c.target, []).append(_num_expr(v) * c.factor)
                 status_cols.append((c.raw.strip(), _status_expr(v)))
@@ -345,6 +383,8 @@ class _Table:
         exprs.append((gpu if gpu is not None else pl.lit(None, dtype=pl.Int32)).alias("local_rank"))
         if xid is not None:
             exprs.append(xid.alias("_xid"))
+        if rank is not None:
+            exprs.append(rank.alias("_rank"))
         for i, (name, e) in enumerate(status_cols):
             exprs.append(e.alias(f"_st{i}"))
         for i, (name, e, isnum) in enumerate(extra_cols):
@@ -386,7 +426,7 @@ class _Table:
             parse_timestamp(pl.col("_ts")).alias("timestamp"),
             pl.Series("extra", [orjson.dumps(x).decode() if x else None for x in extra], dtype=pl.String),
         )
-        frame = frame.drop([c for c in frame.columns if c.startswith("_")])
+        frame = frame.drop([c for c in frame.columns if c.startswith("_") and c != "_rank"])
         return frame, rejects
 
 
@@ -411,7 +451,7 @@ def _flush(state: _State, frames: list[pl.DataFrame], rejects: list[tuple[int, s
 
 
 def _header_event(line: str, no: int, rows: _Rows, state: _State, cols: list[_Col]) -> None:
-    mapping = {c.raw.strip(): (c.target or c.kind) if c.kind not in ("ts", "index", "host") else c.kind for c in cols[:MAX_COLUMNS]}
+    mapping = {c.raw.strip(): (c.target or c.kind) if c.kind not in ("ts", "index", "host", "rank") else c.kind for c in cols[:MAX_COLUMNS]}
     rows.add(no, "TELEMETRY_HEADER", "INFO", line, extra={"columns": mapping, "restart": state.seen_data or None,
                                                           "columns_not_read": max(len(cols) - MAX_COLUMNS, 0) or None})
 

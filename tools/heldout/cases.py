@@ -16,24 +16,35 @@ CASES = {
 def run(name, c, root):
     out = os.path.join(root, name)
     shutil.rmtree(out, ignore_errors=True); os.makedirs(out)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={c['n']}",
+    nodes = c.get("nodes", 1)
+    if nodes > 1:   # one torchrun per "node" on this machine, a static rendezvous between them
+        launch = ["--nnodes", str(nodes), "--master-addr", "127.0.0.1", "--master-port", str(29500 + os.getpid() % 2000),
+                  f"--nproc-per-node={c['n'] // nodes}"]
+    else:
+        launch = ["--standalone", f"--nproc-per-node={c['n']}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *launch,
            os.path.join(HERE, "job.py"), "--schema", c["schema"], "--fault", c["fault"], "--fault-rank", str(c["rank"]),
            "--fault-step", str(c["step"]), "--out", out, "--steps", str(c.get("steps", 30)), "--hosts", str(c.get("hosts", 1))]
     if c.get("stderr"): cmd.append("--stderr-into-log")
     if c.get("pattern"): cmd += ["--file-pattern", c["pattern"]]
     for k in ("names", "timeout", "batch", "own_event", "own_seconds", "clock_offset", "host_fmt", "jitter_ms",
-              "warmup_steps", "stall_s", "every"):
+              "warmup_steps", "stall_s", "every", "telemetry"):
         if k in c: cmd += ["--" + k.replace("_", "-"), str(c[k])]
     env = dict(os.environ, OMP_NUM_THREADS="1", **c.get("env", {}))
     t = time.time()
-    with open(os.path.join(out, "console.log"), "w") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-        if c.get("kill_after"):                     # an outside SIGTERM to the launcher (scheduler, operator)
-            try:
-                p.wait(timeout=c["kill_after"])
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGTERM)
-        p.wait()
+    procs = []
+    for i in range(nodes):
+        f = open(os.path.join(out, "console.log" if nodes == 1 else f"console_node{i}.log"), "w")
+        node_cmd = cmd if nodes == 1 else cmd[:3] + ["--node-rank", str(i)] + cmd[3:]
+        procs.append((subprocess.Popen(node_cmd, stdout=f, stderr=subprocess.STDOUT, env=env), f))
+    p = procs[0][0]
+    if c.get("kill_after"):                     # an outside SIGTERM to the launcher (scheduler, operator)
+        try:
+            p.wait(timeout=c["kill_after"])
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGTERM)
+    for q, f in procs:
+        q.wait(); f.close()
     ranks, kinds = c["truth"]
     json.dump({"ranks": ranks, "kinds": kinds, "rc": p.returncode}, open(os.path.join(root, name + ".truth.json"), "w"))
     print(name, "rc", p.returncode, f"{time.time()-t:.0f}s", flush=True)

@@ -26,6 +26,7 @@ ap.add_argument("--jitter-ms", type=float, default=0.0, help="random per-step de
 ap.add_argument("--warmup-steps", type=int, default=0, help="first steps slower on every rank, lr ramps up")
 ap.add_argument("--stall-s", type=float, default=7.0, help="loader_stall / periodic_slow length (s)")
 ap.add_argument("--every", type=int, default=10, help="periodic_slow period (steps)")
+ap.add_argument("--telemetry", default="none", help="the job's own GPU/host telemetry CSV beside its logs: none, a, b")
 a = ap.parse_args()
 
 # renamed events and metrics (what other trainers call the same things)
@@ -47,7 +48,10 @@ def nm(k):
     return NAMES.get(k, k)
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-host_i = (rank * a.hosts) // world
+node_rank = int(os.environ.get("GROUP_RANK", "0"))
+local_rank = int(os.environ.get("LOCAL_RANK", rank))
+# two launchers (torchrun --nnodes 2): the host is the launcher's node; else split ranks over --hosts
+host_i = node_rank if int(os.environ.get("GROUP_WORLD_SIZE", "1")) > 1 else (rank * a.hosts) // world
 host = a.host_fmt.format(i=host_i)
 CLOCK = a.clock_offset if host_i > 0 else 0.0
 os.makedirs(a.out, exist_ok=True)
@@ -120,6 +124,25 @@ def emit(level, event, msg, **f):
         rec = {"ts": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat(timespec="microseconds"),
                "severity": level, "logger": f"trainer.{event.lower()}", "msg": msg,
                "ctx": {"rank": rank, "host": host, "world": world}, "metrics": grp}
+    elif s == "clef":          # Serilog compact JSON (CLEF): @t, @l absent for Information, @mt template, PascalCase props
+        pas = lambda k: "".join(w[:1].upper() + w[1:] for w in k.split("_"))
+        rec = {"@t": dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f0Z"),
+               "@mt": "{EventName}: " + msg.replace("{", "{{").replace("}", "}}"), "EventName": event.lower(),
+               "SourceContext": "Trainer.Loop", "Rank": rank, "MachineName": host, **{pas(k): v for k, v in f.items()}}
+        if level != "INFO":
+            rec["@l"] = {"WARN": "Warning", "ERROR": "Error", "DEBUG": "Debug"}.get(level, level.title())
+        if "error" in f:
+            rec["@x"] = f"{f.get('exc_type', 'Exception')}: {f['error']}"
+    elif s == "logfmt_json":   # a JSON envelope whose message is logfmt: key=value ...
+        kv = " ".join(f"{k}={json.dumps(v) if isinstance(v, str) and (' ' in v or not v) else v}"
+                      for k, v in {"event": event.lower(), "rank": rank, "host": host, **f}.items())
+        rec = {"ts": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat(timespec="milliseconds"),
+               "level": level.lower(), "logger": "train", "message": f"{kv} msg={json.dumps(msg)}"}
+    elif s == "ctx_lvl":       # numeric level (30/40/50), a context object, the event as `op`, values under `data`
+        rec = {"time": dt.datetime.fromtimestamp(now).astimezone().isoformat(timespec="milliseconds"),
+               "lvl": {"DEBUG": 20, "INFO": 30, "WARN": 40, "ERROR": 50}.get(level, 30), "op": event.lower(), "text": msg,
+               "ctx": {"rank": rank, "local_rank": local_rank, "node_rank": node_rank, "node": host, "world": world},
+               "data": f}
     else:
         raise SystemExit(s)
     log.write(json.dumps(rec, default=str) + "\n")
@@ -137,6 +160,31 @@ teacher = torch.nn.Linear(256, 10)
 torch.manual_seed(99)
 for p in teacher.parameters():
     p.data.normal_()
+tel = None
+if a.telemetry != "none":  # the job's own GPU/host telemetry, one CSV per rank beside its logs (a CPU job: modelled values)
+    tel = open(os.path.join(a.out, f"gpu_stats_rank{rank}.csv"), "w", buffering=1)
+    tel.write({"a": "timestamp,rank,host,gpu_temp_c,gpu_util_pct,sm_clock_mhz,power_w,mem_used_mb\n",
+               "b": "time,hostname,global_rank,temperature,utilization,clocks_graphics,power_draw\n"}[a.telemetry])
+hot = 0.0
+
+
+def telemetry(step, step_ms):
+    global hot
+    if tel is None:
+        return
+    if a.fault == "thermal" and rank == a.fault_rank and step >= a.fault_step:
+        hot = min(1.0, hot + 0.25)
+    temp = 58 + random.random() * 3 + hot * 32
+    clk = 1410 - hot * 660 + random.random() * 15
+    util = 97 - random.random() * 3
+    pw = 240 + random.random() * 20 - hot * 90
+    ts = dt.datetime.fromtimestamp(time.time() + CLOCK, dt.timezone.utc)
+    if a.telemetry == "a":
+        tel.write(f"{ts.isoformat(timespec='milliseconds').replace('+00:00', 'Z')},{rank},{host},{temp:.1f},{util:.0f},{clk:.0f},{pw:.1f},{1800 + step:.0f}\n")
+    else:
+        tel.write(f"{ts.strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]},{host},{rank},{temp:.0f} C,{util:.0f} %,{clk:.0f} MHz,{pw:.2f} W\n")
+
+
 emit("INFO", "run_start", f"starting world={world}", world_size=world, host=host, pid=os.getpid())
 t_run = time.time()
 for step in range(a.steps):
@@ -179,6 +227,27 @@ for step in range(a.steps):
         tb = time.perf_counter()
         dist.barrier(group=grp)
         emit("INFO", "barrier", f"barrier passed step={step}", step=step, barrier_ms=round((time.perf_counter() - tb) * 1000, 2))
+    if a.fault == "thermal" and rank == a.fault_rank and step >= a.fault_step:
+        time.sleep(float(os.environ.get("THERMAL_S", "0.12")) * min(1.0, 0.25 * (step - a.fault_step + 1)))  # clocks down: slower steps
+    if a.fault == "alloc_fail" and rank == a.fault_rank and step == a.fault_step:
+        torch.empty(1 << 46, dtype=torch.uint8)                         # the allocator refuses: RuntimeError
+    if a.fault == "assert_text" and rank == a.fault_rank and step == a.fault_step:
+        raise AssertionError(f"Rank {rank}: found NaN in local grad norm in backward pass before data-parallel communication collective")
+    if a.fault == "abort" and rank == a.fault_rank and step == a.fault_step:
+        emit("WARN", "watchdog", "internal state inconsistent, aborting", step=step)
+        log.flush()
+        os.abort()
+    if a.fault == "node_exit0" and node_rank == 1 and step == a.fault_step:
+        log.flush()                                                       # a whole node leaves early, cleanly
+        os._exit(0)
+    if a.fault == "loader_worker" and rank == a.fault_rank and step == a.fault_step:
+        class _Killed(torch.utils.data.Dataset):
+            def __len__(self):
+                return 4
+            def __getitem__(self, i):
+                os.kill(os.getpid(), signal.SIGKILL)                     # the loader's worker process dies
+        for _ in torch.utils.data.DataLoader(_Killed(), num_workers=1):
+            pass
     if a.fault == "exc_plain" and rank == a.fault_rank and step == a.fault_step:
         raise RuntimeError(f"CUDA-like failure simulated: index {step * 7} out of range in embedding lookup")
     if a.fault == "hang" and rank == a.fault_rank and step == a.fault_step:
@@ -218,6 +287,12 @@ for step in range(a.steps):
         dist.all_reduce(flat, op=dist.ReduceOp.BAND, group=grp)     # raises inside the collective on this rank
     if a.fault == "coll_mismatch" and rank == a.fault_rank and step == a.fault_step:
         flat = flat[: flat.numel() // 2].contiguous()               # a smaller buffer than its peers'
+    if a.fault == "comm_heavy":
+        for _ in range(int(os.environ.get("COMM_REPEAT", "6"))):       # every rank: far more traffic than compute
+            dist.all_reduce(flat.clone(), group=grp)
+    if a.fault == "gather_mismatch" and rank == a.fault_rank and step == a.fault_step:
+        outs = [torch.empty_like(flat) for _ in range(world)]
+        dist.all_gather(outs, flat, group=grp)                        # its peers are in all_reduce
     dist.all_reduce(flat, group=grp)
     comm_ms = (time.perf_counter() - tw) * 1000
     flat /= world
@@ -233,6 +308,7 @@ for step in range(a.steps):
     opt.step()
     step_ms = (time.perf_counter() - t0) * 1000
     lv = loss.item()
+    telemetry(step, step_ms)
     emit("INFO", "data_load", f"batch ready step={step}", step=step, data_load_ms=round(data_ms, 2))
     emit("INFO", "allreduce", f"allreduce step={step}", step=step, comm_ms=round(comm_ms, 2), wait_ms=round(wait_ms, 2), collective="allreduce", tensor_size_mb=round(flat.numel() * 4 / 1e6, 3))
     emit("INFO", "train_step", f"step {step} loss {lv:.4f}", step=step, loss=lv,

@@ -276,14 +276,25 @@ def find(ctx: Context) -> list[Finding]:
                 culprits, how, mode, weak = low_ranks, f"last completed work {low} is the smallest", "least_completed", margin <= 1
         if not culprits and not mode:
             silent = [r for r in progress if r not in failed_ranks]
+            # a rank the launcher had to stop (its teardown SIGTERM) was still running: of the
+            # silent ranks, those it did not have to stop had already left by themselves
+            torn = {_owner(r) for r in rows if r["kind"] == "exit" and r["exit_code"] is not None
+                    and facts.signal_of(r["exit_code"], r["signal"]) in facts.TEARDOWN_SIGNALS}
+            if 0 < len(left := [r for r in silent if r not in torn]) < len(silent):
+                silent = left
             if silent and to_sorted:
                 t_min = min(progress[r]["last_ts"] for r in silent)
-                culprits = sorted(r for r in silent if progress[r]["last_ts"] == t_min)
+                step_ms = ctx.median_step_ms
+                # ranks that stopped together (within half a step: one step's skew between ranks,
+                # a whole node leaving) are named together; which of them was first, no log shows
+                together = (step_ms or 0.0) / 2000
+                culprits = sorted(r for r in silent if progress[r]["last_ts"] == t_min or (
+                    progress[r]["last_ts"] is not None and t_min is not None
+                    and (progress[r]["last_ts"] - t_min).total_seconds() <= together))
                 how, mode = "went silent first, without an error of its own", "silent"
                 # the margin: how much longer the next rank went on logging
-                rest = [p["last_ts"] for r, p in progress.items() if p["last_ts"] is not None and p["last_ts"] != t_min]
+                rest = [p["last_ts"] for r, p in progress.items() if p["last_ts"] is not None and r not in culprits]
                 gap = (min(rest) - t_min).total_seconds() if rest else None
-                step_ms = ctx.median_step_ms
                 weak = gap is None or gap < max(SILENT_MARGIN_S, (step_ms or 0.0) / 2000)
                 detail["silent_margin_s"] = round(gap, 3) if gap is not None else None
         if not culprits and not mode and len(first_to) >= 2:

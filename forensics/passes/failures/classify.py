@@ -64,6 +64,11 @@ _OP = re.compile(r"OpType=(\w+)")
 _NUMEL = re.compile(r"NumelIn=(-?\d+)")
 
 
+# the torch.distributed call a traceback died in (its innermost distributed_c10d.py frame, as the
+# console reader keeps frames: "…/distributed_c10d.py:4287 in all_gather"): the rank's collective
+_C10D_CALL = re.compile(r'distributed_c10d\.py(?::|", line )\d+,? in (\w+)')
+
+
 def _candidates(ctx: Context) -> pl.LazyFrame:
     """Rows that may be failures (`failure_rows`): WARN/ERROR lines, or events whose name says so.
 
@@ -115,9 +120,12 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     # the device's own failure: typed by the reader, or the text of an error line / a traceback
     is_gpu = ~process & ~is_oom & ~is_stuck & ~own(("crash", "host_oom")) & ((ev == "GPU_XID") | ((ev == "CUDA_ERROR") & ~msg.str.contains("(?i)device-side assert"))
                                    | (err & msg.str.contains(GPU_RE)))
-    # a collective that fails (timeout, lost peer, or a mismatch caught by DETAIL debug checks)
+    # a collective that fails (timeout, lost peer, or a mismatch caught by DETAIL debug checks); a
+    # name alone says so for a reader's typed event or an ERROR (a job's own WARN "watchdog" that
+    # says it is aborting is no collective's timeout)
     is_timeout = ~is_oom & ~is_gpu & ~process & ~is_status & ~is_stuck & ~own() & (
-        ev.str.contains("(?i)TIMEOUT|WATCHDOG|MISMATCH") | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
+        (ev.str.contains("(?i)TIMEOUT|WATCHDOG|MISMATCH") & (err | ev.is_in(TYPED)))
+        | (err & (msg.str.contains(TIMEOUT_RE) | msg.str.contains(MISMATCH_RE))))
     is_tb = (ev == "TRACEBACK") & (pl.col("rank").is_not_null() | pl.col("local_rank").is_not_null())
     # an event of any name at ERROR, or carrying an exception, is its rank's own error (a
     # console line is typed by its reader: its plain lines and a traceback's body are not)
@@ -147,7 +155,9 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
                         msg.str.extract(r"SeqNum=(\d+)", 1).cast(pl.Int64, strict=False)).alias("seq"),
             pl.coalesce(pl.col("process_group"), j("$.pg")).alias("process_group"),
             pl.coalesce(pl.col("exit_code"), j("$.exitcode").cast(pl.Int64, strict=False)).alias("exit_code"),
-            pl.coalesce(pl.col("collective"), msg.str.extract(_OP.pattern, 1)).alias("collective"),
+            pl.coalesce(pl.col("collective"), msg.str.extract(_OP.pattern, 1),
+                        pl.col("extra").str.extract_all(_C10D_CALL.pattern).list.last()
+                        .str.extract(_C10D_CALL.pattern, 1)).alias("collective"),
             pl.coalesce(j("$.numel_in").cast(pl.Int64, strict=False),
                         msg.str.extract(_NUMEL.pattern, 1).cast(pl.Int64, strict=False)).alias("numel_in"),
             j("$.signal").alias("signal"),

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from ...collective_text import FP_ASPECTS, desync_ranks, fingerprint_diff, mismatch_pairs
+from ...majority import minority
 
 
 # Collectives where every rank sends a tensor of the same size (all-to-all and uneven
@@ -158,31 +159,38 @@ def _missing_ranks(rows: list[dict[str, Any]]) -> tuple[list[int], set[int]]:
 
 
 def _odd_collective(tos: list[dict[str, Any]], fail_seq: int | None) -> tuple[list[int], str, bool]:
-    """Ranks whose timed-out collective at the failing SeqNum differs from the majority's
-    (another OpType, or another NumelIn where sizes must agree). Needs >= 3 ranks to have a
-    majority; returns ([], "", False) when all agree. The flag says the majority is only two
-    ranks (a weak basis)."""
-    if fail_seq is None:
-        return [], "", False
+    """Ranks whose failed collective differs from the majority's (another op, or another
+    NumelIn where sizes must agree): at the failing SeqNum; or, when no failure names a SeqNum
+    (gloo's errors do not), each rank's first failed collective, named by its error or by the
+    torch.distributed call its traceback died in (one rank in all_gather while the others are in
+    all_reduce). Needs >= 3 ranks to have a majority; returns ([], "", False) when all agree. The
+    flag says the majority is only two ranks (a weak basis)."""
     sig: dict[int, tuple[str | None, int | None]] = {}
     for r in tos:
-        if r["rank"] is None or _seq_of(r) != fail_seq or r.get("collective") is None:
+        if r["rank"] is None or r.get("collective") is None or (fail_seq is not None and _seq_of(r) != fail_seq):
             continue
+        if fail_seq is None and _seq_of(r) is not None:
+            return [], "", False     # sequence numbers that do not agree: the laggards' question, not this one
         op = str(r["collective"]).upper()
+        if fail_seq is None:
+            op = op.replace("_", "")     # a traceback's all_reduce, a message's ALLREDUCE
         size = r.get("numel_in") if SAME_SIZE_RE.search(op) else None
         sig.setdefault(int(r["rank"]), (op, size))
     if len(sig) < 3:
         return [], "", False
-    (top, n), = Counter(sig.values()).most_common(1)
-    if n * 2 <= len(sig) or n == len(sig):
+    ranks = sorted(sig)
+    idx, ref, n = minority([sig[k] for k in ranks])
+    if not idx or n * 2 <= len(sig):
         return [], "", False
-    odd = sorted(k for k, s in sig.items() if s != top)
-    theirs = sorted({s for k, s in sig.items() if s != top}, key=str)
+    top = sig[ranks[ref]]
+    odd = [ranks[i] for i in idx]
+    theirs = sorted({sig[k] for k in odd}, key=str)
 
     def fmt(s: tuple[str | None, int | None]) -> str:
         return f"{s[0]}" + (f" NumelIn={s[1]}" if s[1] is not None else "")
 
-    return odd, (f"runs {', '.join(fmt(s) for s in theirs)} at SeqNum {fail_seq} while the others run {fmt(top)}"), n < 3
+    at = f" at SeqNum {fail_seq}" if fail_seq is not None else " when they failed"
+    return odd, f"runs {', '.join(fmt(s) for s in theirs)}{at} while the others run {fmt(top)}", n < 3
 
 
 def _pg_scoped(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:

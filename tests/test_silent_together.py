@@ -1,0 +1,74 @@
+"""Ranks that stop together are named together: a whole node that leaves (its workers exit
+cleanly at the same step) while the other node's ranks time out waiting for it.
+
+Which of two ranks that fell silent a millisecond apart went first no log can show; naming one of
+them (the earliest last line) blamed half a node. Lines are ours: JSON lines of a job, and the gloo
+timeouts torchrun relays from the waiting ranks ("[rankN]: " before each traceback line).
+"""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from forensics.cli import app
+
+
+def _run(tmp_path, stop_ms: dict[int, int]) -> dict:
+    for r in range(4):
+        with open(tmp_path / f"rank_{r}.jsonl", "w") as f:
+            last = 5 if r in stop_ms else 8
+            for s in range(last):
+                ms = stop_ms.get(r, 10 * r) if s == last - 1 and r in stop_ms else 10 * r
+                f.write(json.dumps({"timestamp": f"2026-12-06T10:00:{s * 0.2 + 10 + ms / 1000:06.3f}Z", "rank": r,
+                                    "level": "INFO", "event": "TRAIN_STEP",
+                                    "extra": {"step": s, "loss": 2.3, "step_time_ms": 200}}) + "\n")
+    tb = []
+    for r in (0, 1):
+        tb += [f"[rank{r}]: Traceback (most recent call last):",
+               f'[rank{r}]:   File "/srv/train.py", line 90, in <module>',
+               f"[rank{r}]:     dist.all_reduce(flat, group=pg)",
+               f"[rank{r}]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+               "Timed out waiting 5000ms for recv operation to complete"]
+    (tmp_path / "console.log").write_text("\n".join(tb) + "\n")
+    res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--format", "json"])
+    return json.loads(res.stdout)
+
+
+def test_two_ranks_that_stop_a_millisecond_apart_are_both_named(tmp_path) -> None:
+    rc = _run(tmp_path, {2: 20, 3: 21})["root_cause"]
+    assert rc["ranks"] == [2, 3], rc
+
+
+def test_a_rank_that_stopped_a_step_before_another_is_named_alone(tmp_path) -> None:
+    rc = _run(tmp_path, {2: 20, 3: 190})["root_cause"]
+    assert rc["ranks"] == [2], rc
+
+
+def _failure(i: int, rank: int, code: int, sig: str) -> list[str]:
+    # torchrun's ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors)
+    return [f"[{i}]:", "  time      : 2026-12-06_10:00:20", "  host      : node-a",
+            f"  rank      : {rank} (local_rank: {rank})", f"  exitcode  : {code} (pid: {900 + rank})  {sig}".rstrip(),
+            "  error_file: <N/A>", "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"]
+
+
+def test_of_ranks_silent_together_the_launcher_stopped_some_the_one_it_did_not_had_left(tmp_path) -> None:
+    for r in range(4):
+        with open(tmp_path / f"rank_{r}.jsonl", "w") as f:
+            for s in range(6):
+                f.write(json.dumps({"timestamp": f"2026-12-06T10:00:{s * 0.2 + 10 + r / 1000:06.3f}Z", "rank": r,
+                                    "level": "INFO", "event": "TRAIN_STEP",
+                                    "extra": {"step": s, "loss": 2.3, "step_time_ms": 200}}) + "\n")
+    lines = ["[rank2]: Traceback (most recent call last):",
+             '[rank2]:   File "/srv/train.py", line 90, in <module>',
+             "[rank2]:     dist.all_reduce(flat, group=pg)",
+             "[rank2]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+             "Timed out waiting 5000ms for recv operation to complete",
+             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 56, "train.py FAILED",
+             "-" * 56, "Failures:"]
+    lines += _failure(1, 0, -15, "(SIGTERM)") + _failure(2, 1, -15, "(SIGTERM)")
+    lines += ["-" * 56, "Root Cause (first observed failure):"] + _failure(0, 2, 1, "") + ["=" * 56]
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--format", "json"])
+    rc = json.loads(res.stdout)["root_cause"]
+    assert rc["ranks"] == [3], rc
