@@ -154,7 +154,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("loss_scale_minimum", "non_finite", "job", r"Current loss scale already at minimum", "job",
            "deepspeed deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.update_scale)",
            'raise Exception("Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.")',
-           "every step overflows even at the smallest loss scale: the values are non-finite job-wide (the overflow flag is all-reduced, so no rank is named)",
+           "every step overflows even at the smallest loss scale: the values are non-finite (the overflow flag is all-reduced, so "
+           "every rank raises it: job-wide when every rank's line is here, else the rank whose line it is)",
            ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",)),
     Family("autograd_anomaly_nan", "non_finite", "own", r"returned (?:nan|inf) values in its \d+(?:st|nd|rd|th) output", "line",
            "pytorch torch/csrc/autograd/engine.cpp (validate_outputs / anomaly mode: checkForNaN)",
