@@ -179,7 +179,7 @@ def find(ctx: Context) -> list[Finding]:
         if r["rank"] is not None:
             by_rank[int(r["rank"])].append(r)
     first_to = {k: _first(v) for k, v in by_rank.items()}
-    killed = _killed_without_traceback(rows)
+    killed = _killed_without_traceback(rows, first_timeout_time(sorted(tos, key=_key), rows))
     crashes = _crashes(ctx, rows, progress, first_oom)
     gpus = _gpu_errors(rows)
     cancels = [r for r in rows if r["kind"] == "cancel"]
