@@ -118,7 +118,7 @@ from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
 from . import records
-from .rows import LAUNCHERS, own_exit, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
+from .rows import LAUNCHERS, death_key, own_exit, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
 from .timeouts import _local_hang, _timeout_findings
 
@@ -179,9 +179,12 @@ def find(ctx: Context) -> list[Finding]:
         if r["rank"] is not None:
             by_rank[int(r["rank"])].append(r)
     first_to = {k: _first(v) for k, v in by_rank.items()}
-    killed = _killed_without_traceback(rows, first_timeout_time(sorted(tos, key=_key), rows))
     crashes = _crashes(ctx, rows, progress, first_oom)
     gpus = _gpu_errors(rows)
+    # a SIGKILL after the first timeout, or after another process's own death, with no sign of
+    # memory, is the teardown (the launcher's, the watchdog's), not the host's OOM killer
+    own_deaths_rows = [*first_oom.values(), *crashes.values(), *gpus.values(), *(r for r in rows if own_exit(r))]
+    killed = _killed_without_traceback(rows, first_timeout_time(sorted(tos, key=_key), rows), own_deaths_rows)
     cancels = [r for r in rows if r["kind"] == "cancel"]
     # ranks whose own heartbeat monitor says their watchdog is stuck (meaning.py): hung
     stuck_out, stuck = stuck_findings(rows, ctx.ranks, {k for k in [*first_oom, *crashes, *gpus] if isinstance(k, int)})
@@ -211,7 +214,7 @@ def find(ctx: Context) -> list[Finding]:
         exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks
                          and not watchdog_abort(r, t_abort_after)),
                         key=lambda r: (facts.signal_of(r["exit_code"], r["signal"]) not in facts.FAULT_SIGNALS,
-                                       _key(r), not r["first_observed"]))
+                                       death_key(r), not r["first_observed"]))
         named, named_src, reporters = _desync_ranks(desync)
         missing, missing_by = _missing_ranks(rows)
         odd, odd_how, odd_weak = _odd_collective(tos, fail_seq)
@@ -222,7 +225,7 @@ def find(ctx: Context) -> list[Finding]:
         local_deaths += [(d["rows"][0], ("local", d["host"], d["local_rank"]), "killed") for d in killed
                          if d["rank"] is None and d["local_rank"] is not None and _key(d["rows"][0]) <= _key(to_sorted[0])]
         if deaths:
-            r, first, mode = min(deaths, key=lambda d: _key(d[0]))
+            r, first, mode = min(deaths, key=lambda d: death_key(d[0]))
             culprits = [first]
             detail["death"] = r
             how = {"oom": "oom", "crash": "crashed with a Python exception", "gpu": "GPU error"}[mode]
@@ -251,7 +254,7 @@ def find(ctx: Context) -> list[Finding]:
             detail["death"] = r
         if not culprits and local_deaths:
             # stronger than any inference from silence or lag: the process died of its own error
-            r, who_key, what = min(local_deaths, key=lambda d: _key(d[0]))
+            r, who_key, what = min(local_deaths, key=lambda d: death_key(d[0]))
             mode = "local"
             how = {"oom": "CUDA OOM", "crash": "crash", "gpu": "GPU error", "killed": "SIGKILL"}[what]
             detail["local"] = {"host": who_key[1], "local_rank": who_key[2], "what": how, "row": r}
@@ -313,7 +316,7 @@ def find(ctx: Context) -> list[Finding]:
                and (r["kind"] == "exit" or r["kind"] == "kill" and r["by"] in LAUNCHERS)]
 
     # -- OOM findings ---------------------------------------------------------------------------
-    for who_key, r in sorted(first_oom.items(), key=lambda kv: _key(kv[1])):
+    for who_key, r in sorted(first_oom.items(), key=lambda kv: death_key(kv[1])):
         rank = who_key if isinstance(who_key, int) else None
         later, delay = _later_phrase(r, first_to, rank)
         where = _who(rank, r)
@@ -349,9 +352,9 @@ def find(ctx: Context) -> list[Finding]:
         ))
 
     # -- a rank killed by its own Python exception, or by its GPU -------------------------------
-    for who_key, r in sorted(gpus.items(), key=lambda kv: _key(kv[1])):
+    for who_key, r in sorted(gpus.items(), key=lambda kv: death_key(kv[1])):
         out.append(_death_finding("gpu_error", who_key, r, first_to, cascade, rows))
-    for who_key, r in sorted(crashes.items(), key=lambda kv: _key(kv[1])):
+    for who_key, r in sorted(crashes.items(), key=lambda kv: death_key(kv[1])):
         # an exception that means host memory (DefaultCPUAllocator, a DataLoader worker the OOM
         # killer took, MemoryError) is a host OOM, not a plain crash
         out.append(_death_finding("host_oom" if r.get("meaning") == "host_oom" and r.get("meaning_role") == "own" else "crash",
@@ -359,7 +362,7 @@ def find(ctx: Context) -> list[Finding]:
     # -- ranks that failed of their own error before any sign of the cascade: all are culprits ---
     own_deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()]
     if (others := independent(own_deaths, rows)):
-        first = min(((r, k) for r, k, _m in own_deaths if isinstance(k, int)), key=lambda d: _key(d[0]))
+        first = min(((r, k) for r, k, _m in own_deaths if isinstance(k, int)), key=lambda d: death_key(d[0]))
         f = next((f for f in out if f.ranks == [first[1]] and first[0]["line"] in [e.line for e in f.lines[:1]]), None)
         if f is not None:
             name_all(f, others)
