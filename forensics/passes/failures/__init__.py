@@ -129,22 +129,30 @@ __all__ = ["LAUNCHERS", "TEARDOWN_RE", "TIMEOUT_RE", "_candidates", "_placed", "
 
 def _stalls_at_the_end(ctx: Context, rows: list[dict[str, Any]]) -> None:
     """A stall warning (Horovod's: ranks that did not submit a tensor the others wait on) after
-    which no rank of its file made progress (a later step-carrying line; in a file without
-    steps, a later INFO line of a rank) is where the run stopped: a timeout naming those ranks
-    (in place). One the run outlived is a slow rank that caught up: left as it is."""
+    which the ranks it names made no progress (a later step-carrying line of theirs in its file;
+    in a file without steps, a later INFO line) is where the run stopped: a timeout naming those
+    ranks (in place) — whatever the other ranks still wrote. One the named ranks outlived is a slow
+    rank that caught up: left as it is. A warning that names no rank is judged by every rank."""
     stalls = [r for r in rows if r.get("event") == "COLLECTIVE_STALL" and r["kind"] != "timeout"]
     if not stalls:
         return
     files = list({r["source_file"] for r in stalls})
-    # the last line a rank wrote that shows it working: a progress line, else (a file whose
+    # the last line each rank wrote that shows it working: a progress line, else (a file whose
     # progress carries no step) any of its INFO lines
     ranked = pl.col("rank").is_not_null() & ~pl.col("level").is_in(["WARN", "ERROR"]).fill_null(False)
-    last = {f: (p, a) for f, p, a in ctx.events.filter(pl.col("source_file").is_in(files) & ranked)
-            .group_by("source_file").agg(pl.col("line").filter(pl.col("step").is_not_null()).max().alias("p"),
-                                         pl.col("line").max().alias("a")).collect().iter_rows()}
+    last: dict[str, dict[int, tuple[Any, Any]]] = defaultdict(dict)
+    for f, rk, p, a in (ctx.events.filter(pl.col("source_file").is_in(files) & ranked)
+                        .group_by("source_file", "rank").agg(pl.col("line").filter(pl.col("step").is_not_null()).max().alias("p"),
+                                                             pl.col("line").max().alias("a")).collect().iter_rows()):
+        last[f][int(rk)] = (p, a)
     for r in stalls:
-        prog, alive = last.get(r["source_file"], (None, None))
-        end = prog if prog is not None else alive
+        per_rank = last.get(r["source_file"], {})
+        named = set(_missing_ranks([r])[0]) & set(per_rank)
+        mine = [per_rank[k] for k in (named or per_rank)]
+        prog = max((p for p, _a in mine if p is not None), default=None)
+        # (progress lines carry steps in this file: a rank's INFO line without one is no progress)
+        steps = any(p is not None for p, _a in per_rank.values())
+        end = prog if steps else max((a for _p, a in mine if a is not None), default=None)
         if end is None or end < (r["line"] or 0):
             r["kind"] = "timeout"
 
