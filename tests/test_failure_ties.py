@@ -42,28 +42,23 @@ def test_deaths_at_one_time_lead_with_the_lowest_rank_not_the_first_file_name(tm
     assert rep.findings[0].evidence["independent"][0]["rank"] == 10
 
 
+def agent_exits(*exits: tuple[str, int, int]) -> list[str]:
+    """torch elastic's agent lines for (time, exit code, local rank), after four ranks' progress."""
+    return progress([0, 1, 2, 3], t="10:00:00") + [
+        f"E1218 {t} 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
+        f"failed (exitcode: {code}) local_rank: {lr} (pid: {5101 + lr}) of binary: /usr/bin/python" for t, code, lr in exits]
+
+
 def test_an_own_exit_beats_a_later_sigkill_of_the_teardown(tmp_path: Path) -> None:
     # local rank 3 exits 1; 31 s later the agent's SIGKILL of local rank 0 that ignored its SIGTERM
     # (api.py _close: SIGTERM, then SIGKILL after the timeout) — no OOM-killer line, no memory message
-    lines = progress([0, 1, 2, 3], t="10:00:00") + [
-        "E1218 10:00:05.100000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
-        "failed (exitcode: 1) local_rank: 3 (pid: 5104) of binary: /usr/bin/python",
-        "E1218 10:00:36.300000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
-        "failed (exitcode: -9) local_rank: 0 (pid: 5101) of binary: /usr/bin/python",
-    ]
-    rep = diagnosed(tmp_path, lines)
+    rep = diagnosed(tmp_path, agent_exits(("10:00:05.100000", 1, 3), ("10:00:36.300000", -9, 0)))
     assert rep.root_cause.kind == "crash"
     assert [x["local_rank"] for x in rep.findings[0].local_ranks] == [3]
     assert not any(f.kind == "host_oom" for f in rep.findings)
 
 
 def test_a_sigkill_before_any_other_death_is_still_the_suspected_oom_killer(tmp_path: Path) -> None:
-    lines = progress([0, 1, 2, 3], t="10:00:00") + [
-        "E1218 10:00:05.100000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
-        "failed (exitcode: -9) local_rank: 0 (pid: 5101) of binary: /usr/bin/python",
-        "E1218 10:00:36.300000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
-        "failed (exitcode: 1) local_rank: 3 (pid: 5104) of binary: /usr/bin/python",
-    ]
-    rep = diagnosed(tmp_path, lines)
+    rep = diagnosed(tmp_path, agent_exits(("10:00:05.100000", -9, 0), ("10:00:36.300000", 1, 3)))
     assert rep.root_cause.kind == "host_oom"
     assert [x["local_rank"] for x in rep.findings[0].local_ranks] == [0]
