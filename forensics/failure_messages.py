@@ -154,7 +154,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("loss_scale_minimum", "non_finite", "job", r"Current loss scale already at minimum", "job",
            "deepspeed deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.update_scale)",
            'raise Exception("Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.")',
-           "every step overflows even at the smallest loss scale: the values are non-finite job-wide (the overflow flag is all-reduced, so no rank is named)",
+           "every step overflows even at the smallest loss scale: the values are non-finite (the overflow flag is all-reduced, so "
+           "every rank raises it: job-wide when every rank's line is here, else the rank whose line it is)",
            ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",)),
     Family("autograd_anomaly_nan", "non_finite", "own", r"returned (?:nan|inf) values in its \d+(?:st|nd|rd|th) output", "line",
            "pytorch torch/csrc/autograd/engine.cpp (validate_outputs / anomaly mode: checkForNaN)",
@@ -243,13 +244,15 @@ FAMILIES: tuple[Family, ...] = (
            ("RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",)),
     Family("peer_lost", "nccl_timeout", "victim",
            r"Connection closed by (?:remote )?peer|Connection reset by peer|remote process exited or there was a network error|ncclRemoteError"
-           r"|Broken pipe|Connection refused",
+           r"|remote process exiting prematurely|Broken pipe|Connection refused",
            "line", "facebookincubator gloo gloo/transport/tcp/pair.cc (Pair::read: 'Connection closed by peer'); "
-           "nvidia nccl src/init.cc (ncclGetErrorString: ncclRemoteError)",
+           "nvidia nccl src/init.cc (ncclGetErrorString: ncclRemoteError); "
+           "pytorch torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclErrorDetailStr: ncclRemoteError)",
            '"remote process exited or there was a network error"  /  GLOO_ERROR_MSG("Connection closed by peer ", peer)',
            "a peer process went away (died) under this rank's connection: this rank is its victim",
            ("RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.1.0.2]:40001",
-            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2006, remote process exited or there was a network error, NCCL version 2.21.5")),
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2006, remote process exited or there was a network error, NCCL version 2.21.5",
+            "A call failed possibly due to a network error or a remote process exiting prematurely.")),
 
     # ---- the broad wording of each kind, in any case: last, so that any family above decides first --
     # (the failures pass reads a line's kind by these unions too: pattern(kinds=..., roles=...))
@@ -331,6 +334,11 @@ def pattern(*, kinds: tuple[str, ...] | None = None, roles: tuple[str, ...] | No
     parts = [re.sub(r"\(\?P<\w+>", "(?:", f.pattern) for f in FAMILIES
              if (kinds is None or f.kind in kinds) and (roles is None or f.role in roles)]
     return "(?m)(?:" + ")|(?:".join(parts) + ")" if parts else r"[^\s\S]"
+
+
+def family(fid: str) -> Family:
+    """The family of that id."""
+    return next(f for f in FAMILIES if f.id == fid)
 
 
 def families(*, kind: str | None = None, role: str | None = None) -> list[Family]:

@@ -638,7 +638,8 @@ def _deepspeed(w: World, f: Fault, lines: list[Line], rng: random.Random, unseen
             out.append(ds(t0 + 0.4, "ERROR", "launch.py:325:sigkill_handler",
                           f"['/usr/bin/python3', '-u', 'train.py', '--local_rank={w.gpn - 1}', '--deepspeed'] exits with return code = {c0}", n))
     # whose exit it was shows only in the culprit's own lines
-    f.named = f.kind in ("hang", "nccl_timeout", "non_finite") or (rankp and f.kind in ("crash", "oom", "gpu_error"))
+    # (a segfault's faulthandler lines are the culprit's own error lines: `[rankN]:` names it too)
+    f.named = f.kind in ("hang", "nccl_timeout", "non_finite") or (rankp and f.kind in ("crash", "oom", "gpu_error", "segfault"))
 
     if f.cancelled:   # launch.py sigkill_handler on SIGTERM
         for n in range(w.nodes):

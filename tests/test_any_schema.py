@@ -149,7 +149,17 @@ def _camel_schema(rec: dict) -> dict:
             "evt": ev, "detail": rec["message"], "iteration": step, "m": m}
 
 
-@pytest.mark.parametrize("convert", [_logger_schema, _camel_schema], ids=["logger", "camel"])
+def _short_keys_schema(rec: dict) -> dict:
+    """Short keys chosen by their values (issue 27 §3): the rank under `proc.r`, the host under
+    `proc.n` (no rank or host word anywhere), epoch-ms `t`, `lvl`, `ev`, `msg`, the step and the
+    values under `v`."""
+    extra = dict(rec.get("extra") or {})
+    host = extra.pop("host", None)
+    return {"t": _epoch_ms(rec["timestamp"]), "lvl": rec["level"], "ev": rec["event"], "msg": rec["message"],
+            "proc": {"r": rec.get("rank"), "n": host or f"node-{(rec.get('rank') or 0) // 2}"}, "v": extra}
+
+
+@pytest.mark.parametrize("convert", [_logger_schema, _camel_schema, _short_keys_schema], ids=["logger", "camel", "short"])
 @pytest.mark.parametrize("sample", ["straggler", "data_load_skew", "oom_cascade", "hang", "thermal_throttling"])
 def test_invented_schemas_get_the_seed_diagnosis(sample: str, convert, tmp_path: Path) -> None:
     d = REPO / "sample_logs" / sample
@@ -495,3 +505,14 @@ def test_otel_severity_number_alone_is_the_level(tmp_path: Path) -> None:
     ev = open_store(tmp_path / "s.forensics").events().collect().sort("line")
     assert ev["level"].cast(pl.String).to_list() == ["INFO"] * 4 + ["ERROR", "INFO"]
     assert ev["step_time_ms"].to_list() == [700.0] * 6 and set(ev["event"]) == {"TRAIN_STEP"}
+
+
+def test_a_short_nested_key_is_the_rank_by_its_values_never_a_counter() -> None:
+    lines = [json.dumps({"ts": f"2024-12-18T10:00:{i:02d}Z", "lvl": "INFO", "ev": "train_step",
+                         "ctx": {"rk": i % 4, "nd": f"gpu{i % 4 // 2:02d}", "it": i}, "loss": 2.0}) for i in range(40)]
+    sm = infer(("\n".join(lines) + "\n").encode())
+    assert (sm.rank, sm.host) == ("ctx.rk", "ctx.nd")
+    # a short key whose value climbs with the lines is a counter: no rank is made of it
+    lines = [json.dumps({"ts": f"2024-12-18T10:00:{i:02d}Z", "lvl": "INFO", "ev": "train_step", "ctx": {"it": i}})
+             for i in range(40)]
+    assert infer(("\n".join(lines) + "\n").encode()).rank is None

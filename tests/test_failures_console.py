@@ -487,3 +487,49 @@ def test_a_local_only_hang_where_everyone_timed_out_names_who_stopped_first(tmp_
     rc = diagnosed(tmp_path, _local_only_run(silent_times_out=True)).root_cause
     assert rc is not None and rc.kind == "hang" and rc.ranks == [], rc
     assert rc.local_ranks == [{"host": "node-b", "local_rank": 1}] and rc.basis == "last_to_log"
+
+
+# --- SIGKILL after the others timed out: the hang's teardown, not the OOM killer ------------------------
+
+def killed_after_timeouts(stuck: int = 2) -> list[str]:
+    """Ranks other than `stuck` time out in collective #41; torch elastic then tears the job down
+    and the stuck worker, deaf to SIGTERM inside its collective, dies of SIGKILL."""
+    lines = progress([0, 1, 2, 3], t="20:17:15")
+    for k, r in enumerate(x for x in range(4) if x != stuck):
+        lines.append(WATCHDOG.format(r=r, t=f"20:27:21.4{k}0000000", seq=41, op="ALLREDUCE", n=1048576, ran=600012))
+    lines.append("E1218 20:27:56.712000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
+                 f"failed (exitcode: -9) local_rank: {stuck} (pid: {5101 + stuck}) of binary: /usr/bin/python")
+    return lines + elastic_table([{"time": "2024-12-18_20:27:56", "rank": r, "code": -9, "pid": 5101 + r}
+                                  for r in range(4) if r != stuck],
+                                 {"time": "2024-12-18_20:27:56", "rank": stuck, "code": -9, "pid": 5101 + stuck})
+
+
+def test_a_sigkill_after_the_collective_timeouts_is_the_teardown_not_host_oom(tmp_path: Path) -> None:
+    report = diagnosed(tmp_path, killed_after_timeouts(stuck=2))
+    assert not any(f.kind == "host_oom" for f in report.findings)
+    assert (report.root_cause.kind, report.root_cause.ranks) == ("hang", [2])
+    assert unexplained_errors(report) == []
+
+
+def test_a_sigkill_after_the_timeouts_with_the_oom_killers_line_is_host_oom(tmp_path: Path) -> None:
+    dmesg = ("[Wed Dec 18 20:27:50 2024] Out of memory: Killed process 5103 (python) total-vm:183462112kB, "
+             "anon-rss:161234560kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:322160kB oom_score_adj:0\n")
+    report = diagnosed(tmp_path, killed_after_timeouts(stuck=2), extra={"dmesg.txt": dmesg})
+    f = next(f for f in report.findings if f.kind == "host_oom")
+    assert f.ranks == [2] and f.evidence["confirmed"] is True
+
+
+def test_ncclremoteerror_is_a_lost_peer_not_a_timeout(tmp_path: Path) -> None:
+    """torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclErrorDetailStr): "ncclRemoteError: A call
+    failed possibly due to a network error or a remote process exiting prematurely." The other
+    side died: a SIGKILL after it is that death (host OOM suspected), not a teardown."""
+    lines = progress([0, 1, 2, 3], t="20:30:40")
+    for k, r in enumerate((0, 2, 3)):
+        lines.append(f"[rank{r}]:[E1218 20:31:01.{k}00000000 ProcessGroupNCCL.cpp:1896] [PG ID 0 PG GUID 0(default_pg) "
+                     f"Rank {r}] Process group watchdog thread terminated with exception: ncclRemoteError: A call failed "
+                     "possibly due to a network error or a remote process exiting prematurely.")
+    lines.append("E1218 20:31:02.712000 140233 torch/distributed/elastic/multiprocessing/api.py:869] "
+                 "failed (exitcode: -9) local_rank: 1 (pid: 5102) of binary: /usr/bin/python")
+    lines += elastic_table([], {"time": "2024-12-18_20:31:02", "rank": 1, "code": -9, "pid": 5102})
+    report = diagnosed(tmp_path, lines)
+    assert (report.root_cause.kind, report.root_cause.ranks) == ("host_oom", [1])

@@ -84,3 +84,19 @@ def test_older_stall_warnings_the_run_never_got_past_are_the_hang(tmp_path, worl
         lines += [head, f"[1,0]<stderr>:Stalled ops:HorovodAllreduce_grad_dense_1_0 [missing ranks: {missing}]"]
     rc = _diagnose(tmp_path, lines)["root_cause"]
     assert rc["kind"] == "hang" and rc["ranks"] == [missing]
+
+
+def test_a_stall_after_which_only_the_other_ranks_go_on_is_the_hang(tmp_path):
+    # the named rank never progresses again; the others still write step lines (their own loop's
+    # progress up to the collective): the run stopped at the named rank
+    lines = (_steps(4, range(10, 40, 10)) + _stall(0, 2, "")
+             + [f"[1,{r}]<stdout>:epoch 1 step {s} loss 1.4" for s in (40, 50) for r in (0, 1, 3)])
+    rc = _diagnose(tmp_path, lines)["root_cause"]
+    assert rc["kind"] == "hang" and rc["ranks"] == [2]
+
+
+def test_a_stall_the_named_rank_outlives_is_no_fault(tmp_path):
+    lines = (_steps(4, range(10, 40, 10)) + _stall(0, 2, "")
+             + [f"[1,2]<stdout>:epoch 1 step 40 loss 1.4"] + _steps(4, range(50, 90, 10)))
+    rc = _diagnose(tmp_path, lines)["root_cause"]
+    assert rc is None or rc["kind"] != "hang"

@@ -49,3 +49,49 @@ def test_the_source_line_raising_an_oom_is_not_an_oom() -> None:
     )
     events = [(r["line"], r["event"]) for r in rows(tb)]
     assert events == [(1, "TRACEBACK"), (2, "TRACEBACK_CONT"), (3, "TRACEBACK_CONT"), (4, "CUDA_OOM")]
+
+
+# c10/util/Exception.cpp (Error::Error): "Exception raised from FUNC at FILE:LINE (most recent
+# call first):" then c10/util/Backtrace.cpp's "frame #N: SYMBOL + 0xOFF (0xADDR in LIB)" lines
+NATIVE = [
+    "Exception raised from c10_cuda_check_implementation at /opt/pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):",
+    "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f00aa01b897 in /opt/torch/lib/libc10.so)",
+    "frame #1: c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::string const&) + 0x64 (0x7f00aa0cb125 in /opt/torch/lib/libc10.so)",
+    "",
+    "frame #2: <unknown function> + 0x1e0dc (0x7f00ab11e0dc in /opt/torch/lib/libc10_cuda.so)",
+]
+
+
+def test_a_native_backtrace_belongs_to_the_exception_above_it() -> None:
+    text = "\n".join([
+        "[rank2]: Traceback (most recent call last):",
+        '[rank2]:   File "/srv/job/main.py", line 77, in <module>',
+        "[rank2]:     out = model(batch)",
+        "[rank2]: RuntimeError: CUDA error: device-side assert triggered",
+        "[rank2]: Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        *(f"[rank2]: {ln}" for ln in NATIVE),
+        "[rank2]: after the backtrace: Error is a word here",
+    ]) + "\n"
+    got = rows(text)
+    head = got[0]["line"]
+    native = got[5:10]
+    assert all(r["event"] == "TRACEBACK_CONT" and r["x"]["head"] == head and r["level"] == "INFO"
+               for r in native if r["message"]), native
+    # the backtrace ends at the first line that is neither: read as before
+    assert got[-1]["event"] == "LOG" and got[-1]["level"] == "ERROR"
+
+
+def test_a_native_backtrace_after_an_uncaught_cpp_exception_belongs_to_its_what_line() -> None:
+    text = "\n".join([
+        "terminate called after throwing an instance of 'c10::Error'",
+        "  what():  CUDA error: an illegal memory access was encountered",
+        *NATIVE,
+    ]) + "\n"
+    got = rows(text)
+    heads = {r["x"].get("head") for r in got[2:] if r["message"]}
+    assert heads == {got[1]["line"]} and not any(r["level"] == "ERROR" for r in got[2:])
+
+
+def test_a_native_backtrace_with_no_exception_above_is_plain_text() -> None:
+    got = rows("\n".join(["[rank0]:[2024-12-18 20:17:15,002] [INFO] [train.py:188] step 87", *NATIVE]) + "\n")
+    assert all(r["event"] == "LOG" and r["level"] == "INFO" for r in got[1:] if r["message"])

@@ -455,6 +455,48 @@ class _Stats:
     values: set = field(default_factory=set)
 
 
+# A rank's or host's field under a short name (`proc.r`, `ctx.rk`, `proc.n`): told by its values
+_SHORT = 3
+_MAX_RANK = 1 << 16
+_HOSTLIKE = re.compile(r"^(?=.*\d)[A-Za-z][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*$")
+
+
+def _rank_by_values(stats: dict[str, "_Stats"], flats: list[dict[str, Any]], used: set[str], metrics: set[str]) -> str | None:
+    """A field no name marks as the rank, whose short name (at most three letters: `r`, `rk`) sits
+    in a nested object and whose values look like a rank: on (nearly) every line, whole numbers
+    below 65536, one value through a rank's own file or a few repeated values in a merged one —
+    never a counter that climbs line by line (a step). The name's `r` breaks ties."""
+    total = len(flats)
+    best: tuple | None = None
+    for p, st in stats.items():
+        name = leaf(p)
+        if p in used or p in metrics or "." not in p or len(name) > _SHORT or st.n < 0.9 * total or st.int_ != st.n:
+            continue
+        seq = [int(float(f[p])) for f in flats if f.get(p) is not None]
+        if not seq or max(seq) >= _MAX_RANK or (len(set(seq)) > 1 and len(set(seq)) * 2 > len(seq)):
+            continue
+        if len(set(seq)) > 1 and all(b >= a for a, b in zip(seq, seq[1:])):
+            continue          # climbs with the lines: a counter, not whose line it is
+        key = (name.lower().startswith("r"), -p.count("."), p)
+        if best is None or key > best:
+            best = key
+    return best[2] if best else None
+
+
+def _host_by_values(stats: dict[str, "_Stats"], used: set[str], rank: str) -> str | None:
+    """The host beside a rank found by its values: a string field of a short name in the same
+    object whose values read as host names (a letter first, a digit in them: `node-1`, `gpu07`),
+    no more of them than the ranks."""
+    parent = rank.rsplit(".", 1)[0]
+    n_ranks = len(stats[rank].values)
+    for p, st in stats.items():
+        if p in used or p.rsplit(".", 1)[0] != parent or len(leaf(p)) > _SHORT or st.str_ != st.n:
+            continue
+        if st.values and len(st.values) <= max(n_ranks, 1) and all(isinstance(v, str) and _HOSTLIKE.match(v) for v in st.values):
+            return p
+    return None
+
+
 def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | None:
     """The SchemaMap of a JSON-lines file from its first bytes; None when the file is in the
     seed's schema (or shows no JSON records) and the config overrides nothing."""
@@ -573,6 +615,14 @@ def infer(head: bytes, overrides: dict[str, Any] | None = None) -> SchemaMap | N
             used.add(chosen["event"])
     pick("message", lambda s: s.str_, need=0.3, name_needed=True)
     pick("host", lambda s: s.n, need=0.3, name_needed=True)
+    if chosen["rank"] is None:
+        chosen["rank"] = _rank_by_values(stats, flats, used, known_metric)
+        if chosen["rank"] is not None:
+            used.add(chosen["rank"])
+    if chosen["host"] is None and chosen["rank"] is not None:
+        chosen["host"] = _host_by_values(stats, used, chosen["rank"])
+        if chosen["host"] is not None:
+            used.add(chosen["host"])
     # a local rank is named as one: `rank` alone is the global rank
     if chosen["local_rank"] and "local" not in chosen["local_rank"].lower() and "gpu" not in chosen["local_rank"].lower() \
             and "device" not in chosen["local_rank"].lower():

@@ -139,8 +139,10 @@ def _facts(ctx: Context) -> list[dict[str, Any]]:
             rank, basis = named, "named_in_text"       # an srun task id that is no rank
         m = fm.meaning(r["message"], kinds=("non_finite",))
         if m is not None and m.role == "job":
-            # job-wide (the loss scaler's overflow flag is all-reduced): no rank is named by it
-            rank, basis = None, None
+            # the loss scaler's overflow flag is all-reduced: every rank raises it at once, so the
+            # message alone names nobody; the line's own rank is kept (find: job-wide when every
+            # rank said it, else the rank it came from)
+            basis = basis if rank is not None else None
         elif rank is None and r.get("local_rank") is None:
             rank = m.rank if m is not None and m.rank is not None else facts.rank_in_text(r["message"])
             basis = "named_in_text" if rank is not None else None
@@ -220,9 +222,20 @@ def find(ctx: Context) -> list[Finding]:
     pos = _position(first)
     at_first = [f for f in kept if (_position(f) == pos if pos is not None else f is first or _unordered(f, first))]
     culprits = sorted({int(f["rank"]) for f in at_first if f["rank"] is not None})
+    if first.get("job_wide"):
+        # a job-wide message (the fp16 loss scaler at its minimum): every rank of the run saying it
+        # names nobody; only some ranks' saying it (the others' output is not here) keeps the rank
+        # it came from, the first to say it (ties: the lowest rank)
+        said = [f for f in kept if f.get("job_wide") and f["rank"] is not None]
+        everyone = set(ctx.ranks)
+        if not said or (everyone and {int(f["rank"]) for f in said} >= everyone):
+            culprits = []
+        else:
+            one_file = len({f["source_file"] for f in said}) == 1     # (file order is time order there)
+            culprits = [int(min(said, key=lambda f: (_order(f)[:4], f["line"] if one_file else 0, f["rank"]))["rank"])]
     affected = sorted({int(f["rank"]) for f in kept if f["rank"] is not None})
     victims = sorted(set(ctx.ranks) - set(culprits)) if culprits else []
-    basis = next((f.get("basis") or "own_error" for f in at_first if f["rank"] is not None), None)
+    basis = next((f.get("basis") or "own_error" for f in [*at_first, *kept] if f["rank"] is not None and int(f["rank"]) in culprits), None)
     if first["how"] == "text":
         what = f"a NaN/Inf is reported: {shorten(first.get('message'), 160)}"
     else:

@@ -211,6 +211,8 @@ def _key(f: Finding, crash_relevant: bool, is_rule: bool) -> tuple:
         KIND_PRIORITY.index(f.kind) if f.kind in KIND_PRIORITY else len(KIND_PRIORITY),
         SEVERITY_ORDER.get(f.severity, 9),
         t.timestamp() if t else float("inf"),
+        # at one time, the lowest rank (a finding of every rank or none last)
+        min(f.ranks) if f.ranks else float("inf"),
         1 if is_rule else 0,
     )
 

@@ -29,6 +29,9 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
         self.ctx = ctx
         self.pending: list[_Row] = []           # rows not yet emitted, in line order
         self.open_tb: dict[tuple, _Traceback] = {}
+        self.last_err: dict[tuple, int] = {}    # stream -> line of its last error (an exception's head)
+        self.cpp_bt: dict[tuple, int] = {}      # stream -> head of the native backtrace being read (-1: none)
+        self.cur_key: tuple | None = None
         self.year: int | None = None
         self.month: int | None = None
         self.cf_section: str | None = None      # inside a ChildFailedError table
@@ -99,6 +102,9 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
             for i, ln in enumerate(lines):
                 try:
                     self._line(ln, no, i)
+                    last = self.pending[-1] if self.pending else None
+                    if last is not None and last.line == no and last.level == "ERROR" and self.cur_key is not None:
+                        self._note_error(last, self.cur_key)
                 except (ValueError, OverflowError) as e:   # a number past int()'s 4,300 digits, ...: this line only
                     r = self.pending[-1] if self.pending and self.pending[-1].line == no else None
                     if r is None:
@@ -205,6 +211,7 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
             self._topology(body, r)
         self._time_level(body, r, i)
         key = (r.rank, r.local_rank, r.host, r.extra.get("pid") if r.extra else None)
+        self.cur_key = key
 
         # Traceback continuation for this stream?
         tb = self.open_tb.get(key)
@@ -229,6 +236,9 @@ class _Parser(_Prefixes, _Times, _Topology, _Tracebacks, _Exits, _Typed, _Collec
                 return
             self._close_tb(tb, None)
             del self.open_tb[key]
+
+        if self._cpp_backtrace(body, r, key):
+            return
 
         # tqdm redraws with '\r' and no newline, so a traceback may start at the end of a line.
         if body.startswith(_TB_HEAD) or body.rstrip().endswith(_TB_HEAD):

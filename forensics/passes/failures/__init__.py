@@ -118,7 +118,7 @@ from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
 from . import records
-from .rows import LAUNCHERS, own_exit, _basis, _ev_row, _exit_key, _first, _key, _local, _owner, _who, _whose
+from .rows import LAUNCHERS, death_key, own_exit, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
 from .timeouts import _local_hang, _timeout_findings
 
@@ -129,22 +129,30 @@ __all__ = ["LAUNCHERS", "TEARDOWN_RE", "TIMEOUT_RE", "_candidates", "_placed", "
 
 def _stalls_at_the_end(ctx: Context, rows: list[dict[str, Any]]) -> None:
     """A stall warning (Horovod's: ranks that did not submit a tensor the others wait on) after
-    which no rank of its file made progress (a later step-carrying line; in a file without
-    steps, a later INFO line of a rank) is where the run stopped: a timeout naming those ranks
-    (in place). One the run outlived is a slow rank that caught up: left as it is."""
+    which the ranks it names made no progress (a later step-carrying line of theirs in its file;
+    in a file without steps, a later INFO line) is where the run stopped: a timeout naming those
+    ranks (in place) — whatever the other ranks still wrote. One the named ranks outlived is a slow
+    rank that caught up: left as it is. A warning that names no rank is judged by every rank."""
     stalls = [r for r in rows if r.get("event") == "COLLECTIVE_STALL" and r["kind"] != "timeout"]
     if not stalls:
         return
     files = list({r["source_file"] for r in stalls})
-    # the last line a rank wrote that shows it working: a progress line, else (a file whose
+    # the last line each rank wrote that shows it working: a progress line, else (a file whose
     # progress carries no step) any of its INFO lines
     ranked = pl.col("rank").is_not_null() & ~pl.col("level").is_in(["WARN", "ERROR"]).fill_null(False)
-    last = {f: (p, a) for f, p, a in ctx.events.filter(pl.col("source_file").is_in(files) & ranked)
-            .group_by("source_file").agg(pl.col("line").filter(pl.col("step").is_not_null()).max().alias("p"),
-                                         pl.col("line").max().alias("a")).collect().iter_rows()}
+    last: dict[str, dict[int, tuple[Any, Any]]] = defaultdict(dict)
+    for f, rk, p, a in (ctx.events.filter(pl.col("source_file").is_in(files) & ranked)
+                        .group_by("source_file", "rank").agg(pl.col("line").filter(pl.col("step").is_not_null()).max().alias("p"),
+                                                             pl.col("line").max().alias("a")).collect().iter_rows()):
+        last[f][int(rk)] = (p, a)
     for r in stalls:
-        prog, alive = last.get(r["source_file"], (None, None))
-        end = prog if prog is not None else alive
+        per_rank = last.get(r["source_file"], {})
+        named = set(_missing_ranks([r])[0]) & set(per_rank)
+        mine = [per_rank[k] for k in (named or per_rank)]
+        prog = max((p for p, _a in mine if p is not None), default=None)
+        # (progress lines carry steps in this file: a rank's INFO line without one is no progress)
+        steps = any(p is not None for p, _a in per_rank.values())
+        end = prog if steps else max((a for _p, a in mine if a is not None), default=None)
         if end is None or end < (r["line"] or 0):
             r["kind"] = "timeout"
 
@@ -179,9 +187,12 @@ def find(ctx: Context) -> list[Finding]:
         if r["rank"] is not None:
             by_rank[int(r["rank"])].append(r)
     first_to = {k: _first(v) for k, v in by_rank.items()}
-    killed = _killed_without_traceback(rows)
     crashes = _crashes(ctx, rows, progress, first_oom)
     gpus = _gpu_errors(rows)
+    # a SIGKILL after the first timeout, or after another process's own death, with no sign of
+    # memory, is the teardown (the launcher's, the watchdog's), not the host's OOM killer
+    own_deaths_rows = [*first_oom.values(), *crashes.values(), *gpus.values(), *(r for r in rows if own_exit(r))]
+    killed = _killed_without_traceback(rows, first_timeout_time(sorted(tos, key=_key), rows), own_deaths_rows)
     cancels = [r for r in rows if r["kind"] == "cancel"]
     # ranks whose own heartbeat monitor says their watchdog is stuck (meaning.py): hung
     stuck_out, stuck = stuck_findings(rows, ctx.ranks, {k for k in [*first_oom, *crashes, *gpus] if isinstance(k, int)})
@@ -211,7 +222,7 @@ def find(ctx: Context) -> list[Finding]:
         exited = sorted((r for r in rows if own_exit(r) and isinstance(_owner(r), int) and _owner(r) not in failed_ranks
                          and not watchdog_abort(r, t_abort_after)),
                         key=lambda r: (facts.signal_of(r["exit_code"], r["signal"]) not in facts.FAULT_SIGNALS,
-                                       _exit_key(r)))
+                                       death_key(r)))
         named, named_src, reporters = _desync_ranks(desync)
         missing, missing_by = _missing_ranks(rows)
         odd, odd_how, odd_weak = _odd_collective(tos, fail_seq)
@@ -222,7 +233,7 @@ def find(ctx: Context) -> list[Finding]:
         local_deaths += [(d["rows"][0], ("local", d["host"], d["local_rank"]), "killed") for d in killed
                          if d["rank"] is None and d["local_rank"] is not None and _key(d["rows"][0]) <= _key(to_sorted[0])]
         if deaths:
-            r, first, mode = min(deaths, key=lambda d: _key(d[0]))
+            r, first, mode = min(deaths, key=lambda d: death_key(d[0]))
             culprits = [first]
             detail["death"] = r
             how = {"oom": "oom", "crash": "crashed with a Python exception", "gpu": "GPU error"}[mode]
@@ -251,7 +262,7 @@ def find(ctx: Context) -> list[Finding]:
             detail["death"] = r
         if not culprits and local_deaths:
             # stronger than any inference from silence or lag: the process died of its own error
-            r, who_key, what = min(local_deaths, key=lambda d: _key(d[0]))
+            r, who_key, what = min(local_deaths, key=lambda d: death_key(d[0]))
             mode = "local"
             how = {"oom": "CUDA OOM", "crash": "crash", "gpu": "GPU error", "killed": "SIGKILL"}[what]
             detail["local"] = {"host": who_key[1], "local_rank": who_key[2], "what": how, "row": r}
@@ -324,7 +335,7 @@ def find(ctx: Context) -> list[Finding]:
                and (r["kind"] == "exit" or r["kind"] == "kill" and r["by"] in LAUNCHERS)]
 
     # -- OOM findings ---------------------------------------------------------------------------
-    for who_key, r in sorted(first_oom.items(), key=lambda kv: _key(kv[1])):
+    for who_key, r in sorted(first_oom.items(), key=lambda kv: death_key(kv[1])):
         rank = who_key if isinstance(who_key, int) else None
         later, delay = _later_phrase(r, first_to, rank)
         where = _who(rank, r)
@@ -360,9 +371,9 @@ def find(ctx: Context) -> list[Finding]:
         ))
 
     # -- a rank killed by its own Python exception, or by its GPU -------------------------------
-    for who_key, r in sorted(gpus.items(), key=lambda kv: _key(kv[1])):
+    for who_key, r in sorted(gpus.items(), key=lambda kv: death_key(kv[1])):
         out.append(_death_finding("gpu_error", who_key, r, first_to, cascade, rows))
-    for who_key, r in sorted(crashes.items(), key=lambda kv: _key(kv[1])):
+    for who_key, r in sorted(crashes.items(), key=lambda kv: death_key(kv[1])):
         # an exception that means host memory (DefaultCPUAllocator, a DataLoader worker the OOM
         # killer took, MemoryError) is a host OOM, not a plain crash
         out.append(_death_finding("host_oom" if r.get("meaning") == "host_oom" and r.get("meaning_role") == "own" else "crash",
@@ -370,7 +381,7 @@ def find(ctx: Context) -> list[Finding]:
     # -- ranks that failed of their own error before any sign of the cascade: all are culprits ---
     own_deaths = [(r, k, m) for m, d in (("oom", first_oom), ("crash", crashes), ("gpu", gpus)) for k, r in d.items()]
     if (others := independent(own_deaths, rows)):
-        first = min(((r, k) for r, k, _m in own_deaths if isinstance(k, int)), key=lambda d: _key(d[0]))
+        first = min(((r, k) for r, k, _m in own_deaths if isinstance(k, int)), key=lambda d: death_key(d[0]))
         f = next((f for f in out if f.ranks == [first[1]] and first[0]["line"] in [e.line for e in f.lines[:1]]), None)
         if f is not None:
             name_all(f, others)

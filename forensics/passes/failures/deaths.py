@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from ... import failure_facts as facts
+from ... import failure_facts as facts, failure_messages as fm
 from ...report.model import Finding
 from ..context import Context
 from ..evidence import cite, iso, pass_id, shorten
@@ -158,10 +158,10 @@ def watchdog_abort(r: dict[str, Any], t_timeout: dt.datetime | None) -> bool:
 
 
 # A peer's death seen from this side of the socket (gloo's "Connection closed by peer" / "reset
-# by peer", a broken pipe, NCCL's remote error): a consequence of a death, never a timed-out wait
-# that a watchdog tears down after.
-LOST_PEER_RE = re.compile(r"(?i)connection (?:reset|closed) by (?:remote )?peer|broken pipe|connection refused|"
-                          r"remote process exited")
+# by peer", a broken pipe, NCCL's remote error: "remote process exited or there was a network
+# error", "... a remote process exiting prematurely"; failure_messages.py's peer_lost family):
+# a consequence of a death, never a timed-out wait that a watchdog tears down after.
+LOST_PEER_RE = re.compile(fm.family("peer_lost").pattern, re.I | re.M)
 
 
 def first_timeout_time(tos: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dt.datetime | None:

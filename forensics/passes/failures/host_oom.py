@@ -10,14 +10,25 @@ from typing import Any
 from ... import failure_facts as facts
 from ...report.model import Finding, local_ranks_phrase
 from ..evidence import cite, iso, pass_id, ranks_phrase
-from .rows import LAUNCHERS, _ev_row, _exit_key, _extra, _key, _local
+from .rows import LAUNCHERS, _ev_row, _exit_key, _extra, _key, _local, _owner
 
 
-def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _killed_without_traceback(rows: list[dict[str, Any]], t_timeout: dt.datetime | None = None,
+                              own: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Processes that died of SIGKILL (exit code -9, "Signal 9 (SIGKILL) received", "Killed",
     the kernel's OOM-killer line) that nobody in the logs killed on purpose: not the launcher
     (it signals the pid first), not the scheduler (job cancelled first), and, where the rank is
-    known, without a Python error of that rank before it. One entry per process."""
+    known, without a Python error of that rank before it. One entry per process.
+
+    `t_timeout`: when the first collective timed out (not a lost peer: deaths.first_timeout_time).
+    A SIGKILL at or after it, with no sign of memory anywhere (no OOM-killer line, no host-memory
+    message: failure_messages.py's host_oom families), is the hang's teardown — torch elastic's
+    SIGTERM, then SIGKILL to a worker stuck in a collective that does not exit
+    (torch/distributed/elastic/multiprocessing/api.py: _close) — not the host's OOM killer: a
+    process the OOM killer takes dies at once, and its peers lose it (a lost peer) rather than
+    wait out a timeout. So is one after another process's own death (`own`: its OOM, crash, GPU
+    error, an exit with a code of its own): the launcher stops the survivors of a failed worker
+    (SIGTERM, then SIGKILL to one that does not exit in time)."""
     launcher_pids = {r["pid"]: r for r in rows if r["kind"] == "kill" and r["by"] in LAUNCHERS and r["pid"] is not None}
     launcher_any = [r for r in rows if r["kind"] == "kill" and r["by"] in LAUNCHERS]
     cancels = [r for r in rows if r["kind"] == "cancel"]
@@ -30,6 +41,7 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
         sigkill = facts.signal_of(r["exit_code"], r["signal"]) == "SIGKILL" or r["by"] == "oom_killer"
         if sigkill:
             groups[r["pid"] if r["pid"] is not None else ("line", r["source_file"], r["line"])].append(r)
+    memory = any(r.get("meaning") == "host_oom" or r["by"] == "oom_killer" for r in rows)
     out = []
     for key, grp in groups.items():
         grp.sort(key=_key)
@@ -47,6 +59,11 @@ def _killed_without_traceback(rows: list[dict[str, Any]]) -> list[dict[str, Any]
                 continue
             if any(_extra(r).get("after_task_failure") for r in grp):
                 continue            # srun killed the step's other tasks after one task failed
+            if not memory and first["timestamp"] is not None and (
+                    (t_timeout is not None and first["timestamp"] >= t_timeout)
+                    or any(_owner(o) != _owner(first) and (pid is None or o["pid"] != pid) and o["timestamp"] is not None
+                           and o["timestamp"] < first["timestamp"] for o in own or [])):
+                continue            # a teardown (above)
             if rank is not None and any(r["rank"] == rank and r["kind"] in ("oom", "gpu", "traceback", "timeout")
                                         and _key(r) <= _key(first) for r in rows):
                 continue            # it died of its own error (or was torn down after it)

@@ -24,7 +24,7 @@ from typing import Any
 from ... import failure_facts as facts
 from ...report.model import Finding
 from ..evidence import cite, shorten
-from .rows import _ev_row, _key
+from .rows import _ev_row, death_key
 
 # rows that show the first failure's cascade has begun somewhere in the run
 _VICTIM_KINDS = ("timeout", "status")
@@ -57,7 +57,7 @@ def independent(deaths: list[tuple[dict[str, Any], Any, str]], rows: list[dict[s
     """Of the ranks' own deaths ((row, rank, what)), those after the first that precede every
     row of the cascade: failures of their own, not the first one's consequence. Empty when only
     one rank failed so."""
-    ranked = sorted(((r, k, m) for r, k, m in deaths if isinstance(k, int)), key=lambda d: _key(d[0]))
+    ranked = sorted(((r, k, m) for r, k, m in deaths if isinstance(k, int)), key=lambda d: death_key(d[0]))
     if len(ranked) < 2:
         return []
     cascade = _cascade_rows(rows)

@@ -6,6 +6,7 @@ the pass and its domain facts).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import orjson
@@ -48,6 +49,29 @@ def _exit_key(r: dict[str, Any]) -> tuple:
     lists the other failures first, all to the second), then file order."""
     k = _key(r)
     return (k[0], k[1], not r.get("first_observed"), *k[2:])
+
+
+def teardown(r: dict[str, Any]) -> bool:
+    """A death the job's end dealt, not the process's own: an exception a teardown raised
+    (TEARDOWN_RE: SignalException, SystemExit, ...), an exit or kill by a teardown signal or
+    SIGKILL (a launcher's, a watchdog's), a launcher's kill record."""
+    if r["kind"] in ("exit", "kill"):
+        return (r["kind"] == "kill" and r.get("by") in LAUNCHERS) or \
+            facts.signal_of(r["exit_code"], r["signal"]) in ("SIGKILL", *facts.TEARDOWN_SIGNALS)
+    return bool(re.search(TEARDOWN_RE, r.get("message") or ""))
+
+
+def death_key(r: dict[str, Any]) -> tuple:
+    """Order of ranks' deaths that compete to be the first failure: a rank's own death before a
+    teardown, then the earliest (on the common clock), then — at one time, in different files,
+    where file order says nothing — torch elastic's "Root Cause (first observed failure)" record
+    (its ChildFailedError table lists the other failures first, all to the second), then the lowest
+    rank; then file order."""
+    t = r["timestamp"]
+    rank = _owner(r)
+    return (teardown(r), t is None, t or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+            not r.get("first_observed"), rank if isinstance(rank, int) else 1 << 40,
+            r["source_file"] or "", r["line"] or 0)
 
 
 def _processes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
