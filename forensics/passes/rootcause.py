@@ -211,7 +211,9 @@ def _key(f: Finding, crash_relevant: bool, is_rule: bool) -> tuple:
         KIND_PRIORITY.index(f.kind) if f.kind in KIND_PRIORITY else len(KIND_PRIORITY),
         SEVERITY_ORDER.get(f.severity, 9),
         t.timestamp() if t else float("inf"),
-        # at one time, the lowest rank (a finding of every rank or none last)
+        # at one time, the failure torch elastic observed first (failures.cascade marks it where
+        # it agrees with the finding's ranks), then the lowest rank (of every rank or none last)
+        0 if (f.evidence.get("launcher_first_observed") or {}).get("agrees") else 1,
         min(f.ranks) if f.ranks else float("inf"),
         1 if is_rule else 0,
     )
