@@ -644,25 +644,67 @@ def _event_flags(df: pl.DataFrame) -> pl.DataFrame:
 
 def _step_exprs() -> tuple[pl.Expr, list[pl.Expr], list[pl.Expr]]:
     """`timeline.steptable.step_group_exprs` of `_step_groups(..., evidence=True, per_rank=True,
-    state=True)` on the flag columns of `_event_flags`. Built once per process (units' threads
-    may both build them: one assignment, so either's is taken whole)."""
+    state=True)` on the flag columns of `_event_flags`, but for the step line in the cited file
+    (`_train_line_in_file`: a filter inside each group, polars' slow path, was 0.05 of the 0.09 CPU
+    s of a 33,564-row chunk's aggregation on the 32-rank bench): a plain min, and the least and
+    greatest code of the groups' files (`_FILE_CODE`) to tell the groups where it is that from
+    those where it is not (`_step_state`). Built once per process (units' threads may both
+    build them: one assignment, so either's is taken whole)."""
     global _STEP_EXPRS
     if _STEP_EXPRS is None:
-        from .timeline.steptable import step_group_exprs
+        from .timeline.steptable import _train_line_in_file, step_group_exprs
 
-        _STEP_EXPRS = step_group_exprs((pl.col("_sum"), pl.col("_op"), pl.col("_cop")), pl.col("timestamp"),
-                                       pl.col("grad_ready_ts"), evidence=True, per_rank=True, state=True)
+        comm, inputs, aggs = step_group_exprs((pl.col("_sum"), pl.col("_op"), pl.col("_cop")), pl.col("timestamp"),
+                                              pl.col("grad_ready_ts"), evidence=True, per_rank=True, state=True)
+        exact = str(_train_line_in_file())
+        at = [i for i, a in enumerate(aggs) if str(a) == exact]
+        assert len(at) == 1, "the step line's aggregation is not where _step_state looks for it"
+        aggs = [*aggs[:at[0]], pl.col("train_line").min(), *aggs[at[0] + 1:],
+                pl.col(_FILE_CODE).min().alias(_FILE_LO), pl.col(_FILE_CODE).max().alias(_FILE_HI)]
+        _STEP_EXPRS = comm, [*inputs, _FILE_CODE], aggs
     return _STEP_EXPRS
+
+
+# a row's source file as a number (-1: none), and its least and greatest in a (rank, step) group
+_FILE_CODE, _FILE_LO, _FILE_HI = "_file_code", "_file_lo", "_file_hi"
 
 
 def _step_state(df: pl.DataFrame) -> pl.LazyFrame:
     """The (rank, step) aggregation state of some events: `_step_groups(df, TS, evidence=True,
     per_rank=True, state=True)`. In the order the groups first appear (`write` sorts them): on a
     chunk of one part (tens of thousands of rows, few ranks) the ordered group_by costs ~30% less
-    CPU than the unordered one's hash partitions (measured on the 64-rank bench's chunks)."""
+    CPU than the unordered one's hash partitions (measured on the 64-rank bench's chunks).
+
+    The step line of a group in the file it cites (its first row's) is its least step line where
+    all its rows come from one file (almost every group: a rank's steps are in its own file), null
+    where none names one, and `_train_line_in_file` computed for the other groups alone."""
     comm, inputs, aggs = _step_exprs()
-    return (pl.concat([df, _event_flags(df)], how="horizontal").lazy().with_columns(comm).select(inputs)
-            .group_by("rank", "step", maintain_order=True).agg(aggs))
+    rows = (pl.concat([df, _event_flags(df), _file_codes(df)], how="horizontal").lazy().with_columns(comm)
+            .select(inputs).collect(engine="in-memory"))
+    g = rows.lazy().group_by("rank", "step", maintain_order=True).agg(aggs).collect(engine="in-memory")
+    lo, hi = pl.col(_FILE_LO), pl.col(_FILE_HI)
+    one = pl.when(lo >= 0).then(pl.col("train_line"))   # one file (-1: no file: null, as the filter gives)
+    mixed = g.filter(lo != hi).select("rank", "step")
+    if mixed.height:
+        from .timeline.steptable import _train_line_in_file
+
+        exact = (rows.join(mixed, on=["rank", "step"], how="semi", nulls_equal=True, maintain_order="left")
+                 .group_by("rank", "step").agg(_train_line_in_file().alias("_exact")))
+        g = g.join(exact, on=["rank", "step"], how="left", nulls_equal=True, maintain_order="left")
+        one = pl.when(lo == hi).then(one).otherwise(pl.col("_exact"))
+    return g.with_columns(one.alias("train_line")).drop(_FILE_LO, _FILE_HI, "_exact", strict=False).lazy()
+
+
+def _file_codes(df: pl.DataFrame) -> pl.DataFrame:
+    """Per row: its source file's index among the chunk's distinct files (-1: none)."""
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(df.get_column("source_file").to_arrow())
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    codes = pl.from_arrow(enc.indices)
+    assert isinstance(codes, pl.Series)
+    return pl.DataFrame({_FILE_CODE: codes.cast(pl.Int32).fill_null(-1)})
 
 
 def _typed(df: pl.DataFrame) -> pl.DataFrame:

@@ -283,3 +283,32 @@ def test_ingesting_more_sources_than_the_manifest_holds_imports_no_pandas(tmp_pa
     assert len(run.sources) == SOURCES_INLINE + 5 and (tmp_path / "s" / "sources.parquet").is_file()
     src = next(s for s in run.sources if s["path"].endswith("rank7.jsonl"))
     assert src["ranks"] == [7] and src["events"] == 1 and src["rank_hint"] == 7
+
+
+def test_the_step_line_of_a_group_from_several_files_or_none_is_the_step_groups() -> None:
+    """The step line cited is the least in the group's first row's file (`_train_line_in_file`):
+    groups whose rows come from two files (in either order, the first file's lines above or below
+    the other's), from a file and rows without one, or from no file at all are computed apart
+    from the one-file groups (`summaries._step_state`), and give what the filter gives."""
+    rows = []
+    line = 0
+    files = {0: ("/logs/a.jsonl", "/logs/b.jsonl"), 1: ("/logs/b.jsonl", "/logs/a.jsonl"),
+             2: (None, "/logs/a.jsonl"), 3: ("/logs/a.jsonl", None), 4: (None, None), 5: ("/logs/c.jsonl",) * 2}
+    for rank, (first, second) in files.items():
+        for step in (1, 2):
+            for k in range(4):
+                line += 1
+                rows.append({"rank": rank, "step": step, "timestamp": T0 + timedelta(milliseconds=line),
+                             "event": "TRAIN_STEP" if k % 2 else "forward", "level": "INFO",
+                             # the second file's lines below the first's on even steps
+                             "line": line + (0 if k < 2 else (-100 if step == 2 else 100)),
+                             "source_file": first if k < 2 else second, "loss": 2.0})
+    df = _events(rows)
+    got = S._step_state(df).collect(engine="in-memory").sort("rank", "step", nulls_last=True)
+    want = _reference(df)
+    assert_frame_equal(got, want, check_exact=True)
+    # each kind of group is there: the first file's least line (not the group's least), none
+    # (the first row names no file), the least of a group all from one file
+    lines = dict(zip(zip(want["rank"], want["step"]), want["train_line"]))
+    assert (lines[(0, 2)], lines[(1, 2)], lines[(3, 2)], lines[(5, 2)]) == (5, 13, 29, -53)
+    assert lines[(2, 1)] is None and lines[(4, 1)] is None and lines[(0, 1)] == 1
