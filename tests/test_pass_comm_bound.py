@@ -96,3 +96,47 @@ def test_communication_that_dominates_from_the_start_without_rising_is_the_jobs_
     # the same share reached by a transfer that rose mid-run is the slow network
     [g] = comm_bound.find(sync_run(ranks=8, transfer=lambda s: 1100.0 if s >= 10 else 500.0).ctx())
     assert g.severity == "WARN" and "by_design" not in g.evidence
+
+
+def test_a_transfer_rise_that_costs_the_run_little_is_a_note_not_a_root_cause() -> None:
+    # a loaded host: the transfer wanders up from 420 to 800 ms for the last 10 of 40 steps (the
+    # share crosses 40% there), the steps slower by 380 ms: 7% of the run's step time
+    from forensics.passes import diagnose_context
+
+    rows = sync_run(ranks=8, steps=40, transfer=lambda s: 800.0 if s >= 30 else 420.0)
+    [f] = comm_bound.find(rows.ctx())
+    assert f.evidence["mode"] == "network" and f.severity == "INFO" and f.evidence["within_noise"] is True
+    assert f.evidence["rise_cost_share"] < comm_bound.MIN_COST and "not a fault" in f.title
+    # no root cause, nor the rule's job-wide finding of the same steps
+    assert diagnose_context(rows.ctx()).root_cause is None
+    # the same rise held for 30 of the 40 steps costs the run 19%: the slow network
+    [g] = comm_bound.find(sync_run(ranks=8, steps=40, transfer=lambda s: 800.0 if s >= 10 else 420.0).ctx())
+    assert g.severity == "WARN" and g.ranks == list(range(8)) and "within_noise" not in g.evidence
+    assert g.evidence["rise_cost_share"] >= comm_bound.MIN_COST
+
+
+def test_communication_over_twice_the_rest_of_the_step_is_the_verdict_without_a_rise() -> None:
+    # every rank moves far more than it computes from step 0 (2000 ms of transfer against 820 ms
+    # of input and compute: 71% of the step), never rising: no balance of design, the bottleneck
+    from forensics.passes import diagnose_context
+
+    rows = sync_run(ranks=8, steps=40, transfer=lambda s: 2000.0)
+    [f] = comm_bound.find(rows.ctx())
+    assert f.severity == "WARN" and f.ranks == [] and f.evidence["comm_share"] > comm_bound.DOMINANT
+    assert "by_design" not in f.evidence and "communication-bound by its own balance" in f.title
+    rc = diagnose_context(rows.ctx()).root_cause
+    assert rc is not None and rc.kind == "comm_bound" and rc.ranks == []
+
+
+def test_a_rise_no_rule_can_blame_once_the_pass_calls_it_noise() -> None:
+    # the rootcause side alone: with the pass's note flagged within_noise, the rule's job-wide
+    # finding of the same steps (ranks []) is not a root cause either
+    from forensics.passes import rootcause
+    from forensics.report.model import Finding
+
+    note = Finding(rule="pass.comm_bound", kind="comm_bound", layer="communication", severity="INFO",
+                   ranks=[0, 1], title="t", evidence={"mode": "network", "within_noise": True})
+    rule = Finding(rule="comm_share_high", kind="comm_bound", layer="communication", severity="WARN",
+                   ranks=[], title="t")
+    assert rootcause.select([note, rule], frozenset({0, 1}))[0] is None
+    assert rootcause.select([rule], frozenset({0, 1}))[0] == 0

@@ -13,12 +13,22 @@ Domain facts relied on:
   (`ranks` = every rank). Waiting dominating = the ranks wait for someone: the rank that waits
   least in most of those steps is the one waited for (`ranks`), the others are `victims`; with
   no such rank the waiting is jitter (a loaded host delays random ranks): INFO, no rank named.
-- Transfer dominating on every rank without rising (against the steps before the episode, or
+- Transfer dominating on every rank (below DOMINANT) without rising (against the steps before the episode, or
   the run's first window when it starts with the run: the share may cross the threshold only as
   a warm-up's slow steps end) — the rule's own false positive, "small models on many GPUs, where
   communication dominates by design" — is the job's balance of compute and communication, not a
   fault during the run: INFO, `by_design` (rootcause.py: no root cause by itself, nor the rules'
   job-wide finding of it). A fabric slow from the start is said, not blamed.
+- A rise is a fault only when it costs the run time: on a loaded CPU host communication wanders,
+  and a transfer up by RISE over a handful of steps whose step time barely moved is the run's own
+  variation (issue 27 item 6: a signal with no fault and no cost is a note). The episode's steps
+  must be slower than the baseline's by at least MIN_COST of the whole run's step time (the
+  baseline's median step time against the episode's, times the episode's steps), else INFO,
+  `within_noise`.
+- The rule's "by design" false positive holds while communication does not dominate the step:
+  above DOMINANT (communication more than twice everything else the step does) the job spends
+  most of its time moving data, whether or not that rose — the verdict is communication-bound on
+  no single rank (`ranks` empty: every rank does the same, none differs), WARN.
 - A step is communication-bound when the median share across ranks is > 40%; the finding needs
   an episode of such steps (context.sustained: one rank's checkpoint or a preempted process makes
   single steps communication-heavy) covering >= 3 steps, >= one window and >= 10% of the steps.
@@ -32,11 +42,14 @@ import polars as pl
 from ..report.model import Finding
 from .context import Context, median, PeerGroups, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+from .outlier import RISE
 
 SHARE = 0.40
 MIN_STEPS = 3
 MIN_SHARE = 0.10
 CULPRIT_SHARE = 0.5
+MIN_COST = 0.10          # share of the run's step time a rise must cost to be a fault
+DOMINANT = 2 / 3         # communication twice the rest of the step: not a balance, the bottleneck
 
 
 def per_step_shares(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -70,15 +83,13 @@ def per_step_shares(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFram
     return per, df
 
 
-def _by_design(per_step: pl.DataFrame, hot: pl.DataFrame) -> tuple[float, float] | None:
-    """(transfer per step before, during) when the communication-bound steps' transfer (comm
-    minus wait, medians over ranks) did not rise by RISE over the steps before them — or, when
-    the episode starts with the run, over its first window (after the first step's warm-up):
-    the share is high because of the job's balance of compute and communication (it may cross
-    the threshold only as a warm-up's slower steps end), not because the transfer degraded.
-    None when it rose (a degradation: the fault this pass is about)."""
-    from .outlier import RISE
-
+def _rise(per_step: pl.DataFrame, hot: pl.DataFrame) -> tuple[float, float, float] | None:
+    """(transfer per step before, during, and the share of the run's step time the episode's
+    slower steps cost) for the communication-bound steps (`hot`): the transfer (comm minus wait,
+    medians over ranks) against the steps before them — or, when the episode starts with the run,
+    its first window (after the first step's warm-up). The cost is the episode's median step time
+    above the baseline's, times its steps, over the sum of every step's median step time (0 when
+    the steps did not slow). None when there are too few steps on either side to compare."""
     xfer = (pl.col("comm_ms") - pl.col("wait").fill_null(0.0)).clip(lower_bound=0.0)
     ps = per_step.filter(pl.col("step") > per_step.get_column("step").min())
     w = window_for(per_step.height)
@@ -89,9 +100,10 @@ def _by_design(per_step: pl.DataFrame, hot: pl.DataFrame) -> tuple[float, float]
         return None
     first = float(base.select(xfer.median()).item() or 0.0)
     later = float(during.select(xfer.median()).item() or 0.0)
-    if first <= 0 or later >= RISE * first:
-        return None
-    return first, later
+    slower = float(during.get_column("step_time_ms").median()) - float(base.get_column("step_time_ms").median())
+    total = float(per_step.get_column("step_time_ms").sum())
+    cost = max(slower, 0.0) * during.height / total if total > 0 else 0.0
+    return first, later, cost
 
 
 def find(ctx: Context) -> list[Finding]:
@@ -123,7 +135,7 @@ def find(ctx: Context) -> list[Finding]:
         culprits = all_ranks          # the fabric is slow for every rank: the job-wide fault
     victims = [r for r in all_ranks if r not in culprits] if waiting and culprits else []
     sample = df.filter(pl.col("step").is_in(hot_steps.implode()))
-    severity = "WARN"
+    severity, flag, rise = "WARN", None, None
     if waiting and culprits:
         v = sample.filter(pl.col("rank").is_in(victims))
         v_wait = float(v.get_column("wait").median())
@@ -142,24 +154,42 @@ def find(ctx: Context) -> list[Finding]:
     else:
         mode = "network"
         rows = sample.sort("comm_ms", descending=True).head(3)
-        design = _by_design(per_step, hot)
-        if design is not None:
-            first, later = design
-            title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
-                     f"{ms(step_ms)}), transfer rather than waiting ({ms(wait)}), and the transfer did not rise "
-                     f"({ms(first)} per step before or at the start, {ms(later)} in those steps): the job's own balance of "
-                     f"compute and communication — a small model on many ranks, or a fabric slow from the start — "
-                     f"not something that went wrong during the run (steps {s0}–{s1}, {k} of {n})")
-            severity = "INFO"
-        else:
+        rise = _rise(per_step, hot)
+        first, later, cost = rise if rise is not None else (0.0, 0.0, 0.0)
+        rose = rise is not None and first > 0 and later >= RISE * first
+        dominant = share > DOMINANT
+        flag = None
+        if rose and (cost >= MIN_COST or dominant):
             title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
                      f"{ms(step_ms)}), and it is transfer, not waiting ({ms(wait)}): the interconnect is slow for "
                      f"everyone (steps {s0}–{s1}, {k} of {n})")
+        elif dominant:
+            culprits = []   # every rank does the same: the job's balance, no rank at fault
+            title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
+                     f"{ms(step_ms)}), transfer rather than waiting ({ms(wait)}): more than twice everything else the "
+                     f"step does, on every rank alike — the job is communication-bound by its own balance of compute "
+                     f"and communication, whether or not that rose (steps {s0}–{s1}, {k} of {n})")
+        elif rose:
+            title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
+                     f"{ms(step_ms)}); the transfer rose ({ms(first)} per step before, {ms(later)} in those steps) but "
+                     f"the slower steps cost {cost:.0%} of the run's step time: communication wandering on a loaded "
+                     f"host, not a fault (steps {s0}–{s1}, {k} of {n})")
+            severity, flag = "INFO", "within_noise"
+        else:
+            basis = (f"the transfer did not rise ({ms(first)} per step before or at the start, {ms(later)} in those "
+                     f"steps)" if rise is not None else "too few steps to show the transfer rose")
+            title = (f"communication takes {share:.0%} of the step time on all {len(all_ranks)} ranks ({ms(comm)} of "
+                     f"{ms(step_ms)}), transfer rather than waiting ({ms(wait)}), and {basis}: the job's own balance of "
+                     f"compute and communication — a small model on many ranks, or a fabric slow from the start — "
+                     f"not something that went wrong during the run (steps {s0}–{s1}, {k} of {n})")
+            severity, flag = "INFO", "by_design"
     return [Finding(
         rule=pass_id("comm_bound"), kind="comm_bound", layer="communication", severity=severity,
         ranks=culprits, victims=victims, title=title,
         evidence={"mode": mode, "comm_share": num(share), "wait_share": num(wshare), "comm_ms": num(comm),
-                  **({"by_design": True} if mode == "network" and severity == "INFO" else {}),
+                  **({flag: True} if mode == "network" and flag else {}),
+                  **({"transfer_before_ms": num(first), "transfer_ms": num(later), "rise_cost_share": num(cost)}
+                     if mode == "network" and rise is not None else {}),
                   "wait_ms": num(wait), "step_time_ms": num(step_ms), "threshold": SHARE,
                   "bound_steps": k, "steps": n, "first_step": s0, "last_step": s1},
         lines=cite([{"source_file": x["file"], "line": x["comm_line"], "rank": x["rank"], "timestamp": x["t_end"],

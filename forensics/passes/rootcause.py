@@ -36,8 +36,9 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
 - Of two slowdowns neither of which explains the other, the one that cost under MINOR_COST of
   the other's time is not the root cause (cost.py prices both on the same run).
 - A symptom the job shows by design (comm_bound's `by_design`: communication above the
-  threshold on every rank from the first step to the last, never rising) is not a root cause,
-  nor a rule's job-wide finding of the same symptom.
+  threshold on every rank from the first step to the last, never rising) or within the run's own
+  variation (`within_noise`: a rise that cost no measurable time) is not a root cause, nor a
+  rule's job-wide finding of the same symptom.
 - A job-wide slowdown (every rank's communication time up together) is explained by the host
   or ranks whose own readings stand apart in it (basis `outlier`), never the reverse.
 - Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
@@ -252,9 +253,11 @@ def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> t
     n = len(findings)
     rel = [[explains(findings[i], findings[j], everyone) for j in range(n)] for i in range(n)]
     # a symptom a pass judged the job's own design (comm_bound's by_design: communication over
-    # the threshold from the first step to the last on every rank, never rising) is that for a
-    # rule's job-wide finding of the same kind too: no root cause by itself
-    design = {f.kind for f in findings if f.rule.startswith("pass.") and (f.evidence or {}).get("by_design")}
+    # the threshold from the first step to the last on every rank, never rising) or the run's own
+    # variation (within_noise: a rise that cost the run no measurable time) is that for a rule's
+    # job-wide finding of the same kind too: no root cause by itself
+    design = {f.kind for f in findings if f.rule.startswith("pass.")
+              and ((f.evidence or {}).get("by_design") or (f.evidence or {}).get("within_noise"))}
     cands = [i for i, f in enumerate(findings)
              if f.severity in ("WARN", "ERROR") and f.kind not in NON_CAUSAL and f.kind not in SYMPTOMS
              and not (f.kind in design and not f.rule.startswith("pass.")
