@@ -217,15 +217,16 @@ def _load_reschema():
     return mod
 
 
-def write_invented(src: Path, out: Path, convert, messages: str = "keep") -> None:
-    """Each seed file line for line through `convert` at the same relative path (`.jsonl` -> `.log`);
-    lines that are not seed records and files that are not JSON lines stay as they are."""
+def _each_seed_record(src: Path, out: Path, convert, suffix: str | None = None, copy: bool = False) -> None:
+    """Each seed file line for line at the same relative path, its seed records through `convert`
+    (renamed to `suffix` where one is given); lines that are not seed records, and files that are
+    not JSON lines (every file, with `copy`), stay as they are."""
     for f in sorted(src.rglob("*")):
         if not f.is_file() or f.name == "expected.toml":
             continue
         dst = out / f.relative_to(src)
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if f.suffix != ".jsonl":
+        if f.suffix != ".jsonl" or copy:
             dst.write_bytes(f.read_bytes())
             continue
         lines = []
@@ -234,12 +235,17 @@ def write_invented(src: Path, out: Path, convert, messages: str = "keep") -> Non
                 rec = json.loads(line)
             except ValueError:
                 rec = None
-            if isinstance(rec, dict) and "event" in rec:
-                msg = rec.get("message") or ""
-                lines.append(json.dumps(convert(rec, prose(msg) if messages == "prose" else msg)))
-            else:
-                lines.append(line)
-        dst.with_suffix(".log").write_text("\n".join(lines) + "\n")
+            lines.append(json.dumps(convert(rec)) if isinstance(rec, dict) and "event" in rec else line)
+        (dst.with_suffix(suffix) if suffix else dst).write_text("\n".join(lines) + "\n")
+
+
+def write_invented(src: Path, out: Path, convert, messages: str = "keep") -> None:
+    """Each seed file line for line through `convert` at the same relative path (`.jsonl` -> `.log`);
+    lines that are not seed records and files that are not JSON lines stay as they are."""
+    def one(rec: dict) -> dict:
+        msg = rec.get("message") or ""
+        return convert(rec, prose(msg) if messages == "prose" else msg)
+    _each_seed_record(src, out, one, ".log")
 
 
 def rewrite(src: Path, out: Path, schema: str, messages: str) -> None:
@@ -274,27 +280,11 @@ def write_reference(src: Path, out: Path, schema: str, messages: str) -> None:
     """The seed's own schema with the messages `schema` writes in mode `messages`: the information
     of the rewrite, in the spelling of the seed (files and lines as they were, `.jsonl` kept)."""
     plain = _load_reschema().plain if schema in RESCHEMA_FAMILIES else None
-    for f in sorted(src.rglob("*")):
-        if not f.is_file() or f.name == "expected.toml":
-            continue
-        dst = out / f.relative_to(src)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if f.suffix != ".jsonl" or messages != "prose":
-            dst.write_bytes(f.read_bytes())
-            continue
-        lines = []
-        for line in f.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                rec = None
-            if isinstance(rec, dict) and "event" in rec:
-                msg = rec.get("message") or ""
-                rec = {**rec, "message": plain(msg, rec.get("event"), (rec.get("extra") or {}).get("step"))
-                       if plain else prose(msg)}
-                line = json.dumps(rec)
-            lines.append(line)
-        dst.write_text("\n".join(lines) + "\n")
+
+    def one(rec: dict) -> dict:
+        msg = rec.get("message") or ""
+        return {**rec, "message": plain(msg, rec.get("event"), (rec.get("extra") or {}).get("step")) if plain else prose(msg)}
+    _each_seed_record(src, out, one, copy=messages != "prose")
 
 
 def verdict(want: tuple, got: tuple, reference: tuple | None, lost: list[str]) -> str:
