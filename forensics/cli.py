@@ -717,6 +717,19 @@ def _invoked(argv: list[str]) -> str | None:
     return None
 
 
+def _one_arena(argv: list[str], env: Any) -> None:
+    """polars' allocator (jemalloc) with one arena, unless the user configured it, for every
+    command but an ingest. By default each thread (the passes' two, polars' pool) allocates from
+    its own arena, of 4 per core, and the pages a query frees stay with its thread's arena, unused
+    by the next query on another thread: `diagnose` of the 4,096-rank bench store peaks at ~460 MB
+    by default, ~390 MB with one arena, for the same CPU (docs/speed.md). Not for an ingest:
+    there its peak is 5% lower at the same CPU, but its writer threads share the one arena, and
+    its wall time was 5-15% longer. Read when polars' library first allocates: before polars is
+    imported (no import of the CLI brings it in); a process that imported it earlier keeps its own."""
+    if _invoked(argv) != "ingest":
+        env.setdefault("_RJEM_MALLOC_CONF", "narenas:1")
+
+
 def _only_invoked(argv: list[str]) -> tuple[list[Any], list[Any]] | None:
     """Keep registered only the command (or group) `argv` invokes, so that typer builds the
     parameters of that one command, not of all of them (typer builds the whole tree on every
@@ -752,6 +765,7 @@ def main() -> None:
     # pyarrow, polars: ~100,000): ~0.12 CPU s of every command's process. Frozen, they are skipped
     # (what the process holds is freed with it). At exit only: a caller's process keeps its GC.
     atexit.register(gc.freeze)
+    _one_arena(sys.argv[1:], os.environ)
     # An ingest runs without cyclic GC from its imports (~110 collections, ~0.05 CPU s; the ingest
     # itself turns it off: `forensics.ingest.ingest`): what it allocates holds no cycles to free.
     gc_off = _invoked(sys.argv[1:]) == "ingest" and gc.isenabled()
