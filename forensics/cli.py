@@ -725,9 +725,14 @@ def _one_arena(argv: list[str], env: Any) -> None:
     by default, ~390 MB with one arena, for the same CPU (docs/speed.md). Not for an ingest:
     there its peak is 5% lower at the same CPU, but its writer threads share the one arena, and
     its wall time was 5-15% longer. Read when polars' library first allocates: before polars is
-    imported (no import of the CLI brings it in); a process that imported it earlier keeps its own."""
+    imported (no import of the CLI brings it in); a process that imported it earlier keeps its own.
+    The number of arenas is added to what the variable holds unless it names one: polars' import
+    writes its own options there, which every child of a Python process that imported polars
+    inherits (a bench, a test, a script calling the CLI), and those are no choice of arenas."""
     if _invoked(argv) != "ingest":
-        env.setdefault("_RJEM_MALLOC_CONF", "narenas:1")
+        conf = env.get("_RJEM_MALLOC_CONF") or ""
+        if "narenas:" not in conf:
+            env["_RJEM_MALLOC_CONF"] = f"{conf},narenas:1" if conf else "narenas:1"
 
 
 def _only_invoked(argv: list[str]) -> tuple[list[Any], list[Any]] | None:

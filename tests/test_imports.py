@@ -175,7 +175,7 @@ def test_the_cli_keeps_numpy_s_blas_to_one_thread_unless_the_user_chose() -> Non
 def test_the_cli_gives_polars_one_arena_but_for_an_ingest_unless_the_user_chose() -> None:
     """Each jemalloc arena keeps the pages its threads free (diagnose of 4,096 ranks: ~460 vs ~390
     MB peak); `main` asks for one arena before any command imports polars, not for an ingest (its
-    writer threads would share it), and a user's setting stays."""
+    writer threads would share it), and a user's choice of arenas stays."""
     code = ("import os, sys\nsys.argv = ['forensics', *sys.argv[1:], '--help']\nfrom forensics import cli\n"
             "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
             "print('polars' in sys.modules, os.environ.get('_RJEM_MALLOC_CONF'))")
@@ -190,6 +190,10 @@ def test_the_cli_gives_polars_one_arena_but_for_an_ingest_unless_the_user_chose(
     assert conf("--color", "never", "ranks") == "False narenas:1"
     assert conf("ingest") == "False None"
     assert conf("diagnose", _RJEM_MALLOC_CONF="narenas:4") == "False narenas:4"
+    # what polars' import writes there, inherited from a parent that imported it, is no choice
+    inherited = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+    assert conf("diagnose", _RJEM_MALLOC_CONF=inherited) == f"False {inherited},narenas:1"
+    assert conf("diagnose", _RJEM_MALLOC_CONF="") == "False narenas:1"
 
 
 def _graph(package: Path) -> dict[str, set[str]]:
