@@ -310,12 +310,6 @@ def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] |
     worker pids cover local ranks 0..N-1: agent_workers), no node rank above 0, no global rank or
     world size beyond the node's workers (local ranks 0..N-1, or the launcher's nproc_per_node)."""
     msg = pl.col("message")
-    agent = events.select(
-        msg.str.extract_groups(_AGENT_FAILED).alias("failed"),
-        msg.str.extract(_AGENT_CLOSING, 1).cast(pl.Int64, strict=False).alias("closing"),
-    ).filter(pl.col("failed").struct.field("1").is_not_null() | pl.col("closing").is_not_null()).collect()
-    failed = [(int(d["1"]), int(d["2"])) for d in agent["failed"].to_list() if d and d.get("1") is not None]
-    agent_n = agent_workers(failed, [int(c) for c in agent["closing"].drop_nulls().to_list()])
     f = events.select(
         pl.col("host").drop_nulls().n_unique().alias("hosts"),
         pl.col("host").drop_nulls().first().alias("host"),
@@ -342,6 +336,13 @@ def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] |
     if (f["node_rank"] or 0) > 0 or (f["nnodes"] or 1) > 1:
         return None
     workers = max(int(f["max_local"]) + 1, f["nproc"] or 0)
+    # (read only where the facts above leave one node possible: a second scan of the messages)
+    agent = events.select(
+        msg.str.extract_groups(_AGENT_FAILED).alias("failed"),
+        msg.str.extract(_AGENT_CLOSING, 1).cast(pl.Int64, strict=False).alias("closing"),
+    ).filter(pl.col("failed").struct.field("1").is_not_null() | pl.col("closing").is_not_null()).collect()
+    failed = [(int(d["1"]), int(d["2"])) for d in agent["failed"].to_list() if d and d.get("1") is not None]
+    agent_n = agent_workers(failed, [int(c) for c in agent["closing"].drop_nulls().to_list()])
     if agent_n is not None and (agent_n < workers or f["nproc"] not in (None, agent_n)):
         agent_n = None      # workers beyond the agent's pids: they do not cover the node
     workers = max(workers, agent_n or 0)

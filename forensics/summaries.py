@@ -652,15 +652,12 @@ def _step_exprs() -> tuple[pl.Expr, list[pl.Expr], list[pl.Expr]]:
     build them: one assignment, so either's is taken whole)."""
     global _STEP_EXPRS
     if _STEP_EXPRS is None:
-        from .timeline.steptable import _train_line_in_file, step_group_exprs
+        from .timeline.steptable import step_group_exprs
 
         comm, inputs, aggs = step_group_exprs((pl.col("_sum"), pl.col("_op"), pl.col("_cop")), pl.col("timestamp"),
-                                              pl.col("grad_ready_ts"), evidence=True, per_rank=True, state=True)
-        exact = str(_train_line_in_file())
-        at = [i for i, a in enumerate(aggs) if str(a) == exact]
-        assert len(at) == 1, "the step line's aggregation is not where _step_state looks for it"
-        aggs = [*aggs[:at[0]], pl.col("train_line").min(), *aggs[at[0] + 1:],
-                pl.col(_FILE_CODE).min().alias(_FILE_LO), pl.col(_FILE_CODE).max().alias(_FILE_HI)]
+                                              pl.col("grad_ready_ts"), evidence=True, per_rank=True, state=True,
+                                              train_line=pl.col("train_line").min())
+        aggs = [*aggs, pl.col(_FILE_CODE).min().alias(_FILE_LO), pl.col(_FILE_CODE).max().alias(_FILE_HI)]
         _STEP_EXPRS = comm, [*inputs, _FILE_CODE], aggs
     return _STEP_EXPRS
 

@@ -286,10 +286,13 @@ def _train_line_in_file() -> pl.Expr:
 
 
 def step_group_exprs(kinds: tuple[pl.Expr, pl.Expr, pl.Expr], t: pl.Expr, ready: pl.Expr, evidence: bool,
-                     per_rank: bool, state: bool) -> tuple[pl.Expr, list[pl.Expr], list[pl.Expr]]:
+                     per_rank: bool, state: bool, train_line: pl.Expr | None = None
+                     ) -> tuple[pl.Expr, list[pl.Expr], list[pl.Expr]]:
     """`_step_groups`' expressions: the comm_ms column to add, the per-row inputs to select, and
     the (rank, step) aggregations. `kinds`: the (summary, compute op, comm op) flags of
-    `_event_kinds`, or columns holding them (the ingest makes them once per distinct name)."""
+    `_event_kinds`, or columns holding them (the ingest makes them once per distinct name).
+    `train_line`: the step line's aggregation, `_train_line_in_file()` unless the caller settles
+    the groups of several files itself (summaries._step_state)."""
     is_sum, is_op, is_cop = kinds
     is_coll = pl.col("comm_ms").is_not_null() & ~is_sum
     # a per-op event's elapsed_ms (typed as step_time_ms) is the op's time, not the step's
@@ -315,7 +318,7 @@ def step_group_exprs(kinds: tuple[pl.Expr, pl.Expr, pl.Expr], t: pl.Expr, ready:
             pl.col("disk_read_mbps"),
         ]
         cite_aggs = [
-            pl.col("file").first(), _train_line_in_file(), pl.col("data_line").min(),
+            pl.col("file").first(), _train_line_in_file() if train_line is None else train_line, pl.col("data_line").min(),
             pl.col("comm_line").max(), pl.col("ready_line").min(), pl.col("disk_read_mbps").mean(),
             # a mean merges from its sum and count (mean == sum / count in polars)
             *([pl.col("disk_read_mbps").sum().alias("disk_sum"), pl.col("disk_read_mbps").count().alias("disk_n")]

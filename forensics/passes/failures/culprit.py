@@ -103,10 +103,11 @@ def _odd_fingerprints(fps: dict[int, list[dict[str, Any]]]) -> list[int]:
         if len(ks) != 1:
             return []           # a rank seen with two collectives: no one fingerprint to compare
         key[rank] = ks.pop()
-    major, n = Counter(key.values()).most_common(1)[0]
-    if n * 2 <= len(key) or n == len(key):
+    ranks = sorted(key)
+    idx, _ref, n = minority([key[r] for r in ranks])
+    if not idx or n * 2 <= len(key):
         return []
-    return sorted(r for r, k in key.items() if k != major)
+    return [ranks[i] for i in idx]
 
 
 def _fingerprint_how(rows: list[dict[str, Any]], odd: list[int]) -> tuple[str, dict[str, Any] | None]:

@@ -67,11 +67,9 @@ def death_key(r: dict[str, Any]) -> tuple:
     where file order says nothing — torch elastic's "Root Cause (first observed failure)" record
     (its ChildFailedError table lists the other failures first, all to the second), then the lowest
     rank; then file order."""
-    t = r["timestamp"]
+    k = _exit_key(r)
     rank = _owner(r)
-    return (teardown(r), t is None, t or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
-            not r.get("first_observed"), rank if isinstance(rank, int) else 1 << 40,
-            r["source_file"] or "", r["line"] or 0)
+    return (teardown(r), *k[:3], rank if isinstance(rank, int) else 1 << 40, *k[3:])
 
 
 def _processes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
