@@ -33,6 +33,11 @@ _RANK_PATTERNS = [
     re.compile(r"(?i)(?:^|[^a-z])rank[_\-=]?0*(\d+)(?!.*rank)"),
     re.compile(r"(?i)_dump_0*(\d+)$"),
 ]
+# A folder names the rank of the files in it only when its whole name is a rank's (`rank3/`,
+# `rank_00012/`): a rank inside a longer folder name is part of something else's name — pytest's
+# tmp_path appends a counter to the test's name (`test_one_rank` -> `test_one_rank0/`), and a run's
+# folder (`rank0_baseline/`) holds every rank's files.
+_RANK_FOLDER = re.compile(r"(?i)^rank[_\-=]?0*(\d+)$")
 _HOST_PATTERN = re.compile(r"(?i)^(?:node|host|worker-node)[_\-=]?[a-z0-9.\-]*\d[a-z0-9.\-]*$")
 
 
@@ -222,9 +227,14 @@ def read_head(path: str, compression: str, n: int = 64 * 1024) -> bytes:
 
 
 def rank_from_path(path: str) -> int | None:
+    """The rank a file's path names: its file name's (`rank_12.jsonl`, `trainer_rank3.log`), else
+    its folder's when the folder's whole name is a rank's (`rank12/stdout.log`, _RANK_FOLDER)."""
     folder, name = os.path.split(str(path))
     r = _rank_in(name)
-    return r if r is not None else _rank_in(os.path.basename(folder))
+    if r is not None:
+        return r
+    m = _RANK_FOLDER.match(os.path.basename(folder))
+    return int(m.group(1)) if m else None
 
 
 @functools.lru_cache(maxsize=4096)
