@@ -22,7 +22,8 @@ Domain facts relied on:
   Memory" / the signal's text, over a task range list `1-3,7`). They are the training ranks where
   srun started the ranks itself: the log shows no per-node launcher (torchrun / torch elastic
   agent, DeepSpeed's or Accelerate's launcher, mpirun) whose tasks would be nodes, not ranks.
-- A one-node launch is a fact the log can show: one host (or the launcher saying nnodes 1 /
+- A one-node launch is a fact the log can show: one host (a loopback name beside it is that
+  host: forensics/host_names.py) (or the launcher saying nnodes 1 /
   group_world_size 1), no node rank above 0, no global rank or world size beyond the node's
   workers. Then local rank N is global rank N (basis `one_node`).
 """
@@ -34,6 +35,8 @@ from typing import Any
 
 import orjson
 import polars as pl
+
+from . import host_names
 
 # Keys that carry an exception (case-insensitive, in `extra` or in top-level `fields`).
 EXC_KEYS = ("exc_type", "exception_type", "error_type", "exc_info", "exc_text", "exception", "error",
@@ -311,8 +314,7 @@ def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] |
     world size beyond the node's workers (local ranks 0..N-1, or the launcher's nproc_per_node)."""
     msg = pl.col("message")
     f = events.select(
-        pl.col("host").drop_nulls().n_unique().alias("hosts"),
-        pl.col("host").drop_nulls().first().alias("host"),
+        pl.col("host").drop_nulls().unique().implode().alias("host_names"),
         pl.col("local_rank").max().alias("max_local"),
         pl.col("rank").max().alias("max_rank"),
         msg.str.extract(_NODE_RANK, 1).cast(pl.Int64, strict=False).max().alias("node_rank"),
@@ -324,6 +326,8 @@ def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] |
         msg.str.contains(r"--standalone\b").fill_null(False).any().alias("standalone"),
         msg.str.contains(_NODE_WORDS).fill_null(False).any().alias("node_words"),
     ).collect().row(0, named=True)
+    named = host_names.distinct(f.pop("host_names") or [])     # a loopback name is no second host
+    f["hosts"], f["host"] = len(named), (named[0] if named else None)
     if local is not None:
         # a local rank the rows know that no event carries (the launcher's single worker)
         f["max_local"] = max(local, f["max_local"] if f["max_local"] is not None else local)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import polars as pl
 
+from .. import host_names
 from ..report.model import Finding, Report, RunInfo
 from . import (
     bandwidth,
@@ -128,7 +129,7 @@ def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
     agg = rank_table(ctx.run) if ctx.run is not None else rank_rows(ctx.events).collect()
     agg = agg.select("rank", "events", "errors", "warnings", "first_seen", "last_seen", "host", "hosts", "gpu_util",
                      "temp_c_max", "sm_clock_mhz_min")
-    hosts = sorted({h for lst in agg.get_column("hosts") for h in lst})
+    hosts = host_names.distinct(h for lst in agg.get_column("hosts") for h in lst)
     st = ctx.steps
     if not st.is_empty():
         steps = st.group_by("rank").agg(
@@ -147,7 +148,7 @@ def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: 
     end = per_rank.get_column("last_seen").max() if not per_rank.is_empty() else None
     return RunInfo(
         ranks=len(ctx.ranks),
-        hosts=len(totals.get("hosts") or hosts),
+        hosts=len(host_names.distinct(totals.get("hosts") or hosts)),
         start=iso(start), end=iso(end),
         events=int(totals.get("events", per_rank.get_column("events").sum() if not per_rank.is_empty() else 0)),
         rejected_lines=int(totals.get("rejected", 0)),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from .. import host_names
 from ..report.model import Finding
 from .context import Context
 from .evidence import cite, iso, pass_id
@@ -66,7 +67,7 @@ def find(ctx: Context) -> list[Finding]:
              + (f" on {', '.join(hosts)}" if hosts else " (the file names no host)"))
     # rank i on GPU i can only hold on a one-node job: offered only when the whole run names at most one host
     all_hosts = ctx.events.select(pl.col("host").drop_nulls().unique()).collect().to_series().to_list()
-    one_node = len(set(all_hosts) | set(hosts)) <= 1
+    one_node = len(host_names.distinct([*all_hosts, *hosts])) <= 1
     identity = ""
     logs = _logs_arg(ctx)
     if one_node:

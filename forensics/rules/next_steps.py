@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from .. import host_names
 from ..report.model import Finding, RootCause
 from ..report.text import _where
 from ..report.fmt import memory
@@ -40,7 +41,13 @@ def rank_facts(events: pl.LazyFrame, ranks: set[int]) -> dict[int, dict[str, Any
             for c in cols]
     df = (events.select("rank", "timestamp", *cols).filter(pl.col("rank").is_in(sorted(ranks)))
           .sort("rank", "timestamp", nulls_last=True).group_by("rank").agg(aggs).collect())
-    return {int(r["rank"]): r for r in df.iter_rows(named=True)}
+    out = {int(r["rank"]): r for r in df.iter_rows(named=True)}
+    if any(host_names.is_loopback(r.get("host")) for r in out.values()):
+        # the machine a loopback name stands for: the log's one named host, where it names one
+        every = events.select(pl.col("host").drop_nulls().unique()).collect().to_series().to_list()
+        for r in out.values():
+            r["host"] = host_names.resolve(r.get("host"), every)
+    return out
 
 
 def _ranks_text(ranks: list[int]) -> str:
