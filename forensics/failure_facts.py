@@ -287,30 +287,54 @@ _AGENT_FAILED = r"failed \(exitcode: -?\d+\) local_rank: (\d+) \(pid: (\d+)\)"
 _AGENT_CLOSING = r"Sending process (\d+) closing signal SIG"
 
 
-def agent_workers(failed: list[tuple[int, int]], closing: list[int]) -> int | None:
+# torch elastic's agent (torch/distributed/elastic/agent/server/api.py, _invoke_run) before it
+# restarts its workers: "[%s] Worker group %s. %s/%s attempts left; will restart worker group"
+_AGENT_RESTART = r"attempts left; will restart worker group"
+
+
+def agent_workers(lines: list[tuple[str, int | None, int]], restarted: bool = False) -> int | None:
     """How many workers one torch elastic agent shows it started, when the pids it names cover its
-    local ranks 0..N-1: N >= 2 distinct pids (the failed workers' and those it sent a closing
-    signal), each failed worker's local rank below N and at its pid's place among them (the agent
-    starts its workers in local-rank order: ascending pids), one pid per local rank. None when
-    they do not (a lone failed worker: a high local rank alone shows no node; a second agent's
-    or a restart's pids break the order)."""
-    pids = sorted({p for _, p in failed} | set(closing))
-    n = len(pids)
-    by_local: dict[int, int] = {}
-    for lr, pid in failed:
-        if by_local.setdefault(lr, pid) != pid:
+    local ranks 0..N-1. `lines`: its lines in file order, (file, local rank, pid) for a failed
+    worker, (file, None, pid) for a worker it sent a closing signal. On a failure the agent
+    (multiprocessing/api.py _poll) closes the workers still running, then logs the first failed
+    one: one round = the closing pids before a failed line, and that line. A round covers local
+    ranks 0..N-1 when its N >= 2 distinct pids hold the failed worker's (its local rank below N,
+    its pid not among those closed). The pids' order says nothing (workers start in local-rank
+    order, but their pids need not rise with it). None when the lines do not show one agent's
+    workers: a lone failed worker (a high local rank alone shows no node), several rounds unless
+    the agent said it restarts its workers (then each round the same N, no pid twice), rounds in
+    several files (each file a node's console)."""
+    rounds: list[tuple[str, set[int], list[tuple[int, int]]]] = []
+    closing: list[int] = []
+    for file, lr, pid in lines:
+        if lr is None:
+            closing.append(pid)
+            continue
+        if rounds and rounds[-1][0] == file and not closing and rounds[-1][2][-1] == (lr, pid):
+            continue                       # the same failure logged twice (a tee'd console)
+        rounds.append((file, set(closing), [(lr, pid)]))
+        closing = []
+    if not rounds:
+        return None
+    if closing:
+        rounds[-1][1].update(closing)      # closing lines written after the failed one
+    if len(rounds) > 1 and (not restarted or len({f for f, _, _ in rounds}) > 1):
+        return None
+    sizes, seen = set(), set()
+    for _, closed, failed in rounds:
+        (lr, pid), = failed
+        pids = closed | {pid}
+        if pid in closed or len(pids) < 2 or lr >= len(pids) or pids & seen:
             return None
-    if n < 2 or not failed:
-        return None
-    if any(lr >= n or pids.index(pid) != lr for lr, pid in by_local.items()):
-        return None
-    return n
+        seen |= pids
+        sizes.add(len(pids))
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] | None:
     """The facts that show a one-node launch, or None when the log does not show one: at most one
     host and a positive sign (that one host, nnodes / group_world_size 1, or one agent whose
-    worker pids cover local ranks 0..N-1: agent_workers), no node rank above 0, no global rank or
+    worker pids cover local ranks 0..N-1, whatever their order: agent_workers), no node rank above 0, no global rank or
     world size beyond the node's workers (local ranks 0..N-1, or the launcher's nproc_per_node)."""
     msg = pl.col("message")
     f = events.select(
@@ -341,12 +365,21 @@ def one_node(events: pl.LazyFrame, local: int | None = None) -> dict[str, Any] |
         return None
     workers = max(int(f["max_local"]) + 1, f["nproc"] or 0)
     # (read only where the facts above leave one node possible: a second scan of the messages)
+    names = events.collect_schema().names()
+    where = [pl.col(c) for c in ("source_file", "line") if c in names]
     agent = events.select(
+        *where,
         msg.str.extract_groups(_AGENT_FAILED).alias("failed"),
         msg.str.extract(_AGENT_CLOSING, 1).cast(pl.Int64, strict=False).alias("closing"),
-    ).filter(pl.col("failed").struct.field("1").is_not_null() | pl.col("closing").is_not_null()).collect()
-    failed = [(int(d["1"]), int(d["2"])) for d in agent["failed"].to_list() if d and d.get("1") is not None]
-    agent_n = agent_workers(failed, [int(c) for c in agent["closing"].drop_nulls().to_list()])
+        msg.str.contains(_AGENT_RESTART).fill_null(False).alias("restart"),
+    ).filter(pl.col("failed").struct.field("1").is_not_null() | pl.col("closing").is_not_null() | pl.col("restart"))
+    agent = (agent.sort(where, maintain_order=True) if where else agent).collect()
+    restarted = bool(agent["restart"].any())
+    files = agent["source_file"].to_list() if "source_file" in agent.columns else [""] * agent.height
+    lines = [(f or "", int(d["1"]), int(d["2"])) if d and d.get("1") is not None else (f or "", None, int(c))
+             for f, d, c in zip(files, agent["failed"].to_list(), agent["closing"].to_list())
+             if (d and d.get("1") is not None) or c is not None]
+    agent_n = agent_workers(lines, restarted)
     if agent_n is not None and (agent_n < workers or f["nproc"] not in (None, agent_n)):
         agent_n = None      # workers beyond the agent's pids: they do not cover the node
     workers = max(workers, agent_n or 0)

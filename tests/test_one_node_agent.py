@@ -1,9 +1,10 @@
 """One torch elastic agent, no host anywhere: the pids it names show its workers. On a worker's
 failure the agent (torch/distributed/elastic/multiprocessing/api.py) logs
 `failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s` and `Sending process %s closing
-signal %s` for each worker it tears down. When those pids cover local ranks 0..N-1 (the failed
-worker's local rank at its pid's place: the agent starts its workers in local-rank order) and
-nothing shows a second node, local rank N is global rank N (basis one_node). A lone failed worker
+signal %s` for each worker it tears down (first the closing signals, then the failure). When those
+pids cover local ranks 0..N-1 (N distinct pids, the failed worker's among them and not among those
+closed, its local rank below N; their order says nothing: pids need not rise with the local rank)
+and nothing shows a second node, local rank N is global rank N (basis one_node). A lone failed worker
 with a high local rank shows no node; a second node's sign keeps the local rank.
 
 Every line here is ours, in those formats.
@@ -63,13 +64,38 @@ def test_a_sign_of_a_second_node_keeps_the_local_rank(tmp_path, head):
     assert rc["ranks"] == [] and rc.get("basis") != "one_node"
 
 
+def _lines(failed: list[tuple[int, int]], closing: list[int], file: str = "a.log") -> list[tuple[str, int | None, int]]:
+    # one round as the agent writes it (multiprocessing/api.py _poll): close the others, log the failure
+    return [(file, None, p) for p in closing] + [(file, lr, p) for lr, p in failed]
+
+
 @pytest.mark.parametrize("failed,closing,n", [
     ([(3, 812917)], [812914, 812915, 812916], 4),
     ([(1, 1168)], [1167, 1169, 1170], 4),
+    ([(1, 900)], [901, 902], 3),                 # pids need not rise with the local rank
+    ([(0, 7305)], [7302, 7301, 7304], 4),
     ([(0, 500)], [], None),                      # one pid: no node shown
     ([(5, 900)], [901, 902], None),              # local rank beyond the pids
-    ([(1, 900)], [901, 902], None),              # not at its pid's place: not this agent's order
-    ([(1, 900), (1, 950)], [899], None),         # two pids for one local rank: a restart or two agents
+    ([(2, 900)], [900, 901], None),              # the failed worker's pid among those closed
 ])
 def test_agent_workers(failed, closing, n):
-    assert agent_workers(failed, closing) == n
+    assert agent_workers(_lines(failed, closing)) == n
+
+
+def test_agent_workers_over_restarts():
+    a = _lines([(1, 900)], [899, 901, 902])
+    b = _lines([(2, 950)], [951, 949, 952])
+    assert agent_workers(a + b) is None                         # two rounds, no restart said: two agents?
+    assert agent_workers(a + b, restarted=True) == 4            # the same four workers, restarted
+    assert agent_workers(a + _lines([(2, 950)], [951]), restarted=True) is None    # another count
+    assert agent_workers(a + _lines([(1, 950)], [899, 951, 952]), restarted=True) is None   # a pid twice
+    assert agent_workers(a + _lines([(2, 950)], [951, 949, 952], file="b.log"), restarted=True) is None
+
+
+def test_out_of_order_pids_show_one_node(tmp_path):
+    # the failed local rank 1 has the highest pid of the four (the agent's workers start in
+    # local-rank order, their pids need not rise with it)
+    text = _agent(1, -9, 4, glog=True)
+    text = text.replace("(pid: 7301)", "(pid: 7399)")
+    rc = _diagnose(tmp_path, text)["root_cause"]
+    assert (rc["kind"], rc["ranks"], rc["basis"]) == ("host_oom", [1], "one_node")
