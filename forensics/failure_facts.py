@@ -22,6 +22,9 @@ Domain facts relied on:
   Memory" / the signal's text, over a task range list `1-3,7`). They are the training ranks where
   srun started the ranks itself: the log shows no per-node launcher (torchrun / torch elastic
   agent, DeepSpeed's or Accelerate's launcher, mpirun) whose tasks would be nodes, not ranks.
+- mp.spawn's process index (its exit report, the traceback it forwards) is the rank on one node;
+  where the log shows a second node it is the local rank, the rank node_rank * nprocs + index
+  when the log states both (spawn_node).
 - A one-node launch is a fact the log can show: one host (a loopback name beside it is that
   host: forensics/host_names.py) (or the launcher saying nnodes 1 /
   group_world_size 1), no node rank above 0, no global rank or world size beyond the node's
@@ -256,6 +259,53 @@ _NPROC = r"(?i)\b(?:nproc_per_node|num_local_procs|local_world_size|LOCAL_WORLD_
 # default="1:1"; launch.py the same parser); --standalone is one node by definition.
 _LAUNCH_CMD = r"(?:^|[\s>$#])torchrun\s+(?:-|\S+\.py\b)|-m\s+torch\.distributed\.(?:run|launch)\s"
 _NODE_WORDS = r"(?i)nnodes|num[_-]nodes|max[_-]nodes|node[_-]rank|group[_-]rank|group_world_size"
+
+
+# -- mp.spawn's process index -------------------------------------------------------------------
+# torch.multiprocessing.spawn (spawn.py) calls fn(i, *args) for i in range(nprocs) on the machine
+# it runs on, and its parent names the failed one by that index ("process %d terminated with
+# signal %s", "-- Process %d terminated with the following error:"). On one node the index is
+# the rank; a multi-node mp.spawn job (each node runs its own mp.spawn) makes it the local rank,
+# its rank node_rank * nprocs + i (the common `rank = node_rank * ngpus_per_node + gpu`).
+_SPAWN_NPROCS = r"(?i)\b(?:nprocs|n?gpus_per_node|nproc_per_node|num_local_procs|local_world_size)(?:\s*[=:]\s*|\s+)(\d+)"
+
+
+def spawn_node(events: pl.LazyFrame, source_file: str | None) -> dict[str, Any] | None:
+    """What the log shows of the node an mp.spawn parent in `source_file` ran on, when it shows
+    more than one node: a node rank above 0, nnodes above 1, two named hosts (host_names), or a
+    world size beyond mp.spawn's nprocs. None when it shows none (the process index is the rank).
+    Else {"node_rank": the one node rank `source_file`'s text states (or None), "nprocs": the one
+    count of processes per node the log states (or None), "host": the file's one named host (or
+    None), "why": what shows the second node}."""
+    msg = pl.col("message")
+    mine = pl.col("source_file") == source_file if source_file is not None else pl.lit(False)
+    f = events.select(
+        pl.col("host").drop_nulls().unique().implode().alias("hosts"),
+        pl.col("host").filter(mine).drop_nulls().unique().implode().alias("file_hosts"),
+        msg.str.extract(_NODE_RANK, 1).cast(pl.Int64, strict=False).max().alias("max_node_rank"),
+        msg.filter(mine).str.extract(_NODE_RANK, 1).cast(pl.Int64, strict=False).drop_nulls().unique()
+        .implode().alias("node_ranks"),
+        pl.max_horizontal(msg.str.extract(_NNODES, 1).cast(pl.Int64, strict=False),
+                          msg.str.extract(_NNODES, 2).cast(pl.Int64, strict=False)).max().alias("nnodes"),
+        msg.str.extract(_WORLD, 1).cast(pl.Int64, strict=False).max().alias("world"),
+        msg.str.extract(_SPAWN_NPROCS, 1).cast(pl.Int64, strict=False).drop_nulls().unique().implode().alias("nprocs"),
+    ).collect().row(0, named=True)
+    hosts = host_names.distinct(f["hosts"] or [])
+    nprocs = f["nprocs"][0] if len(f["nprocs"] or []) == 1 else None
+    why = []
+    if (f["max_node_rank"] or 0) > 0:
+        why.append(f"node rank {f['max_node_rank']}")
+    if (f["nnodes"] or 1) > 1:
+        why.append(f"nnodes {f['nnodes']}")
+    if len(hosts) > 1:
+        why.append(f"{len(hosts)} hosts ({', '.join(hosts[:3])}{', ...' if len(hosts) > 3 else ''})")
+    if f["world"] is not None and nprocs is not None and f["world"] > nprocs:
+        why.append(f"world size {f['world']} > nprocs {nprocs}")
+    if not why:
+        return None
+    own = host_names.distinct(f["file_hosts"] or [])
+    return {"node_rank": f["node_ranks"][0] if len(f["node_ranks"] or []) == 1 else None, "nprocs": nprocs,
+            "host": own[0] if len(own) == 1 else None, "why": ", ".join(why)}
 
 
 # DeepSpeed's launcher (deepspeed/launcher/launch.py, sigkill_handler) and torch.distributed.launch

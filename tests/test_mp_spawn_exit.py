@@ -1,8 +1,9 @@
 """torch.multiprocessing.spawn's parent names the process that ended: ProcessContext.join raises
 ProcessExitedException("process %d terminated with signal %s" % (error_index, name)) or
 "process %d terminated with exit code %d" (torch/multiprocessing/spawn.py; a plain Exception with
-the same text before 1.8). error_index is the spawned function's first argument: the rank. The
-line is read as that rank's death with its signal or code.
+the same text before 1.8). error_index is the spawned function's first argument: the rank on one
+node (the local rank where each node runs its own mp.spawn: see the multi-node tests below). The
+line is read as that process's death with its signal or code.
 
 Every line here is ours, in that format.
 """
@@ -101,3 +102,31 @@ def test_the_traceback_after_process_n_terminated_is_rank_ns():
 def test_diagnosis_names_the_process_that_raised(tmp_path, exc, kind):
     rc = _diagnose(tmp_path, _raised(2, exc))["root_cause"]
     assert (rc["kind"], rc["ranks"]) == (kind, [2])
+
+
+# A multi-node mp.spawn job runs one mp.spawn per node: the index is the node's local rank, its
+# rank node_rank * nprocs + index (failure_facts.spawn_node). Guarded by what the log shows of a
+# second node; on one node (or node rank 0, or a world size of nprocs) the index stays the rank.
+@pytest.mark.parametrize("head,ranks,local", [
+    ("launching: nnodes=2 node_rank=1 nprocs=4 world_size=8", [6], None),    # both stated: 1*4 + 2
+    ("launching: node_rank=0 nprocs=4 world_size=8", [2], None),             # node 0: 0*4 + 2
+    ("launching: world_size=8 nprocs=4", [], 2),                              # a second node, no node rank
+    ("launching: world_size=4 nprocs=4", [2], None),                          # one node
+    ("launching: nprocs=4", [2], None),
+])
+def test_the_spawned_index_is_a_local_rank_on_a_multi_node_job(tmp_path, head, ranks, local):
+    rep = _diagnose(tmp_path, head + "\n" + _spawn_tb(
+        "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL"))
+    rc = rep["root_cause"]
+    assert (rc["kind"], rc["ranks"]) == ("host_oom", ranks)
+    assert [x["local_rank"] for x in rc.get("local_ranks") or []] == ([local] if local is not None else [])
+
+
+def test_the_raised_process_on_a_second_host_is_a_local_rank(tmp_path):
+    # two hosts in the log (NCCL's `host:pid:tid [dev]` lines), no node rank: process 2 of gpu-b3's
+    # mp.spawn is local rank 2 there, not rank 2
+    (tmp_path / "a.log").write_text("gpu-a1:5101:5101 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n")
+    text = "gpu-b3:5201:5201 [2] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\n" + _raised(2, "KeyError: 'labels'")
+    rc = _diagnose(tmp_path, text)["root_cause"]
+    assert (rc["kind"], rc["ranks"]) == ("crash", [])
+    assert rc["local_ranks"] == [{"host": "gpu-b3", "local_rank": 2}]

@@ -249,6 +249,7 @@ class _Exits:
         if head.rank is not None or head.line - at > 2:
             return None
         head.rank, head.rank_source = n, "record"
+        head.x(spawn_process=n)     # the index: the rank on one node only (failure_facts.spawn_node)
         return n
 
     def _killed(self, body: str, r: _Row) -> bool:

@@ -117,8 +117,9 @@ EXITS: tuple[ExitReport, ...] = (
                "launcher"),
     # torch.multiprocessing.spawn (ProcessContext.join): the parent raises ProcessExitedException
     # ("process %d terminated with signal %s" % (error_index, name), or "... with exit code %d")
-    # for the first process that ended; error_index is the spawned function's first argument,
-    # the process's rank. Before 1.8 the same text was a plain Exception.
+    # for the first process that ended; error_index is the spawned function's first argument:
+    # the rank on one node, the local rank where each node runs its own mp.spawn (the failures
+    # pass decides: failure_facts.spawn_node). Before 1.8 the same text was a plain Exception.
     ExitReport("mp_spawn_exited", "pytorch torch/multiprocessing/spawn.py (ProcessContext.join, ProcessExitedException)",
                "terminated with",
                re.compile(r"\bprocess (?P<rank>\d{1,6}) terminated with (?:signal (?P<signame>SIG[A-Z0-9]{2,8})"

@@ -43,7 +43,8 @@ def _last_lines(ctx: Context, tbs: list[dict[str, Any]]) -> set[tuple[str, int]]
     )
     ends = {(f, rk, h, lr): ln for f, rk, h, lr, ln in last.iter_rows()}
     return {(r["source_file"], r["line"]) for r in tbs
-            if ends.get((r["source_file"], r.get("logged_rank", r["rank"]), r["host"], r["local_rank"])) == r["line"]}
+            if ends.get((r["source_file"], r.get("logged_rank", r["rank"]), r.get("logged_host", r["host"]),
+                         r.get("logged_local_rank", r["local_rank"]))) == r["line"]}
 
 
 def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],

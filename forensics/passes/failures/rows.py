@@ -147,8 +147,16 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     node: dict[str, Any] | None | bool = False
     single_worker: bool | None = None
     tasks = facts.SrunTasks(ctx.events)
+    spawns: dict[Any, dict[str, Any] | None] = {}
     for r in rows:
         r["logged_rank"], r["rank_basis"] = r["rank"], None
+        if r["rank"] is not None and r["kind"] in _DEATH_KINDS and (i := _spawn_index(r)) is not None:
+            if r["source_file"] not in spawns:
+                spawns[r["source_file"]] = facts.spawn_node(ctx.events, r["source_file"])
+            if spawns[r["source_file"]]:
+                _spawn_on_a_node(r, i, spawns[r["source_file"]])
+                if r["rank"] is None:
+                    continue
         if r["rank"] is not None:
             if r.get("rank_source") == "text":
                 r["rank_basis"] = "named_in_text"     # a tag at the start of its own text ("(rank 3/8) ")
@@ -181,6 +189,31 @@ def _whose(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = _srun_tasks(ctx, rows)
     records.join_unowned(rows, _OWN_KINDS, own_exit, TEARDOWN_RE)
     return rows
+
+
+def _spawn_index(r: dict[str, Any]) -> int | None:
+    """mp.spawn's index of the process a row is (its exit report, or the traceback it forwarded),
+    or None when the row is not mp.spawn's."""
+    x = _extra(r)
+    if x.get("spawn_process") is not None:
+        return int(x["spawn_process"])
+    return int(r["rank"]) if r.get("by") == "mp.spawn" and r["rank"] is not None else None
+
+
+def _spawn_on_a_node(r: dict[str, Any], i: int, node: dict[str, Any]) -> None:
+    """mp.spawn's process i on one node of several (failure_facts.spawn_node): its rank is
+    node_rank * nprocs + i where the log states both, else it is known as local rank i on its
+    host (in place; `record` says how)."""
+    n, p = node["node_rank"], node["nprocs"]
+    if n is not None and p is not None and i < p:
+        rank: int | None = n * p + i
+        how = f"mp.spawn's process {i} on node rank {n}, {p} processes per node ({node['why']})"
+    else:
+        rank, how = None, f"mp.spawn's process {i} is its local rank: the log shows more than one node ({node['why']})"
+        r["logged_host"], r["logged_local_rank"] = r.get("host"), r.get("local_rank")   # as the events table has them
+        r["local_rank"], r["host"] = i, r.get("host") or node["host"]
+    r["rank"], r["rank_basis"] = rank, None
+    r["record"] = {"host": r.get("host") or node["host"], "local_rank": i, "rank": rank, "how": how}
 
 
 def _srun_tasks(ctx: Context, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
