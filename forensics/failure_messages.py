@@ -102,7 +102,8 @@ FAMILIES: tuple[Family, ...] = (
            r"DataLoader worker \(pid \d+\) is killed by signal: (?:Killed|Bus error)", "line",
            "pytorch torch/csrc/DataLoader.cpp (handler for SIGCHLD: _error_if_any_worker_fails)",
            '"DataLoader worker (pid %d) is killed by signal: %s. " (+ the shared-memory hint for SIGBUS)',
-           "a data-loader worker of this rank was killed by SIGKILL (the OOM killer) or SIGBUS (/dev/shm exhausted): host memory",
+           "a data-loader worker of this rank was killed by SIGKILL (often the OOM killer: confirmed only by a memory line, "
+           "passes/failures/deaths._worker_kill) or SIGBUS (/dev/shm exhausted): host memory",
            ("RuntimeError: DataLoader worker (pid 5123) is killed by signal: Killed. ",
             "RuntimeError: DataLoader worker (pid 6001) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory.")),
     Family("python_memory_error", "host_oom", "own",

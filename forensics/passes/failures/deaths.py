@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from typing import Any
 
@@ -96,6 +97,41 @@ def _gpu_errors(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     return out
 
 
+# torch/csrc/DataLoader.cpp (_error_if_any_worker_fails): "DataLoader worker (pid %d) is killed by
+# signal: %s. " with strsignal(3)'s text (failure_messages.dataloader_killed_oom)
+_WORKER_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: (Killed|Bus error)")
+# what shows the host's memory ran out: the kernel's or the cgroup's OOM killer, Slurm's oom-kill
+# or memory-limit report, an allocation of host memory that failed (failure_messages families)
+_MEMORY_FAMILIES = ("kernel_oom_killer", "slurm_oom_kill", "slurm_memory_limit", "cpu_allocator", "python_memory_error")
+
+
+def _worker_kill(r: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The finding's words for a rank whose DataLoader worker was killed by a signal, or None when
+    `r` is no such exception. The kind stays host_oom (spec/report.md: host memory, "SIGKILL / exit
+    -9 without a CUDA error"), but the title says what the logs show: SIGKILL is often the OOM
+    killer, confirmed only by a memory line of the same host (or of a line naming none) — else
+    "no memory evidence in the logs"; SIGBUS is the workers' shared memory (/dev/shm) running out."""
+    m = _WORKER_KILLED.search(r.get("message") or "")
+    if m is None:
+        return None
+    pid, sig = int(m.group(1)), "SIGKILL" if m.group(2) == "Killed" else "SIGBUS"
+    mem = [q for q in sorted(rows, key=_key) if q is not r
+           and (q.get("by") == "oom_killer" or q.get("meaning_family") in _MEMORY_FAMILIES)
+           and (q.get("host") is None or r.get("host") is None or q["host"] == r["host"])]
+    memory = next((q for q in mem if q.get("pid") == pid), mem[0] if mem else None)   # the kill of that worker first
+    who = _who(r["rank"] if r["rank"] is not None else None, r)
+    head = f"{who}: its DataLoader worker (pid {pid}) was killed by {sig}"
+    if sig == "SIGBUS":
+        title = head + " (its shared memory, /dev/shm, ran out: often a container's small --shm-size)"
+    elif memory is not None:
+        title = (head + f" and the host's memory ran out ({os.path.basename(memory['source_file'] or '')}:"
+                 f"{memory['line']}: {shorten(memory.get('message') or memory.get('event'), 80)})")
+    else:
+        title = head + " (often the host's OOM killer; no memory evidence in the logs)"
+    return {"title": title, "memory": memory, "confirmed": memory is not None,
+            "evidence": {"pid": pid, "signal": sig, "memory_line": f"{memory['source_file']}:{memory['line']}" if memory else None}}
+
+
 def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[int, dict[str, Any]],
                    cascade: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> Finding:
     """A rank killed by its own Python exception (`crash`; `host_oom` when the exception means
@@ -110,12 +146,15 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
         where = f" (at {frames[-1]})"
     who = _who(rank, r)
     etype, emsg = facts.exception_of(r)
+    worker = None
     if kind in ("crash", "host_oom"):
         # an error event of any name: its exception's type and message, where the line has them
         text = r["message"] or r["event"] or ""
         if etype and etype not in text:
             text = f"{etype}: {emsg}" if emsg and emsg not in text else (f"{etype} ({text})" if text else etype)
-        title = (f"{who} ran out of host memory (RAM, not GPU memory): {shorten(text, 160)}{where}" if kind == "host_oom"
+        worker = _worker_kill(r, all_rows) if kind == "host_oom" else None
+        title = (worker["title"] + f": {shorten(text, 160)}{where}" if worker is not None else
+                 f"{who} ran out of host memory (RAM, not GPU memory): {shorten(text, 160)}{where}" if kind == "host_oom"
                  else f"{who} crashed with a Python exception: {shorten(text, 160)}{where}")
         # the rank's own process failed (its code, its data loader): below the communication its
         # peers then lose, so the chain reads bottom-up from it, like an OOM
@@ -134,8 +173,10 @@ def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[in
                   **({} if r["exact"] else {"time_of_its_own": False}),
                   "event": r["event"], "victims": later, "host": r.get("host"),
                   "cascade": {"launcher_kills": len(kills), "failed_exits": len(ex)} if kills or ex else None,
+                  **({"dataloader_worker": worker["evidence"], "confirmed": worker["confirmed"]} if worker else {}),
                   **records.evidence(r)},
-        lines=cite([_ev_row(r)] + [_ev_row(q) for q in records.cited(r)] + [_ev_row(first_to[k]) for k in later[:2]]
+        lines=cite([_ev_row(r)] + ([_ev_row(worker["memory"])] if worker and worker["memory"] else [])
+                   + [_ev_row(q) for q in records.cited(r)] + [_ev_row(first_to[k]) for k in later[:2]]
                    + [_ev_row(c) for c in (kills[:1] + ex[:1])], text="text"),
         first_seen=iso(r["t_show"]), last_seen=iso(mine[-1]["t_show"] if mine else r["t_show"]),
     )
