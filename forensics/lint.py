@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from . import host_names
 from .report.model import Evidence
 
 if TYPE_CHECKING:
@@ -111,6 +112,10 @@ def _is_flat() -> pl.Expr:
     return pl.col("event_source") == "inferred"
 
 
+# lines a reader keeps as the file's structure, not as a rank's event
+STRUCTURE = ("TELEMETRY_HEADER",)
+
+
 def _queries(ev: pl.LazyFrame) -> dict[str, pl.LazyFrame]:
     from .passes.hygiene import RESOURCE
 
@@ -124,7 +129,10 @@ def _queries(ev: pl.LazyFrame) -> dict[str, pl.LazyFrame]:
         "hosts": ev.filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null())
                    .group_by("rank").agg(pl.col("host").unique().sort().alias("hosts"), pl.col("source_file").first(),
                                          pl.col("line").first()),
-        "unranked": ev.select(pl.col("rank").is_null().sum().alias("n"), pl.len().alias("total")),
+        # a table's header line (telemetry CSV: TELEMETRY_HEADER) is the file's structure, kept as a
+        # line read, not an event of any rank: a multi-rank table's header has none to miss
+        "unranked": ev.filter(~pl.col("event").is_in(STRUCTURE).fill_null(False))
+                      .select(pl.col("rank").is_null().sum().alias("n"), pl.len().alias("total")),
         "levels": ev.filter(pl.col("level").is_in(["WARN", "ERROR"])).group_by("level").agg(pl.len().alias("n")),
         "repeat": ev.filter(pl.col("level") == "ERROR").group_by("event", "message")
                     .agg(pl.len().alias("n"), pl.col("source_file").first(), pl.col("line").min(), pl.col("rank").first(),
@@ -242,7 +250,9 @@ def _rank_filter(res: dict[str, pl.DataFrame]) -> Check:
     q = "Can one command filter one card's events (one rank id per card)?"
     u = res["unranked"].row(0, named=True)
     total, unranked = int(u["total"] or 0), int(u["n"] or 0)
-    multi = res["hosts"].filter(pl.col("hosts").list.len() > 1).sort("rank")
+    # a loopback name beside a named host is that host (host_names), not a second card
+    multi = res["hosts"].filter(pl.col("hosts").map_elements(lambda h: len(host_names.distinct(h)) > 1,
+                                                             return_dtype=pl.Boolean)).sort("rank")
     ranks = res["hosts"].height
     nums = {"events": total, "events_without_rank": unranked, "ranks_on_several_hosts": multi["rank"].to_list()}
     if multi.height:

@@ -5,7 +5,10 @@ import json
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
+
+import forensics
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -115,3 +118,29 @@ def test_cli_formats_and_exit_codes(clean: Path, tmp_path: Path) -> None:
     assert CliRunner().invoke(app, ["lint", str(bad), "--fail-on", "warn"]).exit_code == 3
     assert CliRunner().invoke(app, ["lint", str(bad), "--fail-on", "FAIL"]).exit_code == 0
     assert CliRunner().invoke(app, ["lint", str(bad)]).exit_code == 0
+
+
+def test_a_multi_rank_telemetry_tables_header_is_no_rankless_event(tmp_path: Path) -> None:
+    # a job's own GPU table with a rank column: every row its rank's, the header line none (the
+    # file's structure, TELEMETRY_HEADER) -- counted as read, never as an event that misses a rank
+    rows = ["timestamp,rank,host,gpu,gpu_util,temp_c,sm_clock_mhz"]
+    rows += [f"2024-12-05T11:24:{2 * s:02d}.000Z,{r},gpu-a7,{r},97,70,1980" for s in range(20) for r in range(4)]
+    (tmp_path / "gpu_telemetry.csv").write_text("\n".join(rows) + "\n")
+    s = forensics.ingest([str(tmp_path / "gpu_telemetry.csv")], tmp_path / "st")
+    assert s.rejected == 0 and s.ranks == [0, 1, 2, 3]
+    df = open_store(tmp_path / "st").events().collect()
+    assert df.filter(pl.col("event") == "GPU_STATS").group_by("rank").len().sort("rank")["len"].to_list() == [20] * 4
+    c = checks(tmp_path / "st")
+    assert c["rank_filter"].status == "pass" and c["rank_filter"].numbers["events_without_rank"] == 0
+
+
+def test_a_loopback_name_beside_the_host_is_no_second_card(tmp_path: Path) -> None:
+    # rank 1's lines name gpu-a7 (NCCL) and localhost (torch elastic's record on a machine whose
+    # name maps to 127.0.0.1): one card
+    (tmp_path / "a.log").write_text("[rank1]:gpu-a7:4412:4412 [1] NCCL INFO Bootstrap : Using eth0:10.1.2.7<0>\n"
+                                    "[rank1]:step 10 loss 2.30\n")
+    (tmp_path / "b.log").write_text("localhost: [rank1]: step 11 loss 2.29\n")
+    forensics.ingest([str(tmp_path)], tmp_path / "st")
+    df = open_store(tmp_path / "st").events().collect()
+    assert set(df.filter(pl.col("rank") == 1)["host"].drop_nulls().to_list()) == {"gpu-a7", "localhost"}
+    assert checks(tmp_path / "st")["rank_filter"].status != "fail"
