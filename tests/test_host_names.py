@@ -16,6 +16,7 @@ import pytest
 
 from forensics import host_names
 from forensics.failure_facts import one_node
+from tests.message_catalogue import child_failed
 
 
 @pytest.mark.parametrize("names,hosts", [
@@ -39,7 +40,7 @@ def test_resolve():
 def _log(record_host: str) -> str:
     return "\n".join([
         "gpu-a7:4411:4411 [0] NCCL INFO Bootstrap : Using eth0:10.1.2.7<0>",
-        "gpu-a7:4412:4412 [1] NCCL INFO Bootstrap : Using eth0:10.1.2.7<0>",
+        "gpu-a7:4701:4701 [1] NCCL INFO Bootstrap : Using eth0:10.1.2.7<0>",
         "[rank0]: step 10 loss 2.31",
         "[rank1]: step 10 loss 2.30",
         "[rank1]: Traceback (most recent call last):",
@@ -47,23 +48,8 @@ def _log(record_host: str) -> str:
         "[rank1]:     main()",
         "[rank1]: ValueError: bad batch shape",
         "E1205 11:24:43.604000 4400 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
-        "local_rank: 1 (pid: 4412) of binary: /usr/bin/python3",
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
-        "============================================================",
-        "train.py FAILED",
-        "------------------------------------------------------------",
-        "Failures:",
-        "  <NO_OTHER_FAILURES>",
-        "------------------------------------------------------------",
-        "Root Cause (first observed failure):",
-        "[0]:",
-        "  time      : 2024-12-05_11:24:43",
-        f"  host      : {record_host}",
-        "  rank      : 1 (local_rank: 1)",
-        "  exitcode  : 1 (pid: 4412)",
-        "  error_file: <N/A>",
-        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
-        "============================================================",
+        "local_rank: 1 (pid: 4701) of binary: /usr/bin/python3",
+        *child_failed([(1, 1, 1, record_host)]),
     ]) + "\n"
 
 
