@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import polars as pl
 
+from . import host_names
 from .errors import BAD_ARGUMENT, ForensicsError
 
 if TYPE_CHECKING:
@@ -363,7 +364,7 @@ def _figures(run: Run, findings: bool, rule_dirs: Sequence[str | os.PathLike[str
     all_steps = pl.concat([steps.get_column("step"), job.get_column("step")]).drop_nulls()
     side = Side(
         label=run.label, ranks=list(ctx.ranks),
-        hosts=len(run.totals.get("hosts") or []) if run.totals else 0,
+        hosts=len(host_names.distinct(run.totals.get("hosts") or [])) if run.totals else 0,
         steps=int(all_steps.n_unique()),
         first_step=int(all_steps.min()) if len(all_steps) else None,  # type: ignore[arg-type]
         last_step=int(all_steps.max()) if len(all_steps) else None,  # type: ignore[arg-type]

@@ -82,3 +82,16 @@ def test_one_node_is_not_declined_for_a_loopback_name():
     node = one_node(ev)
     assert node is not None and node["host"] == "gpu-a7" and node["workers"] == 4
     assert one_node(_events(["gpu-a7", "gpu-a7", "gpu-b2", "localhost"], [0, 1, 2, 3])) is None
+
+
+def test_ingest_counts_one_machine(tmp_path):
+    import re
+
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "train.log").write_text(_log("localhost"))
+    out = CliRunner().invoke(app, ["ingest", str(tmp_path / "logs"), "-o", str(tmp_path / "st")]).stdout
+    assert re.search(r"hosts\s+1\s+\(gpu-a7, localhost\)", out)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .. import host_names
 from ..report.fmt import ranks_text
 from ..store import Run
 
@@ -71,7 +72,9 @@ def render_summary(s: IngestSummary, console: Console, verbose: bool = False) ->
     if s.formats:
         t.add_row("formats", ", ".join(f"{k} {v}" for k, v in sorted(s.formats.items())))
     t.add_row("ranks", f"{len(s.ranks)}  ({_ranks_text(s.ranks)})")
-    t.add_row("hosts", f"{len(s.hosts)}" + (f"  ({', '.join(s.hosts[:8])}{' ...' if len(s.hosts) > 8 else ''})" if s.hosts else ""))
+    # the names as written; the count of machines: a loopback name beside a named host is that host
+    t.add_row("hosts", f"{len(host_names.distinct(s.hosts))}"
+              + (f"  ({', '.join(s.hosts[:8])}{' ...' if len(s.hosts) > 8 else ''})" if s.hosts else ""))
     t.add_row("lines read", f"{s.lines_read:,}")
     t.add_row("events kept", f"{s.events:,}")
     t.add_row("lines rejected", f"{s.rejected:,}" + ("" if s.lines_read == s.events + s.rejected else "  (ACCOUNTING MISMATCH)"))
