@@ -353,7 +353,8 @@ def agent_workers(lines: list[tuple[str, int | None, int]], restarted: bool = Fa
     order, but their pids need not rise with it). None when the lines do not show one agent's
     workers: a lone failed worker (a high local rank alone shows no node), several rounds unless
     the agent said it restarts its workers (then each round the same N, no pid twice), rounds in
-    several files (each file a node's console)."""
+    several files (each file a node's console), closing signals after a whole round (workers no
+    failure of this agent covers: another agent's)."""
     rounds: list[tuple[str, set[int], list[tuple[int, int]]]] = []
     closing: list[int] = []
     for file, lr, pid in lines:
@@ -367,7 +368,9 @@ def agent_workers(lines: list[tuple[str, int | None, int]], restarted: bool = Fa
     if not rounds:
         return None
     if closing:
-        rounds[-1][1].update(closing)      # closing lines written after the failed one
+        if rounds[-1][1]:
+            return None                    # closing signals after a whole round: another agent's workers
+        rounds[-1][1].update(closing)      # a log whose closing lines all follow the failure (reordered)
     if len(rounds) > 1 and (not restarted or len({f for f, _, _ in rounds}) > 1):
         return None
     sizes, seen = set(), set()

@@ -90,6 +90,10 @@ def test_agent_workers_over_restarts():
     assert agent_workers(a + _lines([(2, 950)], [951]), restarted=True) is None    # another count
     assert agent_workers(a + _lines([(1, 950)], [899, 951, 952]), restarted=True) is None   # a pid twice
     assert agent_workers(a + _lines([(2, 950)], [951, 949, 952], file="b.log"), restarted=True) is None
+    # closing signals after a whole round: workers no failure of this agent covers (a second agent's)
+    assert agent_workers(a + [("a.log", None, p) for p in (960, 961, 962, 963)]) is None
+    # every closing line after the failure (a reordered paste): still one round
+    assert agent_workers([("a.log", 1, 900)] + [("a.log", None, p) for p in (899, 901, 902)]) == 4
 
 
 def test_out_of_order_pids_show_one_node(tmp_path):
