@@ -60,3 +60,36 @@ def test_sigbus_names_shared_memory(tmp_path):
                                                   "Please try to raise your shared memory limit.")})["root_cause"]
     assert (rc["kind"], rc["ranks"]) == ("host_oom", [1])
     assert "killed by SIGBUS (its shared memory, /dev/shm, ran out" in rc["summary"]
+
+
+def _chained(signal_text: str) -> str:
+    # dataloader.py raises "exited unexpectedly" from the SIGCHLD handler's error: CPython prints
+    # the cause's traceback, the "direct cause" line, then the fatal one
+    return "\n".join([
+        "[rank0]: step 10 loss 2.31",
+        "[rank1]: step 10 loss 2.30",
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "/usr/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1120, in _try_get_data',
+        "[rank1]:     data = self._data_queue.get(timeout=timeout)",
+        '[rank1]:   File "/usr/lib/python3.10/site-packages/torch/utils/data/_utils/signal_handling.py", line 67, in handler',
+        "[rank1]:     _error_if_any_worker_fails()",
+        f"[rank1]: RuntimeError: DataLoader worker (pid 51234) is killed by signal: {signal_text}. ",
+        "[rank1]: ",
+        "[rank1]: The above exception was the direct cause of the following exception:",
+        "[rank1]: ",
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "/srv/train.py", line 77, in <module>',
+        "[rank1]:     for batch in loader:",
+        '[rank1]:   File "/usr/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1133, in _try_get_data',
+        '[rank1]:     raise RuntimeError(f"DataLoader worker (pid(s) {pids_str}) exited unexpectedly") from e',
+        "[rank1]: RuntimeError: DataLoader worker (pid(s) 51234) exited unexpectedly",
+    ]) + "\n"
+
+
+@pytest.mark.parametrize("signal_text,kind,words", [
+    ("Killed", "host_oom", "killed by SIGKILL (often the host's OOM killer; no memory evidence in the logs)"),
+    ("Segmentation fault", "crash", "crashed with a Python exception"),      # a fault of the worker's own
+])
+def test_exited_unexpectedly_is_read_as_the_kill_it_was_raised_from(tmp_path, signal_text, kind, words):
+    rc = _diagnose(tmp_path, {"train.log": _chained(signal_text)})["root_cause"]
+    assert (rc["kind"], rc["ranks"]) == (kind, [1]) and words in rc["summary"]

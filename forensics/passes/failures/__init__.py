@@ -111,7 +111,7 @@ from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed, 
 from .culprit import (
     _desync_ranks, _fingerprint_how, _laggards, _least_completed, _missing_ranks, _odd_collective, _peer_of, _seq_of,
 )
-from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, first_timeout_time, watchdog_abort
+from .deaths import _crashes, _death_finding, _failed_exit, _gpu_errors, first_timeout_time, watchdog_abort, worker_cause
 from .independent import independent, name_all
 from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
@@ -376,6 +376,8 @@ def find(ctx: Context) -> list[Finding]:
     for who_key, r in sorted(crashes.items(), key=lambda kv: death_key(kv[1])):
         # an exception that means host memory (DefaultCPUAllocator, a DataLoader worker the OOM
         # killer took, MemoryError) is a host OOM, not a plain crash
+        # (a DataLoader's "exited unexpectedly" raised from its worker's kill is that kill)
+        r = worker_cause(r, rows) or r
         out.append(_death_finding("host_oom" if r.get("meaning") == "host_oom" and r.get("meaning_role") == "own" else "crash",
                                   who_key, r, first_to, cascade, rows))
     # -- ranks that failed of their own error before any sign of the cascade: all are culprits ---

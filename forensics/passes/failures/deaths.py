@@ -132,6 +132,26 @@ def _worker_kill(r: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any
             "evidence": {"pid": pid, "signal": sig, "memory_line": f"{memory['source_file']}:{memory['line']}" if memory else None}}
 
 
+# torch/utils/data/dataloader.py (_try_get_data): `raise RuntimeError(f"DataLoader worker (pid(s)
+# {pids_str}) exited unexpectedly") from e` — e being the SIGCHLD handler's "is killed by signal"
+# error of the same worker: CPython prints that cause's traceback first, then "The above exception
+# was the direct cause of the following exception:", then this one
+_WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
+
+
+def worker_cause(r: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The row of the DataLoader worker's kill that the fatal "exited unexpectedly" exception `r`
+    was raised from (its chained cause: the same process, the same file, before it, naming one of
+    its pids), or None."""
+    m = _WORKER_EXITED.search(r.get("message") or "")
+    if m is None:
+        return None
+    pids = {int(p) for p in m.group(1).replace(",", " ").split()}
+    return next((q for q in sorted(rows, key=lambda q: -(q["line"] or 0))
+                 if q["source_file"] == r["source_file"] and (q["line"] or 0) < (r["line"] or 0) and _owner(q) == _owner(r)
+                 and (k := _WORKER_KILLED.search(q.get("message") or "")) and int(k.group(1)) in pids), None)
+
+
 def _death_finding(kind: str, who_key: Any, r: dict[str, Any], first_to: dict[int, dict[str, Any]],
                    cascade: list[dict[str, Any]], all_rows: list[dict[str, Any]]) -> Finding:
     """A rank killed by its own Python exception (`crash`; `host_oom` when the exception means
