@@ -65,15 +65,7 @@ def test_sigbus_names_shared_memory(tmp_path):
 def _chained(signal_text: str) -> str:
     # dataloader.py raises "exited unexpectedly" from the SIGCHLD handler's error: CPython prints
     # the cause's traceback, the "direct cause" line, then the fatal one
-    return "\n".join([
-        "[rank0]: step 10 loss 2.31",
-        "[rank1]: step 10 loss 2.30",
-        "[rank1]: Traceback (most recent call last):",
-        '[rank1]:   File "/usr/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1120, in _try_get_data',
-        "[rank1]:     data = self._data_queue.get(timeout=timeout)",
-        '[rank1]:   File "/usr/lib/python3.10/site-packages/torch/utils/data/_utils/signal_handling.py", line 67, in handler',
-        "[rank1]:     _error_if_any_worker_fails()",
-        f"[rank1]: RuntimeError: DataLoader worker (pid 51234) is killed by signal: {signal_text}. ",
+    return _rank1(f"{signal_text}. ") + "\n".join([
         "[rank1]: ",
         "[rank1]: The above exception was the direct cause of the following exception:",
         "[rank1]: ",
