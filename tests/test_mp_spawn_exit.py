@@ -130,3 +130,11 @@ def test_the_raised_process_on_a_second_host_is_a_local_rank(tmp_path):
     rc = _diagnose(tmp_path, text)["root_cause"]
     assert (rc["kind"], rc["ranks"]) == ("crash", [])
     assert rc["local_ranks"] == [{"host": "gpu-b3", "local_rank": 2}]
+
+
+def test_the_finding_says_how_the_spawned_index_became_the_rank(tmp_path):
+    rep = _diagnose(tmp_path, "launching: nnodes=2 node_rank=1 nprocs=4\n" + _spawn_tb(
+        "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL"))
+    f = next(f for f in rep["findings"] if f["kind"] == "host_oom")
+    rec = f["evidence"]["launcher_record"]
+    assert (f["ranks"], rec["rank"], rec["local_rank"]) == ([6], 6, 2) and "node rank 1" in rec["how"]

@@ -11,6 +11,7 @@ from ... import failure_facts as facts
 from ...report.model import Finding, local_ranks_phrase
 from ..evidence import cite, iso, pass_id, ranks_phrase
 from .rows import LAUNCHERS, _ev_row, _exit_key, _extra, _key, _local, _owner
+from . import records
 
 
 def _killed_without_traceback(rows: list[dict[str, Any]], t_timeout: dt.datetime | None = None,
@@ -124,7 +125,9 @@ def _host_oom_finding(d: dict[str, Any], t_first: dt.datetime | None, victims: l
                   "pid": d["pid"], "local_rank": d["local_rank"], "host": d["host"], "python_traceback": False,
                   "victims": victims,
                   "srun_tasks": d.get("ranks") if any(r.get("srun_task") for r in d["rows"]) else None,
-                  **({"one_node": d["one_node"]} if d.get("one_node") else {})},
+                  **({"one_node": d["one_node"]} if d.get("one_node") else {}),
+                  # how its rank is known where a record says (mp.spawn's index on one node of several)
+                  **records.evidence(next((r for r in d["rows"] if r.get("record")), {}))},
         lines=cite([_ev_row(r) for r in d["rows"]], text="text"),
         first_seen=iso(t), last_seen=iso(d["timestamp"]),
     )
