@@ -94,6 +94,26 @@ def _trained_after(r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bo
     return last is not None and last > r["timestamp"]
 
 
+def _restarted_after(ctx: Context, r: dict[str, Any]) -> bool:
+    """The rank's training after this line started over: its first step after the line is at or
+    below its last step before it. A process that survived an exception goes on from the step it
+    was at; a new process (torch elastic restarts every worker after a failure: failures/restart.py)
+    resumes from a checkpoint or from step 0 — the process that wrote the line had ended."""
+    t = r.get("logged_ts") or r["timestamp"]
+    if r["rank"] is None or t is None:
+        return False
+    ts, step = pl.col("timestamp"), pl.col("step")
+    got = (
+        ctx.events.select("rank", "timestamp", "level", "step")
+        .filter(_progress_rows() & (pl.col("rank") == int(r["rank"])))
+        .select(step.filter(ts <= t).sort_by(ts.filter(ts <= t)).last().alias("before"),
+                step.filter(ts > t).sort_by(ts.filter(ts > t)).first().alias("after"))
+        .collect()
+    )
+    before, after = got.row(0)
+    return before is not None and after is not None and after <= before
+
+
 def _others_went_on(ctx: Context, r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bool:
     """Another rank logged progress clearly after this line (by SILENT_MARGIN_S, or two steps)."""
     if r["timestamp"] is None:
