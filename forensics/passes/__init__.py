@@ -26,6 +26,7 @@ from . import (
     data_load_skew,
     failures,
     grad_norm,
+    grad_norm_rank,
     gradient_skew,
     hot_gpu,
     hygiene,
@@ -79,6 +80,7 @@ PASSES: list[Pass] = [
     loss.find,               # training: divergence / plateau, warmup-aware
     non_finite.find,         # training: where a NaN/Inf first appears (rank, step)
     grad_norm.find,          # training: spikes, vanishing adapter gradients
+    grad_norm_rank.find,     # training: one rank's own gradient norm apart from its peers', every step
     throughput.find,         # training: throughput drop while loss falls
     hygiene.find,            # the logs themselves
     world_size.find,         # the logs: ranks the stated world size counts and no line shows
