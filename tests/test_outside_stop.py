@@ -115,3 +115,15 @@ def test_a_job_every_rank_stopped_in_long_before_the_signal_is_not_said_to_progr
     rep = diagnose([str(_run(tmp_path, {}, 30.0))])
     rc = rep.root_cause
     assert rc is not None and "still making progress" not in rc.summary and "hung job" in rc.summary, rc.summary
+
+
+def test_a_job_stopped_while_starting_up_is_cancelled_not_an_unexplained_error(tmp_path: Path) -> None:
+    # the SIGTERM came before any rank wrote a line: the rank files are empty
+    _run(tmp_path, {}, 1.0)
+    for f in tmp_path.glob("rank_*.jsonl"):
+        f.write_text("")
+    rep = diagnose([str(tmp_path)])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "job_cancelled" and rc.ranks == [], rc
+    assert "starting up" in rc.summary
+    assert not any(f.kind == "unexplained_error" for f in rep.findings)

@@ -28,6 +28,10 @@ C = {
  "i10_healthy_noisy_logfmt8_2n": dict(n=8, nodes=2, schema="logfmt_json", fault="none", rank=0, step=0, jitter_ms=120, host_fmt="trn-{i}", clock_offset=-1.5, steps=16, batch=128, truth=(None, None)),
  "i11_nan_mix12":            dict(n=12, schema="mix:otel,bunyan,pylog", fault="nan", rank=9, step=6, steps=12, batch=64, truth=([9], ["non_finite", "loss_divergence"])),
  "i12_barrier_kill_otel6":   dict(n=6, schema="otel", fault="barrier_stuck", rank=4, step=4, steps=400, batch=256, timeout=300, kill_after=30, truth=([4], STUCK)),
+ "i13_gradlow_gelf8_2n":     dict(n=8, nodes=2, schema="gelf", fault="grad_skew", rank=6, skew=0.1, step=0, steps=14, batch=128, host_fmt="gpu{i}.dc2", truth=([6], GRAD)),
+ "i14_restart_pyloga4_2h":   dict(n=4, hosts=2, schema="pylog", fault="fail_once", rank=0, step=4, restarts=1, steps=10, batch=256, truth=([0], CRASH), say="restart"),
+ "i15_barrier_kill_mix8":    dict(n=8, schema="mix:ecs,pylog", fault="barrier_stuck", rank=7, step=3, steps=400, batch=128, timeout=300, kill_after=75, truth=([7], STUCK)),
+ "i16_sigterm_startup_mix8": dict(n=8, schema="mix:ecs,pylog", fault="none", rank=0, step=0, steps=400, batch=128, kill_after=8, truth=([], ["job_cancelled"])),
 }
 if __name__ == "__main__":
     for n in sys.argv[2:] or list(C):

@@ -182,7 +182,8 @@ def _signal_stop(stop: dict[str, Any], rows: list[dict[str, Any]], progress: dic
     still = (f"; every rank had stopped progressing {stalled:.1f} s before it (a hung job)" if stalled is not None
              else "; every rank was still making progress")
     at = (f"{still} (last steps {steps[0]:g}–{steps[-1]:g})" if len(steps) > 1 else
-          f"{still} (last step {steps[0]:g})" if steps else "")
+          f"{still} (last step {steps[0]:g})" if steps else
+          "" if progress else "; no rank had logged any progress yet (it was still starting up)")
     after = [r for r in rows if r["kind"] in ("kill", "exit") and _key(r) >= _key(stop)]
     return Finding(
         rule=pass_id("failures"), kind="job_cancelled", layer="resource", severity="WARN", ranks=[],
@@ -213,7 +214,9 @@ def stopped_hang(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, d
         if len(steps) == len(progress) and (got := _ahead(steps)) is not None:
             got = got[0], f"{got[1]}; every rank stopped progressing {stalled:.1f} s before the stop", got[2]
     if got is None:
-        if is_signal and progress:
+        # (no progress at all: stopped while starting up, before any rank logged a step — still
+        # the job's end from outside, never an error nobody explains)
+        if is_signal:
             return [_signal_stop(stop, rows, progress, _waited_s(_stop_time(stop, rows), list(progress), progress),
                                  stalled)]
         return []
