@@ -81,16 +81,17 @@ def test_a_stop_whose_clock_disagrees_with_the_ranks_judges_nothing_by_it(tmp_pa
     assert rc is not None and rc.kind == "hang" and rc.ranks == [3]
 
 
-def _ahead(tmp: Path, rank: int, stop_after_s: float, world: int = 6) -> Path:
+def _ahead(tmp: Path, rank: int | list[int], stop_after_s: float, world: int = 6, step: int | None = 41) -> Path:
     """Every rank logs steps 0..40; `rank` then logs a line of its own at step 41 ("waiting for
     all ranks before saving a checkpoint") and nothing more; the SIGTERM comes `stop_after_s`
     after the last step."""
     _run(tmp, {r: 40 for r in range(world)}, stop_after_s, world)
     t = T0 + dt.timedelta(seconds=1 + 40 * STEP_S + 0.05)
-    with open(tmp / f"rank_{rank}.jsonl", "a") as f:
-        f.write(json.dumps({"timestamp": t.isoformat().replace("+00:00", "Z"), "rank": rank, "level": "INFO",
-                            "event": "CHECKPOINT", "message": "waiting for all ranks before saving a checkpoint",
-                            "extra": {"step": 41}}) + "\n")
+    for k in rank if isinstance(rank, list) else [rank]:
+        with open(tmp / f"rank_{k}.jsonl", "a") as f:
+            f.write(json.dumps({"timestamp": t.isoformat().replace("+00:00", "Z"), "rank": k, "level": "INFO",
+                                "event": "CHECKPOINT", "message": "waiting for all ranks before saving a checkpoint",
+                                "extra": {} if step is None else {"step": step}}) + "\n")
     return tmp
 
 
@@ -127,3 +128,17 @@ def test_a_job_stopped_while_starting_up_is_cancelled_not_an_unexplained_error(t
     assert rc is not None and rc.kind == "job_cancelled" and rc.ranks == [], rc
     assert "starting up" in rc.summary
     assert not any(f.kind == "unexplained_error" for f in rep.findings)
+
+
+def test_a_rank_that_logged_a_line_of_its_own_after_its_last_step_then_the_job_stalled_is_the_hang(tmp_path: Path) -> None:
+    # the line carries no step: rank 2 alone wrote something after its step line, then nothing
+    rep = diagnose([str(_ahead(tmp_path, 2, 20.0, step=None))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [2], rc
+    assert "waiting for all ranks" in rc.summary
+
+
+def test_a_line_every_rank_logs_after_its_last_step_names_nobody(tmp_path: Path) -> None:
+    rep = diagnose([str(_ahead(tmp_path, list(range(6)), 20.0, step=None))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "job_cancelled" and rc.ranks == [] and "hung job" in rc.summary

@@ -22,6 +22,9 @@ Domain facts relied on:
   three at most) logged a step the others never reached, those ranks left the common path: the
   others finished their last step and wait in the next step's collective, which the rank ahead
   — whatever it logged at that step (a checkpoint, an evaluation) — never joined [last_to_log].
+  Likewise a minority that, after its last step line, logged something else (a line of its own:
+  "waiting for all ranks before saving a checkpoint") and then nothing more, while every other
+  rank's last line is its step line: it went where the others did not follow [last_to_log].
   Nobody ahead: the stop still ended a hung job, and the job_cancelled finding says so (never
   "still making progress").
 
@@ -92,6 +95,27 @@ def _ahead(last: dict[int, Any]) -> tuple[list[int], str, bool] | None:
     if not rest or len(ahead) * 3 > len(last):
         return None
     return ahead, f"it logged step {top:g}, which {ranks_phrase(sorted(set(last) - set(ahead)))} never reached", False
+
+
+def _left_path(ctx: Context, progress: dict[int, dict[str, Any]]) -> tuple[list[int], str, bool] | None:
+    """The minority of ranks (one of three at most) that logged a line below ERROR after their
+    last progress line, when the others logged nothing after theirs; how, with the line's text."""
+    last = {k: p["last_ts"] for k, p in progress.items() if p.get("last_ts") is not None}
+    if len(last) < 3 or len(last) < len(progress):
+        return None
+    lf = ctx.aligned(ctx.events.select("rank", "host", "timestamp", "level", "message")
+                     .filter(pl.col("rank").is_in(list(last)) & (pl.col("level").fill_null("INFO") != "ERROR")))
+    after = (lf.join(pl.LazyFrame({"rank": list(last), "last_ts": list(last.values())},
+                                  schema_overrides={"rank": lf.collect_schema()["rank"]}), on="rank")
+             .filter(pl.col("ts_aligned") > pl.col("last_ts"))
+             .group_by("rank").agg(pl.col("message").sort_by("ts_aligned").last())
+             .collect())
+    ranks = sorted(int(k) for k in after.get_column("rank"))
+    if not ranks or len(ranks) * 3 > len(last):
+        return None
+    said = after.sort("rank").get_column("message").to_list()[0] or ""
+    return ranks, (f"after its last step it logged \"{said[:100]}\" and nothing more, while "
+                   f"{ranks_phrase(sorted(set(last) - set(ranks)))} logged nothing after their step line"), False
 
 
 def _stalled(stop_t: Any, progress: dict[int, dict[str, Any]], ctx: Context) -> float | None:
@@ -211,7 +235,8 @@ def stopped_hang(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, d
     stalled = _stalled(_stop_time(stop, rows), progress, ctx) if got is None else None
     if got is None and stalled is not None:
         steps = {k: p["last_step"] for k, p in progress.items() if p["last_step"] is not None}
-        if len(steps) == len(progress) and (got := _ahead(steps)) is not None:
+        got = (_ahead(steps) if len(steps) == len(progress) else None) or _left_path(ctx, progress)
+        if got is not None:
             got = got[0], f"{got[1]}; every rank stopped progressing {stalled:.1f} s before the stop", got[2]
     if got is None:
         # (no progress at all: stopped while starting up, before any rank logged a step — still
