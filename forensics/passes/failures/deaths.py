@@ -62,8 +62,10 @@ def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[
     typed = {(r["source_file"], r["traceback_head"]) for r in rows
              if r.get("traceback_head") is not None and r["kind"] in ("timeout", "oom", "gpu", "desync")}
     tbs = [r for r in rows if r["kind"] == "traceback" and not re.search(TEARDOWN_RE, r["message"] or "")
-           and (r["source_file"], r["line"]) not in typed
-           and _owner(r) is not None and (not _trained_after(r, progress) or _restarted_after(ctx, r))]
+           and (r["source_file"], r["line"]) not in typed and _owner(r) is not None]
+    survived = [r for r in tbs if _trained_after(r, progress)]
+    restarted = _restarted_after(ctx, survived)
+    tbs = [r for r in tbs if not _trained_after(r, progress) or id(r) in restarted]
     if not tbs:
         return {}
     ends = [r for r in rows if r["kind"] in ("exit", "kill", "timeout")]
