@@ -79,3 +79,66 @@ def test_a_stop_whose_clock_disagrees_with_the_ranks_judges_nothing_by_it(tmp_pa
     rep = diagnose([str(_run(tmp_path, {0: 41, 1: 41, 2: 41, 3: 40}, -5 * 3600.0))])
     rc = rep.root_cause
     assert rc is not None and rc.kind == "hang" and rc.ranks == [3]
+
+
+def _ahead(tmp: Path, rank: int | list[int], stop_after_s: float, world: int = 6, step: int | None = 41) -> Path:
+    """Every rank logs steps 0..40; `rank` then logs a line of its own at step 41 ("waiting for
+    all ranks before saving a checkpoint") and nothing more; the SIGTERM comes `stop_after_s`
+    after the last step."""
+    _run(tmp, {r: 40 for r in range(world)}, stop_after_s, world)
+    t = T0 + dt.timedelta(seconds=1 + 40 * STEP_S + 0.05)
+    for k in rank if isinstance(rank, list) else [rank]:
+        with open(tmp / f"rank_{k}.jsonl", "a") as f:
+            f.write(json.dumps({"timestamp": t.isoformat().replace("+00:00", "Z"), "rank": k, "level": "INFO",
+                                "event": "CHECKPOINT", "message": "waiting for all ranks before saving a checkpoint",
+                                "extra": {} if step is None else {"step": step}}) + "\n")
+    return tmp
+
+
+def test_a_rank_that_logged_a_step_nobody_else_reached_then_the_job_stalled_is_the_hang(tmp_path: Path) -> None:
+    # every rank silent 20 s before the SIGTERM; rank 4 alone logged step 41
+    rep = diagnose([str(_ahead(tmp_path, 4, 20.0))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [4], rc
+    assert "never reached" in rc.summary
+
+
+def test_a_rank_a_step_ahead_when_the_signal_came_mid_training_is_nobody(tmp_path: Path) -> None:
+    # the SIGTERM 0.1 s after the last step: ranks finish a step at slightly different times
+    rep = diagnose([str(_ahead(tmp_path, 4, 0.1))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "job_cancelled" and rc.ranks == []
+    assert "still making progress" in rc.summary
+
+
+def test_a_job_every_rank_stopped_in_long_before_the_signal_is_not_said_to_progress(tmp_path: Path) -> None:
+    # nobody ahead or behind, every rank silent 30 s: the stop ended a hung job
+    rep = diagnose([str(_run(tmp_path, {}, 30.0))])
+    rc = rep.root_cause
+    assert rc is not None and "still making progress" not in rc.summary and "hung job" in rc.summary, rc.summary
+
+
+def test_a_job_stopped_while_starting_up_is_cancelled_not_an_unexplained_error(tmp_path: Path) -> None:
+    # the SIGTERM came before any rank wrote a line: the rank files are empty
+    _run(tmp_path, {}, 1.0)
+    for f in tmp_path.glob("rank_*.jsonl"):
+        f.write_text("")
+    rep = diagnose([str(tmp_path)])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "job_cancelled" and rc.ranks == [], rc
+    assert "starting up" in rc.summary
+    assert not any(f.kind == "unexplained_error" for f in rep.findings)
+
+
+def test_a_rank_that_logged_a_line_of_its_own_after_its_last_step_then_the_job_stalled_is_the_hang(tmp_path: Path) -> None:
+    # the line carries no step: rank 2 alone wrote something after its step line, then nothing
+    rep = diagnose([str(_ahead(tmp_path, 2, 20.0, step=None))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "hang" and rc.ranks == [2], rc
+    assert "waiting for all ranks" in rc.summary
+
+
+def test_a_line_every_rank_logs_after_its_last_step_names_nobody(tmp_path: Path) -> None:
+    rep = diagnose([str(_ahead(tmp_path, list(range(6)), 20.0, step=None))])
+    rc = rep.root_cause
+    assert rc is not None and rc.kind == "job_cancelled" and rc.ranks == [] and "hung job" in rc.summary

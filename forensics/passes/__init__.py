@@ -27,6 +27,7 @@ from . import (
     data_load_skew,
     failures,
     grad_norm,
+    grad_norm_rank,
     gradient_skew,
     hot_gpu,
     hygiene,
@@ -50,7 +51,7 @@ from . import (
     world_size,
 )
 from .context import Context, median
-from .evidence import iso, num, own_times, pass_id
+from .evidence import iso, num, own_times, parse_iso, pass_id
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -80,6 +81,7 @@ PASSES: list[Pass] = [
     loss.find,               # training: divergence / plateau, warmup-aware
     non_finite.find,         # training: where a NaN/Inf first appears (rank, step)
     grad_norm.find,          # training: spikes, vanishing adapter gradients
+    grad_norm_rank.find,     # training: one rank's own gradient norm apart from its peers', every step
     throughput.find,         # training: throughput drop while loss falls
     hygiene.find,            # the logs themselves
     world_size.find,         # the logs: ranks the stated world size counts and no line shows
@@ -143,7 +145,12 @@ def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
 def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: list[Finding],
               errors: unexplained.Accounting | None = None) -> RunInfo:
     totals = ctx.run.totals if ctx.run is not None else {}
-    crashed = any(f.kind in rootcause.FAILURES for f in findings)
+    # failures before a restart the job trained on after (failures/restart.py) did not end the run
+    restarted = max((t for f in findings if (t := parse_iso((f.evidence.get("restarted") or {}).get("from")))),
+                    default=None)
+    crashed = any(f.kind in rootcause.FAILURES
+                  and (restarted is None or (parse_iso(f.last_seen or f.first_seen) or restarted) >= restarted)
+                  for f in findings)
     start = per_rank.get_column("first_seen").min() if not per_rank.is_empty() else None
     end = per_rank.get_column("last_seen").max() if not per_rank.is_empty() else None
     return RunInfo(

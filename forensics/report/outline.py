@@ -106,6 +106,8 @@ def header(report: Report) -> str:
         parts.append(f"{run.rejected_lines:,} lines rejected")
     if run.crashed:
         parts.append(_ending(report))
+    elif any(f.evidence.get("restarted") for f in report.findings):
+        parts.append("restarted after a failure")   # failures/restart.py: the job trained on after it
     return " · ".join(parts)
 
 

@@ -22,13 +22,15 @@ def run(name, c, root):
                   f"--nproc-per-node={c['n'] // nodes}"]
     else:
         launch = ["--standalone", f"--nproc-per-node={c['n']}"]
+    if c.get("restarts"): launch += ["--max-restarts", str(c["restarts"])]   # torchrun restarts every worker after a failure
+    if c.get("tee"): launch += ["--tee", "3"]                            # the launcher prefixes each worker line with [role+local rank]:
     cmd = [sys.executable, "-m", "torch.distributed.run", *launch,
            os.path.join(HERE, "job.py"), "--schema", c["schema"], "--fault", c["fault"], "--fault-rank", str(c["rank"]),
            "--fault-step", str(c["step"]), "--out", out, "--steps", str(c.get("steps", 30)), "--hosts", str(c.get("hosts", 1))]
     if c.get("stderr"): cmd.append("--stderr-into-log")
     if c.get("pattern"): cmd += ["--file-pattern", c["pattern"]]
     for k in ("names", "timeout", "batch", "own_event", "own_seconds", "clock_offset", "host_fmt", "jitter_ms",
-              "warmup_steps", "stall_s", "every", "telemetry"):
+              "warmup_steps", "stall_s", "every", "telemetry", "log_every", "warmup_s", "lr_decay_at", "pylog_fmt", "skew"):
         if k in c: cmd += ["--" + k.replace("_", "-"), str(c[k])]
     env = dict(os.environ, OMP_NUM_THREADS="1", **c.get("env", {}))
     t = time.time()
@@ -46,7 +48,7 @@ def run(name, c, root):
     for q, f in procs:
         q.wait(); f.close()
     ranks, kinds = c["truth"]
-    json.dump({"ranks": ranks, "kinds": kinds, "rc": p.returncode}, open(os.path.join(root, name + ".truth.json"), "w"))
+    json.dump({"ranks": ranks, "kinds": kinds, "rc": p.returncode, **({"say": c["say"]} if c.get("say") else {})}, open(os.path.join(root, name + ".truth.json"), "w"))
     print(name, "rc", p.returncode, f"{time.time()-t:.0f}s", flush=True)
 if __name__ == "__main__":
     root = sys.argv[1]

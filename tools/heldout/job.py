@@ -27,7 +27,18 @@ ap.add_argument("--warmup-steps", type=int, default=0, help="first steps slower 
 ap.add_argument("--stall-s", type=float, default=7.0, help="loader_stall / periodic_slow length (s)")
 ap.add_argument("--every", type=int, default=10, help="periodic_slow period (steps)")
 ap.add_argument("--telemetry", default="none", help="the job's own GPU/host telemetry CSV beside its logs: none, a, b")
+ap.add_argument("--log-every", default="1", help="per-step events every N steps; a comma list is taken by rank (rank r: item r %% len)")
+ap.add_argument("--warmup-s", type=float, default=0.15, help="the first warm-up step's extra seconds (falls linearly)")
+ap.add_argument("--lr-decay-at", type=float, default=0.0, help="fraction of the steps after which lr drops 10x (a schedule, healthy)")
+ap.add_argument("--pylog-fmt", default="a", help="the pylog schema's logging format: a, b, c")
+ap.add_argument("--skew", type=float, default=4.0, help="batch_skew: batch multiple; grad_skew: loss multiple on the fault rank")
 a = ap.parse_args()
+if a.schema.startswith("mix:"):    # mixed schemas in one run: rank r writes in item r % len
+    _mix = a.schema[4:].split(",")
+    a.schema = _mix[int(os.environ["RANK"]) % len(_mix)]
+_every = [int(v) for v in a.log_every.split(",")]
+LOG_EVERY = _every[int(os.environ["RANK"]) % len(_every)]
+RESTART = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 # renamed events and metrics (what other trainers call the same things)
 NAMES = {
@@ -57,8 +68,19 @@ CLOCK = a.clock_offset if host_i > 0 else 0.0
 os.makedirs(a.out, exist_ok=True)
 path = os.path.join(a.out, a.file_pattern.format(rank=rank, host=host))
 os.makedirs(os.path.dirname(path), exist_ok=True)
-log = open(path, "a", buffering=1)
-if a.stderr_into_log:
+import logging
+if a.schema == "pylog":            # plain Python logging text on stderr only: no JSON file of its own
+    log = None
+    _fmt = {"a": "%(asctime)s %(levelname)s %(name)s: [rank %(rank)d] %(message)s",
+            "b": "[%(asctime)s][%(name)s][%(levelname)s] - rank=%(rank)d %(message)s",
+            "c": "%(levelname)s:%(name)s:%(message)s"}[a.pylog_fmt]
+    _h = logging.StreamHandler(sys.stderr)
+    _h.setFormatter(logging.Formatter(_fmt))
+    PYLOG = logging.getLogger("trainer")
+    PYLOG.addHandler(_h); PYLOG.setLevel(logging.INFO); PYLOG.propagate = False
+else:
+    log = open(path, "a", buffering=1)
+if a.stderr_into_log and log is not None:
     os.dup2(log.fileno(), 2)
     sys.stderr = os.fdopen(2, "w", buffering=1)
 
@@ -68,6 +90,11 @@ def emit(level, event, msg, **f):
     event = nm(event)
     f = {nm(k): v for k, v in f.items()}
     s = a.schema
+    if s == "pylog":
+        kv = " ".join(f"{k}={round(v, 4) if isinstance(v, float) else v}" for k, v in f.items())
+        lvl = {"WARN": logging.WARNING, "ERROR": logging.ERROR, "DEBUG": logging.DEBUG}.get(level, logging.INFO)
+        PYLOG.getChild(event.lower()).log(lvl, f"{msg} {kv}".rstrip(), extra={"rank": rank})
+        return
     if s == "seed":
         rec = {"timestamp": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat().replace("+00:00", "Z"),
                "rank": rank, "level": level, "event": event.upper(), "message": msg, "extra": f}
@@ -148,7 +175,14 @@ def emit(level, event, msg, **f):
     log.write(json.dumps(rec, default=str) + "\n")
 
 
-dist.init_process_group("gloo", timeout=dt.timedelta(seconds=120))
+if RESTART:   # a restarted attempt: the launcher's store still holds the first attempt's addresses; keys of its own
+    _st = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                        is_master=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True",
+                        timeout=dt.timedelta(seconds=120))
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt{RESTART}", _st), rank=rank, world_size=world,
+                            timeout=dt.timedelta(seconds=120))
+else:
+    dist.init_process_group("gloo", timeout=dt.timedelta(seconds=120))
 grp = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=a.timeout))
 torch.manual_seed(1234 + rank)
 torch.set_num_threads(1)
@@ -185,14 +219,17 @@ def telemetry(step, step_ms):
         tel.write(f"{ts.strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]},{host},{rank},{temp:.0f} C,{util:.0f} %,{clk:.0f} MHz,{pw:.2f} W\n")
 
 
-emit("INFO", "run_start", f"starting world={world}", world_size=world, host=host, pid=os.getpid())
+emit("INFO", "run_start", f"starting world={world}", world_size=world, host=host, pid=os.getpid(), restart=RESTART)
 t_run = time.time()
 for step in range(a.steps):
     t0 = time.perf_counter()
     x = torch.randn(a.batch, 256)
     y = teacher(x).argmax(1)
+    if a.fault == "batch_skew" and rank == a.fault_rank:
+        x = torch.randn(int(a.batch * a.skew), 256)                  # this rank's loader yields a larger batch
+        y = teacher(x).argmax(1)
     if a.warmup_steps and step < a.warmup_steps:
-        time.sleep(0.15 * (a.warmup_steps - step) / a.warmup_steps)   # warmup: every rank slower at first
+        time.sleep(a.warmup_s * (a.warmup_steps - step) / a.warmup_steps)   # warmup: every rank slower at first
     if a.jitter_ms:
         time.sleep(random.random() * a.jitter_ms / 1000.0)
     if a.fault == "loader_stall" and rank == a.fault_rank and step == a.fault_step:
@@ -235,10 +272,10 @@ for step in range(a.steps):
         raise AssertionError(f"Rank {rank}: found NaN in local grad norm in backward pass before data-parallel communication collective")
     if a.fault == "abort" and rank == a.fault_rank and step == a.fault_step:
         emit("WARN", "watchdog", "internal state inconsistent, aborting", step=step)
-        log.flush()
+        log and log.flush()
         os.abort()
     if a.fault == "node_exit0" and node_rank == 1 and step == a.fault_step:
-        log.flush()                                                       # a whole node leaves early, cleanly
+        log and log.flush()                                               # a whole node leaves early, cleanly
         os._exit(0)
     if a.fault == "loader_worker" and rank == a.fault_rank and step == a.fault_step:
         class _Killed(torch.utils.data.Dataset):
@@ -248,13 +285,20 @@ for step in range(a.steps):
                 os.kill(os.getpid(), signal.SIGKILL)                     # the loader's worker process dies
         for _ in torch.utils.data.DataLoader(_Killed(), num_workers=1):
             pass
+    if a.fault == "fail_once" and rank == a.fault_rank and step == a.fault_step and RESTART == 0:
+        raise RuntimeError(f"shard reader lost its connection at step {step}: peer reset")   # the restart succeeds
+    if a.fault == "mem_error" and rank == a.fault_rank and step == a.fault_step:
+        raise MemoryError(f"cannot allocate pinned host buffer of {1 << 34} bytes")
+    if a.fault == "barrier_stuck" and rank == a.fault_rank and step == a.fault_step:
+        emit("INFO", "checkpoint", "waiting for all ranks before saving a checkpoint", step=step)
+        dist.barrier()                                               # its peers never enter it: they wait in all_reduce
     if a.fault == "exc_plain" and rank == a.fault_rank and step == a.fault_step:
         raise RuntimeError(f"CUDA-like failure simulated: index {step * 7} out of range in embedding lookup")
     if a.fault == "hang" and rank == a.fault_rank and step == a.fault_step:
         emit("INFO", "prefetch", "waiting for prefetch worker", step=step)
         time.sleep(3600)
     if a.fault == "exit0" and rank == a.fault_rank and step == a.fault_step:
-        log.flush()
+        log and log.flush()
         os._exit(0)
     if a.fault == "exc_custom" and rank == a.fault_rank and step == a.fault_step:
         try:
@@ -273,6 +317,8 @@ for step in range(a.steps):
     loss = torch.nn.functional.cross_entropy(out, y)
     if a.fault == "nan" and rank == a.fault_rank and step == a.fault_step:
         loss = loss * float("nan")
+    if a.fault == "grad_skew" and rank == a.fault_rank:
+        loss = loss * a.skew                                         # this rank's gradients persistently larger
     opt.zero_grad()
     loss.backward()
     if a.fault == "nan_grad" and rank == a.fault_rank and step == a.fault_step:
@@ -302,6 +348,9 @@ for step in range(a.steps):
     if a.warmup_steps:
         for g in opt.param_groups:
             g["lr"] = 0.05 * min(1.0, (step + 1) / a.warmup_steps)
+    if a.lr_decay_at and step >= int(a.steps * a.lr_decay_at):
+        for g in opt.param_groups:                                   # the schedule's late step decay
+            g["lr"] = 0.05 * 0.1
     if a.fault == "late_plateau" and step >= int(a.steps * 0.5):
         for g in opt.param_groups:
             g["lr"] = 1e-5
@@ -309,10 +358,12 @@ for step in range(a.steps):
     step_ms = (time.perf_counter() - t0) * 1000
     lv = loss.item()
     telemetry(step, step_ms)
+    if step % LOG_EVERY and step != a.steps - 1:
+        continue
     emit("INFO", "data_load", f"batch ready step={step}", step=step, data_load_ms=round(data_ms, 2))
     emit("INFO", "allreduce", f"allreduce step={step}", step=step, comm_ms=round(comm_ms, 2), wait_ms=round(wait_ms, 2), collective="allreduce", tensor_size_mb=round(flat.numel() * 4 / 1e6, 3))
-    emit("INFO", "train_step", f"step {step} loss {lv:.4f}", step=step, loss=lv,
+    emit("INFO", "train_step", f"step {step} loss {lv:.4f}", step=step, loss=lv, batch_size=len(x),
          grad_norm=local_gn, step_time_ms=round(step_ms, 2),
-         compute_ms=round((t_comp - t_data) * 1000, 2), samples_per_s=round(a.batch / (step_ms / 1000), 1), lr=opt.param_groups[0]["lr"])
+         compute_ms=round((t_comp - t_data) * 1000, 2), samples_per_s=round(len(x) / (step_ms / 1000), 1), lr=opt.param_groups[0]["lr"])
 emit("INFO", "run_end", f"done in {time.time() - t_run:.1f}s", steps=a.steps)
 dist.destroy_process_group()

@@ -16,6 +16,9 @@ for t in sorted(glob.glob(os.path.join(root, "*.truth.json"))):
         good = got_k == "no_data" and p.returncode != 0
     else:
         good = got_k in truth["kinds"] and sorted(got_r or []) == sorted(truth["ranks"])
+    if good and truth.get("say"):   # a recovered run: the verdict must also say what happened after the failure
+        import re
+        good = bool(re.search(truth["say"], (rc or {}).get("summary", ""), re.I))
     ok += good; n += 1
     print(f"{name:18s} {'OK ' if good else 'BAD'} truth={truth['ranks']} {truth['kinds']} got={got_r} {got_k} rc={p.returncode} :: {(rc or {}).get('summary','')[:150]}")
 print(f"{ok} of {n}")

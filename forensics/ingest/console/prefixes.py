@@ -8,6 +8,7 @@ import re
 
 import datetime as _dt
 
+from ...failure_facts import rank_in_text
 from .marks import FIRST as _MARK_FIRST, LEAD_RFC3339, mark_at
 from .row import _MAX_PENDING, _Row, _int
 from .timestamps import _LEVEL_MAP, _MONTHS
@@ -104,6 +105,11 @@ _SRUN_LABEL = re.compile(r" {0,8}+(\d{1,6}): ")
 # a training script's own tag of its rank at the start of its text, the forms failure_facts.rank_in_text
 # reads: "(rank 3/8) step=..." (print(f"(rank {rank}/{world}) ...")) and "RANK=2 ..." (the env var's
 # name and value). Read without taking it off the text (rank_source "text": named in the line's text).
+# A Python `logging` record's head (the default formats' pieces: asctime, levelname, name, in
+# any order, with or without brackets) before its message; the rank a worker tags its message
+# with is then failure_facts.rank_in_text's (one rank, not another's: "waiting for rank 3").
+_LOG_HEAD = re.compile(r"^\[?(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?[ \[]{1,3})?(?:[\w.]+\]?[ :\[-]{1,4})?"
+                       r"\[?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
 _TEXT_TAG = re.compile(r"\((?i:rank) (\d{1,6})/\d{1,6}\)[ :]|RANK=(\d{1,6})[ :,]")
 
 
@@ -320,6 +326,11 @@ class _Prefixes:
             m = _TEXT_TAG.match(rest)
             if m:
                 text_rank = int(m.group(1) or m.group(2))
+        if (text_rank is None and prefix_rank is None and local_from_tee is None and r.local_rank is None
+                and _LOG_HEAD.match(rest) and ("ank" in rest[:300] or "ANK" in rest[:300])):
+            # a worker's own logging record on the console (stderr), its rank in its message:
+            # "... INFO trainer: [rank 3] step 5 ...", "[...][INFO] - rank=3 ...", "Rank 3: ..."
+            text_rank = rank_in_text(rest[:300])
         if r.local_rank is None and prefix_rank is None and self.path_local is not None:
             r.local_rank = self.path_local      # a torchrun --log-dir worker file (marks.LOG_DIR_LOCAL)
         if prefix_rank is not None:

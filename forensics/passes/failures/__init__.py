@@ -91,8 +91,8 @@ families, and the hang of a rank whose watchdog is stuck), classify (which event
 of what kind, when), rows (whose
 a failure row is, its order and citation), progress (how far each rank got), culprit (which rank
 held up a collective), oom, host_oom, deaths (crash, gpu_error, a failed exit), cascade (what
-followed a failure), cancel (the scheduler ended the job), timeouts (hang, collective mismatch,
-the timeouts); `find` here puts them together.
+followed a failure), restart (the workers started again after a death), cancel (the scheduler
+ended the job), timeouts (hang, collective mismatch, the timeouts); `find` here puts them together.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ from .host_oom import _host_oom_finding, _killed_without_traceback
 from .meaning import stuck_findings
 from .oom import _oom_detail, _shared_gpu, _shared_phrase
 from .progress import SILENT_MARGIN_S, _progress, _progress_last, _progress_maxima, _progress_since
-from . import records
+from . import records, restart
 from .rows import LAUNCHERS, death_key, own_exit, _basis, _ev_row, _first, _key, _local, _owner, _who, _whose
 from .stopped import stopped_hang
 from .timeouts import _local_hang, _timeout_findings
@@ -416,4 +416,5 @@ def find(ctx: Context) -> list[Finding]:
         out.extend(_timeout_findings(first_to, to_sorted, culprits, how, mode, weak, victims, failed_ranks, progress,
                                      desync, tos, fail_seq, detail))
     _launcher_first_observed(out, rows)
+    restart.mark(ctx, out)
     return out

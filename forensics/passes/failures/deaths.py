@@ -17,7 +17,7 @@ from ..evidence import cite, iso, pass_id, shorten
 from .cascade import _cascade_tail, _later_phrase
 from .classify import TEARDOWN_RE
 from . import records
-from .progress import _others_went_on, _trained_after
+from .progress import _others_went_on, _restarted_after, _trained_after
 from .rows import REPORTERS, own_exit, _basis, _ev_row, _exit_key, _extra, _key, _local, _owner, _who
 
 
@@ -54,7 +54,8 @@ def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[
     that is not an OOM, a GPU error, a lost peer / timeout (classified before) nor a teardown
     signal, from a rank with no OOM of its own before it.
 
-    Fatal: the rank did not train after it, and something shows the process ended — a process
+    Fatal: the rank did not train after it (or trained again only from an earlier step: a new
+    process, the job restarted: progress._restarted_after), and something shows the process ended — a process
     exit or kill after it, its peers' failed collectives after it, or it is the last thing the
     process wrote. (Programs print tracebacks of exceptions they survive: at start-up, a skipped
     sample; those are not crashes.)"""
@@ -63,8 +64,10 @@ def _crashes(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, dict[
     typed = {(r["source_file"], r["traceback_head"]) for r in rows
              if r.get("traceback_head") is not None and r["kind"] in ("timeout", "oom", "gpu", "desync")}
     tbs = [r for r in rows if r["kind"] == "traceback" and not re.search(TEARDOWN_RE, r["message"] or "")
-           and (r["source_file"], r["line"]) not in typed
-           and _owner(r) is not None and not _trained_after(r, progress)]
+           and (r["source_file"], r["line"]) not in typed and _owner(r) is not None]
+    survived = [r for r in tbs if _trained_after(r, progress)]
+    restarted = _restarted_after(ctx, survived)
+    tbs = [r for r in tbs if not _trained_after(r, progress) or id(r) in restarted]
     if not tbs:
         return {}
     ends = [r for r in rows if r["kind"] in ("exit", "kill", "timeout")]

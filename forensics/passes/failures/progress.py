@@ -3,6 +3,7 @@ and its highest collective sequence number, on the common clock.
 """
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from typing import Any
 
@@ -92,6 +93,32 @@ def _trained_after(r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bo
         return False
     last = progress[int(r["rank"])]["last_ts"]
     return last is not None and last > r["timestamp"]
+
+
+def _restarted_after(ctx: Context, rows: list[dict[str, Any]]) -> set[int]:
+    """The ids of `rows` (lines of ranks that trained after them) after which their rank's
+    training started over: its first step after the line is at or below its last step before it.
+    A process that survived an exception goes on from the step it was at; a new process (torch
+    elastic restarts every worker after a failure: failures/restart.py) resumes from a checkpoint
+    or from step 0 — the process that wrote the line had ended. One read of those ranks' progress."""
+    rows = [r for r in rows if r["rank"] is not None and (r.get("logged_ts") or r["timestamp"]) is not None]
+    if not rows:
+        return set()
+    prog = (
+        ctx.events.select("rank", "timestamp", "level", "step")
+        .filter(_progress_rows() & pl.col("timestamp").is_not_null()
+                & pl.col("rank").is_in(sorted({int(r["rank"]) for r in rows})))
+        .select("rank", "timestamp", "step").sort("rank", "timestamp").collect()
+    )
+    by_rank = {int(k[0]): (g.get_column("timestamp").to_list(), g.get_column("step").to_list())
+               for k, g in prog.group_by("rank")}
+    out: set[int] = set()
+    for r in rows:
+        ts, steps = by_rank.get(int(r["rank"]), ([], []))
+        i = bisect.bisect_right(ts, r.get("logged_ts") or r["timestamp"])
+        if 0 < i < len(ts) and steps[i] <= steps[i - 1]:
+            out.add(id(r))
+    return out
 
 
 def _others_went_on(ctx: Context, r: dict[str, Any], progress: dict[int, dict[str, Any]]) -> bool:

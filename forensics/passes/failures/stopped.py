@@ -17,6 +17,16 @@ Domain facts relied on:
   the one whose last progress line is earlier than the others' by more than the silent margin
   (progress.SILENT_MARGIN_S, or half a step) [last_to_log]. A minority only: when most ranks
   are behind, the ones ahead are not a hang's victims and nothing is named.
+- When every rank stopped progressing long before the stop (`HANG_STEPS` steps, or the silent
+  margin), the job was hung, whatever the step numbers say. If then a minority of ranks (one of
+  three at most) logged a step the others never reached, those ranks left the common path: the
+  others finished their last step and wait in the next step's collective, which the rank ahead
+  — whatever it logged at that step (a checkpoint, an evaluation) — never joined [last_to_log].
+  Likewise a minority that, after its last step line, logged something else (a line of its own:
+  "waiting for all ranks before saving a checkpoint") and then nothing more, while every other
+  rank's last line is its step line: it went where the others did not follow [last_to_log].
+  Nobody ahead: the stop still ended a hung job, and the job_cancelled finding says so (never
+  "still making progress").
 
 Must not: fire when the job failed on its own (passes/failures/ reads that failure), or when no
 outside stop is in the logs (a log that simply ends is judged by rank_lag / silent_rank).
@@ -73,6 +83,48 @@ def _behind(last: dict[int, Any], what: str) -> tuple[list[int], str, bool] | No
     low = min(behind.values())
     ranks = sorted(k for k, s in behind.items() if s == low)
     return ranks, f"its last {what} is {low:g} while {ranks_phrase(sorted(set(last) - set(behind)))} reached {what} {top:g}", False
+
+
+def _ahead(last: dict[int, Any]) -> tuple[list[int], str, bool] | None:
+    """The minority of ranks whose last step is above every other rank's (one of three at most)."""
+    if len(last) < 3:
+        return None
+    top = max(last.values())
+    ahead = sorted(k for k, s in last.items() if s == top)
+    rest = [s for k, s in last.items() if s != top]
+    if not rest or len(ahead) * 3 > len(last):
+        return None
+    return ahead, f"it logged step {top:g}, which {ranks_phrase(sorted(set(last) - set(ahead)))} never reached", False
+
+
+def _left_path(ctx: Context, progress: dict[int, dict[str, Any]]) -> tuple[list[int], str, bool] | None:
+    """The minority of ranks (one of three at most) that logged a line below ERROR after their
+    last progress line, when the others logged nothing after theirs; how, with the line's text."""
+    last = {k: p["last_ts"] for k, p in progress.items() if p.get("last_ts") is not None}
+    if len(last) < 3 or len(last) < len(progress):
+        return None
+    lf = ctx.aligned(ctx.events.select("rank", "host", "timestamp", "level", "message")
+                     .filter(pl.col("rank").is_in(list(last)) & (pl.col("level").fill_null("INFO") != "ERROR")))
+    after = (lf.join(pl.LazyFrame({"rank": list(last), "last_ts": list(last.values())},
+                                  schema_overrides={"rank": lf.collect_schema()["rank"]}), on="rank")
+             .filter(pl.col("ts_aligned") > pl.col("last_ts"))
+             .group_by("rank").agg(pl.col("message").sort_by("ts_aligned").last())
+             .collect())
+    ranks = sorted(int(k) for k in after.get_column("rank"))
+    if not ranks or len(ranks) * 3 > len(last):
+        return None
+    said = after.sort("rank").get_column("message").to_list()[0] or ""
+    return ranks, (f"after its last step it logged \"{said[:100]}\" and nothing more, while "
+                   f"{ranks_phrase(sorted(set(last) - set(ranks)))} logged nothing after their step line"), False
+
+
+def _stalled(stop_t: Any, progress: dict[int, dict[str, Any]], ctx: Context) -> float | None:
+    """Seconds from every rank's last progress to the stop, when that is a hang's wait (longer
+    than `HANG_STEPS` steps and the silent margin); else None."""
+    waited = _waited_s(stop_t, list(progress), progress)
+    if waited is None or waited < max(SILENT_MARGIN_S, HANG_STEPS * (ctx.median_step_ms or 0.0) / 1000):
+        return None
+    return waited
 
 
 def _epochs(ctx: Context) -> dict[int, dict[str, Any]]:
@@ -142,7 +194,7 @@ def _waited_s(stop_t: Any, culprits: list[int], progress: dict[int, dict[str, An
 
 
 def _signal_stop(stop: dict[str, Any], rows: list[dict[str, Any]], progress: dict[int, dict[str, Any]],
-                 waited: float | None) -> Finding:
+                 waited: float | None, stalled: float | None = None) -> Finding:
     """A signal from outside stopped a job whose ranks were all still progressing: the job was
     ended (job_cancelled), no rank at fault. The workers' exits by the launcher's SIGTERM after
     it are its cascade."""
@@ -151,8 +203,11 @@ def _signal_stop(stop: dict[str, Any], rows: list[dict[str, Any]], progress: dic
     name = ("SIGINT (Ctrl-C)" if m and "KeyboardInterrupt" in m.group(0) else
             signal_name(int(sig)) if sig and sig.isdigit() else sig or "a signal")
     steps = sorted({p["last_step"] for p in progress.values() if p.get("last_step") is not None})
-    at = (f"; every rank was still making progress (last steps {steps[0]:g}–{steps[-1]:g})" if len(steps) > 1 else
-          f"; every rank was still making progress (last step {steps[0]:g})" if steps else "")
+    still = (f"; every rank had stopped progressing {stalled:.1f} s before it (a hung job)" if stalled is not None
+             else "; every rank was still making progress")
+    at = (f"{still} (last steps {steps[0]:g}–{steps[-1]:g})" if len(steps) > 1 else
+          f"{still} (last step {steps[0]:g})" if steps else
+          "" if progress else "; no rank had logged any progress yet (it was still starting up)")
     after = [r for r in rows if r["kind"] in ("kill", "exit") and _key(r) >= _key(stop)]
     return Finding(
         rule=pass_id("failures"), kind="job_cancelled", layer="resource", severity="WARN", ranks=[],
@@ -177,9 +232,18 @@ def stopped_hang(ctx: Context, rows: list[dict[str, Any]], progress: dict[int, d
         waited = _waited_s(_stop_time(stop, rows), got[0], progress)
         if waited is not None and waited < max(SILENT_MARGIN_S, HANG_STEPS * (ctx.median_step_ms or 0.0) / 1000):
             got = None            # its peers had not waited: the stop caught it a step behind
+    stalled = _stalled(_stop_time(stop, rows), progress, ctx) if got is None else None
+    if got is None and stalled is not None:
+        steps = {k: p["last_step"] for k, p in progress.items() if p["last_step"] is not None}
+        got = (_ahead(steps) if len(steps) == len(progress) else None) or _left_path(ctx, progress)
+        if got is not None:
+            got = got[0], f"{got[1]}; every rank stopped progressing {stalled:.1f} s before the stop", got[2]
     if got is None:
-        if is_signal and progress:
-            return [_signal_stop(stop, rows, progress, _waited_s(_stop_time(stop, rows), list(progress), progress))]
+        # (no progress at all: stopped while starting up, before any rank logged a step — still
+        # the job's end from outside, never an error nobody explains)
+        if is_signal:
+            return [_signal_stop(stop, rows, progress, _waited_s(_stop_time(stop, rows), list(progress), progress),
+                                 stalled)]
         return []
     culprits, how, weak = got
     victims = sorted((set(progress) or set(ctx.ranks)) - set(culprits))
