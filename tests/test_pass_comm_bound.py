@@ -140,3 +140,25 @@ def test_a_rise_no_rule_can_blame_once_the_pass_calls_it_noise() -> None:
                    ranks=[], title="t")
     assert rootcause.select([note, rule], frozenset({0, 1}))[0] is None
     assert rootcause.select([rule], frozenset({0, 1}))[0] == 0
+
+
+def test_random_waiting_leaves_the_rules_job_wide_finding_no_root_cause() -> None:
+    # every rank waits for a different late rank each step (a loaded host): the pass calls it
+    # jitter, and the rule that only sees "communication over 40%" on every rank does not make
+    # it the verdict; a rank of the run's own (here a finding of another kind) still can be
+    from forensics.passes import diagnose_context, rootcause
+    from forensics.report.model import Finding
+
+    rows = sync_run(steps=40, compute=lambda r, s: 2000.0 if r == s % 4 else 800.0)
+    [f] = comm_bound.find(rows.ctx())
+    assert f.severity == "INFO" and f.evidence["jitter"] is True
+    assert diagnose_context(rows.ctx()).root_cause is None
+    rule = Finding(rule="comm_share_high", kind="comm_bound", layer="communication", severity="WARN",
+                   ranks=[], title="t")
+    other = Finding(rule="pass.grad_norm_rank", kind="grad_norm_spike", layer="training", severity="WARN",
+                    ranks=[2], title="t")
+    idx, _ = rootcause.select([rule, f, other], frozenset(range(4)))
+    assert idx == 2
+    # a rank the waiting points at keeps the finding a fault (no jitter flag)
+    [g] = comm_bound.find(sync_run(compute=lambda r, s: 2000.0 if r == 1 else 800.0).ctx())
+    assert g.severity == "WARN" and "jitter" not in g.evidence

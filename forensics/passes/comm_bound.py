@@ -12,7 +12,9 @@ Domain facts relied on:
 - Transfer dominating on every rank = the network is slow for everybody: a job-wide fault
   (`ranks` = every rank). Waiting dominating = the ranks wait for someone: the rank that waits
   least in most of those steps is the one waited for (`ranks`), the others are `victims`; with
-  no such rank the waiting is jitter (a loaded host delays random ranks): INFO, no rank named.
+  no such rank the waiting is jitter (a loaded host delays random ranks): INFO, no rank named,
+  `jitter` (rootcause.py: like `within_noise`, the rules' job-wide finding of the same steps is
+  then no root cause either — the rule cannot tell waiting from transfer, the pass did).
 - Transfer dominating on every rank (below DOMINANT) without rising (against the steps before the episode, or
   the run's first window when it starts with the run: the share may cross the threshold only as
   a warm-up's slow steps end) — the rule's own false positive, "small models on many GPUs, where
@@ -150,7 +152,7 @@ def find(ctx: Context) -> list[Finding]:
                  f"(steps {s0}–{s1}, {k} of {n})")
         mode = "waiting"
         rows = sample.sort("wait", descending=True).head(3)
-        severity = "INFO"   # random late arrivals: host noise, not a communication fault
+        severity, flag = "INFO", "jitter"   # random late arrivals: host noise, not a communication fault
     else:
         mode = "network"
         rows = sample.sort("comm_ms", descending=True).head(3)
@@ -187,7 +189,7 @@ def find(ctx: Context) -> list[Finding]:
         rule=pass_id("comm_bound"), kind="comm_bound", layer="communication", severity=severity,
         ranks=culprits, victims=victims, title=title,
         evidence={"mode": mode, "comm_share": num(share), "wait_share": num(wshare), "comm_ms": num(comm),
-                  **({flag: True} if mode == "network" and flag else {}),
+                  **({flag: True} if flag else {}),
                   **({"transfer_before_ms": num(first), "transfer_ms": num(later), "rise_cost_share": num(cost)}
                      if mode == "network" and rise is not None else {}),
                   "wait_ms": num(wait), "step_time_ms": num(step_ms), "threshold": SHARE,

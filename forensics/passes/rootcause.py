@@ -37,8 +37,9 @@ Domain facts relied on (seed 000 §4.3, spec/report.md):
   the other's time is not the root cause (cost.py prices both on the same run).
 - A symptom the job shows by design (comm_bound's `by_design`: communication above the
   threshold on every rank from the first step to the last, never rising) or within the run's own
-  variation (`within_noise`: a rise that cost no measurable time) is not a root cause, nor a
-  rule's job-wide finding of the same symptom.
+  variation (`within_noise`: a rise that cost no measurable time; `jitter`: waiting for ranks
+  that arrive late at random, none waited for) is not a root cause, nor a rule's job-wide
+  finding of the same symptom.
 - A job-wide slowdown (every rank's communication time up together) is explained by the host
   or ranks whose own readings stand apart in it (basis `outlier`), never the reverse.
 - Every finding that names a rank says how (`basis`, spec/report.md); a pass that does not say
@@ -70,6 +71,9 @@ FAILURES = {"oom", "nccl_timeout", "hang", "crash", "host_oom", "collective_mism
 # scancel): a failure before it is why someone cancelled (CAUSES below); alone, it is the verdict.
 _ENDS = {"job_cancelled"}
 NON_CAUSAL = {"log_hygiene", "clock_skew"}
+# a pass's flags for a symptom it judged no fault (the job's design, the run's own variation,
+# random late arrivals): its rules' job-wide findings of that kind are no root cause either
+NOT_A_FAULT = ("by_design", "within_noise", "jitter")
 # A run that goes on after these has failed all the same: its values are lost (non_finite at
 # ERROR: a NaN/Inf in a rank's own values that the all-reduce spreads). Not FAILURES: they do not
 # cascade in time like a process's death; the root must explain them as it must a crash.
@@ -257,7 +261,7 @@ def select(findings: list[Finding], everyone: frozenset[int] = frozenset()) -> t
     # variation (within_noise: a rise that cost the run no measurable time) is that for a rule's
     # job-wide finding of the same kind too: no root cause by itself
     design = {f.kind for f in findings if f.rule.startswith("pass.")
-              and ((f.evidence or {}).get("by_design") or (f.evidence or {}).get("within_noise"))}
+              and any((f.evidence or {}).get(k) for k in NOT_A_FAULT)}
     cands = [i for i, f in enumerate(findings)
              if f.severity in ("WARN", "ERROR") and f.kind not in NON_CAUSAL and f.kind not in SYMPTOMS
              and not (f.kind in design and not f.rule.startswith("pass.")
