@@ -72,6 +72,7 @@ def test_of_ranks_silent_together_the_launcher_stopped_some_the_one_it_did_not_h
     res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--format", "json"])
     rc = json.loads(res.stdout)["root_cause"]
     assert rc["ranks"] == [3], rc
+    assert "left by itself" in rc["summary"], rc["summary"]
 
 
 def test_a_rank_that_left_with_exit_0_is_the_hang_its_peers_lost_connections_report(tmp_path) -> None:
@@ -106,6 +107,8 @@ def test_a_rank_that_left_with_exit_0_is_the_hang_its_peers_lost_connections_rep
     rep = json.loads(res.stdout)
     rc = rep["root_cause"]
     assert rc["kind"] == "hang" and rc["ranks"] == [5], rc
+    # the launcher stopped ranks 0 and 1 (its teardown): rank 5, not among them, had left by itself
+    assert "left by itself" in rc["summary"] and "stopped ranks 0,1 (SIGTERM)" in rc["summary"], rc["summary"]
     hang = next(f for f in rep["findings"] if f["kind"] == "hang")
     timeout = next(f for f in rep["findings"] if f["kind"] == "nccl_timeout")
     assert timeout["ranks"] == [5] and timeout["first_seen"] >= hang["first_seen"] == "2026-12-06T10:00:11.405000+00:00"
