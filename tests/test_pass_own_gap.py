@@ -140,3 +140,37 @@ def test_a_stall_in_its_own_input_is_data_load_skew_and_in_its_compute_a_straggl
     sync_run(rows, steps=30, compute=lambda r, s: 800.0 + (7000.0 if (r, s) == (1, 12) else 0.0))
     [f] = own_gap.find(rows.ctx())
     assert f.kind == "straggler" and f.evidence["phase"] == "compute_ms" and "computing" in f.title
+
+
+def test_a_weak_straggler_in_a_short_run_is_judged_by_its_share_of_the_run_not_seconds() -> None:
+    # 35 ms more compute on ~300 ms steps (12%: under the straggler pass's 20%), 30 steps: it
+    # causes about 1 s of waiting in all — under any fixed number of seconds — yet 10% of the run,
+    # and it is the last to arrive at every step (no chance of that among four ranks)
+    rows = Rows()
+    sync_run(rows, steps=30, compute=lambda r, s: 250.0 + (35.0 if r == 1 else 0.0), transfer=lambda s: 20.0)
+    assert straggler.find(rows.ctx()) == []
+    [f] = own_gap.find(rows.ctx())
+    assert f.kind == "straggler" and f.ranks == [1] and f.victims == [0, 2, 3]
+    assert f.evidence["caused_wait_ms"] < 2000 and f.evidence["share_of_run"] > 0.05
+    assert f.evidence["steps_waited_for"] == 29 and f.evidence["chance"] < 1e-10
+
+
+def test_two_ranks_taking_turns_to_be_late_name_nobody() -> None:
+    # of two ranks, rank 0 is the later one at two steps in three (by 40 ms), rank 1 at the
+    # third (by 15 ms): rank 0 causes most of the waiting and 8% of the run, but being the later
+    # of two at 19 of 29 steps is what chance does (p = 0.07 either way round)
+    rows = Rows()
+    sync_run(rows, ranks=2, steps=30, transfer=lambda s: 20.0,
+             compute=lambda r, s: 250.0 + (40.0 if r == 0 and s % 3 else 15.0 if r == 1 and not s % 3 else 0.0))
+    assert own_gap.find(rows.ctx()) == []
+    per = own_gap.caused(rows.ctx().steps)
+    per = per.filter(per["step"] > 0)
+    mine = per.filter(per["rank"] == 0)["caused_ms"].sum()
+    assert mine > own_gap.SPREAD_SHARE * per["caused_ms"].sum() and mine > own_gap.SPREAD_WALL * per["step_ms"].sum()
+
+
+def test_the_chance_of_being_last_that_often() -> None:
+    assert own_gap.last_by_chance(0, 10, 4) == 1.0
+    assert abs(own_gap.last_by_chance(10, 10, 2) - 2 ** -10) < 1e-15
+    assert abs(own_gap.last_by_chance(9, 10, 2) - 11 * 2 ** -10) < 1e-15
+    assert 0 < own_gap.last_by_chance(20000, 30000, 2) < 1e-100 or own_gap.last_by_chance(20000, 30000, 2) == 0.0

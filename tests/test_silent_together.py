@@ -72,3 +72,43 @@ def test_of_ranks_silent_together_the_launcher_stopped_some_the_one_it_did_not_h
     res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--format", "json"])
     rc = json.loads(res.stdout)["root_cause"]
     assert rc["ranks"] == [3], rc
+    assert "left by itself" in rc["summary"], rc["summary"]
+
+
+def test_a_rank_that_left_with_exit_0_is_the_hang_its_peers_lost_connections_report(tmp_path) -> None:
+    """Rank 5 leaves cleanly after step 7 (exit 0: not in the launcher's failures); ranks 2-4's
+    gloo connections to it reset, their tracebacks written (stderr into their JSON-lines files)
+    after their own last timed lines — which came a few ms before rank 5's. An untimed error is
+    only known to come after the line above it: it must not date the victims' failure before the
+    silence that caused it (that read as an 'NCCL timeout' root cause, the hang its cascade)."""
+    for r in range(6):
+        with open(tmp_path / f"rank_{r}.jsonl", "w") as f:
+            for s in range(8):
+                f.write(json.dumps({"timestamp": f"2026-12-06T10:00:{s * 0.2 + 10 + (5 if r == 5 else r) / 1000:06.3f}Z",
+                                    "rank": r, "level": "INFO", "event": "TRAIN_STEP",
+                                    "extra": {"step": s, "loss": 2.3, "step_time_ms": 200}}) + "\n")
+            if r in (2, 3, 4):
+                f.write("\n".join([f"[rank{r}]: Traceback (most recent call last):",
+                                   f'[rank{r}]:   File "/srv/train.py", line 90, in <module>',
+                                   f"[rank{r}]:     dist.all_reduce(flat, group=pg)",
+                                   f"[rank{r}]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] "
+                                   "Read error [127.0.0.1]:41000: Connection reset by peer"]) + "\n")
+    lines = [f"W1206 10:00:12.100000 700 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process {900 + r} "
+             "closing signal SIGTERM" for r in range(4)]
+    lines += ["E1206 10:00:12.200000 700 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) "
+              "local_rank: 4 (pid: 904) of binary: /usr/bin/python",
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 56, "train.py FAILED",
+              "-" * 56, "Failures:"]
+    for i, r in enumerate(range(4)):
+        lines += _failure(i + 1, r, -15, "(SIGTERM)")
+    lines += ["-" * 56, "Root Cause (first observed failure):"] + _failure(0, 4, 1, "") + ["=" * 56]
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--format", "json"])
+    rep = json.loads(res.stdout)
+    rc = rep["root_cause"]
+    assert rc["kind"] == "hang" and rc["ranks"] == [5], rc
+    # the launcher stopped ranks 0 and 1 (its teardown): rank 5, not among them, had left by itself
+    assert "left by itself" in rc["summary"] and "stopped ranks 0,1 (SIGTERM)" in rc["summary"], rc["summary"]
+    hang = next(f for f in rep["findings"] if f["kind"] == "hang")
+    timeout = next(f for f in rep["findings"] if f["kind"] == "nccl_timeout")
+    assert timeout["ranks"] == [5] and timeout["first_seen"] >= hang["first_seen"] == "2026-12-06T10:00:11.405000+00:00"

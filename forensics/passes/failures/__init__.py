@@ -35,7 +35,9 @@ Domain facts relied on:
   7. the rank whose last logged collective sequence number is below the failing SeqNum [never_joined];
   8. the rank whose "last completed work" is smallest (the laggard) [never_joined];
   9. the rank that went silent first without an error of its own [last_to_log; weak when the
-     next rank stopped logging within a second or half a step of it].
+     next rank stopped logging within a second or half a step of it]; of the silent ranks, the
+     ones the launcher's teardown did not have to stop (SIGTERM) had already exited with no
+     failure to record — they left by themselves (exit code 0), and the finding says so.
 - ProcessGroupNCCL ends a hang itself: the watchdog that timed out rethrows (std::terminate), and
   every other rank's heartbeat monitor, told by the TCPStore ("Received a dump signal due to a
   collective timeout from rank N"), dumps and aborts (terminateProcess: LOG(FATAL)). So every
@@ -104,7 +106,7 @@ import polars as pl
 from ... import failure_facts as facts
 from ...report.model import Finding
 from ..context import Context
-from ..evidence import cite, iso, pass_id, shorten
+from ..evidence import cite, iso, pass_id, ranks_phrase, shorten
 from .cancel import _cancel_finding
 from .cascade import _cascade_tail, _later_phrase, _launcher_first_observed
 from .classify import TEARDOWN_RE, TIMEOUT_RE, _candidates, _classify, _placed, reported_timeouts
@@ -291,7 +293,9 @@ def find(ctx: Context) -> list[Finding]:
             # silent ranks, those it did not have to stop had already left by themselves
             torn = {_owner(r) for r in rows if r["kind"] == "exit" and r["exit_code"] is not None
                     and facts.signal_of(r["exit_code"], r["signal"]) in facts.TEARDOWN_SIGNALS}
-            if 0 < len(left := [r for r in silent if r not in torn]) < len(silent):
+            stopped = sorted(r for r in silent if r in torn)
+            left = [r for r in silent if r not in torn]
+            if stopped and left:
                 silent = left
             if silent and to_sorted:
                 t_min = min(progress[r]["last_ts"] for r in silent)
@@ -303,6 +307,11 @@ def find(ctx: Context) -> list[Finding]:
                     progress[r]["last_ts"] is not None and t_min is not None
                     and (progress[r]["last_ts"] - t_min).total_seconds() <= together))
                 how, mode = "went silent first, without an error of its own", "silent"
+                if stopped and left:
+                    # what the launcher's teardown says: it had to stop those; these had exited
+                    # already, with no failure of their own to record (exit code 0)
+                    how = (f"left by itself, without an error of its own: the launcher stopped {ranks_phrase(stopped)} "
+                           f"(SIGTERM), not {'it' if len(culprits) == 1 else 'them'} — already exited, no failure recorded")
                 # the margin: how much longer the next rank went on logging
                 rest = [p["last_ts"] for r, p in progress.items() if p["last_ts"] is not None and r not in culprits]
                 gap = (min(rest) - t_min).total_seconds() if rest else None

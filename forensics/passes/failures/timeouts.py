@@ -91,6 +91,16 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
     if (died or mode == "exited") and death["t_show"] is not None and t_first_to is not None:
         # the victims' errors follow the death that caused them (placed times are only bounds)
         t_first_to = max(t_first_to, death["t_show"])
+    silent_culprits = [c for c in culprits if c not in failed_ranks]
+    t_silent = min((progress[c]["last_ts"] for c in silent_culprits if c in progress and progress[c]["last_ts"] is not None),
+                   default=None)
+    if (not died and mode not in ("killed", "exited") and t_silent is not None and t_first_to is not None
+            and not any(r["exact"] for r in to_sorted)):
+        # nor do they come before the silence they report: an untimed error (a traceback after
+        # the victim's last timed line, nothing timed below it) is placed at the earliest it can
+        # have been written — a rank that left (exit 0) resets its peers' connections after its
+        # own last line, whatever the victims' last lines before their tracebacks say
+        t_first_to = max(t_first_to, t_silent)
     seq = fail_seq if fail_seq is not None else next((s for r in to_sorted if (s := _seq_of(r)) is not None), None)
     coll = next((r["message"] for r in to_sorted if r["message"]), None)
     t_last_to = max((r["t_show"] for r in first_to.values() if r["t_show"] is not None), default=None)
@@ -104,12 +114,10 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
         (detail.get("mismatch_seq") is not None and _seq_of(r) == detail["mismatch_seq"]) or mode == "lag_timeout")]
 
     # -- hang: a culprit that stopped without an error of its own --------------------------------
-    silent_culprits = [c for c in culprits if c not in failed_ranks]
     if not died and mode not in ("killed", "exited") and mode not in MISMATCH_MODES and silent_culprits:
         lines = [_ev_row({**progress[c], "timestamp": progress[c]["last_ts"], "source_file": progress[c]["file"]},
                          f"last line of rank {c} (step {progress[c]['last_step']})")
                  for c in silent_culprits if c in progress]
-        t_silent = min((progress[c]["last_ts"] for c in silent_culprits if c in progress), default=None)
         gap = f" {(t_first_to - t_silent).total_seconds():.0f} s later" if t_silent and t_first_to else ""
         last_steps = ", ".join(f"{progress[c]['last_step']}" for c in silent_culprits if c in progress)
         if last_steps:
