@@ -73,3 +73,46 @@ def test_a_failing_pass_fails_the_diagnosis(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(passes_mod, "_cores", lambda: 2)
     with pytest.raises(RuntimeError, match="pass broke"):
         diagnose_context(sync_run().ctx(), passes=[PASSES[0], broken, *PASSES[1:]])
+
+
+def test_per_rank_table_is_built_beside_the_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two cores the per-rank table (which needs no finding) is built on the passes'
+    threads, not after the last pass: a pass waiting for it to start is released."""
+    started = threading.Event()
+    real = passes_mod._per_rank
+
+    def per_rank(ctx):  # type: ignore[no-untyped-def]
+        started.set()
+        return real(ctx)
+
+    seen: list[bool] = []
+
+    def waiting_pass(ctx: Context) -> list:
+        seen.append(started.wait(timeout=20))
+        return []
+
+    monkeypatch.setattr(passes_mod, "_per_rank", per_rank)
+    monkeypatch.setattr(passes_mod, "_cores", lambda: 2)
+    report = diagnose_context(sync_run().ctx(), passes=[waiting_pass])
+    assert seen == [True]
+    assert report.per_rank
+
+
+def test_report_rows_convert_each_value_as_one_at_a_time() -> None:
+    """The per-rank rows, converted a column at a time, hold what `_report_value` makes of each
+    value: times as ISO text, floats rounded (NaN: null), everything else as it is."""
+    import datetime as dt
+
+    import polars as pl
+
+    t = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.timezone.utc)
+    df = pl.DataFrame({
+        "rank": [0, 1, None], "f": [1.23456, float("nan"), None], "big": [123456.789, -0.000123456, float("inf")],
+        "ts": [t, None, t], "naive": [t.replace(tzinfo=None), None, None], "day": [t.date(), None, t.date()],
+        "took": [dt.timedelta(seconds=1.5), None, dt.timedelta(0)], "host": ["a", None, "b"], "ok": [True, None, False],
+        "hosts": [["a"], [], None], "n32": pl.Series([1, 2, 3], dtype=pl.Int32), "f32": pl.Series([0.1, None, 2.5], dtype=pl.Float32),
+    })
+    rows = passes_mod.report_rows(df)
+    assert rows == [{k: passes_mod._report_value(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
+    assert rows[0]["ts"] == t.isoformat() and rows[1]["f"] is None and rows[0]["f"] == 1.23
+    assert passes_mod.report_rows(df.clear()) == []
