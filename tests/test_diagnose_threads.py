@@ -116,3 +116,34 @@ def test_report_rows_convert_each_value_as_one_at_a_time() -> None:
     assert rows == [{k: passes_mod._report_value(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
     assert rows[0]["ts"] == t.isoformat() and rows[1]["f"] is None and rows[0]["f"] == 1.23
     assert passes_mod.report_rows(df.clear()) == []
+
+
+def test_rules_are_loaded_on_their_own_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two cores the rule files are loaded (their engine imported) on the rules' thread,
+    beside the step table, not before it on the caller's; one core loads them in line."""
+    where: list[bool] = []
+    real = passes_mod._rule_set
+
+    def rule_set(rule_dirs, config):  # type: ignore[no-untyped-def]
+        where.append(threading.current_thread() is threading.main_thread())
+        return real(rule_dirs, config)
+
+    monkeypatch.setattr(passes_mod, "_rule_set", rule_set)
+    for cores in (2, 1):
+        monkeypatch.setattr(passes_mod, "_cores", lambda cores=cores: cores)
+        report = diagnose_context(sync_run().ctx(), passes=[])
+        assert report.per_rank
+    assert where == [False, True]
+
+
+def test_a_broken_rule_set_fails_before_any_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule file's error loaded on the rules' thread is raised before any pass runs."""
+    def rule_set(rule_dirs, config):  # type: ignore[no-untyped-def]
+        raise ValueError("bad rule file")
+
+    ran: list[str] = []
+    monkeypatch.setattr(passes_mod, "_rule_set", rule_set)
+    monkeypatch.setattr(passes_mod, "_cores", lambda: 2)
+    with pytest.raises(ValueError, match="bad rule file"):
+        diagnose_context(sync_run().ctx(), passes=[lambda ctx: ran.append("pass") or []])
+    assert ran == []

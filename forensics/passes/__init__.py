@@ -11,7 +11,7 @@ whose docstring states the question and the domain fact it relies on.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -192,32 +192,46 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _findings(ctx: Context, passes: list[Pass], rules: list[Any],
-              beside: Callable[[], Any] | None = None) -> tuple[list[Finding], Any]:
-    """Every pass's findings in the passes' order, then the rules'; and what `beside` returns
-    (work that needs the step table but no finding: the per-rank table). With two cores or more,
-    two threads share the work (polars and numpy release the GIL while they compute): the rules,
-    which read only the events, start first beside the step table; `beside` and the passes then
-    run as a thread frees up. The step table (with the clock offsets) is built before any pass
-    starts, so no two threads build it (most passes read it). The findings do not depend on the
-    order in which the threads finish."""
-    def rules_found() -> list[Finding]:
+def _findings(ctx: Context, passes: list[Pass], rule_set: Callable[[], list[Any]],
+              beside: Callable[[], Any] | None = None) -> tuple[list[Finding], list[Any], Any]:
+    """Every pass's findings in the passes' order, then the rules'; the rules (`rule_set()`); and
+    what `beside` returns (work that needs the step table but no finding: the per-rank table).
+    With two cores or more, two threads share the work (polars and numpy release the GIL while
+    they compute): the rules are loaded (their engine imported: ~0.1 s) and evaluated on one
+    thread, beside the step table; `beside` and the passes then run as a thread frees up. The step
+    table (with the clock offsets) is built before any pass starts, so no two threads build it
+    (most passes read it); a rule file's error is raised before any pass runs. The findings do not
+    depend on the order in which the threads finish."""
+    def rules_found(rules: list[Any]) -> list[Finding]:
         from ..rules import evaluate
 
         return evaluate(ctx.events, rules) if rules else []
 
     if _cores() < 2:
-        found = [f for p in passes for f in p(ctx)] + rules_found()
-        return found, beside() if beside is not None else None
+        rules = rule_set()
+        found = [f for p in passes for f in p(ctx)] + rules_found(rules)
+        return found, rules, beside() if beside is not None else None
+    loaded: Future[list[Any]] = Future()
+
+    def load_and_find() -> list[Finding]:
+        try:
+            rules = rule_set()
+        except BaseException as e:
+            loaded.set_exception(e)
+            raise
+        loaded.set_result(rules)
+        return rules_found(rules)
+
     pool = ThreadPoolExecutor(2)
     try:
-        by_rules = pool.submit(rules_found)
+        by_rules = pool.submit(load_and_find)
         if passes or beside is not None:
             ctx.steps   # built in this thread, beside the rules
+        rules = loaded.result()
         aside = pool.submit(beside) if beside is not None else None
         by_pass = [pool.submit(p, ctx) for p in passes]
         found = [f for fut in by_pass for f in fut.result()] + by_rules.result()
-        return found, aside.result() if aside is not None else None
+        return found, rules, aside.result() if aside is not None else None
     finally:
         # on an error or Ctrl-C, the passes not yet started are dropped (a running one finishes)
         pool.shutdown(cancel_futures=True)
@@ -227,12 +241,11 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
                      passes: Sequence[Pass] | None = None, config: "Config | None" = None) -> Report:
     """The report for a Context (tests and notebooks build one from in-memory events). `config`
     (forensics.config) disables rules / passes and overrides rule levels and thresholds."""
-    rules = _rule_set(rule_dirs, config)
     off = set(config.disabled) if config is not None else set()
     # the per-rank table needs no finding: built on the passes' threads, beside them
-    found, (per_rank, hosts, rows) = _findings(
-        ctx, [p for p in (passes if passes is not None else PASSES) if pass_id(pass_name(p)) not in off], rules,
-        beside=lambda: _per_rank_rows(ctx))
+    found, rules, (per_rank, hosts, rows) = _findings(
+        ctx, [p for p in (passes if passes is not None else PASSES) if pass_id(pass_name(p)) not in off],
+        lambda: _rule_set(rule_dirs, config), beside=lambda: _per_rank_rows(ctx))
     # the invariant, after every pass and rule (a full diagnosis only: a chosen list of passes
     # is a test of those passes): every ERROR line is explained by a finding or becomes one
     errors = unexplained.account(ctx, found) if passes is None else None
