@@ -209,7 +209,7 @@ def _findings(ctx: Context, passes: list[Pass], rule_set: Callable[[], list[Any]
 
     if _cores() < 2:
         rules = rule_set()
-        found = [f for p in passes for f in p(ctx)] + rules_found(rules)
+        found = [f for p in passes for f in ctx.found_by(p)] + rules_found(rules)
         return found, rules, beside() if beside is not None else None
     loaded: Future[list[Any]] = Future()
 
@@ -229,7 +229,7 @@ def _findings(ctx: Context, passes: list[Pass], rule_set: Callable[[], list[Any]
             ctx.steps   # built in this thread, beside the rules
         rules = loaded.result()
         aside = pool.submit(beside) if beside is not None else None
-        by_pass = [pool.submit(p, ctx) for p in passes]
+        by_pass = [pool.submit(ctx.found_by, p) for p in passes]
         found = [f for fut in by_pass for f in fut.result()] + by_rules.result()
         return found, rules, aside.result() if aside is not None else None
     finally:
