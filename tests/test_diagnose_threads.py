@@ -34,15 +34,15 @@ def test_two_threads_give_the_one_thread_report(sample: str, tmp_path: Path, mon
     assert _report(store, 8, monkeypatch) == one
 
 
-def test_rules_run_beside_the_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With two cores the rules are evaluated while the passes run: a pass waiting for the rules
-    to start is released (one after the other, it would wait out its timeout)."""
+def _released_while_passes_run(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[bool]:
+    """With two cores, diagnose with one pass that waits for `module.name` to be called: [True]
+    when it was called while the pass ran (one after the other, it waits out its timeout)."""
     started = threading.Event()
-    real = rules_mod.evaluate
+    real = getattr(module, name)
 
-    def evaluate(events, rules):  # type: ignore[no-untyped-def]
+    def called(*args):  # type: ignore[no-untyped-def]
         started.set()
-        return real(events, rules)
+        return real(*args)
 
     seen: list[bool] = []
 
@@ -50,10 +50,16 @@ def test_rules_run_beside_the_passes(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(started.wait(timeout=20))
         return []
 
-    monkeypatch.setattr(rules_mod, "evaluate", evaluate)
+    monkeypatch.setattr(module, name, called)
     monkeypatch.setattr(passes_mod, "_cores", lambda: 2)
-    diagnose_context(sync_run().ctx(), passes=[waiting_pass])
-    assert seen == [True]
+    assert diagnose_context(sync_run().ctx(), passes=[waiting_pass]).per_rank
+    return seen
+
+
+def test_rules_run_beside_the_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two cores the rules are evaluated while the passes run: a pass waiting for the rules
+    to start is released (one after the other, it would wait out its timeout)."""
+    assert _released_while_passes_run(monkeypatch, rules_mod, "evaluate") == [True]
 
 
 def test_one_core_runs_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,24 +84,7 @@ def test_a_failing_pass_fails_the_diagnosis(monkeypatch: pytest.MonkeyPatch) -> 
 def test_per_rank_table_is_built_beside_the_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     """With two cores the per-rank table (which needs no finding) is built on the passes'
     threads, not after the last pass: a pass waiting for it to start is released."""
-    started = threading.Event()
-    real = passes_mod._per_rank
-
-    def per_rank(ctx):  # type: ignore[no-untyped-def]
-        started.set()
-        return real(ctx)
-
-    seen: list[bool] = []
-
-    def waiting_pass(ctx: Context) -> list:
-        seen.append(started.wait(timeout=20))
-        return []
-
-    monkeypatch.setattr(passes_mod, "_per_rank", per_rank)
-    monkeypatch.setattr(passes_mod, "_cores", lambda: 2)
-    report = diagnose_context(sync_run().ctx(), passes=[waiting_pass])
-    assert seen == [True]
-    assert report.per_rank
+    assert _released_while_passes_run(monkeypatch, passes_mod, "_per_rank") == [True]
 
 
 def test_report_rows_convert_each_value_as_one_at_a_time() -> None:
