@@ -102,3 +102,35 @@ def test_the_cache_key_covers_every_module_of_the_readers_subpackages(monkeypatc
     real = Path.read_bytes
     monkeypatch.setattr(Path, "read_bytes", lambda self: real(self) + b"# changed\n" if self == target else real(self))
     assert run_mod._reader_digest.__wrapped__() != before
+
+
+def test_the_cache_key_reads_many_files_on_several_threads(tmp_path: Path, monkeypatch) -> None:
+    """The identities of many log files (the cache key: size, time, content fingerprint) are read
+    on more than one thread when there are cores for it, in the files' order: the key is the one a
+    single thread gives, and a file changed in place is another key."""
+    import threading
+    import time
+
+    from forensics import run as run_mod
+    from forensics.ingest import sources
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for r in range(3 * run_mod.IDENTITY_CHUNK):
+        (logs / f"rank_{r:04d}.jsonl").write_text(json.dumps({"ts": "2026-01-01T00:00:00Z", "rank": r, "msg": "hi"}) + "\n")
+    monkeypatch.setenv("FORENSICS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(run_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    threads: set[str] = set()
+    real = sources.file_info
+
+    def info(p):  # type: ignore[no-untyped-def]
+        threads.add(threading.current_thread().name)
+        time.sleep(0.001)       # each thread has work while the other reads
+        return real(p)
+
+    files = sorted(sources.expand([str(logs)]), key=str)
+    assert run_mod._identities(files, info) == [real(f) for f in files]
+    assert len(threads) >= 2
+    first = run_mod.open_run([str(logs)]).path
+    (logs / "rank_0200.jsonl").write_text(json.dumps({"ts": "2026-01-01T00:00:00Z", "rank": 200, "msg": "ho"}) + "\n")
+    assert run_mod.open_run([str(logs)]).path != first

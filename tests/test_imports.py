@@ -310,3 +310,10 @@ def test_the_modules_import_no_circle_but_the_ones_listed() -> None:
                  ("forensics.ingest.jsonl", "forensics.ingest.native"), ("forensics.summaries", "forensics.timeline.steps"),
                  ("forensics.summaries", "forensics.timeline.steptable"), ("forensics.rules.compile", "forensics.rules.plan")):
         assert not (_reaches(modules, a, b) and _reaches(modules, b, a)), (a, b)
+
+
+def test_loading_the_rules_imports_no_numpy() -> None:
+    """Loading and listing the rules needs neither numpy nor the census (forensics.rules.plan):
+    diagnose loads them on the rules' thread, whose evaluation imports those beside the step table."""
+    code = "import sys\nfrom forensics.rules import load_rules\nload_rules()\nassert 'forensics.rules.plan' not in sys.modules"
+    assert "numpy" not in loaded(code)

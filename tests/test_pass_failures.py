@@ -211,3 +211,28 @@ def test_failure_names_filtered_in_the_scan_equal_re_over_every_distinct_name() 
         events = pl.DataFrame({"event": [*names, None]}).sample(fraction=1.0, shuffle=True, seed=i).lazy()
         want = {n for n in names if re.search(failure_rows.NAMED_RE, n)}
         assert set(failure_rows.event_names(events)) == want, i
+
+
+def test_first_timeout_time_is_the_earliest_timeout_that_is_no_lost_peer() -> None:
+    """Whatever the order of the rows: a lost peer (its connection closed) is no timeout, even the
+    earliest; without any timed timeout, the earliest exit of a rank that timed out; else None."""
+    import datetime as dt
+    import random
+
+    from forensics.passes.failures.deaths import first_timeout_time
+
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def row(rank, s, msg, kind="timeout"):  # type: ignore[no-untyped-def]
+        return {"rank": rank, "timestamp": None if s is None else t0 + dt.timedelta(seconds=s), "message": msg,
+                "kind": kind, "local_rank": None, "host": None}
+
+    tos = [row(1, 5, "Connection closed by peer"), row(2, 9, "rank=2 waiting on rank=0"),
+           row(3, 7, "rank=3 waiting on rank=0"), row(4, None, "rank=4 waiting on rank=0")]
+    for _ in range(5):
+        random.shuffle(tos)
+        assert first_timeout_time(tos, []) == t0 + dt.timedelta(seconds=7)
+    untimed = [row(1, 5, "Connection closed by peer"), row(4, None, "rank=4 waiting on rank=0")]
+    exits = [row(4, 20, "exit", kind="exit"), row(1, 6, "exit", kind="exit"), row(4, 12, "exit", kind="exit")]
+    assert first_timeout_time(untimed, exits) == t0 + dt.timedelta(seconds=12)
+    assert first_timeout_time([row(1, 5, "Connection closed by peer")], exits) is None

@@ -174,3 +174,48 @@ def test_the_chance_of_being_last_that_often() -> None:
     assert abs(own_gap.last_by_chance(10, 10, 2) - 2 ** -10) < 1e-15
     assert abs(own_gap.last_by_chance(9, 10, 2) - 11 * 2 ** -10) < 1e-15
     assert 0 < own_gap.last_by_chance(20000, 30000, 2) < 1e-100 or own_gap.last_by_chance(20000, 30000, 2) == 0.0
+
+def test_the_straggler_findings_it_defers_to_are_computed_once(monkeypatch) -> None:
+    """own_gap reads straggler's and data_load_skew's findings from the Context (found_by): in a
+    diagnosis, each of those passes runs once, not again inside own_gap."""
+    rows = Rows()
+    sync_run(rows, steps=40, compute=lambda r, s: 800.0 + (600.0 if r == 1 else 0.0))
+    ctx = rows.ctx()
+    calls: list[str] = []
+    real_s, real_d = straggler.find, data_load_skew.find
+    monkeypatch.setattr(straggler, "find", lambda c: calls.append("straggler") or real_s(c))
+    monkeypatch.setattr(data_load_skew, "find", lambda c: calls.append("data_load_skew") or real_d(c))
+    assert [f.ranks for f in ctx.found_by(straggler.find)] == [[1]]
+    assert ctx.found_by(own_gap.find) == []
+    assert calls.count("straggler") == 1 and calls.count("data_load_skew") <= 1
+
+
+def test_found_by_computes_a_pass_once_whichever_thread_asks() -> None:
+    import threading
+    import time
+
+    ctx = sync_run().ctx()
+    calls: list[int] = []
+
+    def slow(c):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        time.sleep(0.05)
+        return ["found"]
+
+    got: list[list] = []
+    threads = [threading.Thread(target=lambda: got.append(ctx.found_by(slow))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [1] and got == [["found"]] * 4
+
+    def broken(c):  # type: ignore[no-untyped-def]
+        raise RuntimeError("pass broke")
+
+    for _ in range(2):      # the error, to every caller
+        try:
+            ctx.found_by(broken)
+            raise AssertionError("no error")
+        except RuntimeError as e:
+            assert "pass broke" in str(e)

@@ -11,7 +11,7 @@ whose docstring states the question and the domain fact it relies on.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -142,6 +142,33 @@ def _per_rank(ctx: Context) -> tuple[pl.DataFrame, list[str]]:
     return agg.drop("hosts"), hosts
 
 
+def _per_rank_rows(ctx: Context) -> tuple[pl.DataFrame, list[str], list[dict[str, Any]]]:
+    """`_per_rank` and its rows as the report holds them (`report_rows`)."""
+    per_rank, hosts = _per_rank(ctx)
+    return per_rank, hosts, report_rows(per_rank)
+
+
+def report_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    """`df`'s rows with each value as `_report_value` makes it (times as ISO text, floats rounded
+    by `num`), converted a column at a time: a 4,096-rank table is ~60,000 values, one type test
+    per column instead of per value."""
+    cols = []
+    for s in df.get_columns():
+        vals = s.to_list()
+        if s.dtype.is_float():
+            cols.append([None if v is None else num(v) for v in vals])
+        elif s.dtype.is_integer() or s.dtype in (pl.String, pl.Boolean):
+            cols.append(vals)
+        else:
+            cols.append([_report_value(v) for v in vals])
+    return [dict(zip(df.columns, r)) for r in zip(*cols)]
+
+
+def _report_value(v: Any) -> Any:
+    """A per-rank value in the report: a time as ISO text, a float rounded (`num`)."""
+    return iso(v) if hasattr(v, "isoformat") else num(v) if isinstance(v, float) else v
+
+
 def _run_info(ctx: Context, per_rank: pl.DataFrame, hosts: list[str], findings: list[Finding],
               errors: unexplained.Accounting | None = None) -> RunInfo:
     totals = ctx.run.totals if ctx.run is not None else {}
@@ -173,27 +200,46 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _findings(ctx: Context, passes: list[Pass], rules: list[Any]) -> list[Finding]:
-    """Every pass's findings in the passes' order, then the rules'. With two cores or more, two
-    threads share the work (polars and numpy release the GIL while they compute): the rules,
-    which read only the events, start first beside the step table; the passes then run as a
-    thread frees up. The step table (with the clock offsets) is built before any pass starts, so
-    no two threads build it (most passes read it). The findings do not depend on the order
-    in which the threads finish."""
-    def rules_found() -> list[Finding]:
+def _findings(ctx: Context, passes: list[Pass], rule_set: Callable[[], list[Any]],
+              beside: Callable[[], Any] | None = None) -> tuple[list[Finding], list[Any], Any]:
+    """Every pass's findings in the passes' order, then the rules'; the rules (`rule_set()`); and
+    what `beside` returns (work that needs the step table but no finding: the per-rank table).
+    With two cores or more, two threads share the work (polars and numpy release the GIL while
+    they compute): the rules are loaded (their engine imported: ~0.1 s) and evaluated on one
+    thread, beside the step table; `beside` and the passes then run as a thread frees up. The step
+    table (with the clock offsets) is built before any pass starts, so no two threads build it
+    (most passes read it); a rule file's error is raised before any pass runs. The findings do not
+    depend on the order in which the threads finish."""
+    def rules_found(rules: list[Any]) -> list[Finding]:
         from ..rules import evaluate
 
         return evaluate(ctx.events, rules) if rules else []
 
     if _cores() < 2:
-        return [f for p in passes for f in p(ctx)] + rules_found()
+        rules = rule_set()
+        found = [f for p in passes for f in ctx.found_by(p)] + rules_found(rules)
+        return found, rules, beside() if beside is not None else None
+    loaded: Future[list[Any]] = Future()
+
+    def load_and_find() -> list[Finding]:
+        try:
+            rules = rule_set()
+        except BaseException as e:
+            loaded.set_exception(e)
+            raise
+        loaded.set_result(rules)
+        return rules_found(rules)
+
     pool = ThreadPoolExecutor(2)
     try:
-        by_rules = pool.submit(rules_found)
-        if passes:
+        by_rules = pool.submit(load_and_find)
+        if passes or beside is not None:
             ctx.steps   # built in this thread, beside the rules
-        by_pass = [pool.submit(p, ctx) for p in passes]
-        return [f for fut in by_pass for f in fut.result()] + by_rules.result()
+        rules = loaded.result()
+        aside = pool.submit(beside) if beside is not None else None
+        by_pass = [pool.submit(ctx.found_by, p) for p in passes]
+        found = [f for fut in by_pass for f in fut.result()] + by_rules.result()
+        return found, rules, aside.result() if aside is not None else None
     finally:
         # on an error or Ctrl-C, the passes not yet started are dropped (a running one finishes)
         pool.shutdown(cancel_futures=True)
@@ -203,10 +249,11 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
                      passes: Sequence[Pass] | None = None, config: "Config | None" = None) -> Report:
     """The report for a Context (tests and notebooks build one from in-memory events). `config`
     (forensics.config) disables rules / passes and overrides rule levels and thresholds."""
-    rules = _rule_set(rule_dirs, config)
     off = set(config.disabled) if config is not None else set()
-    found = _findings(ctx, [p for p in (passes if passes is not None else PASSES) if pass_id(pass_name(p)) not in off],
-                      rules)
+    # the per-rank table needs no finding: built on the passes' threads, beside them
+    found, rules, (per_rank, hosts, rows) = _findings(
+        ctx, [p for p in (passes if passes is not None else PASSES) if pass_id(pass_name(p)) not in off],
+        lambda: _rule_set(rule_dirs, config), beside=lambda: _per_rank_rows(ctx))
     # the invariant, after every pass and rule (a full diagnosis only: a chosen list of passes
     # is a test of those passes): every ERROR line is explained by a finding or becomes one
     errors = unexplained.account(ctx, found) if passes is None else None
@@ -219,10 +266,7 @@ def diagnose_context(ctx: Context, rule_dirs: Sequence[str | os.PathLike[str]] |
     if root is not None and root.finding is not None:
         root.cost = ordered[root.finding].cost
     _next_steps(ctx, root, ordered, rules, rule_dirs)
-    per_rank, hosts = _per_rank(ctx)
     info = _run_info(ctx, per_rank, hosts, ordered, errors)
-    rows = [{k: (iso(v) if hasattr(v, "isoformat") else num(v) if isinstance(v, float) else v) for k, v in r.items()}
-            for r in per_rank.iter_rows(named=True)]
     return Report(run=info, root_cause=root, findings=ordered, per_rank=rows,
                   config=config.to_json() if config is not None else None)
 

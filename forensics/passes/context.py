@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
+from concurrent.futures import Future
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
@@ -289,6 +291,8 @@ class Context:
         run's parts slice by slice instead of `events`."""
         self._events = events
         self.run = run
+        self._found: dict[Callable, Future] = {}
+        self._found_lock = threading.Lock()
 
     @classmethod
     def from_run(cls, run: Run) -> Context:
@@ -302,6 +306,23 @@ class Context:
     @property
     def events(self) -> pl.LazyFrame:
         return self._events
+
+    def found_by(self, find: Callable[[Context], list]) -> list:
+        """`find(self)`: a pass's findings, computed once per Context, whichever thread asks first
+        (the others wait for it). A pass that defers to another's findings (own_gap leaves what
+        straggler and data_load_skew name to them) reads them here instead of running it again;
+        the returned list is shared: read it, never change it."""
+        with self._found_lock:
+            fut = self._found.get(find)
+            mine = fut is None
+            if mine:
+                fut = self._found[find] = Future()
+        if mine:
+            try:
+                fut.set_result(find(self))
+            except BaseException as e:
+                fut.set_exception(e)
+        return fut.result()
 
     @cached_property
     def _collected(self) -> pl.DataFrame:

@@ -269,10 +269,11 @@ def _spread(ctx: Context, steps: pl.DataFrame, per: pl.DataFrame, total: float, 
             or n_ranks * last_by_chance(k, per.height, n_ranks) > SPREAD_CHANCE):
         return []
     # what the sustained passes name, they explain better (their episode, their basis): only
-    # a rank they miss is named here (asked only when a rank stands out this way: rare)
+    # a rank they miss is named here (asked only when a rank stands out this way: rare; their
+    # findings computed once, for the diagnosis and here: Context.found_by)
     from . import data_load_skew, straggler
 
-    if any(r in f.ranks for f in straggler.find(ctx) + data_load_skew.find(ctx)):
+    if any(r in f.ranks for f in ctx.found_by(straggler.find) + ctx.found_by(data_load_skew.find)):
         return []
     at = per.filter(pl.col("rank") == r).get_column("step").implode()
     sel = steps.filter(pl.col("step").is_in(at))

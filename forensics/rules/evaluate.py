@@ -10,7 +10,6 @@ import polars as pl
 
 from ..report.model import Finding
 from .compile import finding_of, rule_query
-from .plan import candidate_rows
 from .spec import Rule
 
 
@@ -24,6 +23,10 @@ def evaluate(events: pl.LazyFrame, rules: list[Rule], *, census: bool = True) ->
     if not rules:
         return []
     if census:
+        # the planner (and numpy) imported here: loading the rules needs neither, and diagnose
+        # evaluates them on a thread of their own, beside the step table
+        from .plan import candidate_rows
+
         rows = candidate_rows(events, rules)
         todo = [(r, rule_query(r, rw)) for r, rw in zip(rules, rows) if rw is not None]
     else:

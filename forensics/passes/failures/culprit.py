@@ -5,6 +5,7 @@ the basis each way of finding it gives.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
 from typing import Any
@@ -29,7 +30,14 @@ _PEER = re.compile(r"(?i)waiting (?:on|for) rank[= ]?(\d+)")
 def _seq_of(row: dict[str, Any]) -> int | None:
     if row.get("seq") is not None:
         return int(row["seq"])
-    m = _SEQ.search(row.get("message") or "")
+    return _seq_in(row.get("message") or "")
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _seq_in(text: str) -> int | None:
+    """The sequence number a message names (asked of each timeout several times: by the
+    failing SeqNum, the odd collective, the laggards)."""
+    m = _SEQ.search(text)
     return int(m.group(1)) if m else None
 
 

@@ -234,10 +234,15 @@ def first_timeout_time(tos: list[dict[str, Any]], rows: list[dict[str, Any]]) ->
     without a year, in a file with no full timestamp) the earliest exit of a rank that timed out —
     the watchdog's abort of that rank follows its timeout, so the timeout was no later. Lost
     peers are not timeouts (LOST_PEER_RE): with only those, None."""
-    tos = [r for r in tos if not LOST_PEER_RE.search(r.get("message") or "")]
-    ts = [r["timestamp"] for r in tos if r["timestamp"] is not None]
-    if ts:
-        return min(ts)
+    def lost(r: dict[str, Any]) -> bool:
+        return LOST_PEER_RE.search(r.get("message") or "") is not None
+
+    # the earliest timed row that is not a lost peer: the rows read in time order, each message
+    # only until one is found (4,095 ranks' timeouts: one search, not 4,095)
+    for r in sorted((r for r in tos if r["timestamp"] is not None), key=lambda r: r["timestamp"]):
+        if not lost(r):
+            return r["timestamp"]
+    tos = [r for r in tos if r["timestamp"] is None and not lost(r)]   # (every timed one is lost)
     timed_out = {_owner(r) for r in tos if _owner(r) is not None}
     ts = [r["timestamp"] for r in rows if r["kind"] == "exit" and r["timestamp"] is not None and _owner(r) in timed_out]
     return min(ts) if ts else None
