@@ -16,6 +16,12 @@ Domain facts relied on:
   an episode (>= 75% of a window of steps, see context.sustained: scheduler noise makes random
   ranks slow in scattered steps) covering >= 3 steps, >= one window and >= 10% of its steps.
 
+- Ranks that log different subsets of the steps (each its own logging interval) share few or
+  no steps, so no window of steps can be judged per step. Then each rank is judged by its
+  medians over the steps it logged, within the phase every rank of its group logged, by the
+  same rule and thresholds (steady_ranks): a median is above its peers' only when more than
+  half the rank's steps are, which scattered scheduler noise does not reach.
+
 - With a parallel topology (Context.topology) a rank is compared only with the ranks that do
   the same work: its pipeline stage (`topology.with_groups`: peer). Stages run different layers
   — the last one also computes the loss head — so a last-stage rank computing more than a
