@@ -16,6 +16,12 @@ Domain facts relied on:
   an episode (>= 75% of a window of steps, see context.sustained: scheduler noise makes random
   ranks slow in scattered steps) covering >= 3 steps, >= one window and >= 10% of its steps.
 
+- Ranks that log different subsets of the steps (each its own logging interval) share few or
+  no steps, so no window of steps can be judged per step. Then each rank is judged by its
+  medians over the steps it logged, within the phase every rank of its group logged, by the
+  same rule and thresholds (steady_ranks): a median is above its peers' only when more than
+  half the rank's steps are, which scattered scheduler noise does not reach.
+
 - With a parallel topology (Context.topology) a rank is compared only with the ranks that do
   the same work: its pipeline stage (`topology.with_groups`: peer). Stages run different layers
   — the last one also computes the loss head — so a last-stage rank computing more than a
@@ -73,19 +79,63 @@ def straggling_steps(steps: pl.DataFrame, peers: PeerGroups) -> tuple[pl.DataFra
             ((pl.col("sum_wait") - pl.col("wait")) / (pl.col("n") - 1)).alias("others_wait"),
         )
     )
+    n_steps = per.filter(pl.col("n") >= 2).get_column("step").n_unique()
+    w = window_for(n_steps) if not df.is_empty() else 5
+    return rank_major(df).with_columns(slow_expr().alias("slow")).with_columns(sustained("slow", w).alias("episode")), n_steps
+
+
+def slow_expr() -> pl.Expr:
+    """Whether a rank straggles, on a frame with its `compute_ms` and `wait`, its peers' `n`,
+    `peer_compute` (median), `med_wait`, `min_wait`, `excess` and `others_wait` (the others'
+    mean): per step (straggling_steps) or per rank over a phase (steady_ranks)."""
     # waits least: under half the median wait, or (a group of two or three, where the median is
     # the others' too) the least of its group while the others wait half its excess longer
     least = (pl.col("wait") <= 0.5 * pl.col("med_wait")) | (
         (pl.col("wait") <= pl.col("min_wait")) & (pl.col("n") <= 3)
         & (pl.col("others_wait") - pl.col("wait") >= 0.5 * pl.col("excess")))
-    slow = (
+    return (
         (pl.col("excess") >= pl.max_horizontal(REL_EXCESS * pl.col("peer_compute"), pl.lit(ABS_EXCESS_MS)))
         & least
         & (pl.col("others_wait") >= 0.5 * pl.col("excess"))
     )
-    n_steps = per.filter(pl.col("n") >= 2).get_column("step").n_unique()
-    w = window_for(n_steps) if not df.is_empty() else 5
-    return rank_major(df).with_columns(slow.alias("slow")).with_columns(sustained("slow", w).alias("episode")), n_steps
+
+
+def steady_ranks(steps: pl.DataFrame) -> pl.DataFrame:
+    """When the ranks of a peer group log different subsets of the steps (each every k-th step,
+    k not the same for all: few or no steps are logged by all of them, so the per-step
+    comparison has little or nothing to compare), each rank's medians over the steps it logged,
+    within the phase every rank of the group logged (from the latest first step to the earliest
+    last step), judged against the group's medians by the per-step rule (slow_expr). A median
+    is above its peers' only when more than half the rank's steps are: scattered slow steps of
+    scheduler noise do not move it. One row per rank: rank, peer, compute_ms, wait, n_rows,
+    first/last step of the phase, excess, slow. Empty when all ranks log the same steps."""
+    d = steps.filter(pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null()
+                     & wait_expr().is_not_null()).select("rank", "step", "peer", "compute_ms", wait_expr().alias("wait"))
+    if d.is_empty():
+        return pl.DataFrame()
+    span = (d.sort("rank", "step").group_by("rank")
+            .agg(pl.col("peer").first(), pl.col("step").min().alias("s0"), pl.col("step").max().alias("s1"),
+                 pl.col("step").diff().median().alias("every"), pl.len().alias("rows"))
+            .filter(pl.col("rows") >= MIN_STEPS)
+            .with_columns(pl.col("s0").max().over("peer").alias("lo"), pl.col("s1").min().over("peer").alias("hi"),
+                          pl.col("every").n_unique().over("peer").alias("intervals")))
+    span = span.filter(pl.col("intervals") >= 2)
+    if span.is_empty():
+        return pl.DataFrame()
+    per = (
+        d.join(span.select("rank", "lo", "hi"), on="rank")
+        .filter(pl.col("step").is_between(pl.col("lo"), pl.col("hi")))
+        .group_by("rank").agg(pl.col("peer").first(), median("compute_ms").alias("compute_ms"), median("wait").alias("wait"),
+                              pl.len().alias("n_rows"), pl.col("lo").first(), pl.col("hi").first())
+        .filter(pl.col("n_rows") >= MIN_STEPS)
+        .with_columns(pl.len().over("peer").alias("n"), median("compute_ms").over("peer").alias("peer_compute"),
+                      median("wait").over("peer").alias("med_wait"), pl.col("wait").min().over("peer").alias("min_wait"),
+                      pl.col("wait").sum().over("peer").alias("sum_wait"))
+        .filter(pl.col("n") >= 2)
+        .with_columns((pl.col("compute_ms") - pl.col("peer_compute")).alias("excess"),
+                      ((pl.col("sum_wait") - pl.col("wait")) / (pl.col("n") - 1)).alias("others_wait"))
+    )
+    return per.with_columns(slow_expr().alias("slow")).sort("rank")
 
 
 def find(ctx: Context) -> list[Finding]:
@@ -95,10 +145,8 @@ def find(ctx: Context) -> list[Finding]:
     ))
     out = slow_stages(steps, topo) if topo is not None else []
     df, n_steps = straggling_steps(steps, ctx.peers("peer"))
-    if df.is_empty():
-        return out
     cited = steps.select("t_start", "t_end", "file", "train_line", "ready_line", "comm_line")
-    per_rank = (
+    per_rank = pl.DataFrame() if df.is_empty() else (
         df.group_by("rank")
         .agg(
             pl.len().alias("n_steps"),
@@ -110,12 +158,12 @@ def find(ctx: Context) -> list[Finding]:
                 & (pl.col("n_slow") >= MIN_SHARE * pl.col("n_steps")))
         .sort("rank")
     )
+    named: set[int] = set()
     for row in per_rank.iter_rows(named=True):
         r = int(row["rank"])
         mine = df.filter((pl.col("rank") == r) & pl.col("episode"))
         mine = mine.hstack(cited.gather(mine.get_column("_row")))
         slow_steps = mine.get_column("step")
-        peer = int(mine.get_column("peer")[0])
         # the ranks at its slow steps: a mask and the columns read (a copy of the whole table
         # for a straggler slow in most steps costs more than the rest of the pass)
         at_mask = df.select(pl.col("step").is_in(slow_steps.implode())).to_series()
@@ -126,48 +174,97 @@ def find(ctx: Context) -> list[Finding]:
                                   pl.col("peer").first())
             .sort("rank")
         )
-        # everyone who waits for it: its stage's peers in their all-reduce, its pipeline in p2p
-        victims = others.filter(pl.col("wait") >= 0.5 * excess)
-        if victims.is_empty():
+        worst_step = mine.sort("excess", descending=True).get_column("step")[0]
+        near = df.filter(at_mask & (df.get_column("step") == worst_step))
+        f = _finding(topo, r, mine, others, excess, near, cited, int(row["n_steps"]), "")
+        if f is not None:
+            out.append(f)
+            named.add(r)
+    return out + _steady(topo, steps, cited, named)
+
+
+def _steady(topo: Topology | None, steps: pl.DataFrame, cited: pl.DataFrame, named: set[int]) -> list[Finding]:
+    """The ranks that straggle by their medians over the steps each logged (steady_ranks), when
+    the per-step comparison did not name them."""
+    per = steady_ranks(steps)
+    if per.is_empty() or not per.get_column("slow").any():
+        return []
+    rows = (steps.select("rank", "step", "compute_ms", "peer", wait_expr().alias("wait"),
+                         pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"))
+            .join(per.select("rank", "lo", "hi"), on="rank")
+            .filter(pl.col("step").is_between(pl.col("lo"), pl.col("hi")) & pl.col("compute_ms").is_not_null()
+                    & pl.col("wait").is_not_null()))
+    out: list[Finding] = []
+    for row in per.filter(pl.col("slow")).iter_rows(named=True):
+        r = int(row["rank"])
+        if r in named:
             continue
-        v_ranks = [int(x) for x in victims.get_column("rank")]
-        my_compute = float(mine.get_column("compute_ms").median())
-        group = others.filter(pl.col("peer") == peer)
-        peer_compute = float(group.get_column("compute").median())
-        my_wait = float(mine.get_column("wait").median())
-        v_wait = float(victims.get_column("wait").median())
-        worst = mine.sort("excess", descending=True).row(0, named=True)
-        vict_rows = df.filter(at_mask & (df.get_column("step") == worst["step"])
-                              & df.get_column("rank").is_in(v_ranks)).sort("rank").head(3)
-        vict_rows = vict_rows.hstack(cited.gather(vict_rows.get_column("_row")))
-        lines = cite([{"source_file": worst["file"], "line": worst["train_line"] or worst["ready_line"], "rank": r,
-                       "timestamp": worst["t_end"], "text": f"step {worst['step']}: compute {ms(worst['compute_ms'])}"}],
-                     text="text")
-        lines += cite([{"source_file": v["file"], "line": v["comm_line"], "rank": v["rank"], "timestamp": v["t_end"],
-                        "text": f"step {v['step']}: waits {ms(v['wait'])}"} for v in vict_rows.iter_rows(named=True)],
-                      text="text")
-        s0, s1 = int(slow_steps.min()), int(slow_steps.max())
-        where = "peers"
-        grouping: dict = {}
-        if topo is not None:
-            g_ranks = sorted([r, *(int(x) for x in group.get_column("rank"))])
-            where = f"the other ranks of {topo.describe_group(peer)} ({rank_ranges(g_ranks)})"
-            grouping = {"peer_group": topo.describe_group(peer), "group_ranks": g_ranks,
-                        "group_median_compute_ms": num(peer_compute), "topology": topo.to_dict()}
-        title = (f"rank {r} is a straggler: computes {ms(my_compute)} per step vs {ms(peer_compute)} on {where} and "
-                 f"waits least ({ms(my_wait)}); ranks {rank_ranges(v_ranks)} wait {ms(v_wait)} per step for it "
-                 f"({len(slow_steps)} steps, {s0}–{s1})")
-        out.append(Finding(
-            rule=pass_id("straggler"), kind="straggler", layer="resource", severity="WARN",
-            ranks=[r], victims=v_ranks, title=title,
-            evidence={"compute_ms": num(my_compute), "peer_compute_ms": num(peer_compute),
-                      "excess_ms": num(excess), "wait_ms": num(my_wait), "victim_wait_ms": num(v_wait),
-                      "straggling_steps": len(slow_steps), "steps": int(row["n_steps"]),
-                      "first_step": s0, "last_step": s1, **grouping},
-            lines=lines,
-            first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
-        ))
+        mine = rows.filter(pl.col("rank") == r).with_columns((pl.col("compute_ms") - row["peer_compute"]).alias("excess"))
+        mine = mine.hstack(cited.gather(mine.get_column("_row")))
+        others = (per.filter(pl.col("rank") != r)
+                  .select("rank", "wait", pl.col("compute_ms").alias("compute"), "peer"))
+        worst_step = int(mine.sort("excess", descending=True).get_column("step")[0])
+        # the waiters' lines nearest the rank's worst step (they did not all log that one)
+        near = (rows.filter(pl.col("rank") != r).with_columns((pl.col("step") - worst_step).abs().alias("_d"))
+                .sort("_d", "rank").unique("rank", keep="first", maintain_order=True).drop("_d"))
+        basis = f"medians over the steps each rank logged, {int(row['n_rows'])} of its own"
+        f = _finding(topo, r, mine, others, float(row["excess"]), near, cited, int(row["n_rows"]), basis,
+                     compared="per-rank medians over the steps each rank logged")
+        if f is not None:
+            out.append(f)
     return out
+
+
+def _finding(topo: Topology | None, r: int, mine: pl.DataFrame, others: pl.DataFrame, excess: float,
+             near: pl.DataFrame, cited: pl.DataFrame, n_steps: int, basis: str,
+             compared: str | None = None) -> Finding | None:
+    """The straggler finding for rank `r`: `mine` its straggling rows (with the cited columns),
+    `others` the other ranks' median wait and compute, `near` the rows of the steps to cite the
+    waiters at. None when nobody waits for it."""
+    slow_steps = mine.get_column("step")
+    peer = int(mine.get_column("peer")[0])
+    # everyone who waits for it: its stage's peers in their all-reduce, its pipeline in p2p
+    victims = others.filter(pl.col("wait") >= 0.5 * excess)
+    if victims.is_empty():
+        return None
+    v_ranks = [int(x) for x in victims.get_column("rank")]
+    my_compute = float(mine.get_column("compute_ms").median())
+    group = others.filter(pl.col("peer") == peer)
+    peer_compute = float(group.get_column("compute").median())
+    my_wait = float(mine.get_column("wait").median())
+    v_wait = float(victims.get_column("wait").median())
+    worst = mine.sort("excess", descending=True).row(0, named=True)
+    vict_rows = near.filter(pl.col("rank").is_in(v_ranks)).sort("rank").head(3)
+    vict_rows = vict_rows.hstack(cited.gather(vict_rows.get_column("_row")))
+    lines = cite([{"source_file": worst["file"], "line": worst["train_line"] or worst["ready_line"], "rank": r,
+                   "timestamp": worst["t_end"], "text": f"step {worst['step']}: compute {ms(worst['compute_ms'])}"}],
+                 text="text")
+    lines += cite([{"source_file": v["file"], "line": v["comm_line"], "rank": v["rank"], "timestamp": v["t_end"],
+                    "text": f"step {v['step']}: waits {ms(v['wait'])}"} for v in vict_rows.iter_rows(named=True)],
+                  text="text")
+    s0, s1 = int(slow_steps.min()), int(slow_steps.max())
+    where = "peers"
+    grouping: dict = {}
+    if topo is not None:
+        g_ranks = sorted([r, *(int(x) for x in group.get_column("rank"))])
+        where = f"the other ranks of {topo.describe_group(peer)} ({rank_ranges(g_ranks)})"
+        grouping = {"peer_group": topo.describe_group(peer), "group_ranks": g_ranks,
+                    "group_median_compute_ms": num(peer_compute), "topology": topo.to_dict()}
+    if compared:
+        grouping["compared"] = compared
+    title = (f"rank {r} is a straggler: computes {ms(my_compute)} per step vs {ms(peer_compute)} on {where} and "
+             f"waits least ({ms(my_wait)}); ranks {rank_ranges(v_ranks)} wait {ms(v_wait)} per step for it "
+             f"({basis or f'{len(slow_steps)} steps'}, {s0}–{s1})")
+    return Finding(
+        rule=pass_id("straggler"), kind="straggler", layer="resource", severity="WARN",
+        ranks=[r], victims=v_ranks, title=title,
+        evidence={"compute_ms": num(my_compute), "peer_compute_ms": num(peer_compute),
+                  "excess_ms": num(excess), "wait_ms": num(my_wait), "victim_wait_ms": num(v_wait),
+                  "straggling_steps": len(slow_steps), "steps": n_steps,
+                  "first_step": s0, "last_step": s1, **grouping},
+        lines=lines,
+        first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
+    )
 
 
 def slow_stages(steps: pl.DataFrame, topo: Topology) -> list[Finding]:
