@@ -429,11 +429,6 @@ def build(run: Run) -> None:
 # its partials (linked from the previous version); a part without them (compacted or rewritten
 # at commit, an older store) gets them from its rows.
 PARTS_DIR = "parts"
-# rows of a part's chunks folded into partials together at most (`Partial.add`). Against one
-# chunk (~33,000 rows) at a time, per 1.18 M rows of the 4,096-rank bench's chunks, CPU s of
-# Partial.add + write (interleaved pairs, medians of 10): 96 K -0.12, 128 K -0.25; peak RSS of
-# its ingest 300 -> 362 MB (96 K), ~390 MB (128 K)
-FOLD_ROWS = 128 * 1024
 GPU = "gpu"                       # (rank, gpu_util, n): the per-rank median merges from counts
 PARTIALS = (STEPS, RANKS, GPU, ERRORS, UNTIMED, LAYOUT, FAILURES)
 # the event columns the partials read of every row: the wide text ones only the layout's
@@ -501,9 +496,9 @@ def _gpu_state(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.filter(pl.col("gpu_util").is_not_null()).group_by("rank", "gpu_util").agg(pl.len().alias("n"))
 
 
-def _partials_of(df: pl.DataFrame, layout: pl.DataFrame) -> list[pl.LazyFrame]:
-    """The PARTIALS of some events but FAILURES, in that order (states, or rows for the few-row
-    tables); `df`: their _NARROW_INPUT columns, `layout`: the `_layout_rows` of their text."""
+def _partials_of(df: pl.DataFrame, text: pl.DataFrame) -> list[pl.LazyFrame]:
+    """The PARTIALS of some events, in that order (states, or rows for the few-row tables);
+    `text`: their _LAYOUT_INPUT columns, `df` the others."""
     from .topology import candidates
 
     lf = df.lazy()
@@ -513,7 +508,7 @@ def _partials_of(df: pl.DataFrame, layout: pl.DataFrame) -> list[pl.LazyFrame]:
         _gpu_state(lf),
         lf.filter(pl.col("level") == "ERROR").select(ERROR_COLUMNS),
         lf.filter(pl.col("timestamp").is_null()).select(pl.col("source_file").unique()),
-        candidates(layout.lazy()),
+        candidates(_layout_rows(text).lazy()),
     ]
 
 
@@ -725,16 +720,6 @@ def _rank_span(df: pl.DataFrame) -> tuple[float, float]:
     return (lo if lo is not None else inf), (inf if r.null_count() or hi is None else hi)  # type: ignore[return-value]
 
 
-def _arrow_rank_span(r: pa.ChunkedArray) -> tuple[float, float]:
-    """`_rank_span` of a chunk's rank column (Arrow): its first and last rank in the summary's order."""
-    import pyarrow.compute as pc
-
-    mm = pc.min_max(r)
-    lo, hi = mm["min"].as_py(), mm["max"].as_py()
-    inf = float("inf")
-    return (lo if lo is not None else inf), (inf if r.null_count or hi is None else hi)
-
-
 @functools.cache
 def _step_columns() -> tuple[pl.Schema, list[str], list[str]]:
     """The (rank, step) state's schema (`_step_state`'s, as `timeline.steptable._step_groups` gives it:
@@ -817,68 +802,27 @@ class Partial:
         self._streaming = True            # no chunk went back in rank order yet
         target = partial_path(root, part, STEPS)
         self._tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
-        # chunks not yet folded (their input columns), their rows and last rank (`add`)
-        self._pending: list[pa.Table] = []
-        self._pending_rows_of: list[tuple[pl.DataFrame, pl.DataFrame]] = []   # their layout and failure rows
-        self._pending_rows = 0
-        self._pending_last = float("-inf")
 
     def add(self, t: pa.Table | pl.DataFrame) -> None:
-        """Take the next chunk of the part's rows. Chunks are folded into partials a few together
-        (up to FOLD_ROWS rows): a fold's cost is much per call (some 20 polars queries), and a part
-        writer's chunks are small (a row group of whole ranks: ~33,000 rows). Only chunks whose rank
-        ranges follow each other are folded together: a (rank, step) or a rank cut between two
-        chunks is folded in the same pieces as one chunk at a time would (and merged the same way),
-        so every partial is the same, bit for bit, as chunk by chunk."""
-        if isinstance(t, pl.DataFrame):
-            self.flush()
-            df = _typed(t.select(_NARROW_INPUT).rechunk())
-            if self._steps_only:
-                self._add([_step_state(df).collect(engine="in-memory")])
-            else:
-                self._fold(df, _layout_rows(_typed(t.select(_LAYOUT_INPUT))), _failure_rows(t, df))
-            return
-        first, last = _arrow_rank_span(t["rank"])
-        if self._pending and (first <= self._pending_last or self._pending_rows + t.num_rows > FOLD_ROWS):
-            self.flush()
-        # only the narrow columns are held: the wide text ones (a third of the bytes) are searched
-        # now, and only the rows the layout and the failures keep (a few in a thousand) are held
-        self._pending.append(t.select(_NARROW_INPUT))
-        if not self._steps_only:
-            text = pl.from_arrow(t.select(list(_LAYOUT_INPUT)))
-            narrow = pl.from_arrow(t.select(["event", "level"]))
-            assert isinstance(text, pl.DataFrame) and isinstance(narrow, pl.DataFrame)
-            self._pending_rows_of.append((_layout_rows(_typed(text)), _failure_rows(t, _typed(narrow))))
-        self._pending_rows += t.num_rows
-        self._pending_last = last
-
-    def flush(self) -> None:
-        """Fold the chunks taken and not yet folded (`add`)."""
-        if not self._pending:
-            return
-        held, rows = self._pending, self._pending_rows_of
-        self._pending, self._pending_rows_of, self._pending_rows, self._pending_last = [], [], 0, float("-inf")
         # a part writer's table is the reader's blocks (one or more per file: hundreds for small
         # files): joined in Arrow first, converting costs 1/4 of converting the chunks (measured on
-        # 4,096-rank files), and aggregating one contiguous chunk less than many
-        t = (held[0] if len(held) == 1 else pa.concat_tables(held)).combine_chunks()
-        del held
-        df = pl.from_arrow(t)
+        # 4,096-rank files), and aggregating one contiguous chunk less than many. The wide text
+        # columns, only searched for the layout's hints, are converted as they are (joining them
+        # copied every row's text)
+        df = t.select(_NARROW_INPUT).rechunk() if isinstance(t, pl.DataFrame) else pl.from_arrow(
+            t.select(_NARROW_INPUT).combine_chunks())
         assert isinstance(df, pl.DataFrame)
-        del t
+        df = _typed(df)
         if self._steps_only:
-            self._add([_step_state(_typed(df)).collect(engine="in-memory")])
+            self._add([_step_state(df).collect(engine="in-memory")])
             return
-        layout, failures = (pl.concat(list(x), rechunk=False) for x in zip(*rows))
-        self._fold(_typed(df), layout, failures)
-
-    def _fold(self, df: pl.DataFrame, layout: pl.DataFrame, failures: pl.DataFrame) -> None:
-        """Hold the partials of some consecutive rows of the part (`_add`): `df` their
-        _NARROW_INPUT columns, `layout` and `failures` the rows of those partials."""
-        # tens of thousands of rows: the in-memory engine costs ~1/3 less CPU than the streaming
-        # one here (measured on the 64-rank bench's chunks)
-        frames = pl.collect_all(_partials_of(df, layout), engine="in-memory")
-        frames.append(failures)
+        text = t.select(_LAYOUT_INPUT) if isinstance(t, pl.DataFrame) else pl.from_arrow(t.select(list(_LAYOUT_INPUT)))
+        assert isinstance(text, pl.DataFrame)
+        # one chunk (tens of thousands of rows): the in-memory engine costs ~1/3 less CPU than the
+        # streaming one here (measured on the 64-rank bench's chunks)
+        frames = pl.collect_all(_partials_of(df, _typed(text)), engine="in-memory")
+        frames.append(_failure_rows(t, df))
+        del df, text
         self._add(frames)
 
     def _add(self, frames: list[pl.DataFrame]) -> None:
@@ -920,7 +864,6 @@ class Partial:
 
     def write(self) -> None:
         """Write the part's partials (atomically: temp file, then rename)."""
-        self.flush()
         if self._chunks[STEPS]:
             self._write_steps()
         if self._out is not None:   # the (rank, step) states and their groups, written as they came
@@ -936,7 +879,6 @@ class Partial:
 
     def abort(self) -> None:
         """Remove the temp file (the part is not written)."""
-        self._pending, self._pending_rows_of = [], []
         self._close()
         self._tmp.unlink(missing_ok=True)
 

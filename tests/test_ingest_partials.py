@@ -194,45 +194,34 @@ def test_units_on_threads_give_the_summaries_the_events_give(tmp_path: Path, mon
         assert_frame_equal(stored, want, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
 
 
-def _chunked(cut: str) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
-    """A part's rows (sorted as a part is) and the chunks a part writer hands them over in: whole
-    ranks in rank order, cut anywhere (a rank and the unranked rows go on in the next chunk), or
-    two sorted runs (the second goes back to rank 0)."""
+@pytest.mark.parametrize("cut", ["whole ranks", "anywhere", "two sorted runs"])
+def test_a_partial_fed_chunk_by_chunk_writes_the_state_of_all_its_rows(tmp_path: Path, cut: str) -> None:
+    """The (rank, step) states of a part's chunks, written out as they come (chunks of whole ranks
+    in rank order), merged where a rank or the unranked rows go on in the next chunk, read back
+    and held when a chunk goes back in rank order (a part sorted in runs): the partial written is
+    the state of all the part's rows, in (rank, step) order, and no temp file is left."""
     import random
 
     rng = random.Random(11)
-    events = ["DATA_LOAD", "ALLREDUCE", "forward", "TRAIN_STEP", "NCCL_TIMEOUT", None]
+    events = ["DATA_LOAD", "ALLREDUCE", "forward", "TRAIN_STEP", None]
     rows = [{"rank": rank, "step": rng.choice([0, 1, 2, 3, None]), "line": i,
              "timestamp": None if rng.random() < 0.05 else T0 + timedelta(milliseconds=rng.randrange(10_000)),
              "event": rng.choice(events), "comm_ms": rng.choice([None, 1.5, 2.25]), "loss": rng.choice([None, 2.5]),
              "data_load_ms": rng.choice([None, 3.0]), "step_time_ms": rng.choice([None, 100.0, 7.5]),
-             "gpu_util": rng.choice([None, 50.0, 97.5]), "host": rng.choice([None, f"n{rank}"]),
-             "source_file": f"/logs/r{rank}.jsonl", "level": rng.choice(["INFO", "INFO", "WARN", "ERROR"]),
-             "message": rng.choice([None, "ok", "world size: 8"]), "extra": rng.choice([None, '{"tp_size": 2}'])}
+             "source_file": f"/logs/r{rank}.jsonl", "level": "INFO"}
             for i, rank in enumerate(rng.choice([0, 1, 2, 3, 4, 5, None]) for _ in range(3000))]
     order = [pl.col("rank"), pl.col("timestamp"), pl.col("line")]
     part = _events(rows).sort(order, nulls_last=True)
-
     def whole_ranks(rows: pl.DataFrame) -> list[pl.DataFrame]:
         return [rows.filter(pl.col("rank").is_in(rs)) for rs in ([0, 1], [2], [3, 4, 5])] + [
             rows.filter(pl.col("rank").is_null())]
 
     if cut == "whole ranks":
-        return part, whole_ranks(part)
-    if cut == "anywhere":
-        return part, [part.slice(a, 250) for a in range(0, part.height, 250)]
-    return part, [c for k in (0, 1) for c in whole_ranks(part.filter(pl.col("line") % 2 == k))]
-
-
-@pytest.mark.parametrize("cut", ["whole ranks", "anywhere", "two sorted runs"])
-def test_a_partial_fed_chunk_by_chunk_writes_the_state_of_all_its_rows(tmp_path: Path, cut: str,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The (rank, step) states of a part's chunks, written out as they come (chunks of whole ranks
-    in rank order), merged where a rank or the unranked rows go on in the next chunk, read back
-    and held when a chunk goes back in rank order (a part sorted in runs): the partial written is
-    the state of all the part's rows, in (rank, step) order, and no temp file is left."""
-    monkeypatch.setattr(S, "FOLD_ROWS", 1)   # each chunk folded alone (folded together: the test below)
-    part, chunks = _chunked(cut)
+        chunks = whole_ranks(part)
+    elif cut == "anywhere":   # ranks and the unranked rows go on in the next chunk
+        chunks = [part.slice(a, 250) for a in range(0, part.height, 250)]
+    else:   # the second run goes back to rank 0, after the first's states were written out
+        chunks = [c for k in (0, 1) for c in whole_ranks(part.filter(pl.col("line") % 2 == k))]
     p = S.Partial(tmp_path, "events/p.parquet")
     for c in chunks:
         p.add(c.to_arrow())
@@ -253,47 +242,6 @@ def test_a_partial_fed_chunk_by_chunk_writes_the_state_of_all_its_rows(tmp_path:
     assert_frame_equal(groups.select(want.columns), want, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
     assert sorted(f.name for f in (tmp_path / S.SUMMARIES_DIR / S.PARTS_DIR).iterdir()) == sorted(
         S.partial_path(tmp_path, "events/p.parquet", n).name for n in S.PARTIALS)
-
-
-def _partial_tables(root: Path) -> dict[str, pl.DataFrame]:
-    """Every partial of the part events/p.parquet under `root`, in a stated row order (the ranks'
-    and gpu's groups come out of an unordered group_by)."""
-    out = {}
-    for n in S.PARTIALS:
-        f = S.partial_path(root, "events/p.parquet", n)
-        df = pl.read_parquet(f) if n == S.STEPS else pl.read_ipc(f)
-        keys = {S.RANKS: ["rank"], S.GPU: ["rank", "gpu_util"], S.UNTIMED: ["source_file"]}.get(n)
-        out[n] = df.sort(keys, nulls_last=True) if keys else df
-    return out
-
-
-@pytest.mark.parametrize("cut", ["whole ranks", "anywhere", "two sorted runs"])
-def test_chunks_folded_together_give_the_partials_of_one_chunk_at_a_time_bit_for_bit(
-        tmp_path: Path, cut: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks whose rank ranges follow each other are folded into partials together (fewer
-    aggregations), and where a rank goes on into the next chunk or goes back, they are folded
-    apart as one chunk at a time would: every partial is the same, bit for bit."""
-    _, chunks = _chunked(cut)
-    folds: list[int] = []
-    add = S.Partial._add
-    monkeypatch.setattr(S.Partial, "_add", lambda self, frames: (folds.append(1), add(self, frames))[1])
-    got = {}
-    for fold_rows in (1, 1 << 20):
-        monkeypatch.setattr(S, "FOLD_ROWS", fold_rows)
-        folds.clear()
-        p = S.Partial(tmp_path / str(fold_rows), "events/p.parquet")
-        for c in chunks:
-            p.add(c.to_arrow())
-        p.write()
-        got[fold_rows] = (_partial_tables(tmp_path / str(fold_rows)), len(folds))
-    (alone, n_alone), (together, n_together) = got[1], got[1 << 20]
-    assert n_alone == len(chunks)
-    # whole ranks in rank order (the unranked last): one fold; two runs: one per run
-    assert n_together == {"whole ranks": 1, "two sorted runs": 2}.get(cut, n_alone)
-    assert alone.keys() == together.keys()
-    for name in alone:
-        assert_frame_equal(together[name], alone[name], check_exact=True)
-    assert alone[S.FAILURES].height and alone[S.LAYOUT].height and alone[S.ERRORS].height
 
 
 def test_an_aborted_partial_leaves_no_file(tmp_path: Path) -> None:
