@@ -51,6 +51,9 @@ def test_ranks_logging_different_steps_without_a_slow_loader_have_no_skew() -> N
     # a compute straggler loads like the others
     assert data_load_skew.find(every(sync_run(steps=40, compute=lambda r, s: 1400.0 if r == 1 else 800.0),
                                      EVERY).ctx()) == []
+    # scattered slow loads on random ranks (a loaded host) do not move a rank's median
+    noise = lambda r, s: 420.0 if (s % 7 == 0 and r == (s // 7) % 4) else 20.0  # noqa: E731
+    assert data_load_skew.find(every(sync_run(steps=60, data=noise), EVERY).ctx()) == []
     # a rank slow in a third of its steps: its median is its peers' (an episode is the per-step
     # comparison's to find)
     slow = lambda r, s: 420.0 if (r == 0 and s < 13) else 20.0  # noqa: E731

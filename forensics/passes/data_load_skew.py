@@ -12,6 +12,12 @@ Domain facts relied on:
   excess is material (>= 5 ms and >= 5% of the median step time); a rank is skewed when that
   holds in an episode (context.sustained: a loaded host slows random ranks' loading in scattered
   steps) covering >= 3 steps and >= 10% of its steps.
+- Ranks that log different subsets of the steps (each its own logging interval) share few
+  steps, and a step logged by two ranks has its median halfway between them (never 2.5x below
+  the slow one): the slow rank's skewed steps lie scattered among its own rows, no episode. Then
+  each rank is judged by its median loading over the steps it logged, within the phase every
+  rank of its group logged (log_every.rank_medians), by the same thresholds: a median is above
+  its peers' only when more than half the rank's steps are.
 - The disk read rate (disk_read_mbps) of the same rank, when logged, is the physical evidence
   (HDD vs NVMe in the seed case).
 
