@@ -110,6 +110,16 @@ def sync_run(
     return rows
 
 
+EVERY = {0: 1, 1: 2, 2: 3, 3: 5}
+
+
+def every(rows: Rows, every: dict[int, int]) -> Rows:
+    """`rows` with rank r's lines kept only at every `every[r]`-th step (each rank logs its own
+    subset of the steps, as with a per-rank --log-every); line numbers stay those of the full log."""
+    rows.rows = [x for x in rows.rows if x["step"] % every[x["rank"]] == 0]
+    return rows
+
+
 def train_only(rows: Rows | None = None, *, ranks: int = 4, steps: int = 200, every: int = 1,
                loss: Callable[[int], float], lr: Callable[[int], float] = lambda s: 1e-4,
                stage: Callable[[int], str | None] = lambda s: None, noise: float = 0.02, seed: int = 0,

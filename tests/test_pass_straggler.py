@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from forensics.passes import straggler
-from pass_helpers import sync_run
+from pass_helpers import EVERY, every, sync_run
 
 
 def test_names_the_slow_rank_not_the_ranks_that_wait() -> None:
@@ -54,20 +54,10 @@ def test_a_few_slow_steps_shorter_than_a_window_are_not_a_straggler() -> None:
     assert [f.ranks for f in straggler.find(sync_run(steps=40, compute=slow).ctx())] == [[1]]
 
 
-def _every(rows, every: dict[int, int]):
-    """`rows` with rank r's lines kept only at every `every[r]`-th step (each rank logs its own
-    subset of the steps, as with a per-rank --log-every); line numbers stay those of the full log."""
-    rows.rows = [x for x in rows.rows if x["step"] % every[x["rank"]] == 0]
-    return rows
-
-
-EVERY = {0: 1, 1: 2, 2: 3, 3: 5}
-
-
 def test_a_steady_straggler_is_named_when_ranks_log_different_steps() -> None:
     # rank 3 logs every 5th step and computes 35% longer throughout; steps logged by all four
     # ranks are 0 and 30 only, so the per-step comparison has nothing to judge over a window
-    ctx = _every(sync_run(steps=40, compute=lambda r, s: 1080.0 if r == 3 else 800.0), EVERY).ctx()
+    ctx = every(sync_run(steps=40, compute=lambda r, s: 1080.0 if r == 3 else 800.0), EVERY).ctx()
     [f] = straggler.find(ctx)
     assert f.ranks == [3] and f.victims == [0, 1, 2]
     assert f.evidence["compared"].startswith("per-rank medians")
@@ -76,26 +66,26 @@ def test_a_steady_straggler_is_named_when_ranks_log_different_steps() -> None:
 
 
 def test_ranks_logging_different_steps_without_a_slow_rank_have_no_straggler() -> None:
-    assert straggler.find(_every(sync_run(steps=40), EVERY).ctx()) == []
+    assert straggler.find(every(sync_run(steps=40), EVERY).ctx()) == []
     # scattered slow steps on random ranks (a loaded host) do not move a rank's median
     noise = lambda r, s: 1300.0 if (s % 7 == 0 and r == (s // 7) % 4) else 800.0  # noqa: E731
-    assert straggler.find(_every(sync_run(steps=60, compute=noise), EVERY).ctx()) == []
+    assert straggler.find(every(sync_run(steps=60, compute=noise), EVERY).ctx()) == []
     # a rank slow in its input pipeline computes like the others
-    assert straggler.find(_every(sync_run(steps=40, data=lambda r, s: 420.0 if r == 2 else 20.0), EVERY).ctx()) == []
+    assert straggler.find(every(sync_run(steps=40, data=lambda r, s: 420.0 if r == 2 else 20.0), EVERY).ctx()) == []
 
 
 def test_a_rank_slow_in_a_third_of_its_steps_is_not_steady() -> None:
     # the per-rank medians judge a rank slow only when most of its logged steps are; a shorter
     # episode is the per-step comparison's to find (a window of steps logged by >= 2 ranks)
     slow = lambda r, s: 1200.0 if (r == 2 and s < 13) else 800.0  # noqa: E731
-    assert straggler.steady_ranks(_steps(_every(sync_run(steps=40, compute=slow), EVERY).ctx())) \
+    assert straggler.steady_ranks(_steps(every(sync_run(steps=40, compute=slow), EVERY).ctx())) \
         .filter("slow").is_empty()
 
 
 def test_ranks_logging_the_same_steps_are_left_to_the_per_step_comparison() -> None:
     ctx = sync_run(steps=40, compute=lambda r, s: 1080.0 if r == 3 else 800.0).ctx()
     assert straggler.steady_ranks(_steps(ctx)).is_empty()
-    ctx = _every(sync_run(steps=40, compute=lambda r, s: 1080.0 if r == 3 else 800.0), {r: 4 for r in range(4)}).ctx()
+    ctx = every(sync_run(steps=40, compute=lambda r, s: 1080.0 if r == 3 else 800.0), {r: 4 for r in range(4)}).ctx()
     assert straggler.steady_ranks(_steps(ctx)).is_empty()
 
 

@@ -45,6 +45,7 @@ from ..report.model import Finding
 from ..topology import Topology
 from .context import Context, keep, median, PeerGroups, rank_major, sustained, wait_expr, window_for
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges
+from .log_every import nearest, rank_medians
 
 STAGE_SHARE = 0.75
 
@@ -111,27 +112,13 @@ def steady_ranks(steps: pl.DataFrame) -> pl.DataFrame:
     first/last step of the phase, excess, slow. Empty when all ranks log the same steps."""
     d = steps.filter(pl.col("rank").is_not_null() & pl.col("compute_ms").is_not_null()
                      & wait_expr().is_not_null()).select("rank", "step", "peer", "compute_ms", wait_expr().alias("wait"))
-    if d.is_empty():
-        return pl.DataFrame()
-    span = (d.sort("rank", "step").group_by("rank")
-            .agg(pl.col("peer").first(), pl.col("step").min().alias("s0"), pl.col("step").max().alias("s1"),
-                 pl.col("step").diff().median().alias("every"), pl.len().alias("rows"))
-            .filter(pl.col("rows") >= MIN_STEPS)
-            .with_columns(pl.col("s0").max().over("peer").alias("lo"), pl.col("s1").min().over("peer").alias("hi"),
-                          pl.col("every").n_unique().over("peer").alias("intervals")))
-    span = span.filter(pl.col("intervals") >= 2)
-    if span.is_empty():
-        return pl.DataFrame()
+    per = rank_medians(d, "peer", ["compute_ms", "wait"], MIN_STEPS)
+    if per.is_empty():
+        return per
     per = (
-        d.join(span.select("rank", "lo", "hi"), on="rank")
-        .filter(pl.col("step").is_between(pl.col("lo"), pl.col("hi")))
-        .group_by("rank").agg(pl.col("peer").first(), median("compute_ms").alias("compute_ms"), median("wait").alias("wait"),
-                              pl.len().alias("n_rows"), pl.col("lo").first(), pl.col("hi").first())
-        .filter(pl.col("n_rows") >= MIN_STEPS)
-        .with_columns(pl.len().over("peer").alias("n"), median("compute_ms").over("peer").alias("peer_compute"),
-                      median("wait").over("peer").alias("med_wait"), pl.col("wait").min().over("peer").alias("min_wait"),
-                      pl.col("wait").sum().over("peer").alias("sum_wait"))
-        .filter(pl.col("n") >= 2)
+        per.with_columns(median("compute_ms").over("peer").alias("peer_compute"),
+                         median("wait").over("peer").alias("med_wait"), pl.col("wait").min().over("peer").alias("min_wait"),
+                         pl.col("wait").sum().over("peer").alias("sum_wait"))
         .with_columns((pl.col("compute_ms") - pl.col("peer_compute")).alias("excess"),
                       ((pl.col("sum_wait") - pl.col("wait")) / (pl.col("n") - 1)).alias("others_wait"))
     )
@@ -205,8 +192,7 @@ def _steady(topo: Topology | None, steps: pl.DataFrame, cited: pl.DataFrame, nam
                   .select("rank", "wait", pl.col("compute_ms").alias("compute"), "peer"))
         worst_step = int(mine.sort("excess", descending=True).get_column("step")[0])
         # the waiters' lines nearest the rank's worst step (they did not all log that one)
-        near = (rows.filter(pl.col("rank") != r).with_columns((pl.col("step") - worst_step).abs().alias("_d"))
-                .sort("_d", "rank").unique("rank", keep="first", maintain_order=True).drop("_d"))
+        near = nearest(rows.filter(pl.col("rank") != r), worst_step)
         basis = f"medians over the steps each rank logged, {int(row['n_rows'])} of its own"
         f = _finding(topo, r, mine, others, float(row["excess"]), near, cited, int(row["n_rows"]), basis,
                      compared="per-rank medians over the steps each rank logged")
