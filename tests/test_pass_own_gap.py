@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from forensics.passes import data_load_skew, diagnose_context, own_gap, straggler
-from pass_helpers import T0, Rows, sync_run
+from pass_helpers import EVERY, T0, Rows, every, sync_run
 
 STALLS = (12, 27)
 
@@ -219,3 +221,48 @@ def test_found_by_computes_a_pass_once_whichever_thread_asks() -> None:
             raise AssertionError("no error")
         except RuntimeError as e:
             assert "pass broke" in str(e)
+
+
+def _weak(slow: int, logs: dict[int, int], steps: int = 40, late: dict[int, int] | None = None):
+    # 12% more compute on rank `slow` (under the straggler pass's 20%); `late`: step -> the rank
+    # that is 100 ms late there instead (the lateness moves between ranks)
+    def compute(r: int, s: int) -> float:
+        if late is not None:
+            return 800.0 + (100.0 if late[s] == r else 0.0)
+        return 800.0 * (1.12 if r == slow else 1.0)
+    return every(sync_run(steps=steps, compute=compute), logs).ctx()
+
+
+def test_a_weak_straggler_is_named_when_the_ranks_log_different_steps() -> None:
+    # ranks logging every 1, 2, 3, 5 steps: a rank can be the one waited for only at the steps it
+    # logged; counted over all the steps it is last at too few (19 and 13 of 29) to be named
+    for slow, n in ((1, 19), (2, 13)):
+        ctx = _weak(slow, EVERY)
+        assert straggler.find(ctx) == []
+        [f] = own_gap.find(ctx)
+        assert f.kind == "straggler" and f.ranks == [slow] and f.victims == [r for r in range(4) if r != slow]
+        assert f.evidence["steps_judged"] == n and f.evidence["steps_waited_for"] == n
+        assert f.evidence["chance"] < own_gap.SPREAD_CHANCE and "compared" in f.evidence
+    # the sparsest logger (every 5th step) is named once it logged enough steps (15 of 80)
+    [f] = own_gap.find(_weak(3, EVERY, steps=80))
+    assert f.ranks == [3] and f.evidence["steps_judged"] == 15
+    # ... and not on 7 steps (40): too few to tell from chance
+    assert own_gap.find(_weak(3, EVERY)) == []
+
+
+def test_ranks_logging_different_steps_without_a_slow_rank_name_nobody() -> None:
+    import random
+
+    assert own_gap.find(_weak(-1, EVERY, steps=80)) == []
+    for seed in range(3):
+        rng = random.Random(seed)
+        assert own_gap.find(_weak(-1, EVERY, steps=80, late={s: rng.randrange(4) for s in range(80)})) == []
+
+
+def test_ranks_logging_the_same_steps_are_judged_over_all_steps() -> None:
+    for logs in ({r: 1 for r in range(4)}, {r: 2 for r in range(4)}):
+        [f] = own_gap.find(_weak(2, logs))
+        assert f.ranks == [2] and "compared" not in f.evidence
+        assert f.evidence["steps_judged"] == 39 // logs[0]
+    assert own_gap.last_by_chance_among(19, [4] * 29) == pytest.approx(own_gap.last_by_chance(19, 29, 4))
+    assert own_gap.last_by_chance_among(3, [2, 3, 4]) == pytest.approx(1 / 24)

@@ -35,6 +35,10 @@ Domain facts relied on:
   steps of n ranks has the binomial chance P(X >= k | N, 1/n), times n for whichever rank it is;
   a rank is named only when that is <= `SPREAD_CHANCE` (two ranks, last at 20 of 29 steps: 0.06;
   four ranks, last at 19 of 29: 2e-5).
+- When the ranks log different subsets of the steps (each its own --log-every: log_every), a
+  rank can be the one waited for only at the steps it logged: it is judged over those steps
+  alone (its share of their waiting and of their time, same bars), and its chance of being last
+  at a step is 1 over the ranks that logged that step (`last_by_chance_among`).
 
 Must not: decide the root cause; replace the sustained passes (only stalls of seconds count here,
 which no per-step delay of a straggler or a slow input pipeline reaches).
@@ -46,11 +50,13 @@ import math
 import re
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from ..report.model import Finding
 from .context import Context, PeerGroups, median, wait_expr
 from .evidence import cite, iso, ms, num, pass_id, rank_ranges, shorten
+from .log_every import rank_medians
 from .outlier import numbers
 
 STALL_MS = 1000.0
@@ -260,13 +266,24 @@ def _spread(ctx: Context, steps: pl.DataFrame, per: pl.DataFrame, total: float, 
     if per.height < SPREAD_MIN_STEPS:
         return []
     by = per.group_by("rank").agg(pl.col("caused_ms").sum().alias("ms"), pl.len().alias("k")).sort("ms", descending=True)
-    top = by.row(0, named=True)
-    r, caused_ms, k = int(top["rank"]), float(top["ms"]), int(top["k"])
+    r = int(by.row(0, named=True)["rank"])
+    # ranks logging different subsets of the steps (log_every): a rank can be waited for only at
+    # the steps it logged, among the ranks that logged them: judged there, by the same bars
+    mixed = not rank_medians(steps.select("rank", "step", pl.lit(0).alias("g"), "step_time_ms").drop_nulls(),
+                             "g", ["step_time_ms"]).is_empty()
+    if mixed:
+        per = per.filter(pl.col("step").is_in(steps.filter(pl.col("rank") == r).get_column("step").implode()))
+        total = float(per.get_column("caused_ms").sum())
+    if per.height < SPREAD_MIN_STEPS:
+        return []
+    mine_per = per.filter(pl.col("rank") == r)
+    caused_ms, k = float(mine_per.get_column("caused_ms").sum()), mine_per.height
     wall = float(per.get_column("step_ms").drop_nulls().sum())
-    n_ranks = int(per.get_column("n").median() or 0)
+    n_ranks = steps.get_column("rank").n_unique() if mixed else int(per.get_column("n").median() or 0)
+    chance = n_ranks * (last_by_chance_among(k, per.get_column("n").to_list()) if mixed
+                        else last_by_chance(k, per.height, n_ranks))
     if (r in named or caused_ms < SPREAD_SHARE * total or wall <= 0 or caused_ms < SPREAD_WALL * wall
-            or k < SPREAD_STEPS * per.height or n_ranks < 2
-            or n_ranks * last_by_chance(k, per.height, n_ranks) > SPREAD_CHANCE):
+            or k < SPREAD_STEPS * per.height or n_ranks < 2 or chance > SPREAD_CHANCE):
         return []
     # what the sustained passes name, they explain better (their episode, their basis): only
     # a rank they miss is named here (asked only when a rank stands out this way: rare; their
@@ -307,7 +324,8 @@ def _spread(ctx: Context, steps: pl.DataFrame, per: pl.DataFrame, total: float, 
         title=title, basis="own_gap",
         evidence={"caused_wait_ms": num(caused_ms), "all_wait_ms": num(total), "share": num(caused_ms / total),
                   "share_of_run": num(caused_ms / wall), "steps_waited_for": k, "steps_judged": per.height,
-                  "chance": float(f"{n_ranks * last_by_chance(k, per.height, n_ranks):.2g}"),
+                  "chance": float(f"{chance:.2g}"),
+                  **({"compared": f"the {per.height} steps rank {r} logged (ranks log different steps)"} if mixed else {}),
                   "field": col, "rank_ms": num(own_v), "peers_ms": num(peer_v)},
         lines=lines, first_seen=iso(mine.get_column("t_start").min()), last_seen=iso(mine.get_column("t_end").max()),
     )]
@@ -329,6 +347,22 @@ def last_by_chance(k: int, steps: int, ranks: int) -> float:
         if i > steps * p and term < 1e-18 * total:
             break
     return min(1.0, total)
+
+
+def last_by_chance_among(k: int, ranks_per_step: list[int]) -> float:
+    """`last_by_chance` when the steps were logged by different numbers of ranks (ranks logging
+    different subsets of the steps): at a step of n ranks a given rank is the last with chance
+    1/n; the tail P(X >= k) of the sum (a binomial per n, convolved)."""
+    if k <= 0:
+        return 1.0
+    pmf = np.ones(1)
+    for n in sorted(set(ranks_per_step)):
+        trials = ranks_per_step.count(n)
+        i = np.arange(trials + 1)
+        log_b = (math.lgamma(trials + 1) - np.array([math.lgamma(j + 1) + math.lgamma(trials - j + 1) for j in i])
+                 + i * math.log(1.0 / n) + (trials - i) * math.log1p(-1.0 / n))
+        pmf = np.convolve(pmf, np.exp(log_b))
+    return float(min(1.0, pmf[k:].sum()))
 
 
 _PHASE_WORDS = {"data_load_ms": "loading its input", "compute_ms": "computing"}
