@@ -286,6 +286,21 @@ FAMILIES: tuple[Family, ...] = (
             "RuntimeError: NCCL communicator was aborted on rank 2.")),
 )
 
+# The collective library a failure line names, for the human wording of a collective's failure
+# (the kind stays `nccl_timeout`: the JSON contract): gloo's errors cite its sources
+# ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534]", ProcessGroupGloo), NCCL's name it
+# (ProcessGroupNCCL.cpp, WorkNCCL(...), ncclRemoteError, "NCCL error"). First match wins.
+TRANSPORTS: tuple[tuple[str, str], ...] = (
+    ("gloo", r"(?i:ProcessGroupGloo|\bgloo\b)"),
+    ("NCCL", r"(?i:nccl)"),
+)
+
+
+def transport(text: str | None) -> str | None:
+    """The collective library `text` names ("gloo", "NCCL"), None when it names none."""
+    return next((name for name, rx in TRANSPORTS if text and re.search(rx, text)), None)
+
+
 KINDS = ("oom", "host_oom", "nccl_timeout", "hang", "non_finite", "crash", "gpu_error", "job_cancelled")
 ROLES = ("own", "victim", "job", "benign")
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from forensics import failure_rows
 from forensics.passes import failures
@@ -236,3 +237,35 @@ def test_first_timeout_time_is_the_earliest_timeout_that_is_no_lost_peer() -> No
     exits = [row(4, 20, "exit", kind="exit"), row(1, 6, "exit", kind="exit"), row(4, 12, "exit", kind="exit")]
     assert first_timeout_time(untimed, exits) == t0 + dt.timedelta(seconds=12)
     assert first_timeout_time([row(1, 5, "Connection closed by peer")], exits) is None
+
+
+# Lines written here in the upstream formats: ProcessGroupNCCL.cpp (WorkNCCL::checkTimeout: "[Rank r]
+# Watchdog caught collective operation timeout: WorkNCCL(...) ran for N milliseconds before timing
+# out."); gloo's tcp transport (GLOO_ERROR_MSG prefixes "[file:line] ": unbound_buffer.cc waitRecv
+# "Timed out waiting Nms for recv operation to complete", pair.cc "Connection closed by peer ...").
+WATCHDOG = ("[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE, "
+            "NumelIn=4096, NumelOut=4096, Timeout(ms)=900000) ran for 900117 milliseconds before timing out.")
+GLOO_RECV = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:133] Timed out waiting "
+             "900000ms for recv operation to complete")
+
+
+@pytest.mark.parametrize("line, says, never", [
+    (WATCHDOG, "NCCL collective timeout", ("gloo", "lost")),
+    (GLOO_RECV, "gloo collective timeout", ("NCCL", "lost")),
+    ("rank={r} waiting on rank=2 for 900s", "collective timeout", ("NCCL", "gloo", "lost")),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer [10.0.0.3]:4113",
+     "lost their peer (connection closed/reset)", ("timeout", "NCCL")),
+])
+def test_the_timeout_title_names_what_its_lines_show(line: str, says: str, never: tuple[str, ...]) -> None:
+    """The collective's failure keeps kind nccl_timeout (the JSON contract) and its culprit; its
+    title names the library the cited lines name (NCCL, gloo, none) or a lost peer, never NCCL
+    for a gloo run."""
+    rows = Rows()
+    progress(rows, [0, 1, 2, 3], 41, skip={2: 39})
+    for i, r in enumerate((0, 1, 3)):
+        rows.add(41.0 + 900 + i * 0.05, r, "LOG", level="ERROR", step=40, message=line.format(r=r))
+    f = by_kind(failures.find(rows.ctx()))
+    t = f["nccl_timeout"]
+    assert t.ranks == [2] and t.victims == [0, 1, 3]
+    assert t.title.startswith(f"ranks 0,1,3: {says}"), t.title
+    assert not any(w in t.title for w in never), t.title

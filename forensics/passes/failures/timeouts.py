@@ -4,10 +4,12 @@ processes known only by host and local rank.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
 
+from ... import failure_messages as messages
 from ...report.model import Finding, local_ranks_phrase
 from ..context import Context
 from ..evidence import cite, iso, pass_id, ranks_phrase, shorten
@@ -78,6 +80,22 @@ def _local_hang(ctx: Context, rows: list[dict[str, Any]]) -> list[Finding]:
         lines=cite(lines + [_ev_row(r) for r in tos[:2]], text="text"),
         first_seen=iso(t_silent or tos[0]["t_show"]), last_seen=iso(max((r["t_show"] for r in tos if r["t_show"]), default=None)),
     )]
+
+
+def _what_failed(rows: list[dict[str, Any]], victims: list[int]) -> str:
+    """What the cited failure lines show, in words: every line a lost peer (gloo's "Connection
+    closed by peer" / "reset by peer", NCCL's remote error) -> "lost its peer (...)"; else a timeout
+    of the one library they name ("NCCL collective timeout", "gloo collective timeout"), or of a
+    collective when they name none or both."""
+    texts = [r.get("message") or r.get("event") or "" for r in rows]
+    fams = [messages.meaning(t, kinds=("nccl_timeout",)) for t in texts]
+    if texts and all(m is not None and m.family.id == "peer_lost" for m in fams):
+        how = "connection closed/reset" if any(re.search(r"(?i)connection (?:closed|reset)", t) for t in texts) \
+            else "remote process gone"
+        return f"lost {'its' if len(set(victims)) == 1 else 'their'} peer ({how})"
+    # the library: named by the line's text, or by its event's name (a structured log's NCCL_TIMEOUT)
+    libs = {messages.transport(f"{r.get('message') or ''} {r.get('event') or ''}") for r in rows} - {None}
+    return f"{libs.pop()} collective timeout" if len(libs) == 1 else "collective timeout"
 
 
 def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[str, Any]], culprits: list[int],
@@ -157,19 +175,19 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
 
     # -- the timeouts themselves (attributed to the culprit, never to the ranks that time out) ---
     lost = victims
+    what_failed = _what_failed(to_sorted[:3], lost)
+    at_seq = f" at collective #{seq}" if seq is not None else ""
     if died:
         c = culprits[0]
         what = {"oom": "CUDA OOM", "crash": "crash", "gpu": "GPU error"}[mode]
         dt_s = ((to_sorted[0]["timestamp"] - death["timestamp"]).total_seconds()
                 if to_sorted[0]["exact"] and death["exact"] else None)
-        title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
-                 + (f" #{seq}" if seq is not None else "")
+        title = (f"{ranks_phrase(lost)}: {what_failed}{at_seq}"
                  + (f" {dt_s:.1f} s after rank {c}'s {what}" if dt_s is not None else f" after rank {c}'s {what}"))
     elif mode == "local":
         loc = detail["local"]
         who = local_ranks_phrase([{"host": loc["host"], "local_rank": loc["local_rank"]}])
-        title = (f"{ranks_phrase(lost)}: NCCL timeout / lost connection in their collective"
-                 + (f" #{seq}" if seq is not None else "") + f" after {who} died ({loc['what']}); which global rank "
+        title = (f"{ranks_phrase(lost)}: {what_failed}{at_seq}" + f" after {who} died ({loc['what']}); which global rank "
                  "it was, the logs do not say")
     elif mode == "exited":
         title = (f"{ranks_phrase(lost)}: lost {ranks_phrase(culprits)} in their collective"
@@ -178,11 +196,9 @@ def _timeout_findings(first_to: dict[int, dict[str, Any]], to_sorted: list[dict[
         title = (f"{ranks_phrase(lost)}: lost {ranks_phrase(culprits)} in their collective"
                  + (f" #{seq}" if seq is not None else "") + " after it was killed (SIGKILL)")
     elif culprits:
-        title = (f"{ranks_phrase(lost)}: NCCL timeout in collective" + (f" #{seq}" if seq is not None else "")
-                 + f" waiting for {ranks_phrase(culprits)} ({how}){first_note}")
+        title = (f"{ranks_phrase(lost)}: {what_failed}{at_seq}" + f" waiting for {ranks_phrase(culprits)} ({how}){first_note}")
     else:
-        title = (f"{ranks_phrase(lost)}: NCCL timeout in collective" + (f" #{seq}" if seq is not None else "")
-                 + " — the logs do not show which rank they waited for")
+        title = (f"{ranks_phrase(lost)}: {what_failed}{at_seq}" + " — the logs do not show which rank they waited for")
     out.append(Finding(
         rule=pass_id("failures"), kind="nccl_timeout", layer="communication", severity="ERROR",
         ranks=culprits, victims=victims, title=title, basis=basis, basis_weak=weak and bool(culprits),
