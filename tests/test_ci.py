@@ -212,3 +212,20 @@ def test_summary_of_a_big_run_shows_the_faulty_ranks_first() -> None:
     assert "| **37** | node4 |" in md and "| 5 | node0 |" in md          # at fault, then logged errors
     assert f"{64 - MAX_RANK_ROWS} more ranks in the full report." in md
     assert [int(ln.split("|")[1].strip(" *")) for ln in table] == sorted(int(ln.split("|")[1].strip(" *")) for ln in table)
+
+
+def test_no_test_module_imports_the_tests_package() -> None:
+    """CI runs a bare `pytest` (README): `tests` is no package on its path, only the test folder
+    itself (pytest's rootdir insertion), so `from tests.x import y` fails collection there while
+    `python -m pytest` (which adds the working folder) passes — twice a stop's CI broke on it.
+    Helpers are imported as `from x import y`."""
+    import ast
+
+    here = Path(__file__).resolve().parent
+    bad = []
+    for path in sorted(here.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{path.relative_to(here)}:{node.lineno}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert bad == []

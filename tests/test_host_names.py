@@ -16,7 +16,7 @@ import pytest
 
 from forensics import host_names
 from forensics.failure_facts import one_node
-from tests.message_catalogue import child_failed
+from message_catalogue import child_failed
 
 
 @pytest.mark.parametrize("names,hosts", [

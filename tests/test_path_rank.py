@@ -13,7 +13,7 @@ import pytest
 import forensics
 from forensics.ingest.sources import rank_from_path
 from forensics.store import open_store
-from tests.test_ingest_store import seed_line
+from test_ingest_store import seed_line
 
 
 @pytest.mark.parametrize("path,rank", [
