@@ -177,3 +177,17 @@ def test_ranks_logging_different_steps_do_not_make_a_victim_the_rank_waited_for(
         assert named <= {slow}, (slow, [(f.severity, f.ranks, f.title) for f in found])
         # not knowing who is waited for is not noise: the rules' job-wide finding may stand
         assert not any(f.evidence.get("jitter") for f in found), slow
+
+
+def test_steps_every_rank_logged_still_judge_the_waiting_when_there_are_enough() -> None:
+    # ranks log every 1 or 2 steps: every 2nd step has all four — enough to judge on them alone
+    from pass_helpers import Rows, every
+
+    half = {0: 1, 1: 2, 2: 1, 3: 2}
+    rows = every(sync_run(Rows(), steps=40, compute=lambda r, s: 2000.0 if r == 3 else 800.0), half)
+    [f] = comm_bound.find(rows.ctx())
+    assert f.ranks == [3] and f.severity == "WARN"
+    # a late rank at random on those steps is the host's noise, as when every rank logs every step
+    rows = every(sync_run(Rows(), steps=40, compute=lambda r, s: 2000.0 if r == (s // 2) % 4 else 800.0), half)
+    [g] = comm_bound.find(rows.ctx())
+    assert g.severity == "INFO" and g.ranks == [] and g.evidence.get("jitter") is True

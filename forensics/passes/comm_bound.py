@@ -131,17 +131,17 @@ def find(ctx: Context) -> list[Finding]:
     df = df.filter("ok")
     all_ranks = sorted(int(r) for r in df.get_column("rank").unique())
     waiting = wshare >= 0.5 * share
-    apart = False
+    unsure = False
     if waiting:
         # ranks logging different subsets of the steps (log_every): at a step the late rank did
         # not log, the least-waiting of those that did is a victim — count only the steps every
-        # judged rank logged; with none, no rank is named, and that is not jitter either
+        # judged rank logged; with too few, no rank is named, and that is not jitter either
         apart = not log_every.rank_medians(
             df.select("rank", "step", pl.lit(0).alias("g"), "wait").drop_nulls(), "g", ["wait"]).is_empty()
         counted = hot.filter(pl.col("n") == len(all_ranks)) if apart else hot
         counts = counted.group_by("least").agg(pl.len().alias("c")).sort("c", descending=True)
-        culprits = ([int(r) for r, c in counts.iter_rows() if c >= CULPRIT_SHARE * counted.height]
-                    if counted.height >= MIN_STEPS or not apart else [])
+        unsure = apart and counted.height < MIN_STEPS
+        culprits = [] if unsure else [int(r) for r, c in counts.iter_rows() if c >= CULPRIT_SHARE * counted.height]
     else:
         culprits = all_ranks          # the fabric is slow for every rank: the job-wide fault
     victims = [r for r in all_ranks if r not in culprits] if waiting and culprits else []
@@ -162,7 +162,7 @@ def find(ctx: Context) -> list[Finding]:
         mode = "waiting"
         rows = sample.sort("wait", descending=True).head(3)
         severity = "INFO"
-        if apart:   # too few steps logged by every rank to tell who is waited for: said, not judged noise
+        if unsure:   # too few steps logged by every rank to tell who is waited for: said, not judged noise
             title = (f"communication takes {share:.0%} of the step time ({ms(comm)} of {ms(step_ms)}), mostly waiting "
                      f"({ms(wait)}); the ranks log different steps and too few were logged by all {len(all_ranks)} "
                      f"to tell which rank is waited for (steps {s0}–{s1}, {k} of {n})")
