@@ -11,6 +11,7 @@ as forensics/ingest/templates.py lists them.
 """
 from __future__ import annotations
 
+import base64
 import json
 import random
 from pathlib import Path
@@ -103,6 +104,32 @@ def test_no_usable_event_is_an_error_never_healthy(tmp_path: Path, content: byte
         assert f.evidence["rejected"] > 0 and f.lines[0].line >= 1   # the first rejected line is cited
     text = render(report, "text")
     assert "Healthy" not in text and "No usable data" in text
+
+
+@pytest.mark.parametrize("name, content", [
+    ("console.log", base64.b64encode(random.Random(3).randbytes(30000))),                  # text lines, no sense
+    ("out.txt", "\n".join("".join(chr(random.Random(i).randint(32, 126)) for _ in range(80))
+                           for i in range(300)).encode()),
+    ("rank_0.log", random.Random(5).randbytes(20000) + b"\ncore dumped here\n" + random.Random(6).randbytes(20000)),
+    # binary: a line or two decode as text, the rest is rejected
+], ids=["base64_text", "printable_noise", "binary_rank_file"])
+def test_events_that_carry_nothing_readable_are_no_data(tmp_path: Path, name: str, content: bytes) -> None:
+    # the console reader keeps any line of text as an event: events with no time, step, metric or
+    # WARN/ERROR level give a diagnosis nothing to read, and "nothing wrong found" in them is no claim
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / name).write_bytes(content)
+    run = _store(tmp_path, logs)
+    assert run.totals["events"] > 0
+    report = diagnose(run)
+    assert report.root_cause is not None and report.root_cause.kind == "no_data"
+    [f] = [f for f in report.findings if f.kind == "no_data"]
+    assert f.severity == "ERROR" and f.evidence["events"] == run.totals["events"]
+    assert "Healthy" not in render(report, "text")
+    assert runner.invoke(app, ["diagnose", str(logs), "--fail-on", "WARN"]).exit_code == 3
+    # one line of the same text with a time is something to read: no no_data finding
+    (logs / name).write_bytes(content + b"\n2025-06-12 14:00:01,000 INFO trainer: step 1 loss 2.5\n")
+    assert not [f for f in diagnose(_store(tmp_path / "again", logs)).findings if f.kind == "no_data"]
 
 
 def test_cli_fails_on_no_data_without_fail_on_and_junit_fails(tmp_path: Path) -> None:

@@ -1,7 +1,10 @@
 """Is there anything to diagnose? Input that holds no usable event is a finding, never "healthy".
 
 Question: did the input give the diagnosis any event at all — or were the files empty, every
-line rejected (binary garbage, a truncated stream) or unreadable?
+line rejected (binary garbage, a truncated stream) or unreadable? And of the events it gave, does
+any carry something a diagnosis reads: a time, a step, a metric, or a WARN/ERROR level? Text that
+the console reader keeps line by line (random text, a binary file's few decodable lines) gives
+events with none of these: "nothing wrong found" in them would be the same unfounded green.
 
 Domain fact: a job that died before writing anything (a node that never booted, a crash in the
 launcher, logs that were never collected) leaves empty or garbage files; a report that finds
@@ -21,6 +24,7 @@ from typing import Any
 import polars as pl
 
 from ..report.model import Evidence, Finding
+from ..schema import METRIC_NAMES
 from .context import Context
 from .evidence import pass_id, shorten
 
@@ -50,8 +54,23 @@ def _files(ctx: Context) -> list[dict[str, Any]]:
     return out
 
 
+def _readable(ctx: Context) -> bool:
+    """Does any event carry a time, a step, a known metric or a level above INFO? The step table
+    answers for almost every run (a step row is one); the events are scanned only without it."""
+    if not ctx.steps.is_empty():
+        return True
+    names = ctx.events.collect_schema().names()
+    signs = [pl.col(c).is_not_null() for c in ("timestamp", "step", *METRIC_NAMES) if c in names]
+    if "level" in names:
+        signs.append(pl.col("level").cast(pl.String).is_in(["WARN", "ERROR"]))
+    if not signs:
+        return False
+    return ctx.events.filter(pl.any_horizontal(signs)).head(1).collect().height > 0
+
+
 def find(ctx: Context) -> list[Finding]:
-    if _event_count(ctx) > 0:
+    events = _event_count(ctx)
+    if events > 0 and _readable(ctx):
         return []
     files = _files(ctx)
     lines = sum(f["lines_read"] for f in files)
@@ -65,11 +84,13 @@ def find(ctx: Context) -> list[Finding]:
     title = (f"no usable event in the input: {len(files):,} file{'s' if len(files) != 1 else ''}"
              + (f" ({empty:,} empty)" if empty else "")
              + f", {lines:,} line{'s' if lines != 1 else ''} read, {rejected:,} rejected"
-             + (f" ({why})" if why else "") + ", 0 events: nothing to diagnose, the run cannot be called healthy")
+             + (f" ({why})" if why else "")
+             + (f", {events:,} events of text with no time, step, metric or WARN/ERROR level" if events else ", 0 events")
+             + ": nothing to diagnose, the run cannot be called healthy")
     return [Finding(
         rule=pass_id("no_data"), kind="no_data", layer="training", severity="ERROR", ranks=[], title=title,
         evidence={"files": len(files), "empty_files": empty, "lines_read": lines, "rejected": rejected,
-                  "rejected_by_reason": reasons, "events": 0,
+                  "rejected_by_reason": reasons, "events": events,
                   "per_file": [{k: f[k] for k in ("path", "lines_read", "rejected", "reason")} for f in files[:LISTED_FILES]]},
         # a file's first rejected line, or the file itself (line 0) when it has none
         lines=[Evidence(source_file=f["path"], line=int(f["first_reject"] or 0),

@@ -250,7 +250,7 @@ def outline(report: Report) -> Outline:
         verdict = f"Root cause: {kind_label(rc.kind)} on {who} ({rc.layer} layer)"
         verdict += f"; {cost_text(rc.cost)}." if rc.cost else "."
         if rc.kind == "no_data":   # about the input, not a rank: nothing was read, nothing is healthy
-            verdict = "No usable data: the input holds no event to diagnose; the run is not healthy."
+            verdict = "No usable data: the input holds no event a diagnosis can use; the run is not healthy."
         # the JSON summary is self-contained ("X on rank N (layer): ..."); the verdict line above
         # already says the first half, so the text shows only what follows it
         summary = rc.summary.split(f"({rc.layer} layer): ", 1)[-1]
