@@ -333,26 +333,16 @@ def _spread(ctx: Context, steps: pl.DataFrame, per: pl.DataFrame, total: float, 
 
 def last_by_chance(k: int, steps: int, ranks: int) -> float:
     """The chance that a given rank is the last to arrive at >= k of `steps` steps when each of
-    `ranks` ranks is equally likely to be last at each step: the binomial tail P(X >= k), summed
-    in log space (a run of 30,000 steps does not overflow)."""
-    if k <= 0:
-        return 1.0
-    p = 1.0 / ranks
-    lp, lq = math.log(p), math.log1p(-p)
-    head = math.lgamma(steps + 1)
-    total = 0.0
-    for i in range(k, steps + 1):
-        term = math.exp(head - math.lgamma(i + 1) - math.lgamma(steps - i + 1) + i * lp + (steps - i) * lq)
-        total += term
-        if i > steps * p and term < 1e-18 * total:
-            break
-    return min(1.0, total)
+    `ranks` ranks is equally likely to be last at each step: the binomial tail P(X >= k)
+    (`last_by_chance_among` with every step logged by all the ranks)."""
+    return last_by_chance_among(k, [ranks] * steps)
 
 
 def last_by_chance_among(k: int, ranks_per_step: list[int]) -> float:
-    """`last_by_chance` when the steps were logged by different numbers of ranks (ranks logging
-    different subsets of the steps): at a step of n ranks a given rank is the last with chance
-    1/n; the tail P(X >= k) of the sum (a binomial per n, convolved)."""
+    """The chance that a given rank is the last to arrive at >= k of the steps when the step i was
+    logged by `ranks_per_step[i]` ranks (ranks logging different subsets of the steps): at a step
+    of n ranks a given rank is the last with chance 1/n; the tail P(X >= k) of the sum (a binomial
+    per n, in log space, convolved)."""
     if k <= 0:
         return 1.0
     pmf = np.ones(1)
